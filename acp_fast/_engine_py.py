@@ -1,0 +1,1002 @@
+"""Pure-Python engine: the reference twin and the typed interface of the engine.
+
+This module *is* the specification of the sans-IO engine. The compiled twin
+(``_engine_c.pyx`` over ``csrc/``) must expose the same public names, constructor
+parameters, attributes and return shapes, and must produce the same frames for the same
+bytes however they are chunked; ``tests/test_engine_diff.py`` enforces that.
+
+What it does: turn bytes of line-delimited JSON-RPC 2.0 into *frames* and values back into
+complete ``\\n``-terminated lines.
+
+Frames (every frame has an integer ``kind``):
+
+* :class:`Message` -- ``kind`` is :data:`REQUEST`, :data:`NOTIFICATION` or :data:`RESPONSE`;
+* :class:`Batch` -- ``kind`` is :data:`BATCH`; a non-empty JSON array, boundary kept, each
+  entry a :class:`Message` or a :class:`Malformed`;
+* :class:`Malformed` -- ``kind`` is :data:`MALFORMED`; a line (or batch entry) that is not a
+  valid message, kept as a value with the JSON-RPC code to answer with.
+
+Decoding policies (identical in both twins, each pinned by a named test):
+
+* JSON is RFC 8259 strict: ``NaN``/``Infinity`` are rejected, a number that overflows a
+  double (``1e400``) is rejected, unpaired UTF-16 surrogate escapes (``"\\ud800"``) are
+  rejected, a UTF-8 BOM is rejected; integers of any size are decoded exactly (``int``).
+* Nesting deeper than ``max_depth`` containers (default 128, the same limit as
+  serde_json's) is rejected as invalid JSON.
+* Duplicate *envelope* keys (``jsonrpc``, ``id``, ``method``, ``params``, ``result``,
+  ``error``) make the message an invalid envelope; duplicate keys anywhere else: the last
+  one wins (as in ``dict``).
+* Empty and whitespace-only lines are skipped. (The Rust SDK answers them with -32700; a
+  blank line carries no message, so acp_fast does not answer it.)
+* A trailing ``\\r`` is stripped (CRLF framing is tolerated).
+
+Envelope validation follows ``notes/protocol.md`` §1.2; checks run in this order and the
+first failing one names the ``reason`` of the :class:`Malformed` value:
+
+1. ``"invalid UTF-8"`` / ``"invalid JSON"`` (code -32700);
+2. top level: a JSON array is a batch (``"empty batch"`` if empty, -32600); any other
+   non-object is ``"not an object"`` (-32600; also for non-object batch entries);
+3. ``"duplicate envelope key"``; 4. ``"invalid jsonrpc version"`` (must be exactly
+   ``"2.0"``);
+5. with ``method``: ``"invalid envelope"`` if ``result`` or ``error`` is present, then
+   ``"invalid method"`` (not a string), ``"invalid id"`` (not an int64, string or null),
+   ``"invalid params"`` (not an object, array or null);
+6. without ``method``: ``"invalid envelope"`` unless exactly one of ``result``/``error`` and
+   an ``id`` are present, then ``"invalid id"``, then ``"invalid error object"`` (``error``
+   must be an object with an int32 ``code`` and a string ``message``).
+
+A line longer than ``max_line_size`` bytes (counted before its ``\\n``) is discarded up to
+its newline without being buffered and surfaces as ``Malformed(raw=b"", code=-32600,
+reason="line too long")`` at the point where it was detected.
+
+Lazy mode decodes only the envelope: ``params``/``result`` stay raw JSON bytes, decoded on
+first access and cached. The whole line is still validated, so lazy and eager modes always
+classify a line the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import secrets
+from json.decoder import scanstring as _scanstring
+from typing import Any, Iterable, Iterator, List, Union
+
+from .errors import (
+    DEFAULT_MESSAGES,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    DecoderClosedError,
+    EncodeError,
+)
+
+__all__ = [
+    "IMPLEMENTATION",
+    "REQUEST",
+    "NOTIFICATION",
+    "RESPONSE",
+    "BATCH",
+    "MALFORMED",
+    "DEFAULT_MAX_LINE_SIZE",
+    "DEFAULT_MAX_DEPTH",
+    "RawJson",
+    "Message",
+    "Batch",
+    "Malformed",
+    "Frame",
+    "Decoder",
+    "encode_request",
+    "encode_notification",
+    "encode_result",
+    "encode_error",
+    "encode_batch",
+    "encode_value",
+    "forward",
+    "BatchReply",
+    "error_reply",
+]
+
+IMPLEMENTATION = "py"
+
+# Frame kinds: plain ints so the compiled twin can use them as C constants.
+REQUEST = 0
+NOTIFICATION = 1
+RESPONSE = 2
+BATCH = 3
+MALFORMED = 4
+
+DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
+DEFAULT_MAX_DEPTH = 128
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_INT32_MIN = -(2**31)
+_INT32_MAX = 2**31 - 1
+_ENVELOPE_KEYS = frozenset(("jsonrpc", "id", "method", "params", "result", "error"))
+_UNSET: Any = object()
+
+
+class RawJson(bytes):
+    """Bytes that are already one complete JSON value, spliced into output verbatim.
+
+    Encoders never re-encode a ``RawJson``; it may appear at the top of ``params``/
+    ``result``/``data`` or anywhere inside them. The caller vouches that it is valid JSON;
+    encoders only check that it has no newline (a line-delimited frame cannot carry one).
+    Lazy messages hand out their ``params``/``result`` as ``RawJson``.
+    """
+
+    __slots__ = ()
+
+    def decode_json(self) -> Any:
+        """Decode the value with the engine's strict JSON rules."""
+        return _loads_strict(self.decode("utf-8"))
+
+    def __repr__(self) -> str:
+        return f"RawJson({bytes(self)!r})"
+
+
+# ---------------------------------------------------------------------------------------
+# Strict JSON decoding on top of the stdlib's C scanner
+# ---------------------------------------------------------------------------------------
+
+
+class _InvalidJson(Exception):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _InvalidJson(f"non-standard constant {name}")
+
+
+def _parse_float(s: str) -> float:
+    f = float(s)
+    if math.isinf(f):
+        raise _InvalidJson("number out of range")
+    return f
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_parse_float)
+_scan_once = json.scanner.make_scanner(_DECODER)  # type: ignore[attr-defined]
+_WS = re.compile(r"[ \t\n\r]*")
+_WS_BYTES = b" \t\r\n"
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _contains_lone_surrogate(obj: Any) -> bool:
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(obj, dict):
+        return any(_contains_lone_surrogate(k) or _contains_lone_surrogate(v) for k, v in obj.items())
+    if isinstance(obj, list):
+        return any(_contains_lone_surrogate(v) for v in obj)
+    return False
+
+
+def _depth_exceeds(line: bytes, max_depth: int) -> bool:
+    """Whether the container nesting of ``line`` goes deeper than ``max_depth``.
+
+    Strategy: counting brackets is one C call; only a line with more brackets than the limit
+    pays for the exact scan (which skips brackets inside strings).
+    """
+    if line.count(b"[") + line.count(b"{") <= max_depth:
+        return False
+    depth = 0
+    in_string = False
+    escaped = False
+    for c in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:  # backslash
+                escaped = True
+            elif c == 0x22:
+                in_string = False
+        elif c == 0x22:
+            in_string = True
+        elif c == 0x5B or c == 0x7B:
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif c == 0x5D or c == 0x7D:
+            depth -= 1
+    return False
+
+
+def _loads_strict(text: str) -> Any:
+    """``json.loads`` with the engine's policies; raises ``_InvalidJson``."""
+    try:
+        end = _WS.match(text, 0).end()  # type: ignore[union-attr]
+        value, end = _scan_once(text, end)
+        end = _WS.match(text, end).end()  # type: ignore[union-attr]
+    except (_InvalidJson, StopIteration, ValueError, RecursionError) as exc:
+        raise _InvalidJson(str(exc)) from None
+    if end != len(text):
+        raise _InvalidJson("extra data")
+    return value
+
+
+class _Scanned:
+    """Top-level members of one JSON object with their spans (str indices)."""
+
+    __slots__ = ("members", "duplicate")
+
+    def __init__(self) -> None:
+        self.members: dict[str, tuple[Any, int, int]] = {}
+        self.duplicate = False
+
+
+def _scan_value(text: str, pos: int) -> tuple[Any, int]:
+    try:
+        return _scan_once(text, pos)  # type: ignore[no-any-return]
+    except (_InvalidJson, StopIteration, ValueError, RecursionError) as exc:
+        raise _InvalidJson(str(exc)) from None
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    return _WS.match(text, pos).end()  # type: ignore[union-attr]
+
+
+def _scan_object(text: str, pos: int) -> tuple[_Scanned, int]:
+    """Scan the object starting at ``text[pos] == "{"``; returns members and end index."""
+    out = _Scanned()
+    members = out.members
+    pos = _skip_ws(text, pos + 1)
+    if text.startswith("}", pos):
+        return out, pos + 1
+    while True:
+        if not text.startswith('"', pos):
+            raise _InvalidJson("expected key")
+        try:
+            key, pos = _scanstring(text, pos + 1, True)
+        except ValueError as exc:
+            raise _InvalidJson(str(exc)) from None
+        pos = _skip_ws(text, pos)
+        if not text.startswith(":", pos):
+            raise _InvalidJson("expected ':'")
+        start = _skip_ws(text, pos + 1)
+        value, end = _scan_value(text, start)
+        if key in members and key in _ENVELOPE_KEYS:
+            out.duplicate = True
+        members[key] = (value, start, end)
+        pos = _skip_ws(text, end)
+        if text.startswith(",", pos):
+            pos = _skip_ws(text, pos + 1)
+            continue
+        if text.startswith("}", pos):
+            return out, pos + 1
+        raise _InvalidJson("expected ',' or '}'")
+
+
+def _scan_array_spans(text: str, pos: int) -> tuple[list[tuple[Any, int, int]], int]:
+    """Scan the array at ``text[pos] == "["``; returns ``(value, start, end)`` per element."""
+    items: list[tuple[Any, int, int]] = []
+    pos = _skip_ws(text, pos + 1)
+    if text.startswith("]", pos):
+        return items, pos + 1
+    while True:
+        value, end = _scan_value(text, pos)
+        items.append((value, pos, end))
+        pos = _skip_ws(text, end)
+        if text.startswith(",", pos):
+            pos = _skip_ws(text, pos + 1)
+            continue
+        if text.startswith("]", pos):
+            return items, pos + 1
+        raise _InvalidJson("expected ',' or ']'")
+
+
+class _ByteOffsets:
+    """Maps str indices of a decoded line back to byte offsets (identity for ASCII)."""
+
+    __slots__ = ("text", "ascii")
+
+    def __init__(self, text: str, nbytes: int) -> None:
+        self.text = text
+        self.ascii = len(text) == nbytes
+
+    def __call__(self, i: int) -> int:
+        if self.ascii or i <= 0:
+            return i
+        return len(self.text[:i].encode("utf-8"))
+
+
+# ---------------------------------------------------------------------------------------
+# Frames
+# ---------------------------------------------------------------------------------------
+
+
+class Message:
+    """One valid JSON-RPC message: a request, a notification or a response.
+
+    Attributes:
+        kind: :data:`REQUEST`, :data:`NOTIFICATION` or :data:`RESPONSE`.
+        id: the typed id (``int``, ``str`` or ``None``); ``1`` and ``"1"`` differ. ``None``
+            for notifications and for ``"id": null``.
+        method: the method name (``None`` for responses).
+        error: the decoded error object of an error response, else ``None``.
+
+    ``params`` (calls) and ``result`` (success responses) are decoded on first access in
+    lazy mode and cached; ``params_raw``/``result_raw``/``raw`` give the verbatim bytes as
+    :class:`RawJson` without decoding anything.
+    """
+
+    __slots__ = ("kind", "id", "method", "error", "_line", "_start", "_end", "_ids", "_ide",
+                 "_ps", "_pe", "_value")
+
+    kind: int
+    id: int | str | None
+    method: str | None
+    error: dict[str, Any] | None
+
+    # Spans are byte offsets into ``_line`` (the whole line the message came in); ``_ids``
+    # is -1 when the message has no id key, ``_ps`` -1 when it has no payload (params
+    # absent or null; error responses), and -2 while spans are not computed yet (eager
+    # mode computes them only when first needed).
+
+    def __repr__(self) -> str:
+        name = {REQUEST: "request", NOTIFICATION: "notification", RESPONSE: "response"}[self.kind]
+        parts = [name]
+        if self.kind != NOTIFICATION:
+            parts.append(f"id={self.id!r}")
+        if self.method is not None:
+            parts.append(f"method={self.method!r}")
+        if self.error is not None:
+            parts.append(f"error={self.error!r}")
+        return f"<Message {' '.join(parts)}>"
+
+    def _ensure_spans(self) -> None:
+        if self._ps != -2:
+            return
+        # Eager mode decoded with json.loads; find the spans with the scanner now.
+        line = self._line[self._start:self._end]
+        text = line.decode("utf-8")
+        scanned, _ = _scan_object(text, _skip_ws(text, 0))
+        off = _ByteOffsets(text, len(line))
+        base = self._start
+        m = scanned.members
+        ident = m.get("id")
+        if ident is None:
+            self._ids = self._ide = -1
+        else:
+            self._ids, self._ide = base + off(ident[1]), base + off(ident[2])
+        key = "params" if self.kind != RESPONSE else "result"
+        payload = m.get(key)
+        if payload is None or (key == "params" and payload[0] is None):
+            self._ps = self._pe = -1
+        else:
+            self._ps, self._pe = base + off(payload[1]), base + off(payload[2])
+
+    def _payload(self) -> Any:
+        value = self._value
+        if value is _UNSET:
+            if self._ps < 0:
+                value = None
+            else:
+                value = _loads_strict(self._line[self._ps:self._pe].decode("utf-8"))
+            self._value = value
+        return value
+
+    def _payload_raw(self) -> RawJson | None:
+        self._ensure_spans()
+        if self._ps < 0:
+            return None
+        return RawJson(self._line[self._ps:self._pe])
+
+    @property
+    def params(self) -> Any:
+        """Decoded ``params`` (``None`` when absent or null, and for responses)."""
+        if self.kind == RESPONSE:
+            return None
+        return self._payload()
+
+    @property
+    def result(self) -> Any:
+        """Decoded ``result`` of a success response (``None`` otherwise)."""
+        if self.kind != RESPONSE:
+            return None
+        return self._payload()
+
+    @property
+    def params_raw(self) -> RawJson | None:
+        """Verbatim ``params`` bytes (``None`` when absent or null, and for responses)."""
+        if self.kind == RESPONSE:
+            return None
+        return self._payload_raw()
+
+    @property
+    def result_raw(self) -> RawJson | None:
+        """Verbatim ``result`` bytes of a success response (``None`` otherwise)."""
+        if self.kind != RESPONSE:
+            return None
+        return self._payload_raw()
+
+    @property
+    def raw(self) -> RawJson:
+        """The message exactly as received (without the line terminator)."""
+        return RawJson(self._line[self._start:self._end])
+
+    @property
+    def is_error(self) -> bool:
+        """True for an error response."""
+        return self.error is not None
+
+
+class Batch:
+    """A non-empty JSON-RPC batch (one JSON array on one line), boundary kept.
+
+    ``entries`` holds one :class:`Message` or :class:`Malformed` per array element, in
+    source order; ``raw`` is the whole line.
+    """
+
+    __slots__ = ("entries", "_line")
+    kind = BATCH
+
+    entries: list[Message | Malformed]
+
+    @property
+    def raw(self) -> RawJson:
+        return RawJson(self._line)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[Message | Malformed]:
+        return iter(self.entries)
+
+    def __getitem__(self, i: int) -> Message | Malformed:
+        return self.entries[i]
+
+    def __repr__(self) -> str:
+        return f"<Batch {self.entries!r}>"
+
+
+class Malformed:
+    """A line or batch entry that is not a valid message, kept as a value.
+
+    Attributes:
+        raw: the offending bytes (the line, or the entry's span inside a batch; empty for
+            a line over ``max_line_size``, which is never buffered).
+        code: the JSON-RPC code to answer with: -32700 (invalid JSON, including invalid
+            UTF-8 and over-deep nesting) or -32600 (invalid envelope, empty batch, line
+            too long).
+        reason: a short fixed phrase naming the first rule that failed.
+        response_shaped: True for an object without ``method`` that has ``result`` or
+            ``error``: such a value must never be answered.
+    """
+
+    __slots__ = ("raw", "code", "reason", "response_shaped")
+    kind = MALFORMED
+
+    raw: bytes
+    code: int
+    reason: str
+    response_shaped: bool
+
+    def __init__(self, raw: bytes, code: int, reason: str, response_shaped: bool = False) -> None:
+        self.raw = raw
+        self.code = code
+        self.reason = reason
+        self.response_shaped = response_shaped
+
+    def __repr__(self) -> str:
+        shaped = " response-shaped" if self.response_shaped else ""
+        return f"<Malformed {self.code} {self.reason!r}{shaped} raw={self.raw[:60]!r}>"
+
+
+Frame = Union[Message, Batch, Malformed]
+
+
+def _invalid(raw: bytes, reason: str, response_shaped: bool = False) -> Malformed:
+    return Malformed(raw, INVALID_REQUEST, reason, response_shaped)
+
+
+def _valid_id(value: Any) -> bool:
+    t = type(value)
+    if t is int:
+        return _INT64_MIN <= value <= _INT64_MAX
+    return t is str or value is None
+
+
+def _classify(obj: dict[str, Any], raw: bytes) -> Message | Malformed:
+    """Validate a decoded envelope (after the duplicate-key check); see module docs."""
+    if obj.get("jsonrpc", _UNSET) != "2.0" or type(obj["jsonrpc"]) is not str:
+        return _invalid(raw, "invalid jsonrpc version", _response_shaped(obj))
+    msg = Message.__new__(Message)
+    if "method" in obj:
+        if "result" in obj or "error" in obj:
+            return _invalid(raw, "invalid envelope")
+        method = obj["method"]
+        if type(method) is not str:
+            return _invalid(raw, "invalid method")
+        if "id" in obj:
+            ident = obj["id"]
+            if not _valid_id(ident):
+                return _invalid(raw, "invalid id")
+            msg.kind = REQUEST
+            msg.id = ident
+        else:
+            msg.kind = NOTIFICATION
+            msg.id = None
+        params = obj.get("params")
+        if params is not None and type(params) is not dict and type(params) is not list:
+            return _invalid(raw, "invalid params")
+        msg.method = method
+        msg.error = None
+        msg._value = params
+        return msg
+    has_result = "result" in obj
+    has_error = "error" in obj
+    if has_result == has_error or "id" not in obj:
+        return _invalid(raw, "invalid envelope", has_result or has_error)
+    ident = obj["id"]
+    if not _valid_id(ident):
+        return _invalid(raw, "invalid id", True)
+    msg.kind = RESPONSE
+    msg.id = ident
+    msg.method = None
+    if has_error:
+        error = obj["error"]
+        if (
+            type(error) is not dict
+            or type(error.get("code")) is not int
+            or not _INT32_MIN <= error["code"] <= _INT32_MAX
+            or type(error.get("message")) is not str
+        ):
+            return _invalid(raw, "invalid error object", True)
+        msg.error = error
+        msg._value = None
+    else:
+        msg.error = None
+        msg._value = obj["result"]
+    return msg
+
+
+# ---------------------------------------------------------------------------------------
+# Decoder
+# ---------------------------------------------------------------------------------------
+
+
+class Decoder:
+    """Sans-IO decoder: bytes of line-delimited JSON-RPC in, frames out.
+
+    Args:
+        lazy: keep ``params``/``result`` as raw JSON, decoded on first access.
+        max_line_size: the longest line (bytes before ``\\n``) that is buffered; a longer
+            one is discarded up to its newline and reported as a ``Malformed`` frame.
+        max_depth: the deepest container nesting accepted (deeper is invalid JSON).
+
+    ``feed`` never raises for bad input: every problem of the peer's bytes comes back as a
+    :class:`Malformed` frame in its place, and decoding goes on with the next line. The
+    only errors it raises are local ones (:class:`~acp_fast.errors.DecoderClosedError`,
+    ``TypeError`` for a non-bytes argument).
+    """
+
+    __slots__ = ("_lazy", "_max_line_size", "_max_depth", "_buf", "_discarding", "_closed")
+
+    def __init__(
+        self,
+        *,
+        lazy: bool = False,
+        max_line_size: int = DEFAULT_MAX_LINE_SIZE,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+    ) -> None:
+        if max_line_size < 1:
+            raise ValueError("max_line_size must be >= 1")
+        if max_depth < 1:
+            raise ValueError("max_depth must be >= 1")
+        self._lazy = bool(lazy)
+        self._max_line_size = int(max_line_size)
+        self._max_depth = int(max_depth)
+        self._buf = bytearray()
+        self._discarding = False
+        self._closed = False
+
+    @property
+    def lazy(self) -> bool:
+        return self._lazy
+
+    @property
+    def max_line_size(self) -> int:
+        return self._max_line_size
+
+    @property
+    def max_depth(self) -> int:
+        return self._max_depth
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete line held until its newline arrives."""
+        return len(self._buf)
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`feed_eof`."""
+        return self._closed
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Decode a chunk; returns the frames of every line completed by it, in order.
+
+        A partial last line is kept for the next call.
+
+        Raises:
+            DecoderClosedError: after :meth:`feed_eof`.
+        """
+        if self._closed:
+            raise DecoderClosedError("feed() after feed_eof()")
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        frames: list[Frame] = []
+        if not data:
+            return frames
+        max_size = self._max_line_size
+        start = 0
+        if self._discarding:
+            nl = data.find(b"\n")
+            if nl < 0:
+                return frames
+            self._discarding = False
+            start = nl + 1
+        buf = self._buf
+        if buf:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                if len(buf) + len(data) - start > max_size:
+                    self._overflow(frames)
+                else:
+                    buf += data[start:] if start else data
+                return frames
+            line = bytes(buf) + data[start:nl]
+            buf.clear()
+            start = nl + 1
+            if len(line) > max_size:
+                frames.append(_invalid(b"", "line too long"))
+            else:
+                self._line(line, frames)
+        parts = data[start:].split(b"\n") if start else data.split(b"\n")
+        tail = parts.pop()
+        for line in parts:
+            if len(line) > max_size:
+                frames.append(_invalid(b"", "line too long"))
+            elif line:
+                self._line(line, frames)
+        if tail:
+            if len(tail) > max_size:
+                self._overflow(frames)
+            else:
+                buf += tail
+        return frames
+
+    def feed_eof(self) -> list[Frame]:
+        """Signal end of input; returns the frame of a final unterminated line, if any.
+
+        Raises:
+            DecoderClosedError: when called twice.
+        """
+        if self._closed:
+            raise DecoderClosedError("feed_eof() called twice")
+        self._closed = True
+        frames: list[Frame] = []
+        if self._buf:
+            line = bytes(self._buf)
+            self._buf.clear()
+            self._line(line, frames)
+        self._discarding = False
+        return frames
+
+    def _overflow(self, frames: list[Frame]) -> None:
+        self._buf.clear()
+        self._discarding = True
+        frames.append(_invalid(b"", "line too long"))
+
+    def _line(self, line: bytes, frames: list[Frame]) -> None:
+        if line[-1] == 0x0D:  # CRLF
+            line = line[:-1]
+            if not line:
+                return
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            frames.append(Malformed(line, PARSE_ERROR, "invalid UTF-8"))
+            return
+        if (line[0] in _WS_BYTES or line[-1] in _WS_BYTES) and not line.strip(_WS_BYTES):
+            return  # whitespace-only line: skipped
+        if _depth_exceeds(line, self._max_depth):
+            frames.append(Malformed(line, PARSE_ERROR, "invalid JSON"))
+            return
+        first = text[_skip_ws(text, 0)] if text else ""
+        try:
+            if first == "[" or self._lazy or first != "{":
+                frame = self._line_scanned(line, text)
+            else:
+                frame = self._line_eager(line, text)
+        except _InvalidJson:
+            frame = Malformed(line, PARSE_ERROR, "invalid JSON")
+        frames.append(frame)
+
+    def _line_eager(self, line: bytes, text: str) -> Frame:
+        obj = _loads_strict(text)
+        if b"\\u" in line and _SURROGATE_ESCAPE.search(line) and _contains_lone_surrogate(obj):
+            raise _InvalidJson("lone surrogate")
+        if _maybe_duplicate_envelope(line):
+            # Counting says an envelope key may repeat: decide with the exact scanner.
+            scanned, _ = _scan_object(text, _skip_ws(text, 0))
+            if scanned.duplicate:
+                return _invalid(line, "duplicate envelope key", _response_shaped(obj))
+        msg = _classify(obj, line)
+        if type(msg) is Message:
+            msg._line = line
+            msg._start = 0
+            msg._end = len(line)
+            msg._ps = -2
+        return msg
+
+    def _line_scanned(self, line: bytes, text: str) -> Frame:
+        pos = _skip_ws(text, 0)
+        if text.startswith("{", pos):
+            scanned, end = _scan_object(text, pos)
+            if _skip_ws(text, end) != len(text):
+                raise _InvalidJson("extra data")
+            self._check_surrogates(line, scanned)
+            return self._message_from_scan(scanned, line, 0, len(line), _ByteOffsets(text, len(line)))
+        if text.startswith("[", pos):
+            items, end = _scan_array_spans(text, pos)
+            if _skip_ws(text, end) != len(text):
+                raise _InvalidJson("extra data")
+            if b"\\u" in line and _SURROGATE_ESCAPE.search(line):
+                if _contains_lone_surrogate([v for v, _, _ in items]):
+                    raise _InvalidJson("lone surrogate")
+            if not items:
+                return _invalid(line, "empty batch")
+            off = _ByteOffsets(text, len(line))
+            batch = Batch.__new__(Batch)
+            batch._line = line
+            entries: list[Message | Malformed] = []
+            for value, s, e in items:
+                bs, be = off(s), off(e)
+                if type(value) is not dict:
+                    entries.append(_invalid(line[bs:be], "not an object"))
+                    continue
+                sub_text = text[s:e]
+                scanned, _ = _scan_object(sub_text, 0)
+                sub_off = _ByteOffsets(sub_text, be - bs)
+                entries.append(self._message_from_scan(scanned, line, bs, be, sub_off))
+            batch.entries = entries
+            return batch
+        value = _loads_strict(text)  # validates; any other JSON value is not an object
+        if isinstance(value, str) and _contains_lone_surrogate(value):
+            raise _InvalidJson("lone surrogate")
+        return _invalid(line, "not an object")
+
+    @staticmethod
+    def _check_surrogates(line: bytes, scanned: _Scanned) -> None:
+        if b"\\u" in line and _SURROGATE_ESCAPE.search(line):
+            for key, (value, _, _) in scanned.members.items():
+                if _contains_lone_surrogate(key) or _contains_lone_surrogate(value):
+                    raise _InvalidJson("lone surrogate")
+
+    def _message_from_scan(
+        self, scanned: _Scanned, line: bytes, start: int, end: int, off: _ByteOffsets
+    ) -> Message | Malformed:
+        members = scanned.members
+        raw = line[start:end]
+        obj = {k: v[0] for k, v in members.items()}
+        if scanned.duplicate:
+            return _invalid(raw, "duplicate envelope key", _response_shaped(obj))
+        msg = _classify(obj, raw)
+        if type(msg) is not Message:
+            return msg
+        msg._line = line
+        msg._start = start
+        msg._end = end
+        ident = members.get("id")
+        if ident is None:
+            msg._ids = msg._ide = -1
+        else:
+            msg._ids, msg._ide = start + off(ident[1]), start + off(ident[2])
+        payload = members.get("params" if msg.kind != RESPONSE else "result")
+        if payload is None or msg.error is not None or (msg.kind != RESPONSE and payload[0] is None):
+            msg._ps = msg._pe = -1
+        else:
+            msg._ps, msg._pe = start + off(payload[1]), start + off(payload[2])
+        return msg
+
+
+def _maybe_duplicate_envelope(line: bytes) -> bool:
+    # Envelope keys are ASCII letters: an escaped spelling ("i\u0064") needs "\u00".
+    return (
+        b"\\u00" in line
+        or line.count(b'"id"') > 1
+        or line.count(b'"method"') > 1
+        or line.count(b'"params"') > 1
+        or line.count(b'"result"') > 1
+        or line.count(b'"error"') > 1
+        or line.count(b'"jsonrpc"') > 1
+    )
+
+
+def _response_shaped(obj: Any) -> bool:
+    return type(obj) is dict and "method" not in obj and ("result" in obj or "error" in obj)
+
+
+# ---------------------------------------------------------------------------------------
+# Encoders
+# ---------------------------------------------------------------------------------------
+
+
+class _HasRaw(Exception):
+    pass
+
+
+def _default_strict(o: Any) -> Any:
+    if isinstance(o, RawJson):
+        raise _HasRaw
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+_dumps_fast = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default_strict
+).encode
+
+
+def _dumps_with_raw(obj: Any) -> bytes:
+    """Slow path: splice ``RawJson`` values found inside ``obj`` through unique markers."""
+    nonce = secrets.token_hex(8)
+    raws: list[bytes] = []
+
+    def default(o: Any) -> Any:
+        if isinstance(o, RawJson):
+            _check_raw(o)
+            raws.append(bytes(o))
+            return f"\x00{nonce}:{len(raws) - 1}"
+        raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+    text = json.JSONEncoder(
+        separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=default
+    ).encode(obj)
+    out = text.encode("utf-8")
+    for i, raw in enumerate(raws):
+        out = out.replace(f'"\\u0000{nonce}:{i}"'.encode(), raw, 1)
+    return out
+
+
+def _check_raw(raw: bytes) -> None:
+    if b"\n" in raw:
+        raise EncodeError("RawJson value contains a newline")
+    if not raw.strip(_WS_BYTES):
+        raise EncodeError("RawJson value is empty")
+
+
+def encode_value(obj: Any) -> bytes:
+    """Compact UTF-8 JSON for ``obj`` (no newline), splicing :class:`RawJson` verbatim.
+
+    Output is byte-identical to ``json.dumps(obj, separators=(",", ":"),
+    ensure_ascii=False, allow_nan=False)`` encoded as UTF-8 when ``obj`` holds no
+    ``RawJson``.
+
+    Raises:
+        EncodeError: unsupported type, NaN/Infinity, lone surrogate, circular or too
+            deep structure, ``RawJson`` with a newline.
+    """
+    if type(obj) is RawJson:
+        _check_raw(obj)
+        return bytes(obj)
+    try:
+        return _dumps_fast(obj).encode("utf-8")
+    except _HasRaw:
+        pass
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise EncodeError(str(exc)) from None
+    try:
+        return _dumps_with_raw(obj)
+    except EncodeError:
+        raise
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise EncodeError(str(exc)) from None
+
+
+def _encode_id(ident: Any) -> bytes:
+    t = type(ident)
+    if t is int:
+        if not _INT64_MIN <= ident <= _INT64_MAX:
+            raise EncodeError(f"request id {ident} does not fit in 64 bits")
+        return str(ident).encode()
+    if t is str:
+        return encode_value(ident)
+    if ident is None:
+        return b"null"
+    raise EncodeError(f"request id must be int, str or None, not {t.__name__}")
+
+
+def _encode_method(method: Any) -> bytes:
+    if type(method) is not str:
+        raise EncodeError(f"method must be str, not {type(method).__name__}")
+    return encode_value(method)
+
+
+def encode_request(id: int | str | None, method: str, params: Any = None) -> bytes:
+    """``{"jsonrpc":"2.0","id":…,"method":…,"params":…}\\n`` (params omitted when None)."""
+    head = b'{"jsonrpc":"2.0","id":' + _encode_id(id) + b',"method":' + _encode_method(method)
+    if params is None:
+        return head + b"}\n"
+    return head + b',"params":' + encode_value(params) + b"}\n"
+
+
+def encode_notification(method: str, params: Any = None) -> bytes:
+    """``{"jsonrpc":"2.0","method":…,"params":…}\\n`` (params omitted when None)."""
+    head = b'{"jsonrpc":"2.0","method":' + _encode_method(method)
+    if params is None:
+        return head + b"}\n"
+    return head + b',"params":' + encode_value(params) + b"}\n"
+
+
+def encode_result(id: int | str | None, result: Any) -> bytes:
+    """``{"jsonrpc":"2.0","id":…,"result":…}\\n`` (``None`` becomes ``null``)."""
+    return b'{"jsonrpc":"2.0","id":' + _encode_id(id) + b',"result":' + encode_value(result) + b"}\n"
+
+
+def encode_error(id: int | str | None, code: int, message: str | None = None, data: Any = _UNSET) -> bytes:
+    """``{"jsonrpc":"2.0","id":…,"error":{"code","message","data"?}}\\n``.
+
+    ``message`` defaults to the standard text for ``code``; ``data`` is omitted unless given.
+    """
+    if type(code) is not int or not _INT32_MIN <= code <= _INT32_MAX:
+        raise EncodeError(f"error code must be a 32-bit int, not {code!r}")
+    if message is None:
+        message = DEFAULT_MESSAGES.get(code, "Error")
+    elif type(message) is not str:
+        raise EncodeError(f"error message must be str, not {type(message).__name__}")
+    out = (
+        b'{"jsonrpc":"2.0","id":' + _encode_id(id) + b',"error":{"code":' + str(code).encode()
+        + b',"message":' + encode_value(message)
+    )
+    if data is not _UNSET:
+        out += b',"data":' + encode_value(data)
+    return out + b"}}\n"
+
+
+def encode_batch(lines: Iterable[bytes]) -> bytes:
+    """Join encoded lines (each ``\\n``-terminated) into one batch array line.
+
+    Raises:
+        EncodeError: for no lines (JSON-RPC never sends an empty array) or a line that does
+            not end with exactly one newline.
+    """
+    parts: List[bytes] = []
+    for line in lines:
+        if not line.endswith(b"\n") or b"\n" in line[:-1]:
+            raise EncodeError("batch parts must be single encoded lines ending with a newline")
+        parts.append(line[:-1])
+    if not parts:
+        raise EncodeError("a batch reply is never an empty array")
+    return b"[" + b",".join(parts) + b"]\n"
+
+
+_KEEP: Any = object()
+
+
+def forward(message: Message, id: Any = _KEEP) -> bytes:
+    """Re-emit ``message`` as a line, with ``id`` spliced in place of its own id.
+
+    Nothing but the id's bytes changes; ``params``/``result`` are never re-encoded.
+    Without ``id`` the message is re-emitted verbatim.
+
+    Raises:
+        EncodeError: ``id`` is given for a notification (it has no id to replace), or is
+            not a valid id.
+    """
+    message._ensure_spans()
+    line = message._line
+    if id is _KEEP:
+        return line[message._start:message._end] + b"\n"
+    if message._ids < 0:
+        raise EncodeError("cannot give an id to a notification")
+    return line[message._start:message._ids] + _encode_id(id) + line[message._ide:message._end] + b"\n"
+
+
+from ._replies import BatchReply, error_reply  # noqa: E402  (shared by both twins)
