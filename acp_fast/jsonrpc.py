@@ -1,0 +1,1006 @@
+"""JSON-RPC 2.0 connection: the dispatch layer between a transport and ACP semantics.
+
+A :class:`Connection` sits on one :class:`~acp_fast.transport.Stream` and one engine twin
+(``acp_fast._engine_py`` or ``acp_fast._engine_c``; the selected ``acp_fast._engine`` by
+default). It owns the rules of ``notes/protocol.md`` §1-4: the typed-id pending table, method
+dispatch, batch reply slots, ``$/cancel_request`` in both directions, EOF semantics and
+coalesced writes. It knows nothing about ACP methods.
+
+Hot path, per read: ``Decoder.feed(chunk)`` once, then a plain loop over the frames.
+Responses resolve their waiter directly; synchronous handlers run inline; only a handler
+that returns a coroutine costs a Task. Every line written during one read (or one loop
+turn) goes out in one transport write.
+
+Ordering (one FIFO per connection):
+
+* Handlers are invoked in arrival order. A synchronous handler runs inline.
+* A request handler that returns a coroutine becomes a Task: requests run concurrently.
+* A notification handler that returns a coroutine blocks the FIFO: later notifications and
+  requests wait until it finished (one runner Task drains them, in order). So notification
+  handlers always complete in arrival order, sync or async. Do not make an async
+  notification handler wait for a *later* incoming message: it would wait forever.
+* Responses are never queued: they resolve their waiter at once, so a handler may await
+  its own request to the peer (e.g. a permission request during a prompt) without deadlock.
+
+Backpressure: reading is paused while the peer is not reading what we write
+(``Stream.writing_paused``) or while more than ``max_backlog`` handlers are queued or
+running, and resumed at half that; it is never paused while one of our requests awaits its
+response (a handler may be waiting for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import types
+import weakref
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, Literal, TypeVar
+
+from . import _engine
+from .errors import (
+    INTERNAL_ERROR,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    EncodeError,
+    JsonRpcError,
+)
+from .transport import Stream
+
+__all__ = [
+    "CANCEL_METHOD",
+    "DEFAULT_MAX_BACKLOG",
+    "Connection",
+    "NotificationHandler",
+    "PendingRequest",
+    "RequestContext",
+    "RequestHandler",
+    "Responder",
+]
+
+logger = logging.getLogger("acp_fast.jsonrpc")
+
+#: The cancellation notification of protocol.md §4.1.
+CANCEL_METHOD = "$/cancel_request"
+#: Queued + running handlers above which reading is paused.
+DEFAULT_MAX_BACKLOG = 1024
+#: Longest ``data`` string of the -32603 answer for a handler's unexpected exception.
+_MAX_ERROR_DATA = 200
+
+# Frame kinds; every engine twin must use these values (checked in Connection.__init__).
+_REQUEST, _NOTIFICATION, _RESPONSE, _BATCH, _MALFORMED = 0, 1, 2, 3, 4
+
+_T = TypeVar("_T")
+_CoroutineType = types.CoroutineType
+_PLAIN = frozenset({type(None), dict, list, str, int, float, bool, tuple})
+RequestHandler = Callable[["RequestContext"], Any]
+NotificationHandler = Callable[[Any], Any]
+
+
+def _being_cancelled() -> bool:
+    """Whether the current task itself is being cancelled (vs. a handler's own CancelledError)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is None or cancelling() > 0  # Python 3.10 cannot tell: assume it is
+
+
+def _is_coroutine(value: Any) -> bool:
+    t = type(value)
+    return t is _CoroutineType or (t not in _PLAIN and asyncio.iscoroutine(value))
+
+
+class _BatchState:
+    """One incoming batch: its ``BatchReply`` and whether every entry was dispatched."""
+
+    __slots__ = ("dispatched", "reply")
+
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+        self.dispatched = False
+
+
+class RequestContext:
+    """What a request handler receives: the request, its cancellation state, a way back.
+
+    The handler's return value is the result (``None`` becomes ``null``); raising
+    :class:`~acp_fast.errors.JsonRpcError` answers with that error; any other exception
+    answers -32603. To answer later or from elsewhere, call :meth:`defer`.
+
+    Attributes:
+        connection: the :class:`Connection` the request came in on (send requests and
+            notifications back through it).
+        message: the request ``Message`` (``.raw``, ``.params_raw`` for forwarding).
+    """
+
+    __slots__ = (
+        "_batch",
+        "_cancel_fut",
+        "_cancelled",
+        "_deferred",
+        "_done",
+        "_registered",
+        "_slot",
+        "connection",
+        "message",
+    )
+
+    def __init__(self, connection: Connection, message: Any, batch: _BatchState | None, slot: int) -> None:
+        self.connection = connection
+        self.message = message
+        self._batch = batch
+        self._slot = slot
+        self._done = False
+        self._deferred: Any = None  # weakref to the Responder once deferred
+        self._registered = False
+        self._cancelled = False
+        self._cancel_fut: asyncio.Future[None] | None = None
+
+    @property
+    def id(self) -> int | str | None:
+        """The request id, exactly as the peer sent it (typed)."""
+        return self.message.id  # type: ignore[no-any-return]
+
+    @property
+    def method(self) -> str:
+        return self.message.method  # type: ignore[no-any-return]
+
+    @property
+    def params(self) -> Any:
+        """Decoded params (``None`` when absent)."""
+        return self.message.params
+
+    @property
+    def answered(self) -> bool:
+        return self._done
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the peer sent ``$/cancel_request`` for this request."""
+        return self._cancelled
+
+    async def wait_cancelled(self) -> None:
+        """Return when the peer cancels this request (immediately if it already did)."""
+        if not self._cancelled:
+            await asyncio.shield(self._waiter())
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``JsonRpcError`` -32800 if the peer cancelled this request.
+
+        Raises:
+            JsonRpcError: code -32800 (Request cancelled).
+        """
+        if self._cancelled:
+            raise JsonRpcError(REQUEST_CANCELLED)
+
+    async def run_until_cancelled(self, aw: Awaitable[_T]) -> _T:
+        """Await ``aw`` unless the peer cancels first; then cancel it and raise -32800.
+
+        Raises:
+            JsonRpcError: code -32800 when the cancellation won.
+        """
+        task = asyncio.ensure_future(aw)
+        try:
+            if not self._cancelled:
+                await asyncio.wait((task, self._waiter()), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():
+                task.cancel()
+        if task.done() and not task.cancelled():
+            return task.result()
+        raise JsonRpcError(REQUEST_CANCELLED)
+
+    def defer(self) -> Responder:
+        """Take over answering: the handler's return value is then ignored.
+
+        The returned :class:`Responder` answers exactly once; if it is garbage-collected
+        unanswered, that is logged at error level (and a batch slot gets -32603).
+        """
+        responder = self._deferred() if self._deferred is not None else None
+        if responder is None:
+            responder = Responder(self)
+            self._deferred = weakref.ref(responder)
+            if not self._done and not self._registered:
+                self.connection._register(self)
+        return responder
+
+    def _waiter(self) -> asyncio.Future[None]:
+        fut = self._cancel_fut
+        if fut is None:
+            fut = self._cancel_fut = self.connection._loop.create_future()
+            if self._cancelled:
+                fut.set_result(None)
+        return fut
+
+    def _cancel(self) -> None:
+        self._cancelled = True
+        fut = self._cancel_fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def __repr__(self) -> str:
+        return f"<RequestContext id={self.id!r} method={self.method!r}>"
+
+
+class Responder:
+    """Answers one deferred request (see :meth:`RequestContext.defer`); first answer wins."""
+
+    __slots__ = ("__weakref__", "_ctx")
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self._ctx = ctx
+
+    @property
+    def context(self) -> RequestContext:
+        return self._ctx
+
+    @property
+    def answered(self) -> bool:
+        return self._ctx._done
+
+    def respond(self, result: Any = None) -> bool:
+        """Answer with ``result``; returns False (and warns) if already answered."""
+        ctx = self._ctx
+        if ctx._done:
+            ctx.connection._duplicate(ctx)
+            return False
+        ctx.connection._answer(ctx, result)
+        return True
+
+    def respond_error(self, error: JsonRpcError) -> bool:
+        """Answer with ``error``; returns False (and warns) if already answered."""
+        ctx = self._ctx
+        if ctx._done:
+            ctx.connection._duplicate(ctx)
+            return False
+        ctx.connection._fail(ctx, error)
+        return True
+
+    def __del__(self) -> None:
+        ctx = self._ctx
+        if not ctx._done:
+            try:
+                ctx.connection._dropped(ctx)
+            except Exception:  # noqa: BLE001,S110  # pragma: no cover - interpreter shutdown
+                pass
+
+
+class PendingRequest:
+    """Handle of one request we sent; ``await`` it for the result.
+
+    Awaiting raises :class:`~acp_fast.errors.JsonRpcError` for an error response (and for
+    EOF or close: -32603), ``asyncio.TimeoutError`` when its timeout expired.
+
+    If the task awaiting it is cancelled, ``$/cancel_request`` is sent (once) and the
+    eventual response is dropped quietly.
+
+    Attributes:
+        id: the id we allocated (an ``int``).
+        method: the request's method.
+    """
+
+    __slots__ = (
+        "_abandoned",
+        "_answered",
+        "_cancel_sent",
+        "_conn",
+        "_detached",
+        "_fut",
+        "_raw",
+        "_timer",
+        "id",
+        "method",
+    )
+
+    def __init__(self, conn: Connection, id: int, method: str, raw: bool) -> None:
+        self.id = id
+        self.method = method
+        self._conn = conn
+        self._fut: asyncio.Future[Any] = conn._loop.create_future()
+        self._timer: asyncio.TimerHandle | None = None
+        self._raw = raw
+        self._answered = False
+        self._cancel_sent = False
+        self._abandoned = False
+        self._detached = False
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        try:
+            return (yield from self._fut.__await__())
+        except asyncio.CancelledError:
+            if not self._detached:
+                self._abandon()
+            raise
+
+    def done(self) -> bool:
+        return self._fut.done()
+
+    def cancel(self) -> bool:
+        """Ask the peer to cancel: sends ``$/cancel_request`` once (protocol.md §4.1).
+
+        The handle still resolves with the peer's real answer (usually -32800, but it may
+        be a normal result). Returns False when nothing was sent (already answered,
+        detached, or already cancelled).
+        """
+        if self._answered or self._detached or self._cancel_sent:
+            return False
+        self._cancel_sent = True
+        self._conn._send_cancel(self.id)
+        return True
+
+    def detach(self) -> None:
+        """Forget the request: its response is ignored, no ``$/cancel_request`` is sent.
+
+        Awaiting a detached handle raises ``asyncio.CancelledError``.
+        """
+        self._detached = True
+        self._abandoned = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self._fut.done():
+            self._fut.cancel()
+
+    def _abandon(self) -> None:
+        self._abandoned = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self._answered and not self._cancel_sent:
+            self._cancel_sent = True
+            self._conn._send_cancel(self.id)
+
+    def _expire(self, timeout: float) -> None:
+        if self._fut.done():
+            return
+        self._fut.set_exception(asyncio.TimeoutError(f"request {self.method!r} timed out after {timeout} s"))
+        self._abandon()
+
+    def _resolve(self, msg: Any) -> None:
+        self._answered = True
+        if self._timer is not None:
+            self._timer.cancel()
+        fut = self._fut
+        if fut.done():
+            logger.debug("late response to abandoned request %r (%s) dropped", self.id, self.method)
+            return
+        error = msg.error
+        if error is not None:
+            fut.set_exception(JsonRpcError.from_dict(error))
+        else:
+            fut.set_result(msg if self._raw else msg.result)
+
+    def _fail(self, exc: JsonRpcError) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self._fut.done():
+            self._fut.set_exception(exc)
+
+    def __repr__(self) -> str:
+        return f"<PendingRequest id={self.id} method={self.method!r} done={self._fut.done()}>"
+
+
+class Connection:
+    """A JSON-RPC 2.0 peer over one stream (protocol.md §1-4); see the module docstring.
+
+    Args:
+        stream: the byte stream (from :mod:`acp_fast.transport`); the connection attaches
+            to it at once and owns it from then on.
+        engine: the engine twin module (default: the selected ``acp_fast._engine``).
+        on_invalid: what to do with a line that is not JSON-RPC at all (a banner an agent
+            prints on stdout): ``"reply"`` answers the JSON-RPC error, ``"skip"`` logs and
+            skips it. Default: the stream's ``default_on_invalid`` (``"skip"`` for a child
+            process's stdout, ``"reply"`` otherwise). Batch entries are always answered.
+        lazy: decode ``params``/``result`` only on access (``Decoder(lazy=True)``).
+        max_line_size: the engine's line limit (default: the engine's default).
+        max_backlog: queued + running handlers above which reading is paused.
+
+    Must be created inside a running event loop. Register handlers before the first
+    ``await`` after creating it: messages are delivered from the next loop turn on.
+    """
+
+    def __init__(
+        self,
+        stream: Stream,
+        *,
+        engine: types.ModuleType | None = None,
+        on_invalid: Literal["reply", "skip"] | None = None,
+        lazy: bool = False,
+        max_line_size: int | None = None,
+        max_backlog: int = DEFAULT_MAX_BACKLOG,
+    ) -> None:
+        eng: Any = engine if engine is not None else _engine
+        if (eng.REQUEST, eng.NOTIFICATION, eng.RESPONSE, eng.BATCH, eng.MALFORMED) != (0, 1, 2, 3, 4):
+            raise ValueError(f"engine {eng.__name__} uses unexpected frame kinds")
+        if on_invalid is None:
+            on_invalid = stream.default_on_invalid  # type: ignore[assignment]
+        if on_invalid not in ("reply", "skip"):
+            raise ValueError(f"on_invalid must be 'reply' or 'skip', not {on_invalid!r}")
+        self._engine = eng
+        self._loop = asyncio.get_running_loop()
+        self._stream = stream
+        kwargs: dict[str, Any] = {"lazy": lazy}
+        if max_line_size is not None:
+            kwargs["max_line_size"] = max_line_size
+        self._decoder = eng.Decoder(**kwargs)
+        self._enc_request = eng.encode_request
+        self._enc_notification = eng.encode_notification
+        self._enc_result = eng.encode_result
+        self._enc_error = eng.encode_error
+        self._error_reply = eng.error_reply
+        self._BatchReply = eng.BatchReply
+        self._skip_invalid = on_invalid == "skip"
+        self._max_backlog = max_backlog
+
+        self._requests: dict[str, RequestHandler] = {}
+        self._notifications: dict[str, NotificationHandler] = {}
+        self._request_fallback: RequestHandler | None = None
+        self._notification_fallback: NotificationHandler | None = None
+
+        self._next_id = 0
+        self._pending: dict[Any, PendingRequest] = {}
+        self._inflight: dict[Any, RequestContext] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._queue: collections.deque[Any] = collections.deque()
+        self._runner: asyncio.Task[None] | None = None
+
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._in_frames = False
+        self._reading_paused = False
+        self._write_paused = False
+        self._drain_fut: asyncio.Future[None] | None = None
+
+        self._eof = False
+        self._closing = False
+        self._finishing = False
+        self._error: BaseException | None = None
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        """Resolves (to ``None``) once the connection and its stream are fully closed."""
+        self._closer: asyncio.Task[None] | None = None
+
+        stream.attach(self._on_data, self._on_eof, self._on_writable)
+
+    # -- registry -----------------------------------------------------------------------
+
+    def on_request(self, method: str, fn: RequestHandler | None = None) -> Any:
+        """Register the handler of requests named ``method`` (usable as a decorator).
+
+        ``fn(ctx: RequestContext)`` returns the result, or a coroutine giving it.
+        """
+        if fn is None:
+            return lambda f: self.on_request(method, f)
+        self._requests[method] = fn
+        return fn
+
+    def on_notification(self, method: str, fn: NotificationHandler | None = None) -> Any:
+        """Register the handler of notifications named ``method`` (usable as a decorator).
+
+        ``fn(message)`` receives the notification ``Message`` (``.method``, ``.params``,
+        ``.raw``); its return value is ignored; a returned coroutine is awaited in order.
+        """
+        if fn is None:
+            return lambda f: self.on_notification(method, f)
+        self._notifications[method] = fn
+        return fn
+
+    def on_any_request(self, fn: RequestHandler | None) -> None:
+        """Fallback for requests without a handler (default: -32601, data = the method)."""
+        self._request_fallback = fn
+
+    def on_any_notification(self, fn: NotificationHandler | None) -> None:
+        """Fallback for notifications without a handler (default: ignored)."""
+        self._notification_fallback = fn
+
+    # -- sending ------------------------------------------------------------------------
+
+    def request(self, method: str, params: Any = None, *, timeout: float | None = None,
+                raw: bool = False) -> PendingRequest:
+        """Send a request; returns a handle to ``await`` for its result.
+
+        Args:
+            method: the method name.
+            params: an object/array (``None``: omitted); may hold ``RawJson``.
+            timeout: seconds until the handle fails with ``asyncio.TimeoutError`` (and
+                ``$/cancel_request`` is sent); ``None``: no timeout.
+            raw: resolve with the response ``Message`` instead of its decoded result.
+
+        After EOF or :meth:`close` the handle fails at once with -32603.
+
+        Raises:
+            EncodeError: ``params`` cannot be encoded (nothing is sent).
+        """
+        self._next_id += 1
+        rid = self._next_id
+        handle = PendingRequest(self, rid, method, raw)
+        if self._eof or self._closing:
+            handle._fail(self._closed_error(method))
+            return handle
+        line = self._enc_request(rid, method, params)
+        self._pending[rid] = handle
+        self._send(line)
+        if timeout is not None:
+            handle._timer = self._loop.call_later(timeout, handle._expire, timeout)
+        if self._reading_paused:
+            self._update_reading()
+        return handle
+
+    def notify(self, method: str, params: Any = None) -> bool:
+        """Send a notification; returns False (nothing sent) once the connection closes.
+
+        Raises:
+            EncodeError: ``params`` cannot be encoded.
+        """
+        if self._closing:
+            return False
+        self._send(self._enc_notification(method, params))
+        return True
+
+    async def drain(self) -> None:
+        """Write what is queued and wait while the peer is not keeping up."""
+        self._flush()
+        if self._write_paused and not self._closing:
+            if self._drain_fut is None:
+                self._drain_fut = self._loop.create_future()
+            await asyncio.shield(self._drain_fut)
+
+    async def settled(self) -> None:
+        """Wait until the handlers of every notification received so far have finished.
+
+        A barrier over the FIFO (see the module docstring): returns at once when no
+        coroutine notification handler is running or queued. Called from inside such a
+        handler it returns at once too (it cannot wait for itself).
+        """
+        runner = self._runner
+        while runner is not None and runner is not asyncio.current_task():
+            await asyncio.wait((runner,))
+            runner = self._runner
+
+    # -- state and closing --------------------------------------------------------------
+
+    @property
+    def engine(self) -> types.ModuleType:
+        return self._engine  # type: ignore[no-any-return]
+
+    @property
+    def stream(self) -> Stream:
+        return self._stream
+
+    @property
+    def eof(self) -> bool:
+        """True once the peer's side of the stream ended."""
+        return self._eof
+
+    @property
+    def is_closing(self) -> bool:
+        return self._closing
+
+    @property
+    def transport_error(self) -> BaseException | None:
+        """The error the stream ended with (``None`` for a clean EOF or while open)."""
+        return self._error
+
+    @property
+    def pending_requests(self) -> int:
+        """Requests we sent whose response has not arrived."""
+        return len(self._pending)
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
+    @property
+    def writing_paused(self) -> bool:
+        return self._write_paused
+
+    def close(self) -> None:
+        """Close now: pending requests fail (-32603 "Connection closed"), running handlers
+        are cancelled (their answers are not sent), queued writes are flushed, the stream is
+        closed. Idempotent. After an EOF the connection closes by itself once its handlers
+        finished."""
+        if self._closing:
+            return
+        self._closing = True
+        self._queue.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._runner is not None:
+            self._runner.cancel()
+        self._fail_pending()
+        self._finish()
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection and its stream are closed."""
+        await asyncio.shield(self.closed)
+
+    async def __aenter__(self) -> Connection:  # noqa: PYI034 (Python 3.10: no typing.Self)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+        await self.wait_closed()
+
+    # -- incoming -----------------------------------------------------------------------
+
+    def _on_data(self, data: bytes) -> None:
+        frames = self._decoder.feed(data)
+        self._in_frames = True
+        try:
+            self._handle_frames(frames)
+        finally:
+            self._in_frames = False
+            if self._out:
+                self._flush()
+        self._update_reading()
+
+    def _handle_frames(self, frames: list[Any]) -> None:
+        route = self._route
+        queue = self._queue
+        for frame in frames:
+            kind = frame.kind
+            if kind == _RESPONSE:
+                route(frame)
+                continue
+            if kind == _BATCH:  # responses are never queued (a handler may await them)
+                for entry in frame.entries:
+                    if entry.kind == _RESPONSE:
+                        route(entry)
+            if self._runner is not None:
+                queue.append(frame)
+                continue
+            coro = self._dispatch(frame)
+            if coro is not None:
+                self._start_runner(coro)
+
+    def _dispatch(self, frame: Any) -> Any:
+        """Dispatch one non-response frame; returns a coroutine that must block the FIFO."""
+        kind = frame.kind
+        if kind == _NOTIFICATION:
+            return self._notification(frame)
+        if kind == _REQUEST:
+            self._request(frame, None, 0)
+        elif kind == _BATCH:
+            return self._batch(frame)
+        elif kind == _MALFORMED:
+            self._malformed(frame)
+        return None
+
+    def _route(self, msg: Any) -> None:
+        handle = self._pending.pop(msg.id, None)
+        if handle is None:
+            logger.warning("response for unknown request id %r dropped", msg.id)
+            return
+        handle._resolve(msg)
+
+    def _notification(self, msg: Any) -> Any:
+        method = msg.method
+        if method == CANCEL_METHOD:
+            self._peer_cancel(msg)
+        fn = self._notifications.get(method, self._notification_fallback)
+        if fn is None:
+            return None
+        try:
+            result = fn(msg)
+        except Exception:
+            logger.exception("notification handler for %r failed", method)
+            return None
+        if result is None or not _is_coroutine(result):
+            return None
+        return result
+
+    def _request(self, msg: Any, batch: _BatchState | None, slot: int) -> None:
+        method = msg.method
+        fn = self._requests.get(method, self._request_fallback)
+        if fn is None:
+            line = self._enc_error(msg.id, METHOD_NOT_FOUND, None, method)
+            if batch is None:
+                self._send(line)
+            else:
+                self._fill(batch, slot, line)
+            return
+        ctx = RequestContext(self, msg, batch, slot)
+        try:
+            result = fn(ctx)
+        except Exception as exc:  # noqa: BLE001 - answered with -32603
+            self._fail(ctx, exc)
+            return
+        if _is_coroutine(result):
+            self._register(ctx)
+            task = self._loop.create_task(self._run_request(ctx, result))
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+        elif ctx._deferred is None:
+            self._answer(ctx, result)
+
+    async def _run_request(self, ctx: RequestContext, coro: Any) -> None:
+        try:
+            result = await coro
+        except asyncio.CancelledError:
+            if self._closing:
+                raise
+            self._fail(ctx, JsonRpcError(REQUEST_CANCELLED))  # internal cancellation: -32800
+            if _being_cancelled():
+                raise
+            return
+        except Exception as exc:  # noqa: BLE001 - answered with -32603
+            self._fail(ctx, exc)
+            return
+        if ctx._deferred is None:
+            self._answer(ctx, result)
+
+    def _batch(self, batch: Any) -> Any:
+        reply = self._BatchReply(batch)
+        state = _BatchState(reply) if reply.needs_reply else None
+        coro, index = self._batch_from(batch, 0, state)
+        if coro is None:
+            return None
+        return self._batch_rest(coro, batch, index, state)
+
+    def _batch_from(self, batch: Any, start: int, state: _BatchState | None) -> tuple[Any, int]:
+        entries = batch.entries
+        for i in range(start, len(entries)):
+            entry = entries[i]
+            kind = entry.kind
+            if kind == _REQUEST:
+                assert state is not None
+                self._request(entry, state, state.reply.slot(i))
+            elif kind == _NOTIFICATION:
+                coro = self._notification(entry)
+                if coro is not None:
+                    return coro, i + 1
+            elif kind == _MALFORMED and entry.response_shaped:
+                logger.warning("malformed response in a batch dropped: %s", entry.reason)
+        if state is not None:
+            state.dispatched = True
+            if state.reply.complete:
+                self._emit(state)
+        return None, len(entries)
+
+    async def _batch_rest(self, coro: Any, batch: Any, index: int, state: _BatchState | None) -> None:
+        while coro is not None:
+            await self._await_notification(coro)
+            coro, index = self._batch_from(batch, index, state)
+
+    def _malformed(self, frame: Any) -> None:
+        if frame.response_shaped:
+            logger.warning("malformed response dropped (%s): %.200r", frame.reason, frame.raw)
+            return
+        if self._skip_invalid:
+            logger.warning("skipped a line that is not JSON-RPC (%s): %.200r", frame.reason, frame.raw)
+            return
+        line = self._error_reply(frame)
+        if line is not None:
+            self._send(line)
+
+    def _peer_cancel(self, msg: Any) -> None:
+        params = msg.params
+        rid = params.get("requestId", self) if type(params) is dict else self
+        if rid is self or not (type(rid) is int or type(rid) is str or rid is None):
+            logger.warning("malformed %s ignored: %.200r", CANCEL_METHOD, msg.raw)
+            return
+        ctx = self._inflight.get(rid)
+        if ctx is not None:
+            ctx._cancel()
+
+    # -- the FIFO runner ----------------------------------------------------------------
+
+    def _start_runner(self, coro: Any) -> None:
+        self._runner = task = self._loop.create_task(self._run_fifo(coro))
+        task.add_done_callback(self._runner_done)
+
+    async def _run_fifo(self, coro: Any) -> None:
+        queue = self._queue
+        try:
+            while coro is not None:
+                await self._await_notification(coro)
+                coro = None
+                while coro is None and queue:
+                    coro = self._dispatch(queue.popleft())
+                    if self._reading_paused:
+                        self._update_reading()
+        finally:
+            self._runner = None
+
+    async def _drained_queue(self) -> None:
+        """A no-op to restart the runner on (it then drains the queue)."""
+
+    async def _await_notification(self, coro: Any) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            if self._closing or _being_cancelled():
+                raise
+            logger.warning("a notification handler was cancelled")
+        except Exception:
+            logger.exception("notification handler failed")
+
+    def _runner_done(self, task: asyncio.Task[None]) -> None:
+        if self._queue and not self._closing and self._runner is None and not self._loop.is_closed():
+            self._start_runner(self._drained_queue())  # cancelled from outside: carry on in order
+            return
+        self._update_reading()
+        if self._eof:
+            self._maybe_finish()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._reading_paused:
+            self._update_reading()
+        if self._eof:
+            self._maybe_finish()
+
+    # -- answering ----------------------------------------------------------------------
+
+    def _register(self, ctx: RequestContext) -> None:
+        ctx._registered = True
+        self._inflight[ctx.message.id] = ctx  # the newest registration of an id wins
+
+    def _answer(self, ctx: RequestContext, result: Any) -> None:
+        try:
+            line = self._enc_result(ctx.message.id, result)
+        except EncodeError as exc:
+            logger.error("result of %r could not be encoded: %s", ctx.method, exc)
+            line = self._enc_error(ctx.message.id, INTERNAL_ERROR, None, f"result could not be encoded: {exc}"[:_MAX_ERROR_DATA])
+        self._complete(ctx, line)
+
+    def _fail(self, ctx: RequestContext, exc: BaseException) -> None:
+        if ctx._done:
+            logger.warning("request %r (%s) already answered; error %r dropped", ctx.id, ctx.method, exc)
+            return
+        rid = ctx.message.id
+        if isinstance(exc, JsonRpcError):
+            try:
+                if exc.has_data:
+                    line = self._enc_error(rid, exc.code, exc.message, exc.data)
+                else:
+                    line = self._enc_error(rid, exc.code, exc.message)
+            except EncodeError as enc:
+                logger.error("error of %r could not be encoded: %s", ctx.method, enc)
+                line = self._enc_error(rid, INTERNAL_ERROR, None, "error could not be encoded")
+        else:
+            logger.error("request handler for %r failed", ctx.method, exc_info=exc)
+            data = f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_DATA]
+            line = self._enc_error(rid, INTERNAL_ERROR, None, data)
+        self._complete(ctx, line)
+
+    def _complete(self, ctx: RequestContext, line: bytes) -> None:
+        if ctx._done:
+            self._duplicate(ctx)
+            return
+        ctx._done = True
+        if ctx._batch is None:
+            self._send(line)
+        else:
+            self._fill(ctx._batch, ctx._slot, line)
+        if ctx._registered:  # after queueing the answer: after EOF this may finish the connection
+            self._unregister(ctx)
+
+    def _duplicate(self, ctx: RequestContext) -> None:
+        logger.warning("request %r (%s) answered twice; the second answer is dropped", ctx.id, ctx.method)
+
+    def _dropped(self, ctx: RequestContext) -> None:
+        if ctx._done or self._closing:
+            return
+        ctx._done = True
+        logger.error("handler of request %r (%s) dropped its responder without answering", ctx.id, ctx.method)
+        if ctx._batch is not None:
+            data = f"request handler dropped its responder for `{ctx.method}`"
+            self._fill(ctx._batch, ctx._slot, self._enc_error(ctx.message.id, INTERNAL_ERROR, None, data))
+        if ctx._registered:
+            self._unregister(ctx)
+
+    def _unregister(self, ctx: RequestContext) -> None:
+        ctx._registered = False
+        rid = ctx.message.id
+        if self._inflight.get(rid) is ctx:
+            del self._inflight[rid]
+        if self._eof:
+            self._maybe_finish()
+
+    def _fill(self, state: _BatchState, slot: int, line: bytes) -> None:
+        reply = state.reply
+        if reply.fill(slot, line) and state.dispatched and reply.complete:
+            self._emit(state)
+
+    def _emit(self, state: _BatchState) -> None:
+        line = state.reply.encode()
+        if line is not None:  # never an empty array
+            self._send(line)
+
+    def _send_cancel(self, rid: int) -> None:
+        if not self._eof:
+            self.notify(CANCEL_METHOD, {"requestId": rid})
+
+    # -- writing and flow control -------------------------------------------------------
+
+    def _send(self, line: bytes) -> None:
+        if self._closing:
+            return
+        self._out.append(line)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            if not self._in_frames:
+                self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            self._stream.write(data)
+
+    def _on_writable(self, writable: bool) -> None:
+        self._write_paused = not writable
+        if writable and self._drain_fut is not None:
+            if not self._drain_fut.done():
+                self._drain_fut.set_result(None)
+            self._drain_fut = None
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self._closing or self._eof:
+            return
+        backlog = len(self._queue) + len(self._tasks)
+        if self._reading_paused:
+            if self._pending or (not self._write_paused and backlog <= self._max_backlog // 2):
+                self._reading_paused = False
+                self._stream.resume_reading()
+        elif not self._pending and (self._write_paused or backlog > self._max_backlog):
+            self._reading_paused = True
+            self._stream.pause_reading()
+
+    # -- end of input and closing -------------------------------------------------------
+
+    def _on_eof(self, exc: BaseException | None) -> None:
+        if self._eof:
+            return
+        if not self._closing and not self._decoder.closed:
+            frames = self._decoder.feed_eof()
+            if frames:
+                self._in_frames = True
+                try:
+                    self._handle_frames(frames)
+                finally:
+                    self._in_frames = False
+                    if self._out:
+                        self._flush()
+        self._eof = True
+        self._error = exc
+        if exc is not None:
+            logger.info("transport lost: %r", exc)
+        self._reading_paused = False  # nothing more to read (drain() waiters wake in _finish)
+        self._fail_pending()
+        self._maybe_finish()
+
+    def _closed_error(self, method: str) -> JsonRpcError:
+        if self._eof:
+            return JsonRpcError(INTERNAL_ERROR, "Incoming transport closed",
+                                {"reason": "incoming_transport_closed", "method": method})
+        return JsonRpcError(INTERNAL_ERROR, "Connection closed", {"reason": "connection_closed", "method": method})
+
+    def _fail_pending(self) -> None:
+        pending, self._pending = self._pending, {}
+        for handle in pending.values():
+            handle._fail(self._closed_error(handle.method))
+
+    def _maybe_finish(self) -> None:
+        if not self._finishing and not (self._tasks or self._runner or self._queue or self._inflight):
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._finishing:
+            return
+        self._finishing = True
+        self._flush()
+        self._closing = True
+        if self._drain_fut is not None and not self._drain_fut.done():
+            self._drain_fut.set_result(None)
+        self._stream.close()
+        self._closer = self._loop.create_task(self._wait_stream())
+
+    async def _wait_stream(self) -> None:
+        try:
+            await self._stream.wait_closed()
+        finally:
+            if not self.closed.done():
+                self.closed.set_result(None)
+
