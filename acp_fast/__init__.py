@@ -34,6 +34,30 @@ from .errors import AcpFastError, DecoderClosedError, EncodeError, JsonRpcError
 
 __version__ = "0.1.0"
 
+# The API layer (roles, sessions) is imported on first use only: ``import acp_fast`` must
+# stay cheap (start-up budget), so these names resolve through ``__getattr__`` below.
+_LAZY = {
+    "Agent": "roles",
+    "Client": "roles",
+    "Proxy": "roles",
+    "AcpConnection": "roles",
+    "Context": "roles",
+    "SentRequest": "roles",
+    "SessionUpdate": "roles",
+    "run_agent_stdio": "roles",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'acp_fast' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"acp_fast.{module}"), name)
+    globals()[name] = value
+    return value
+
 __all__ = [
     "__version__",
     "IMPLEMENTATION",

@@ -164,18 +164,33 @@ _WS_BYTES = b" \t\r\n"
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def _contains_lone_surrogate(obj: Any) -> bool:
-    if isinstance(obj, str):
-        try:
-            obj.encode("utf-8")
-        except UnicodeEncodeError:
+_ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+
+
+def _has_lone_surrogate(line: bytes) -> bool:
+    """Whether the (valid JSON) ``line`` has an unpaired UTF-16 surrogate escape.
+
+    Checked on the bytes, not on the decoded values: a member that a later duplicate key
+    overwrites (``{"a":"\\ud800","a":1}``) must not hide one. Every backslash of a valid
+    JSON text is inside a string, so scanning escapes left to right tokenises them exactly
+    like the string scanner (``\\\\ud800`` is an escaped backslash, then text).
+    """
+    pending = -1  # end of a high surrogate escape waiting for its low half
+    for m in _ESCAPE.finditer(line):
+        hexdigits = m.group(1)
+        if pending >= 0:
+            if hexdigits is not None and m.start() == pending and 0xDC00 <= int(hexdigits, 16) <= 0xDFFF:
+                pending = -1
+                continue
             return True
-        return False
-    if isinstance(obj, dict):
-        return any(_contains_lone_surrogate(k) or _contains_lone_surrogate(v) for k, v in obj.items())
-    if isinstance(obj, list):
-        return any(_contains_lone_surrogate(v) for v in obj)
-    return False
+        if hexdigits is None:
+            continue
+        cp = int(hexdigits, 16)
+        if 0xD800 <= cp <= 0xDBFF:
+            pending = m.end()
+        elif 0xDC00 <= cp <= 0xDFFF:
+            return True
+    return pending >= 0
 
 
 def _depth_exceeds(line: bytes, max_depth: int) -> bool:
@@ -721,7 +736,7 @@ class Decoder:
 
     def _line_eager(self, line: bytes, text: str) -> Frame:
         obj = _loads_strict(text)
-        if b"\\u" in line and _SURROGATE_ESCAPE.search(line) and _contains_lone_surrogate(obj):
+        if b"\\u" in line and _SURROGATE_ESCAPE.search(line) and _has_lone_surrogate(line):
             raise _InvalidJson("lone surrogate")
         if _maybe_duplicate_envelope(line):
             # Counting says an envelope key may repeat: decide with the exact scanner.
@@ -742,15 +757,13 @@ class Decoder:
             scanned, end = _scan_object(text, pos)
             if _skip_ws(text, end) != len(text):
                 raise _InvalidJson("extra data")
-            self._check_surrogates(line, scanned)
+            self._check_surrogates(line)
             return self._message_from_scan(scanned, line, 0, len(line), _ByteOffsets(text, len(line)))
         if text.startswith("[", pos):
             items, end = _scan_array_spans(text, pos)
             if _skip_ws(text, end) != len(text):
                 raise _InvalidJson("extra data")
-            if b"\\u" in line and _SURROGATE_ESCAPE.search(line):
-                if _contains_lone_surrogate([v for v, _, _ in items]):
-                    raise _InvalidJson("lone surrogate")
+            self._check_surrogates(line)
             if not items:
                 return _invalid(line, "empty batch")
             off = _ByteOffsets(text, len(line))
@@ -768,17 +781,14 @@ class Decoder:
                 entries.append(self._message_from_scan(scanned, line, bs, be, sub_off))
             batch.entries = entries
             return batch
-        value = _loads_strict(text)  # validates; any other JSON value is not an object
-        if isinstance(value, str) and _contains_lone_surrogate(value):
-            raise _InvalidJson("lone surrogate")
+        _loads_strict(text)  # validates; any other JSON value is not an object
+        self._check_surrogates(line)
         return _invalid(line, "not an object")
 
     @staticmethod
-    def _check_surrogates(line: bytes, scanned: _Scanned) -> None:
-        if b"\\u" in line and _SURROGATE_ESCAPE.search(line):
-            for key, (value, _, _) in scanned.members.items():
-                if _contains_lone_surrogate(key) or _contains_lone_surrogate(value):
-                    raise _InvalidJson("lone surrogate")
+    def _check_surrogates(line: bytes) -> None:
+        if b"\\u" in line and _SURROGATE_ESCAPE.search(line) and _has_lone_surrogate(line):
+            raise _InvalidJson("lone surrogate")
 
     def _message_from_scan(
         self, scanned: _Scanned, line: bytes, start: int, end: int, off: _ByteOffsets

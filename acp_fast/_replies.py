@@ -119,21 +119,23 @@ class BatchReply:
         self._pending -= 1
         return True
 
-    def fill_dropped(self) -> list[int]:
-        """Fill every unfilled slot with the -32603 "dropped its responder" fallback.
+    def fill_dropped(self, slot: int | None = None) -> list[int]:
+        """Fill with the -32603 "dropped its responder" fallback.
 
-        Call it once every entry has been dispatched. Returns the slots it filled.
+        With ``slot``, fill just that slot (a handler finished or was dropped without
+        answering); without, fill every unfilled slot (call that only once no handler of
+        the batch can still answer). Returns the slots it filled.
         """
         filled: list[int] = []
         if not self._pending:
             return filled
-        for index, slot in self._slot_of.items():
-            if self._lines[slot] is None:
+        for index, s in self._slot_of.items():
+            if self._lines[s] is None and (slot is None or s == slot):
                 entry = self._entries[index]
                 data = f"request handler dropped its responder for `{entry.method}`"
-                self._lines[slot] = _error_line(INTERNAL_ERROR, data, entry.id)
+                self._lines[s] = _error_line(INTERNAL_ERROR, data, entry.id)
                 self._pending -= 1
-                filled.append(slot)
+                filled.append(s)
         return filled
 
     def encode(self) -> bytes | None:

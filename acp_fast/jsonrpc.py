@@ -882,8 +882,7 @@ class Connection:
         ctx._done = True
         logger.error("handler of request %r (%s) dropped its responder without answering", ctx.id, ctx.method)
         if ctx._batch is not None:
-            data = f"request handler dropped its responder for `{ctx.method}`"
-            self._fill(ctx._batch, ctx._slot, self._enc_error(ctx.message.id, INTERNAL_ERROR, None, data))
+            self._fill_dropped(ctx._batch, ctx._slot)
         if ctx._registered:
             self._unregister(ctx)
 
@@ -898,6 +897,10 @@ class Connection:
     def _fill(self, state: _BatchState, slot: int, line: bytes) -> None:
         reply = state.reply
         if reply.fill(slot, line) and state.dispatched and reply.complete:
+            self._emit(state)
+
+    def _fill_dropped(self, state: _BatchState, slot: int) -> None:
+        if state.reply.fill_dropped(slot) and state.dispatched and state.reply.complete:
             self._emit(state)
 
     def _emit(self, state: _BatchState) -> None:
