@@ -1,0 +1,853 @@
+# cython: language_level=3
+# distutils: language = c++
+"""Compiled engine: the twin of :mod:`acp_fast._engine_py` (Cython over C++ with simdjson).
+
+Same public names, constructor parameters, attributes and return shapes as the pure twin,
+whose module docstring is the specification; for identical input (however it is chunked)
+both produce identical frames. See ``csrc/`` for the C++ half:
+
+* ``acp_parse`` -- per :class:`Decoder`, simdjson's stage 1 (run-time dispatched SIMD)
+  indexes a line, then our own recursive descent over that index validates *every* value
+  (so the whole line is validated in lazy mode too), records the envelope (kind, typed id,
+  method, error) plus the byte spans of the id and of ``params``/``result``, and in eager
+  mode builds the Python objects directly;
+* ``acp_values`` -- numbers, strings (memchr-driven unescaping) and the small str cache that
+  makes repeated keys and method names allocation-free;
+* ``acp_encode`` -- the JSON encoder (json.dumps-compatible output, ``RawJson`` spliced).
+
+Buffers and lifetimes: ``feed`` parses lines in place inside the chunk's ``bytes`` object
+when at least ``SIMDJSON_PADDING`` bytes follow the line there, else it copies the line
+into a reusable padded scratch buffer; a partial line waits in a padded carry buffer. A
+frame never points into either buffer: it references the chunk's ``bytes`` object (zero
+copy) or, for a line joined across chunks, a ``bytes`` object made for that line.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.ref cimport PyObject
+from libc.string cimport memchr, memcpy
+from libcpp.vector cimport vector
+
+from typing import Union
+
+from acp_fast.errors import (
+    DEFAULT_MESSAGES,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    DecoderClosedError,
+    EncodeError,
+)
+from acp_fast._engine_py import RawJson
+
+__all__ = [
+    "IMPLEMENTATION",
+    "REQUEST",
+    "NOTIFICATION",
+    "RESPONSE",
+    "BATCH",
+    "MALFORMED",
+    "DEFAULT_MAX_LINE_SIZE",
+    "DEFAULT_MAX_DEPTH",
+    "RawJson",
+    "Message",
+    "Batch",
+    "Malformed",
+    "Frame",
+    "Decoder",
+    "encode_request",
+    "encode_notification",
+    "encode_result",
+    "encode_error",
+    "encode_batch",
+    "encode_value",
+    "forward",
+    "BatchReply",
+    "error_reply",
+]
+
+IMPLEMENTATION = "c"
+
+REQUEST = 0
+NOTIFICATION = 1
+RESPONSE = 2
+BATCH = 3
+MALFORMED = 4
+
+DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
+DEFAULT_MAX_DEPTH = 128
+
+
+cdef extern from "acp_common.h" namespace "acp_fast":
+    enum:
+        KIND_REQUEST
+        KIND_NOTIFICATION
+        KIND_RESPONSE
+        KIND_BATCH
+        KIND_MALFORMED
+        KIND_SKIP
+    enum:
+        REASON_INVALID_JSON
+        REASON_INVALID_UTF8
+    const size_t ACP_PADDING
+
+    cdef cppclass PaddedBuffer:
+        PaddedBuffer(size_t pad)
+        char* data()
+        size_t size()
+        bint reserve(size_t n)
+        bint append(const char* p, size_t n)
+        bint assign(const char* p, size_t n)
+        void clear()
+
+
+cdef extern from "acp_parse.h" namespace "acp_fast":
+    cdef cppclass Entry:
+        int kind
+        int reason
+        bint response_shaped
+        PyObject* id
+        PyObject* method
+        PyObject* error
+        PyObject* value
+        Py_ssize_t start, end, ids, ide, ps, pe
+
+    object take_or_none(PyObject*& slot)
+
+    cdef cppclass LineParser:
+        LineParser() except +
+        bint ok()
+        int parse(const char* p, size_t n, bint lazy, int max_depth) except -1
+        object decode(const char* p, size_t n)
+        void release()
+        Entry top
+        vector[Entry] entries
+        char* scratch(size_t n)
+        const char* implementation_name()
+
+    const char* active_simdjson_implementation()
+    void clear_string_caches()
+
+
+cdef extern from "acp_encode.h" namespace "acp_fast":
+    cdef cppclass Writer:
+        Writer()
+        void reset()
+        size_t size()
+        const char* data()
+        int put(const char* s, size_t n) except -1
+        int put_char(char c) except -1
+        object to_bytes()
+
+    void encode_init(object rawjson_type, object encode_error)
+    int write_value(Writer& w, object obj) except -1
+    int write_str(Writer& w, object s) except -1
+    int write_int64(Writer& w, long long v) except -1
+    int check_raw(object raw) except -1
+
+
+encode_init(RawJson, EncodeError)
+
+_REASONS = (
+    None,
+    "invalid UTF-8",
+    "invalid JSON",
+    "not an object",
+    "empty batch",
+    "duplicate envelope key",
+    "invalid jsonrpc version",
+    "invalid envelope",
+    "invalid method",
+    "invalid id",
+    "invalid params",
+    "invalid error object",
+)
+
+cdef object _UNSET = object()   # payload not decoded yet (lazy)
+cdef object _KEEP = object()    # forward(): keep the message's own id
+cdef object _NO_DATA = object()  # encode_error(): no data member
+cdef object _RawJson = RawJson
+cdef object _EncodeError = EncodeError
+cdef object _PARSE_ERROR = PARSE_ERROR
+cdef object _INVALID_REQUEST = INVALID_REQUEST
+cdef tuple _REASON_STRS = _REASONS
+cdef object _DEFAULT_MESSAGES = DEFAULT_MESSAGES
+
+# One parser for decoding lazy payloads on first access (the GIL serialises its use).
+cdef LineParser* _payload_parser = new LineParser()
+
+
+def _simdjson_implementation():
+    """(walker implementation, simdjson's active stage-1 implementation): diagnostics."""
+    return (_payload_parser.implementation_name().decode(),
+            active_simdjson_implementation().decode())
+
+
+def _clear_caches():
+    """Drop the interned-string cache (tests)."""
+    clear_string_caches()
+
+
+# ---------------------------------------------------------------------------------------
+# Frames
+# ---------------------------------------------------------------------------------------
+
+_KIND_NAMES = {REQUEST: "request", NOTIFICATION: "notification", RESPONSE: "response"}
+
+
+@cython.freelist(256)
+cdef class Message:
+    """One valid JSON-RPC message: a request, a notification or a response.
+
+    Attributes:
+        kind: :data:`REQUEST`, :data:`NOTIFICATION` or :data:`RESPONSE`.
+        id: the typed id (``int``, ``str`` or ``None``); ``1`` and ``"1"`` differ. ``None``
+            for notifications and for ``"id": null``.
+        method: the method name (``None`` for responses).
+        error: the decoded error object of an error response, else ``None``.
+
+    ``params`` (calls) and ``result`` (success responses) are decoded on first access in
+    lazy mode and cached; ``params_raw``/``result_raw``/``raw`` give the verbatim bytes as
+    :class:`RawJson` without decoding anything.
+    """
+
+    cdef public int kind
+    cdef public object id
+    cdef public object method
+    cdef public object error
+    # Spans are byte offsets into _line (the chunk or line the message came in); _ids is -1
+    # without an id key, _ps -1 without a payload (params absent or null; error responses).
+    cdef object _line
+    cdef Py_ssize_t _start, _end, _ids, _ide, _ps, _pe
+    cdef object _value
+
+    def __repr__(self):
+        parts = [_KIND_NAMES[self.kind]]
+        if self.kind != NOTIFICATION:
+            parts.append(f"id={self.id!r}")
+        if self.method is not None:
+            parts.append(f"method={self.method!r}")
+        if self.error is not None:
+            parts.append(f"error={self.error!r}")
+        return f"<Message {' '.join(parts)}>"
+
+    cdef object _payload(self):
+        cdef object value = self._value
+        if value is _UNSET:
+            if self._ps < 0:
+                value = None
+            else:
+                value = _payload_parser.decode(PyBytes_AS_STRING(self._line) + self._ps,
+                                               <size_t>(self._pe - self._ps))
+            self._value = value
+        return value
+
+    cdef object _payload_raw(self):
+        if self._ps < 0:
+            return None
+        return _RawJson(PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._line) + self._ps,
+                                                  self._pe - self._ps))
+
+    @property
+    def params(self):
+        """Decoded ``params`` (``None`` when absent or null, and for responses)."""
+        if self.kind == KIND_RESPONSE:
+            return None
+        return self._payload()
+
+    @property
+    def result(self):
+        """Decoded ``result`` of a success response (``None`` otherwise)."""
+        if self.kind != KIND_RESPONSE:
+            return None
+        return self._payload()
+
+    @property
+    def params_raw(self):
+        """Verbatim ``params`` bytes (``None`` when absent or null, and for responses)."""
+        if self.kind == KIND_RESPONSE:
+            return None
+        return self._payload_raw()
+
+    @property
+    def result_raw(self):
+        """Verbatim ``result`` bytes of a success response (``None`` otherwise)."""
+        if self.kind != KIND_RESPONSE:
+            return None
+        return self._payload_raw()
+
+    @property
+    def raw(self):
+        """The message exactly as received (without the line terminator)."""
+        return _RawJson(PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._line) + self._start,
+                                                  self._end - self._start))
+
+    @property
+    def is_error(self):
+        """True for an error response."""
+        return self.error is not None
+
+
+@cython.freelist(16)
+cdef class Batch:
+    """A non-empty JSON-RPC batch (one JSON array on one line), boundary kept.
+
+    ``entries`` holds one :class:`Message` or :class:`Malformed` per array element, in
+    source order; ``raw`` is the whole line.
+    """
+
+    cdef public object entries
+    cdef object _line
+    cdef Py_ssize_t _start, _end
+
+    kind = BATCH
+
+    @property
+    def raw(self):
+        return _RawJson(PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._line) + self._start,
+                                                  self._end - self._start))
+
+    def __len__(self):
+        return len(self.entries)
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def __getitem__(self, i):
+        return self.entries[i]
+
+    def __repr__(self):
+        return f"<Batch {self.entries!r}>"
+
+
+@cython.freelist(64)
+cdef class Malformed:
+    """A line or batch entry that is not a valid message, kept as a value.
+
+    Attributes:
+        raw: the offending bytes (the line, or the entry's span inside a batch; empty for
+            a line over ``max_line_size``, which is never buffered).
+        code: the JSON-RPC code to answer with: -32700 (invalid JSON, including invalid
+            UTF-8 and over-deep nesting) or -32600 (invalid envelope, empty batch, line
+            too long).
+        reason: a short fixed phrase naming the first rule that failed.
+        response_shaped: True for an object without ``method`` that has ``result`` or
+            ``error``: such a value must never be answered.
+    """
+
+    cdef public object raw
+    cdef public object code
+    cdef public object reason
+    cdef public object response_shaped
+
+    kind = MALFORMED
+
+    def __init__(self, raw, code, reason, response_shaped=False):
+        self.raw = raw
+        self.code = code
+        self.reason = reason
+        self.response_shaped = response_shaped
+
+    def __repr__(self):
+        shaped = " response-shaped" if self.response_shaped else ""
+        return f"<Malformed {self.code} {self.reason!r}{shaped} raw={self.raw[:60]!r}>"
+
+
+Frame = Union[Message, Batch, Malformed]
+
+
+cdef inline Malformed _new_malformed(object raw, int reason, bint shaped):
+    cdef Malformed m = Malformed.__new__(Malformed)
+    m.raw = raw
+    m.code = _PARSE_ERROR if (reason == REASON_INVALID_JSON or reason == REASON_INVALID_UTF8) \
+        else _INVALID_REQUEST
+    m.reason = _REASON_STRS[reason]
+    m.response_shaped = True if shaped else False
+    return m
+
+
+cdef inline Malformed _too_long():
+    cdef Malformed m = Malformed.__new__(Malformed)
+    m.raw = b""
+    m.code = _INVALID_REQUEST
+    m.reason = "line too long"
+    m.response_shaped = False
+    return m
+
+
+cdef inline Message _new_message(Entry* e, object line, Py_ssize_t off, bint lazy):
+    cdef Message m = Message.__new__(Message)
+    m.kind = e.kind
+    m.id = take_or_none(e.id)
+    m.method = take_or_none(e.method)
+    m.error = take_or_none(e.error)
+    m._line = line
+    m._start = off + e.start
+    m._end = off + e.end
+    if e.ids >= 0:
+        m._ids = off + e.ids
+        m._ide = off + e.ide
+    else:
+        m._ids = m._ide = -1
+    if e.ps >= 0:
+        m._ps = off + e.ps
+        m._pe = off + e.pe
+        if lazy:
+            m._value = _UNSET
+        else:
+            m._value = take_or_none(e.value)
+    else:
+        m._ps = m._pe = -1
+        m._value = None
+    return m
+
+
+# ---------------------------------------------------------------------------------------
+# Decoder
+# ---------------------------------------------------------------------------------------
+
+
+cdef class Decoder:
+    """Sans-IO decoder: bytes of line-delimited JSON-RPC in, frames out.
+
+    Args:
+        lazy: keep ``params``/``result`` as raw JSON, decoded on first access.
+        max_line_size: the longest line (bytes before ``\\n``) that is buffered; a longer
+            one is discarded up to its newline and reported as a ``Malformed`` frame.
+        max_depth: the deepest container nesting accepted (deeper is invalid JSON).
+
+    ``feed`` never raises for bad input: every problem of the peer's bytes comes back as a
+    :class:`Malformed` frame in its place, and decoding goes on with the next line. The
+    only errors it raises are local ones (:class:`~acp_fast.errors.DecoderClosedError`,
+    ``TypeError`` for a non-bytes argument).
+    """
+
+    cdef LineParser* _parser
+    cdef PaddedBuffer* _buf
+    cdef bint _lazy
+    cdef bint _discarding
+    cdef bint _closed
+    cdef Py_ssize_t _max_size
+    cdef int _max_depth_c
+    cdef object _max_line_size
+    cdef object _max_depth
+
+    def __cinit__(self, *args, **kwargs):
+        self._parser = new LineParser()
+        self._buf = new PaddedBuffer(ACP_PADDING)
+
+    def __dealloc__(self):
+        del self._parser
+        del self._buf
+
+    def __init__(self, *, lazy=False, max_line_size=DEFAULT_MAX_LINE_SIZE,
+                 max_depth=DEFAULT_MAX_DEPTH):
+        if max_line_size < 1:
+            raise ValueError("max_line_size must be >= 1")
+        if max_depth < 1:
+            raise ValueError("max_depth must be >= 1")
+        self._lazy = bool(lazy)
+        self._max_line_size = int(max_line_size)
+        self._max_depth = int(max_depth)
+        self._max_size = min(self._max_line_size, (<Py_ssize_t>1) << 62)
+        self._max_depth_c = min(self._max_depth, 1 << 30)
+        self._buf.clear()
+        self._discarding = False
+        self._closed = False
+
+    @property
+    def lazy(self):
+        return self._lazy
+
+    @property
+    def max_line_size(self):
+        return self._max_line_size
+
+    @property
+    def max_depth(self):
+        return self._max_depth
+
+    @property
+    def buffered(self):
+        """Bytes of an incomplete line held until its newline arrives."""
+        return <Py_ssize_t>self._buf.size()
+
+    @property
+    def closed(self):
+        """True after :meth:`feed_eof`."""
+        return self._closed
+
+    def feed(self, data):
+        """Decode a chunk; returns the frames of every line completed by it, in order.
+
+        A partial last line is kept for the next call.
+
+        Raises:
+            DecoderClosedError: after :meth:`feed_eof`.
+        """
+        if self._closed:
+            raise DecoderClosedError("feed() after feed_eof()")
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        cdef list frames = []
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+        if n == 0:
+            return frames
+        cdef const char* p = PyBytes_AS_STRING(data)
+        cdef Py_ssize_t start = 0, end, length
+        cdef const char* nl
+        if self._discarding:
+            nl = <const char*>memchr(p, b'\n', <size_t>n)
+            if nl == NULL:
+                return frames
+            self._discarding = False
+            start = nl - p + 1
+        if self._buf.size() > 0:
+            nl = <const char*>memchr(p + start, b'\n', <size_t>(n - start))
+            if nl == NULL:
+                if <Py_ssize_t>self._buf.size() + n - start > self._max_size:
+                    self._overflow(frames)
+                elif not self._buf.append(p + start, <size_t>(n - start)):
+                    raise MemoryError()
+                return frames
+            length = nl - (p + start)
+            if <Py_ssize_t>self._buf.size() + length > self._max_size:
+                self._buf.clear()
+                frames.append(_too_long())
+            else:
+                if not self._buf.append(p + start, <size_t>length):
+                    raise MemoryError()
+                self._buffered_line(frames)
+            start = nl - p + 1
+        while start < n:
+            nl = <const char*>memchr(p + start, b'\n', <size_t>(n - start))
+            if nl == NULL:
+                break
+            end = nl - p
+            length = end - start
+            if length > self._max_size:
+                frames.append(_too_long())
+            elif length > 0:
+                self._chunk_line(data, p, n, start, end, frames)
+            start = end + 1
+        if start < n:
+            if n - start > self._max_size:
+                self._overflow(frames)
+            elif not self._buf.assign(p + start, <size_t>(n - start)):
+                raise MemoryError()
+        return frames
+
+    def feed_eof(self):
+        """Signal end of input; returns the frame of a final unterminated line, if any.
+
+        Raises:
+            DecoderClosedError: when called twice.
+        """
+        if self._closed:
+            raise DecoderClosedError("feed_eof() called twice")
+        self._closed = True
+        cdef list frames = []
+        if self._buf.size() > 0:
+            self._buffered_line(frames)
+        self._discarding = False
+        return frames
+
+    cdef void _overflow(self, list frames) except *:
+        self._buf.clear()
+        self._discarding = True
+        frames.append(_too_long())
+
+    cdef int _chunk_line(self, object data, const char* p, Py_ssize_t n, Py_ssize_t start,
+                         Py_ssize_t end, list frames) except -1:
+        """A line wholly inside the chunk: frames reference the chunk itself."""
+        if p[end - 1] == b'\r':
+            end -= 1
+            if end == start:
+                return 0
+        cdef Py_ssize_t length = end - start
+        cdef const char* q = p + start
+        cdef char* copy
+        if end + <Py_ssize_t>ACP_PADDING > n:
+            # Too close to the end of the chunk for simdjson's padding: parse a copy.
+            copy = self._parser.scratch(<size_t>length)
+            if copy == NULL:
+                raise MemoryError()
+            memcpy(copy, q, <size_t>length)
+            q = copy
+        self._parser.parse(q, <size_t>length, self._lazy, self._max_depth_c)
+        self._emit(data, start, length, frames)
+        return 0
+
+    cdef int _buffered_line(self, list frames) except -1:
+        """The carry buffer holds a complete line (joined across chunks, or at EOF)."""
+        cdef Py_ssize_t length = <Py_ssize_t>self._buf.size()
+        cdef const char* q = self._buf.data()
+        if q[length - 1] == b'\r':
+            length -= 1
+        if length > 0:
+            self._parser.parse(q, <size_t>length, self._lazy, self._max_depth_c)
+            if self._parser.top.kind != KIND_SKIP:
+                line = PyBytes_FromStringAndSize(q, length)
+                self._emit(line, 0, length, frames)
+        self._buf.clear()
+        return 0
+
+    cdef int _emit(self, object owner, Py_ssize_t off, Py_ssize_t length, list frames) except -1:
+        cdef Entry* top = &self._parser.top
+        cdef Entry* e
+        cdef int kind = top.kind
+        cdef Batch batch
+        cdef list entries
+        cdef size_t i
+        cdef bint lazy = self._lazy
+        cdef const char* base
+        if kind <= KIND_RESPONSE:
+            frames.append(_new_message(top, owner, off, lazy))
+        elif kind == KIND_MALFORMED:
+            if off == 0 and length == PyBytes_GET_SIZE(owner):
+                raw = owner
+            else:
+                raw = PyBytes_FromStringAndSize(PyBytes_AS_STRING(owner) + off, length)
+            frames.append(_new_malformed(raw, top.reason, top.response_shaped))
+        elif kind == KIND_BATCH:
+            batch = Batch.__new__(Batch)
+            batch._line = owner
+            batch._start = off
+            batch._end = off + length
+            entries = []
+            base = PyBytes_AS_STRING(owner) + off
+            for i in range(self._parser.entries.size()):
+                e = &self._parser.entries[i]
+                if e.kind == KIND_MALFORMED:
+                    entries.append(_new_malformed(
+                        PyBytes_FromStringAndSize(base + e.start, e.end - e.start),
+                        e.reason, e.response_shaped))
+                else:
+                    entries.append(_new_message(e, owner, off, lazy))
+            batch.entries = entries
+            frames.append(batch)
+        self._parser.release()
+        return 0
+
+
+# ---------------------------------------------------------------------------------------
+# Encoders
+# ---------------------------------------------------------------------------------------
+
+cdef Writer* _writer = new Writer()
+cdef bint _writer_busy = False
+
+
+cdef Writer* _acquire() except NULL:
+    """The shared Writer, or a private one when an encoder is re-entered (a user's
+    __iter__/items() calling an encoder while another encode is running)."""
+    global _writer_busy
+    if _writer_busy:
+        return new Writer()
+    _writer_busy = True
+    _writer.reset()
+    return _writer
+
+
+cdef inline void _release(Writer* w) noexcept:
+    global _writer_busy
+    if w == _writer:
+        _writer_busy = False
+    else:
+        del w
+
+
+cdef int _put_id(Writer* w, object ident) except -1:
+    cdef int overflow = 0
+    cdef long long v
+    t = type(ident)
+    if t is int:
+        if not (-9223372036854775808 <= ident <= 9223372036854775807):
+            raise EncodeError(f"request id {ident} does not fit in 64 bits")
+        return write_int64(w[0], ident)
+    if t is str:
+        return write_str(w[0], ident)
+    if ident is None:
+        return w.put("null", 4)
+    raise EncodeError(f"request id must be int, str or None, not {t.__name__}")
+
+
+cdef int _put_method(Writer* w, object method) except -1:
+    if type(method) is not str:
+        raise EncodeError(f"method must be str, not {type(method).__name__}")
+    return write_str(w[0], method)
+
+
+def encode_value(obj):
+    """Compact UTF-8 JSON for ``obj`` (no newline), splicing :class:`RawJson` verbatim.
+
+    Output is byte-identical to ``json.dumps(obj, separators=(",", ":"),
+    ensure_ascii=False, allow_nan=False)`` encoded as UTF-8 when ``obj`` holds no
+    ``RawJson``.
+
+    Raises:
+        EncodeError: unsupported type, NaN/Infinity, lone surrogate, circular or too
+            deep structure, ``RawJson`` with a newline.
+    """
+    if type(obj) is _RawJson:
+        check_raw(obj)
+        return bytes(obj)
+    cdef Writer* w = _acquire()
+    try:
+        write_value(w[0], obj)
+        return w.to_bytes()
+    finally:
+        _release(w)
+
+
+def encode_request(id, method, params=None):
+    """``{"jsonrpc":"2.0","id":…,"method":…,"params":…}\\n`` (params omitted when None)."""
+    cdef Writer* w = _acquire()
+    try:
+        w.put(b'{"jsonrpc":"2.0","id":', 22)
+        _put_id(w, id)
+        w.put(b',"method":', 10)
+        _put_method(w, method)
+        if params is not None:
+            w.put(b',"params":', 10)
+            _put_payload(w, params)
+        w.put(b'}\n', 2)
+        return w.to_bytes()
+    finally:
+        _release(w)
+
+
+def encode_notification(method, params=None):
+    """``{"jsonrpc":"2.0","method":…,"params":…}\\n`` (params omitted when None)."""
+    cdef Writer* w = _acquire()
+    try:
+        w.put(b'{"jsonrpc":"2.0","method":', 26)
+        _put_method(w, method)
+        if params is not None:
+            w.put(b',"params":', 10)
+            _put_payload(w, params)
+        w.put(b'}\n', 2)
+        return w.to_bytes()
+    finally:
+        _release(w)
+
+
+def encode_result(id, result):
+    """``{"jsonrpc":"2.0","id":…,"result":…}\\n`` (``None`` becomes ``null``)."""
+    cdef Writer* w = _acquire()
+    try:
+        w.put(b'{"jsonrpc":"2.0","id":', 22)
+        _put_id(w, id)
+        w.put(b',"result":', 10)
+        _put_payload(w, result)
+        w.put(b'}\n', 2)
+        return w.to_bytes()
+    finally:
+        _release(w)
+
+
+def encode_error(id, code, message=None, data=_NO_DATA):
+    """``{"jsonrpc":"2.0","id":…,"error":{"code","message","data"?}}\\n``.
+
+    ``message`` defaults to the standard text for ``code``; ``data`` is omitted unless given.
+    """
+    if type(code) is not int or not (-2147483648 <= code <= 2147483647):
+        raise EncodeError(f"error code must be a 32-bit int, not {code!r}")
+    if message is None:
+        message = _DEFAULT_MESSAGES.get(code, "Error")
+    elif type(message) is not str:
+        raise EncodeError(f"error message must be str, not {type(message).__name__}")
+    cdef Writer* w = _acquire()
+    try:
+        w.put(b'{"jsonrpc":"2.0","id":', 22)
+        _put_id(w, id)
+        w.put(b',"error":{"code":', 17)
+        write_int64(w[0], <long long>code)
+        w.put(b',"message":', 11)
+        write_str(w[0], message)
+        if data is not _NO_DATA:
+            w.put(b',"data":', 8)
+            _put_payload(w, data)
+        w.put(b'}}\n', 3)
+        return w.to_bytes()
+    finally:
+        _release(w)
+
+
+cdef inline int _put_payload(Writer* w, object value) except -1:
+    if type(value) is _RawJson:
+        check_raw(value)
+        return w.put(PyBytes_AS_STRING(value), <size_t>PyBytes_GET_SIZE(value))
+    return write_value(w[0], value)
+
+
+@cython.wraparound(True)
+def encode_batch(lines):
+    """Join encoded lines (each ``\\n``-terminated) into one batch array line.
+
+    Raises:
+        EncodeError: for no lines (JSON-RPC never sends an empty array) or a line that does
+            not end with exactly one newline.
+    """
+    parts = []
+    for line in lines:
+        if not line.endswith(b"\n") or b"\n" in line[:-1]:
+            raise EncodeError("batch parts must be single encoded lines ending with a newline")
+        parts.append(line[:-1])
+    if not parts:
+        raise EncodeError("a batch reply is never an empty array")
+    return b"[" + b",".join(parts) + b"]\n"
+
+
+def forward(message, id=_KEEP):
+    """Re-emit ``message`` as a line, with ``id`` spliced in place of its own id.
+
+    Nothing but the id's bytes changes; ``params``/``result`` are never re-encoded.
+    Without ``id`` the message is re-emitted verbatim.
+
+    Raises:
+        EncodeError: ``id`` is given for a notification (it has no id to replace), or is
+            not a valid id.
+    """
+    cdef Message m
+    cdef const char* base
+    cdef char* o
+    cdef Py_ssize_t head, tail
+    if type(message) is not Message:
+        if isinstance(message, Message):
+            pass
+        else:
+            from acp_fast import _engine_py
+            if isinstance(message, _engine_py.Message):
+                return _engine_py.forward(message, id) if id is not _KEEP \
+                    else _engine_py.forward(message)
+            raise AttributeError(
+                f"'{type(message).__name__}' object has no attribute '_ensure_spans'")
+    m = <Message>message
+    base = PyBytes_AS_STRING(m._line)
+    if id is _KEEP:
+        out = PyBytes_FromStringAndSize(NULL, m._end - m._start + 1)
+        o = PyBytes_AS_STRING(out)
+        memcpy(o, base + m._start, <size_t>(m._end - m._start))
+        o[m._end - m._start] = b'\n'
+        return out
+    if m._ids < 0:
+        raise EncodeError("cannot give an id to a notification")
+    cdef Writer* w = _acquire()
+    cdef size_t idlen
+    try:
+        _put_id(w, id)
+        head = m._ids - m._start
+        tail = m._end - m._ide
+        idlen = w.size()
+        out = PyBytes_FromStringAndSize(NULL, head + <Py_ssize_t>idlen + tail + 1)
+        o = PyBytes_AS_STRING(out)
+        memcpy(o, base + m._start, <size_t>head)
+        memcpy(o + head, w.data(), idlen)
+        memcpy(o + head + idlen, base + m._ide, <size_t>tail)
+        o[head + idlen + tail] = b'\n'
+        return out
+    finally:
+        _release(w)
+
+
+from acp_fast._replies import BatchReply, error_reply  # noqa: E402  (shared by both twins)

@@ -1,0 +1,105 @@
+// acp_fast: constants and small helpers shared by the C++ parts of the compiled engine.
+//
+// Nothing here throws: the extension is built with -DSIMDJSON_EXCEPTIONS=0 and every
+// failure travels as a return code (with a Python exception set where the code says so).
+#pragma once
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace acp_fast {
+
+// Frame kinds: the very numbers of the Python constants (REQUEST ... MALFORMED). KIND_SKIP
+// marks a whitespace-only line, which produces no frame.
+enum FrameKind : int {
+  KIND_REQUEST = 0,
+  KIND_NOTIFICATION = 1,
+  KIND_RESPONSE = 2,
+  KIND_BATCH = 3,
+  KIND_MALFORMED = 4,
+  KIND_SKIP = 5,
+};
+
+// Why a value is Malformed; the Cython layer maps these to the exact reason strings of the
+// pure twin (and to the JSON-RPC code: -32700 for the first two, -32600 otherwise).
+enum Reason : int {
+  REASON_NONE = 0,
+  REASON_INVALID_UTF8 = 1,
+  REASON_INVALID_JSON = 2,
+  REASON_NOT_OBJECT = 3,
+  REASON_EMPTY_BATCH = 4,
+  REASON_DUPLICATE_KEY = 5,
+  REASON_JSONRPC = 6,
+  REASON_ENVELOPE = 7,
+  REASON_METHOD = 8,
+  REASON_ID = 9,
+  REASON_PARAMS = 10,
+  REASON_ERROR_OBJECT = 11,
+};
+
+// Readable bytes simdjson needs after the end of a document (simdjson::SIMDJSON_PADDING;
+// acp_parse.cpp asserts the two agree).
+constexpr size_t ACP_PADDING = 64;
+
+inline bool is_json_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// A growable byte buffer that always keeps `pad` readable bytes after its end (simdjson
+// needs SIMDJSON_PADDING of them). malloc-based so that failure is a return value.
+class PaddedBuffer {
+ public:
+  explicit PaddedBuffer(size_t pad) : pad_(pad) {}
+  ~PaddedBuffer() { std::free(data_); }
+  PaddedBuffer(const PaddedBuffer&) = delete;
+  PaddedBuffer& operator=(const PaddedBuffer&) = delete;
+
+  char* data() { return data_; }
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t capacity() const { return cap_; }
+
+  // Capacity for n bytes plus the padding; false when out of memory.
+  bool reserve(size_t n) {
+    if (n + pad_ <= cap_) return true;
+    size_t want = n + pad_;
+    size_t grown = cap_ + cap_ / 2;
+    if (grown > want) want = grown;
+    if (want < 256) want = 256;
+    char* p = static_cast<char*>(std::realloc(data_, want));
+    if (!p) return false;
+    data_ = p;
+    cap_ = want;
+    return true;
+  }
+  bool append(const char* p, size_t n) {
+    if (!reserve(size_ + n)) return false;
+    std::memcpy(data_ + size_, p, n);
+    size_ += n;
+    return true;
+  }
+  bool assign(const char* p, size_t n) {
+    size_ = 0;
+    return append(p, n);
+  }
+  // Forget the content; give memory back after an unusually large line.
+  void clear() {
+    size_ = 0;
+    if (cap_ > (size_t(4) << 20)) {
+      std::free(data_);
+      data_ = nullptr;
+      cap_ = 0;
+    }
+  }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0;
+  size_t cap_ = 0;
+  size_t pad_;
+};
+
+}  // namespace acp_fast

@@ -1,0 +1,683 @@
+// acp_fast: line parser of the compiled engine; see acp_parse.h.
+//
+// Parsing strategy. simdjson's stage 1 (runtime-dispatched: AVX2/AVX-512 where the CPU has
+// them) checks the whole line for UTF-8, unescaped control characters inside strings and
+// unclosed strings, and produces the index of every structural character and of the first
+// byte of every scalar. Our own "stage 2" below walks that index once, checking the JSON
+// grammar with a recursive descent (so nothing is skipped unchecked, in lazy mode too) and
+// every scalar: number grammar and range (acp_values: scan_number), literal spelling, and
+// string escapes (acp_values: unescape, which refuses bad escapes and unpaired surrogates
+// like the pure twin does). It records what the envelope needs (kind, typed id, method,
+// error object, spans of the id and of params/result) and, in eager mode, builds the Python
+// objects directly. We do not use simdjson's On-Demand front end: it does not validate what
+// it skips, and its skipping takes an unconsumed string followed by ':' for an object key
+// (`["a": 1]` passes), so a validating walk over it needs as much code as this one, and is
+// slower.
+#include "acp_parse.h"
+
+#include <cmath>
+#include <new>
+#include <string>
+#include <string_view>
+
+#include "acp_values.h"
+#include "simdjson.h"
+
+namespace acp_fast {
+
+static_assert(ACP_PADDING >= simdjson::SIMDJSON_PADDING, "ACP_PADDING too small for simdjson");
+
+// The one translation of simdjson error codes: success, a memory problem (raised as
+// MemoryError), or anything else, which means the line is not valid JSON. Whether invalid
+// JSON is in fact invalid UTF-8 is decided afterwards with utf8_valid(), so that UTF-8 takes
+// precedence exactly as in the pure twin (which decodes before it parses).
+static Walk translate(simdjson::error_code e) {
+  switch (e) {
+    case simdjson::SUCCESS:
+      return WALK_OK;
+    case simdjson::MEMALLOC:
+    case simdjson::CAPACITY:
+      PyErr_NoMemory();
+      return WALK_PYERR;
+    default:
+      return WALK_INVALID;
+  }
+}
+
+bool utf8_valid(const char* p, size_t n) { return simdjson::validate_utf8(p, n); }
+
+const char* active_simdjson_implementation() {
+  static const std::string name = simdjson::get_active_implementation()->name();
+  return name.c_str();
+}
+
+namespace {
+
+// Hard cap on nesting whatever max_depth says, so that the recursive descent cannot exhaust
+// the C stack. (The pure twin fails far earlier, with RecursionError, near Python's
+// recursion limit.)
+constexpr int kMaxNesting = 10000;
+
+enum EnvKey : int { K_JSONRPC = 0, K_ID, K_METHOD, K_PARAMS, K_RESULT, K_ERROR, K_NONE = -1 };
+
+inline int envelope_key(std::string_view k) {
+  switch (k.size()) {
+    case 2:
+      return (k[0] == 'i' && k[1] == 'd') ? K_ID : K_NONE;
+    case 5:
+      return std::memcmp(k.data(), "error", 5) == 0 ? K_ERROR : K_NONE;
+    case 6:
+      if (std::memcmp(k.data(), "method", 6) == 0) return K_METHOD;
+      if (std::memcmp(k.data(), "params", 6) == 0) return K_PARAMS;
+      if (std::memcmp(k.data(), "result", 6) == 0) return K_RESULT;
+      return K_NONE;
+    case 7:
+      return std::memcmp(k.data(), "jsonrpc", 7) == 0 ? K_JSONRPC : K_NONE;
+    default:
+      return K_NONE;
+  }
+}
+
+// What one envelope object holds, gathered while it is validated.
+struct EnvState {
+  unsigned seen = 0;
+  bool dup = false;
+  bool jsonrpc_ok = false;
+  bool id_valid = false;
+  char params_first = 0;  // first byte of the params value: '{', '[', 'n' (null), ...
+  PyObject* id = nullptr;
+  PyObject* method = nullptr;
+  PyObject* error = nullptr;
+  PyObject* params = nullptr;
+  PyObject* result = nullptr;
+  Py_ssize_t ids = -1, ide = -1, ps = -1, pe = -1, rs = -1, re = -1;
+  EnvState() = default;
+  EnvState(const EnvState&) = delete;
+  EnvState& operator=(const EnvState&) = delete;
+  ~EnvState() {
+    Py_XDECREF(id);
+    Py_XDECREF(method);
+    Py_XDECREF(error);
+    Py_XDECREF(params);
+    Py_XDECREF(result);
+  }
+};
+
+bool valid_error_object(PyObject* error) {
+  if (!error || !PyDict_CheckExact(error)) return false;
+  PyObject* code = PyDict_GetItemString(error, "code");
+  if (!code || !PyLong_CheckExact(code)) return false;
+  int overflow = 0;
+  long long c = PyLong_AsLongLongAndOverflow(code, &overflow);
+  if (overflow || c < -2147483648LL || c > 2147483647LL) return false;
+  PyObject* message = PyDict_GetItemString(error, "message");
+  return message && PyUnicode_CheckExact(message);
+}
+
+// The envelope rules of the pure twin's _classify (module docstring, steps 3-6).
+void finish_envelope(EnvState& st, Entry& ent) {
+  const unsigned J = 1u << K_JSONRPC, I = 1u << K_ID, M = 1u << K_METHOD, P = 1u << K_PARAMS,
+                 R = 1u << K_RESULT, E = 1u << K_ERROR;
+  bool has_method = st.seen & M, has_result = st.seen & R, has_error = st.seen & E;
+  bool has_id = st.seen & I;
+  ent.kind = KIND_MALFORMED;
+  if (st.dup) {
+    ent.reason = REASON_DUPLICATE_KEY;
+    ent.response_shaped = !has_method && (has_result || has_error);
+    return;
+  }
+  if (!(st.seen & J) || !st.jsonrpc_ok) {
+    ent.reason = REASON_JSONRPC;
+    ent.response_shaped = !has_method && (has_result || has_error);
+    return;
+  }
+  if (has_method) {
+    if (has_result || has_error) {
+      ent.reason = REASON_ENVELOPE;
+      return;
+    }
+    if (!st.method) {
+      ent.reason = REASON_METHOD;
+      return;
+    }
+    if (has_id && !st.id_valid) {
+      ent.reason = REASON_ID;
+      return;
+    }
+    bool has_params = st.seen & P;
+    if (has_params && st.params_first != '{' && st.params_first != '[' && st.params_first != 'n') {
+      ent.reason = REASON_PARAMS;
+      return;
+    }
+    ent.kind = has_id ? KIND_REQUEST : KIND_NOTIFICATION;
+    if (has_id) {
+      ent.id = st.id;
+      st.id = nullptr;
+      ent.ids = st.ids;
+      ent.ide = st.ide;
+    }
+    ent.method = st.method;
+    st.method = nullptr;
+    if (has_params && st.params_first != 'n') {
+      ent.ps = st.ps;
+      ent.pe = st.pe;
+      ent.value = st.params;
+      st.params = nullptr;
+    }
+    return;
+  }
+  if (has_result == has_error || !has_id) {
+    ent.reason = REASON_ENVELOPE;
+    ent.response_shaped = has_result || has_error;
+    return;
+  }
+  if (!st.id_valid) {
+    ent.reason = REASON_ID;
+    ent.response_shaped = true;
+    return;
+  }
+  if (has_error && !valid_error_object(st.error)) {
+    ent.reason = REASON_ERROR_OBJECT;
+    ent.response_shaped = true;
+    return;
+  }
+  ent.kind = KIND_RESPONSE;
+  ent.id = st.id;
+  st.id = nullptr;
+  ent.ids = st.ids;
+  ent.ide = st.ide;
+  if (has_error) {
+    ent.error = st.error;
+    st.error = nullptr;
+  } else {
+    ent.ps = st.rs;
+    ent.pe = st.re;
+    ent.value = st.result;
+    st.result = nullptr;
+  }
+}
+
+}  // namespace
+
+// Stage 2 over simdjson's structural index: see the comment at the top of this file.
+class TokenWalker final : public WalkerBase {
+ public:
+  TokenWalker() : decode_buf_(ACP_PADDING), unescape_buf_(0) {}
+
+  int parse(const char* p, size_t n, bool lazy, int max_depth, Entry& top,
+            std::vector<Entry>& entries) override {
+    top.reset();
+    entries.clear();
+    size_t a = 0;
+    while (a < n && is_json_ws(uint8_t(p[a]))) a++;
+    if (a == n) {
+      top.kind = KIND_SKIP;
+      return 0;
+    }
+    Walk w;
+    if (n >= 3 && uint8_t(p[0]) == 0xEF && uint8_t(p[1]) == 0xBB && uint8_t(p[2]) == 0xBF) {
+      w = WALK_INVALID;  // a BOM: json.loads refuses it
+    } else {
+      lazy_ = lazy;
+      max_depth_ = max_depth < kMaxNesting ? max_depth : kMaxNesting;
+      w = start(p, n);
+      if (w == WALK_OK) w = parse_line(top, entries);
+    }
+    if (w == WALK_OK) return 0;
+    top.reset();
+    entries.clear();
+    if (w == WALK_PYERR) return -1;
+    top.kind = KIND_MALFORMED;
+    top.reason = utf8_valid(p, n) ? REASON_INVALID_JSON : REASON_INVALID_UTF8;
+    top.start = 0;
+    top.end = Py_ssize_t(n);
+    return 0;
+  }
+
+  PyObject* decode(const char* p, size_t n) override {
+    if (!decode_buf_.assign(p, n)) return PyErr_NoMemory();
+    lazy_ = false;
+    max_depth_ = kMaxNesting;  // validated before, with the decoder's limit
+    PyObject* out = nullptr;
+    Walk w = start(decode_buf_.data(), n);
+    if (w == WALK_OK) w = value(0, &out);
+    if (w == WALK_OK && pos_ != n_) w = WALK_INVALID;
+    if (w == WALK_OK) return out;
+    Py_XDECREF(out);
+    if (w == WALK_INVALID) PyErr_SetString(PyExc_ValueError, "acp_fast: invalid JSON in a validated span");
+    return nullptr;
+  }
+
+ private:
+  std::unique_ptr<simdjson::internal::dom_parser_implementation> impl_;
+  size_t capacity_ = 0;
+  PaddedBuffer decode_buf_;
+  PaddedBuffer unescape_buf_;
+  const char* buf_ = nullptr;
+  size_t len_ = 0;
+  const uint32_t* idx_ = nullptr;
+  uint32_t n_ = 0;
+  uint32_t pos_ = 0;
+  int max_depth_ = 128;
+  bool lazy_ = false;
+
+  Walk start(const char* p, size_t n) {
+    if (!impl_ || capacity_ < n) {
+      size_t cap = n < 4096 ? 4096 : n + n / 4;
+      simdjson::error_code e;
+      if (!impl_) {
+        e = simdjson::get_active_implementation()->create_dom_parser_implementation(cap, 64, impl_);
+      } else {
+        e = impl_->set_capacity(cap);
+      }
+      if (e) {
+        impl_.reset();
+        capacity_ = 0;
+        PyErr_NoMemory();
+        return WALK_PYERR;
+      }
+      capacity_ = cap;
+    } else if (capacity_ > (size_t(16) << 20) && n < (size_t(1) << 20)) {
+      // Give back the index of an unusually large line.
+      if (impl_->set_capacity(4096) == simdjson::SUCCESS) capacity_ = 4096;
+    }
+    simdjson::error_code e =
+        impl_->stage1(reinterpret_cast<const uint8_t*>(p), n, simdjson::stage1_mode::regular);
+    if (e) return translate(e);
+    buf_ = p;
+    len_ = n;
+    idx_ = impl_->structural_indexes.get();
+    n_ = impl_->n_structural_indexes;
+    pos_ = 0;
+    return n_ ? WALK_OK : WALK_INVALID;
+  }
+
+  // End of the scalar token at index i (trailing whitespace excluded).
+  const char* token_end(uint32_t i) const {
+    const char* e = buf_ + (i + 1 < n_ ? idx_[i + 1] : len_);
+    const char* s = buf_ + idx_[i];
+    while (e > s && is_json_ws(uint8_t(e[-1]))) e--;
+    return e;
+  }
+
+  // The string token at pos_: its content (between the quotes). Advances.
+  Walk string_content(const char*& s, size_t& n) {
+    const char* b = buf_ + idx_[pos_];
+    const char* e = token_end(pos_);
+    if (e - b < 2 || e[-1] != '"') return WALK_INVALID;  // (b[0] is '"')
+    pos_++;
+    s = b + 1;
+    n = size_t(e - b - 2);
+    return WALK_OK;
+  }
+
+  Walk string(PyObject** out) {
+    const char* s;
+    size_t n;
+    Walk w = string_content(s, n);
+    if (w) return w;
+    return string_value(s, n, out, unescape_buf_);
+  }
+
+  Walk number(PyObject** out, NumberInfo& info) {
+    const char* s = buf_ + idx_[pos_];
+    size_t n = size_t(token_end(pos_) - s);
+    pos_++;
+    Walk w = scan_number(s, n, info, out);
+    if (w || !info.is_float) return w;
+    double d;
+    if ((w = parse_float_token(s, n, &d))) return w;
+    info.f64 = d;
+    if (out && !(*out = PyFloat_FromDouble(d))) return WALK_PYERR;
+    return WALK_OK;
+  }
+
+  Walk atom(PyObject** out) {
+    const char* s = buf_ + idx_[pos_];
+    size_t n = size_t(token_end(pos_) - s);
+    pos_++;
+    PyObject* v;
+    if (n == 4 && std::memcmp(s, "true", 4) == 0) {
+      v = Py_True;
+    } else if (n == 5 && std::memcmp(s, "false", 5) == 0) {
+      v = Py_False;
+    } else if (n == 4 && std::memcmp(s, "null", 4) == 0) {
+      v = Py_None;
+    } else {
+      return WALK_INVALID;
+    }
+    if (out) {
+      Py_INCREF(v);
+      *out = v;
+    }
+    return WALK_OK;
+  }
+
+  // One value at pos_, inside a container at `depth` (0 at the root). Advances past it.
+  Walk value(int depth, PyObject** out) {
+    if (pos_ >= n_) return WALK_INVALID;
+    switch (buf_[idx_[pos_]]) {
+      case '{':
+        if (depth >= max_depth_) return WALK_INVALID;
+        return object(depth + 1, out);
+      case '[':
+        if (depth >= max_depth_) return WALK_INVALID;
+        return array(depth + 1, out);
+      case '"':
+        return string(out);
+      case 't':
+      case 'f':
+      case 'n':
+        return atom(out);
+      case '-':
+      case '0':
+      case '1':
+      case '2':
+      case '3':
+      case '4':
+      case '5':
+      case '6':
+      case '7':
+      case '8':
+      case '9': {
+        NumberInfo info;
+        return number(out, info);
+      }
+      default:
+        return WALK_INVALID;
+    }
+  }
+
+  // After a member or element: ',' (more follow: true) or the closing bracket (false).
+  Walk next_or_close(char close, bool& more) {
+    if (pos_ >= n_) return WALK_INVALID;
+    char c = buf_[idx_[pos_++]];
+    if (c == ',') {
+      more = true;
+      return WALK_OK;
+    }
+    if (c == close) {
+      more = false;
+      return WALK_OK;
+    }
+    return WALK_INVALID;
+  }
+
+  // A key at pos_ and the ':' after it; `key` is the unescaped key.
+  Walk key_colon(std::string_view& key) {
+    if (pos_ >= n_ || buf_[idx_[pos_]] != '"') return WALK_INVALID;
+    const char* s;
+    size_t n;
+    Walk w = string_content(s, n);
+    if (w) return w;
+    if ((w = unescape(s, n, key, unescape_buf_))) return w;
+    if (pos_ >= n_ || buf_[idx_[pos_]] != ':') return WALK_INVALID;
+    pos_++;
+    return WALK_OK;
+  }
+
+  // The object at pos_ ('{'), itself at `depth`.
+  Walk object(int depth, PyObject** out) {
+    pos_++;
+    PyObject* dict = nullptr;
+    if (out) {
+      dict = PyDict_New();
+      if (!dict) return WALK_PYERR;
+    }
+    Walk w = WALK_OK;
+    if (pos_ < n_ && buf_[idx_[pos_]] == '}') {
+      pos_++;
+    } else {
+      bool more = true;
+      while (more) {
+        std::string_view key;
+        if ((w = key_colon(key))) break;
+        if (!dict) {
+          if ((w = value(depth, nullptr))) break;
+        } else {
+          PyObject* k = make_str(key.data(), key.size());
+          if (!k) {
+            w = WALK_PYERR;
+            break;
+          }
+          PyObject* item = nullptr;
+          if ((w = value(depth, &item))) {
+            Py_DECREF(k);
+            break;
+          }
+          int r = PyDict_SetItem(dict, k, item);
+          Py_DECREF(k);
+          Py_DECREF(item);
+          if (r < 0) {
+            w = WALK_PYERR;
+            break;
+          }
+        }
+        if ((w = next_or_close('}', more))) break;
+      }
+    }
+    if (w) {
+      Py_XDECREF(dict);
+      return w;
+    }
+    if (out) *out = dict;
+    return WALK_OK;
+  }
+
+  Walk array(int depth, PyObject** out) {
+    pos_++;
+    PyObject* list = nullptr;
+    if (out) {
+      list = PyList_New(0);
+      if (!list) return WALK_PYERR;
+    }
+    Walk w = WALK_OK;
+    if (pos_ < n_ && buf_[idx_[pos_]] == ']') {
+      pos_++;
+    } else {
+      bool more = true;
+      while (more) {
+        if (!list) {
+          if ((w = value(depth, nullptr))) break;
+        } else {
+          PyObject* item = nullptr;
+          if ((w = value(depth, &item))) break;
+          int r = PyList_Append(list, item);
+          Py_DECREF(item);
+          if (r < 0) {
+            w = WALK_PYERR;
+            break;
+          }
+        }
+        if ((w = next_or_close(']', more))) break;
+      }
+    }
+    if (w) {
+      Py_XDECREF(list);
+      return w;
+    }
+    if (out) *out = list;
+    return WALK_OK;
+  }
+
+  // End of the value that ended just before pos_ and started at token `first`.
+  const char* value_end(uint32_t first) const {
+    char c = buf_[idx_[first]];
+    if (c == '{' || c == '[') return buf_ + idx_[pos_ - 1] + 1;  // its closing bracket
+    return token_end(first);
+  }
+
+  // The envelope object at pos_ ('{'), itself at `depth`: validated whole, members noted.
+  Walk envelope(int depth, EnvState& st) {
+    pos_++;
+    if (pos_ < n_ && buf_[idx_[pos_]] == '}') {
+      pos_++;
+      return WALK_OK;
+    }
+    Walk w;
+    bool more = true;
+    while (more) {
+      std::string_view key;
+      if ((w = key_colon(key))) return w;
+      int k = envelope_key(key);
+      if (k == K_NONE) {
+        if ((w = value(depth, nullptr))) return w;
+      } else if (st.seen & (1u << k)) {
+        st.dup = true;
+        if ((w = value(depth, nullptr))) return w;
+      } else {
+        st.seen |= 1u << k;
+        if (pos_ >= n_) return WALK_INVALID;
+        uint32_t first = pos_;
+        const char* s = buf_ + idx_[first];
+        char c = *s;
+        switch (k) {
+          case K_JSONRPC:
+            if (c == '"') {
+              const char* cs;
+              size_t cn;
+              std::string_view sv;
+              if ((w = string_content(cs, cn))) return w;
+              if ((w = unescape(cs, cn, sv, unescape_buf_))) return w;
+              st.jsonrpc_ok = sv.size() == 3 && std::memcmp(sv.data(), "2.0", 3) == 0;
+            } else if ((w = value(depth, nullptr))) {
+              return w;
+            }
+            break;
+          case K_ID:
+            if (c == '"') {
+              if ((w = string(&st.id))) return w;
+              st.id_valid = true;
+            } else if (c == '-' || (c >= '0' && c <= '9')) {
+              NumberInfo info;
+              PyObject* num = nullptr;
+              if ((w = number(&num, info))) return w;
+              if (!info.is_float && info.fits_int64) {
+                st.id = num;
+                st.id_valid = true;
+              } else {
+                Py_DECREF(num);
+              }
+            } else {
+              if ((w = value(depth, nullptr))) return w;
+              st.id_valid = c == 'n';  // null (the only valid literal)
+            }
+            st.ids = s - buf_;
+            st.ide = value_end(first) - buf_;
+            break;
+          case K_METHOD:
+            if (c == '"') {
+              if ((w = string(&st.method))) return w;
+            } else if ((w = value(depth, nullptr))) {
+              return w;
+            }
+            break;
+          case K_PARAMS:
+            if ((w = value(depth, lazy_ ? nullptr : &st.params))) return w;
+            st.params_first = c;
+            st.ps = s - buf_;
+            st.pe = value_end(first) - buf_;
+            break;
+          case K_RESULT:
+            if ((w = value(depth, lazy_ ? nullptr : &st.result))) return w;
+            st.rs = s - buf_;
+            st.re = value_end(first) - buf_;
+            break;
+          case K_ERROR:
+            if ((w = value(depth, &st.error))) return w;
+            break;
+          default:
+            break;
+        }
+      }
+      if ((w = next_or_close('}', more))) return w;
+    }
+    return WALK_OK;
+  }
+
+  Walk parse_line(Entry& top, std::vector<Entry>& entries) {
+    char c = buf_[idx_[0]];
+    Walk w;
+    top.start = 0;
+    top.end = Py_ssize_t(len_);
+    if (c == '{') {
+      EnvState st;
+      if ((w = envelope(1, st))) return w;
+      if (pos_ != n_) return WALK_INVALID;
+      finish_envelope(st, top);
+      return WALK_OK;
+    }
+    if (c == '[') {
+      pos_++;
+      if (pos_ < n_ && buf_[idx_[pos_]] == ']') {
+        pos_++;
+        if (pos_ != n_) return WALK_INVALID;
+        top.kind = KIND_MALFORMED;
+        top.reason = REASON_EMPTY_BATCH;
+        return WALK_OK;
+      }
+      bool more = true;
+      while (more) {
+        if (pos_ >= n_) return WALK_INVALID;
+        uint32_t first = pos_;
+        Entry ent;
+        if (buf_[idx_[first]] == '{') {
+          if (max_depth_ < 2) return WALK_INVALID;
+          EnvState st;
+          if ((w = envelope(2, st))) return w;
+          finish_envelope(st, ent);
+        } else {
+          if ((w = value(1, nullptr))) return w;
+          ent.kind = KIND_MALFORMED;
+          ent.reason = REASON_NOT_OBJECT;
+        }
+        ent.start = idx_[first];
+        ent.end = value_end(first) - buf_;
+        entries.push_back(std::move(ent));
+        if ((w = next_or_close(']', more))) return w;
+      }
+      if (pos_ != n_) return WALK_INVALID;
+      top.kind = KIND_BATCH;
+      return WALK_OK;
+    }
+    if ((w = value(0, nullptr))) return w;
+    if (pos_ != n_) return WALK_INVALID;
+    top.kind = KIND_MALFORMED;
+    top.reason = REASON_NOT_OBJECT;
+    return WALK_OK;
+  }
+};
+
+LineParser::LineParser() : scratch_(ACP_PADDING) {
+  impl_.reset(new (std::nothrow) TokenWalker());
+  impl_name_ = active_simdjson_implementation();
+}
+
+LineParser::~LineParser() = default;
+
+int LineParser::parse(const char* p, size_t n, bool lazy, int max_depth) {
+  try {
+    return impl_->parse(p, n, lazy, max_depth, top, entries);
+  } catch (const std::bad_alloc&) {  // std::vector growth: the only thing that can throw
+    top.reset();
+    entries.clear();
+    PyErr_NoMemory();
+    return -1;
+  }
+}
+
+PyObject* LineParser::decode(const char* p, size_t n) { return impl_->decode(p, n); }
+
+void LineParser::release() {
+  top.reset();
+  entries.clear();
+}
+
+char* LineParser::scratch(size_t n) {
+  if (!scratch_.reserve(n)) return nullptr;
+  return scratch_.data();
+}
+
+void clear_string_caches() { clear_value_caches(); }
+
+}  // namespace acp_fast

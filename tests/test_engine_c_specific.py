@@ -1,0 +1,156 @@
+"""Checks that only make sense for the compiled twin (acp_fast._engine_c).
+
+Behaviour shared by both twins is pinned by the differential tests; here: buffer lifetimes
+(frames must survive later feeds), zero-copy references, interning, big buffers, the
+padding path at chunk ends, re-entrant encoders and the nesting cap.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import pytest
+
+C = pytest.importorskip("acp_fast._engine_c")
+from acp_fast import _engine_py as P  # noqa: E402
+from acp_fast import _replies  # noqa: E402
+
+pytestmark = pytest.mark.c_extension
+
+
+def _msg(i: int, text: str = "hello") -> bytes:
+    return (
+        b'{"jsonrpc":"2.0","id":%d,"method":"session/prompt","params":{"sessionId":"s","text":"%s"}}'
+        % (i, text.encode())
+    )
+
+
+def _snapshot(frame):
+    if frame.kind == C.MALFORMED:
+        return ("M", frame.raw, frame.code, frame.reason, frame.response_shaped)
+    if frame.kind == C.BATCH:
+        return ("B", bytes(frame.raw), tuple(_snapshot(e) for e in frame))
+    return (frame.kind, frame.id, frame.method, bytes(frame.raw),
+            frame.params_raw and bytes(frame.params_raw), frame.params, frame.result,
+            C.forward(frame, id=99) if frame.kind != C.NOTIFICATION else C.forward(frame))
+
+
+def test_identity_with_pure_twin():
+    assert C.IMPLEMENTATION == "c"
+    assert C.__all__ == P.__all__
+    assert C.RawJson is P.RawJson
+    assert C.BatchReply is _replies.BatchReply
+    assert C.error_reply is _replies.error_reply
+    for name in ("REQUEST", "NOTIFICATION", "RESPONSE", "BATCH", "MALFORMED",
+                 "DEFAULT_MAX_LINE_SIZE", "DEFAULT_MAX_DEPTH"):
+        assert getattr(C, name) == getattr(P, name)
+    walker, stage1 = C._simdjson_implementation()
+    assert isinstance(walker, str) and isinstance(stage1, str)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_frames_survive_later_feeds(lazy):
+    d = C.Decoder(lazy=lazy)
+    kept = []
+    # whole lines, a line split across chunks, a line at the very end of a chunk (copied
+    # for padding), a batch and a malformed line
+    kept += d.feed(_msg(1) + b"\n" + _msg(2)[:30])
+    kept += d.feed(_msg(2)[30:] + b"\n[" + _msg(3) + b",1]\n{bad\n" + _msg(4) + b"\n")
+    before = [_snapshot(f) for f in kept]
+    for i in range(2000):  # churn every internal buffer
+        d.feed(_msg(100 + i, "x" * (i % 300)) + b"\n" + b'{"partial":')
+        d.feed(b'"yes"}\n')
+    gc.collect()
+    assert [_snapshot(f) for f in kept] == before
+
+
+def test_zero_copy_chunk_reference():
+    chunk = _msg(1) + b"\n" + b" " * 100 + b"\n"  # the line has padding room in the chunk
+    before = sys.getrefcount(chunk)
+    frames = C.Decoder(lazy=True).feed(chunk)
+    assert len(frames) == 1
+    assert sys.getrefcount(chunk) == before + 1  # the frame references the chunk itself
+    del frames
+    assert sys.getrefcount(chunk) == before
+
+
+def test_method_and_keys_are_interned():
+    d = C.Decoder()
+    a, b = d.feed(_msg(1) + b"\n" + _msg(2) + b"\n")
+    assert a.method is b.method
+    ka = next(iter(a.params))
+    kb = next(iter(b.params))
+    assert ka == kb == "sessionId" and ka is kb
+    C._clear_caches()
+    (c,) = d.feed(_msg(3) + b"\n")
+    assert c.method == a.method
+
+
+def test_lazy_payload_is_decoded_once():
+    (m,) = C.Decoder(lazy=True).feed(_msg(1) + b"\n")
+    p = m.params
+    assert p == {"sessionId": "s", "text": "hello"}
+    assert m.params is p
+    assert bytes(m.params_raw) == b'{"sessionId":"s","text":"hello"}'
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_big_line(lazy):
+    text = "é" * (3 * 1024 * 1024)
+    line = P.encode_notification("big", {"text": text})
+    d = C.Decoder(lazy=lazy)
+    frames = []
+    for i in range(0, len(line), 65536):
+        frames += d.feed(line[i:i + 65536])
+    (m,) = frames
+    assert m.params["text"] == text
+    assert bytes(m.raw) + b"\n" == line
+    # and the decoder keeps working with small lines afterwards
+    assert d.feed(_msg(7) + b"\n")[0].id == 7
+
+
+def test_line_too_long_across_many_chunks():
+    d = C.Decoder(max_line_size=1000)
+    out = []
+    for _ in range(50):
+        out += d.feed(b"x" * 100)
+    assert [(f.reason, f.raw) for f in out] == [("line too long", b"")]
+    assert d.buffered == 0
+    out = d.feed(b"yyy\n" + _msg(1) + b"\n")
+    assert [f.kind for f in out] == [C.REQUEST]
+
+
+def test_padding_path_matches_pure_twin():
+    # Lines ending within SIMDJSON_PADDING bytes of the chunk end are parsed from a copy.
+    line = _msg(5, "abc")
+    for extra in range(0, 80):
+        data = line + b"\n" + b" " * extra
+        for lazy in (False, True):
+            c = C.Decoder(lazy=lazy).feed(data)
+            p = P.Decoder(lazy=lazy).feed(data)
+            assert [repr(f) for f in c] == [repr(f) for f in p]
+            assert [bytes(f.params_raw) for f in c] == [bytes(f.params_raw) for f in p]
+
+
+def test_deep_nesting_beyond_the_cap_is_invalid_not_a_crash():
+    d = C.Decoder(max_depth=10**9)
+    (f,) = d.feed(b"[" * 200000 + b"]" * 200000 + b"\n")
+    assert (f.kind, f.reason) == (C.MALFORMED, "invalid JSON")
+
+
+def test_reentrant_encoder():
+    class Sneaky(list):
+        def __iter__(self):
+            C.encode_value({"inner": [1, 2, 3]})  # re-enters while the outer encode runs
+            return super().__iter__()
+
+    value = {"a": Sneaky([1, "x", 2.5]), "b": [Sneaky([None])]}
+    assert C.encode_value(value) == P.encode_value(value)
+    assert C.encode_request(1, "m", value) == P.encode_request(1, "m", value)
+
+
+def test_forward_accepts_pure_messages():
+    (pm,) = P.Decoder().feed(_msg(3) + b"\n")
+    assert C.forward(pm, id="z") == P.forward(pm, id="z")
+    assert C.forward(pm) == P.forward(pm)
