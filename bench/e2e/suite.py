@@ -1,0 +1,280 @@
+"""Workloads, metrics and the repeat loop of the end-to-end benchmark.
+
+Each repetition runs, for every pair, two client invocations ("steps"):
+
+``main``   ``--n N --m M --inflight K --inflight-m X --warmup W``: one prompt streaming N
+           ``agent_message_chunk`` notifications of 100-byte text (workload a), M sequential
+           ``_test/echo`` round trips (b), X echo requests with K = 64 in flight (c); the client
+           also reports the spawn-to-initialize time (f) and both processes' peak RSS (e).
+``large``  ``--large --n L``: the agent sends L notifications of 1 MiB text each (d), with the
+           peak RSS of both processes at that size.
+
+Pairs are interleaved inside each repetition (r1: all pairs, r2: all pairs, ...), so slow
+drifts of the shared machine's load spread over all pairs instead of hitting one. Every
+metric is reported as a row ``{pair, workload, unit, runs: [...], median}`` (median of the R
+runs that succeeded). The client's own checks (every notification received, every text byte
+counted, every echo answered with its params) must pass, otherwise the run counts as failed.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .pairs import Pair
+from .runner import Invocation, InvocationError, run_client
+
+__all__ = ["METRICS", "Metric", "Row", "Settings", "Step", "run_suite"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes and repeat count of one benchmark session."""
+
+    repeat: int = 3
+    n: int = 20_000  #: notifications in the streaming prompt (workload a)
+    chunk: int = 100  #: text bytes per streamed notification
+    m: int = 5_000  #: sequential round trips (workload b)
+    inflight: int = 64  #: requests kept in flight (workload c)
+    inflight_m: int = 20_000  #: requests of the in-flight phase
+    large_n: int = 100  #: 1 MiB notifications (workload d)
+    warmup: int = 5_000  #: unmeasured chunks and echoes before the measured part (JIT warm-up)
+    timeout_s: float = 180.0  #: per client invocation
+
+    @classmethod
+    def quick(cls) -> Settings:
+        """CI-sized: same N, fewer round trips and large frames; with the default quick pairs
+        (pysdk/pysdk, ts/ts) the whole run takes well under a minute on a quiet machine."""
+        return cls(repeat=3, n=20_000, m=500, inflight_m=2_000, large_n=10, warmup=500, timeout_s=60.0)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One client invocation per pair and repetition."""
+
+    name: str
+    args: Callable[[Settings], list[str]]
+    env: Callable[[Settings], dict[str, str]]
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "main",
+        lambda s: ["--n", str(s.n), "--m", str(s.m), "--rtt-method", "echo", "--inflight", str(s.inflight),
+                   "--inflight-m", str(s.inflight_m), "--warmup", str(s.warmup)],
+        lambda s: {"ACP_CHUNK": str(s.chunk)},
+    ),
+    Step(
+        "large",
+        lambda s: ["--large", "--n", str(s.large_n), "--m", "0", "--warmup", "0"],
+        lambda s: {"ACP_CHUNK": "1048576"},
+    ),
+)
+
+
+def _kib_to_mib(v: Any) -> float | None:
+    return None if v is None else round(float(v) / 1024.0, 1)
+
+
+def _agent_rss(inv: Invocation) -> float | None:
+    v = inv.result.get("agentMaxRssKiB")
+    return _kib_to_mib(v if v is not None else inv.agent_hwm_kib)
+
+
+def _client_rss(inv: Invocation) -> float | None:
+    v = inv.result.get("clientMaxRssKiB")
+    return _kib_to_mib(v if v is not None else inv.client_hwm_kib)
+
+
+def _per_frame_ms(inv: Invocation) -> float | None:
+    r = inv.result
+    if r.get("promptMs") is None or not r.get("n"):
+        return None
+    return round(float(r["promptMs"]) / float(r["n"]), 3)
+
+
+def _field(name: str) -> Callable[[Invocation], float | None]:
+    def get(inv: Invocation) -> float | None:
+        v = inv.result.get(name)
+        return None if v is None else float(v)
+
+    return get
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported number, extracted from one step's invocation."""
+
+    workload: str
+    step: str
+    unit: str
+    better: str  #: "higher" or "lower"
+    extract: Callable[[Invocation], float | None]
+    label: str
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("stream", "main", "notif/s", "higher", _field("notificationsPerSec"),
+           "(a) streaming N × 100 B agent_message_chunk"),
+    Metric("stream_cpu_client", "main", "µs/msg", "lower", _field("streamClientCpuUsPerMsg"),
+           "(a) client CPU per notification"),
+    Metric("stream_cpu_agent", "main", "µs/msg", "lower", _field("streamAgentCpuUsPerMsg"),
+           "(a) agent CPU per notification"),
+    Metric("rtt_seq", "main", "rt/s", "higher", _field("roundTripsPerSec"), "(b) sequential _test/echo"),
+    Metric("rtt_p50", "main", "µs", "lower", _field("p50RttUs"), "(b) round trip p50"),
+    Metric("rtt_p99", "main", "µs", "lower", _field("p99RttUs"), "(b) round trip p99"),
+    Metric("inflight", "main", "req/s", "higher", _field("requestsPerSec"), "(c) _test/echo, 64 in flight"),
+    Metric("inflight_p99", "main", "µs", "lower", _field("inflightP99RttUs"), "(c) 64 in flight, latency p99"),
+    Metric("large", "large", "MiB/s", "higher", _field("textMiBPerSec"), "(d) 1 MiB notifications"),
+    Metric("large_frame", "large", "ms", "lower", _per_frame_ms, "(d) time per 1 MiB notification"),
+    Metric("rss_client", "main", "MiB", "lower", _client_rss, "(e) client peak RSS, streaming run"),
+    Metric("rss_agent", "main", "MiB", "lower", _agent_rss, "(e) agent peak RSS, streaming run"),
+    Metric("large_rss_client", "large", "MiB", "lower", _client_rss, "(e) client peak RSS, 1 MiB frames"),
+    Metric("large_rss_agent", "large", "MiB", "lower", _agent_rss, "(e) agent peak RSS, 1 MiB frames"),
+    Metric("startup", "main", "ms", "lower", _field("startupMs"), "(f) spawn → initialize response"),
+)
+
+
+@dataclass
+class Row:
+    """One metric of one pair over all repetitions."""
+
+    pair: str
+    workload: str
+    unit: str | None
+    runs: list[float] = field(default_factory=list)
+    median: float | None = None
+    better: str | None = None
+    errors: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        if not self.errors:
+            d.pop("errors")
+        if self.skipped is None:
+            d.pop("skipped")
+        return d
+
+
+def _check(inv: Invocation, step: Step) -> None:
+    r = inv.result
+    for key in ("updatesOk", "textOk"):
+        if r.get(key) is False:
+            raise InvocationError(f"client self-check failed: {key}=false ({step.name})")
+    if r.get("stopReason") not in (None, "end_turn"):
+        raise InvocationError(f"stopReason {r.get('stopReason')!r} ({step.name})")
+
+
+def run_suite(
+    pairs: Iterable[Pair],
+    settings: Settings,
+    *,
+    on_start: Callable[[str], None] | None = None,
+    on_tick: Callable[[str, float], None] | None = None,
+    on_done: Callable[[str, str], None] | None = None,
+) -> tuple[list[Row], list[dict[str, Any]]]:
+    """Runs every step of every runnable pair ``settings.repeat`` times.
+
+    Returns the metric rows (skipped pairs get one row with ``workload="*"`` and the skip
+    message) and the raw per-invocation records (client JSON, /proc samples, load average).
+    The callbacks receive a step label like ``"r2 ts/ts main"`` for progress displays.
+    """
+    pairs = list(pairs)
+    runnable: list[Pair] = []
+    rows: list[Row] = []
+    for p in pairs:
+        msg = p.missing()
+        if msg is None:
+            runnable.append(p)
+        else:
+            rows.append(Row(pair=p.name, workload="*", unit=None, skipped=msg))
+    metric_rows: dict[tuple[str, str], Row] = {
+        (p.name, m.workload): Row(pair=p.name, workload=m.workload, unit=m.unit, better=m.better)
+        for p in runnable
+        for m in METRICS
+    }
+    raw: list[dict[str, Any]] = []
+    for rep in range(1, settings.repeat + 1):
+        for p in runnable:
+            for step in STEPS:
+                label = f"r{rep}/{settings.repeat} {p.name} {step.name}"
+                if on_start:
+                    on_start(label)
+                argv = [*p.client_cmd, *step.args(settings), "--", *p.agent_cmd]
+                env = {**step.env(settings), **p.env}
+                record: dict[str, Any] = {"pair": p.name, "step": step.name, "repeat": rep, "argv": argv,
+                                          "loadavg": _loadavg()}
+                try:
+                    inv = run_client(
+                        argv,
+                        env=env,
+                        timeout_s=settings.timeout_s,
+                        on_tick=functools.partial(on_tick, label) if on_tick else None,
+                    )
+                    _check(inv, step)
+                except (InvocationError, OSError) as exc:
+                    err = str(exc)
+                    record["error"] = err
+                    raw.append(record)
+                    for m in METRICS:
+                        if m.step == step.name:
+                            metric_rows[(p.name, m.workload)].errors.append(f"r{rep}: {err}")
+                    if on_done:
+                        on_done(label, f"FAILED: {err[:200]}")
+                    continue
+                record.update(result=inv.result, wall_s=round(inv.wall_s, 3), client_hwm_kib=inv.client_hwm_kib,
+                              agent_hwm_kib=inv.agent_hwm_kib)
+                raw.append(record)
+                for m in METRICS:
+                    if m.step == step.name:
+                        v = m.extract(inv)
+                        if v is not None:
+                            metric_rows[(p.name, m.workload)].runs.append(v)
+                if on_done:
+                    on_done(label, _summary(step, inv))
+    for row in metric_rows.values():
+        if row.runs:
+            row.median = statistics.median(row.runs)
+        rows.append(row)
+    return rows, raw
+
+
+def _summary(step: Step, inv: Invocation) -> str:
+    r = inv.result
+    if step.name == "main":
+        return (f"{r.get('notificationsPerSec')} notif/s, {r.get('roundTripsPerSec')} rt/s, "
+                f"{r.get('requestsPerSec')} req/s @{r.get('inflight')}, startup {r.get('startupMs')} ms "
+                f"({inv.wall_s:.1f} s)")
+    return f"{r.get('textMiBPerSec')} MiB/s, {r.get('n')} × {r.get('chunkSize')} B ({inv.wall_s:.1f} s)"
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def now_iso() -> str:
+    """Local time stamp for reports."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def load_text() -> str:
+    """The 1/5/15-minute load average as text ("n/a" where unknown)."""
+    la = _loadavg()
+    return "n/a" if la is None else " ".join(f"{x:.1f}" for x in la)
+
+
+def calibrate(loops: int = 10_000_000) -> float:
+    """Milliseconds of CPU for ``sum(range(loops))``: a crude speed gauge of the machine *now*
+    (contention on a shared host shows up here too), to tell a slow machine from a slow peer."""
+    t0 = time.process_time()
+    sum(range(loops))
+    return (time.process_time() - t0) * 1000.0
