@@ -1,0 +1,386 @@
+"""Session helpers for clients (API layer, above :mod:`acp_fast.roles`).
+
+Mirrors the v2 session API of the Rust SDK guide (seed 000) in Python form:
+
+* :func:`build_session` / :func:`resume_session` publish ``session/new`` /
+  ``session/resume`` and resolve to an :class:`OpenedSession`: the command handle
+  (:class:`V2Session`, just a session id + connection) *and* the complete setup response,
+  never a reconstructed subset.
+* :meth:`V2Session.send_prompt` returns the ``session/prompt`` request handle; its result is
+  the insertion receipt (``{"messageId": …}``), not the end of the turn. Completion arrives
+  as an ``idle`` ``state_update`` (:meth:`V2Session.wait_idle`).
+* :meth:`V2Session.cancel_active_work` sends the session-wide ``session/cancel``.
+* Foreground state is tracked per session (:class:`SessionState`) from every *known*
+  ``state_update`` the connection reads, before the application's handler sees it. The
+  handle owns nothing and buffers nothing; dropping it has no effect on the wire.
+* v1: :func:`new_session_v1` resolves to a :class:`V1Session` whose :meth:`V1Session.prompt`
+  stays pending for the whole turn and ends with ``stopReason``.
+
+Install update handlers on the builder *before* connecting: resume replay precedes the
+resume response on the wire, so handlers observe it in order, and :func:`resume_session`
+only resolves after the notifications received before its response were handled.
+
+Example (inside ``Client.v2().connect_with(stream, main)``)::
+
+    async def main(cx):
+        await cx.initialize()
+        opened = await cx.build_session(cwd="/work")
+        session = opened.session
+        epoch = session.idle_epoch
+        receipt = await session.send_prompt([{"type": "text", "text": "hi"}])
+        stop = await session.wait_idle(after=epoch)
+        assert stop.kind == "end_turn" and "messageId" in receipt
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .jsonrpc import PendingRequest
+    from .roles import AcpConnection, SentRequest
+
+__all__ = [
+    "IDLE",
+    "REQUIRES_ACTION",
+    "RUNNING",
+    "OpenedSession",
+    "SessionState",
+    "SessionStates",
+    "StopReason",
+    "V1Session",
+    "V2Session",
+    "build_session",
+    "new_session_v1",
+    "resume_session",
+]
+
+IDLE = "idle"
+RUNNING = "running"
+REQUIRES_ACTION = "requires_action"
+
+
+class StopReason:
+    """The stop reason of an ``idle`` state update (v2, flattened tagged object).
+
+    Attributes:
+        kind: ``"end_turn"``, ``"max_tokens"``, ``"max_turn_requests"``, ``"refusal"``,
+            ``"cancelled"``, ``"error"`` or any other string (custom ones start with ``_``).
+        error: the JSON-RPC error object of an ``error`` stop reason, if reported.
+        payload: the whole update it came from (unknown fields preserved).
+    """
+
+    __slots__ = ("error", "kind", "payload")
+
+    def __init__(self, kind: str, error: dict[str, Any] | None, payload: dict[str, Any]) -> None:
+        self.kind = kind
+        self.error = error
+        self.payload = payload
+
+    @classmethod
+    def from_update(cls, update: dict[str, Any]) -> StopReason | None:
+        """The stop reason of an idle update; ``None`` when omitted, null or malformed."""
+        kind = update.get("stopReason")
+        if type(kind) is not str:
+            return None
+        error = update.get("error") if kind == "error" else None
+        return cls(kind, error if type(error) is dict else None, update)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self.kind == other
+        return isinstance(other, StopReason) and (self.kind, self.error) == (other.kind, other.error)
+
+    def __hash__(self) -> int:
+        return hash(self.kind)
+
+    def __repr__(self) -> str:
+        return f"StopReason({self.kind!r}" + (f", error={self.error!r})" if self.error else ")")
+
+
+class SessionState:
+    """Foreground state of one v2 session, as last reported by the agent.
+
+    Attributes:
+        state: ``"idle"`` (the default for a new session), ``"running"``,
+            ``"requires_action"`` or another (future) string.
+        stop_reason: the stop reason of the last idle update that carried one.
+        idle_epoch: how many times the session went from non-idle to idle (a repeated
+            idle snapshot is not a new completion).
+    """
+
+    __slots__ = ("_waiters", "idle_epoch", "state", "stop_reason")
+
+    def __init__(self) -> None:
+        self.state = IDLE
+        self.stop_reason: StopReason | None = None
+        self.idle_epoch = 0
+        self._waiters: list[tuple[int, asyncio.Future[StopReason | None]]] = []
+
+    def apply(self, update: dict[str, Any]) -> None:
+        """Apply one known ``state_update`` payload."""
+        state = update.get("state")
+        if type(state) is not str:
+            return
+        previous, self.state = self.state, state
+        if state != IDLE:
+            return
+        reason = StopReason.from_update(update)
+        if previous != IDLE:
+            self.idle_epoch += 1
+            self.stop_reason = reason
+            self._wake()
+        elif reason is not None and self.stop_reason is None:
+            self.stop_reason = reason  # a snapshot may carry the last reason for context
+
+    def _wake(self) -> None:
+        keep = []
+        for after, fut in self._waiters:
+            if fut.done():
+                continue
+            if self.idle_epoch > after:
+                fut.set_result(self.stop_reason)
+            else:
+                keep.append((after, fut))
+        self._waiters = keep
+
+    async def wait_idle(self, after: int | None = None) -> StopReason | None:
+        """Wait until the session becomes idle after epoch ``after``; return its stop reason.
+
+        Args:
+            after: an earlier :attr:`idle_epoch` (take it *before* starting the work);
+                ``None``: the current epoch, i.e. wait for the next transition to idle.
+        """
+        if after is None:
+            after = self.idle_epoch
+        if self.idle_epoch > after:
+            return self.stop_reason
+        fut: asyncio.Future[StopReason | None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((after, fut))
+        return await fut
+
+    def __repr__(self) -> str:
+        return f"SessionState({self.state!r}, stop_reason={self.stop_reason!r}, idle_epoch={self.idle_epoch})"
+
+
+class SessionStates:
+    """Per-connection table ``session id -> SessionState`` (filled by the read path)."""
+
+    __slots__ = ("_states",)
+
+    def __init__(self) -> None:
+        self._states: dict[str, SessionState] = {}
+
+    def get(self, session_id: str) -> SessionState:
+        """The state of ``session_id`` (created idle on first use, never overwritten)."""
+        state = self._states.get(session_id)
+        if state is None:
+            state = self._states[session_id] = SessionState()
+        return state
+
+    def apply(self, session_id: Any, update: dict[str, Any]) -> None:
+        if type(session_id) is str:
+            self.get(session_id).apply(update)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._states
+
+
+class V2Session:
+    """Command handle of one v2 session: its id and the connection, nothing else.
+
+    Cloneable by construction (two handles with the same id are interchangeable); it does
+    not own, buffer or unregister inbound messages.
+    """
+
+    __slots__ = ("connection", "session_id")
+
+    def __init__(self, session_id: str, connection: AcpConnection) -> None:
+        self.session_id = session_id
+        self.connection = connection
+
+    @property
+    def state(self) -> SessionState:
+        """The tracked foreground state of this session."""
+        return self.connection.sessions.get(self.session_id)
+
+    @property
+    def idle_epoch(self) -> int:
+        return self.state.idle_epoch
+
+    def send_prompt(self, prompt: Sequence[Any] | str, **fields: Any) -> PendingRequest:
+        """Send ``session/prompt``; the handle resolves to the insertion receipt.
+
+        Args:
+            prompt: content blocks, or a plain string (one ``text`` block).
+            **fields: further request fields (``_meta`` …).
+
+        Returns:
+            The request handle (await it, ``cancel()`` it or ``detach()`` it). Its result is
+            ``{"messageId": …}``; the turn's end is an idle ``state_update``.
+        """
+        blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
+        params = {"sessionId": self.session_id, "prompt": blocks, **fields}
+        return cast("PendingRequest", self.connection.send_request("session/prompt", params))
+
+    async def wait_idle(self, after: int | None = None) -> StopReason | None:
+        """See :meth:`SessionState.wait_idle`."""
+        return await self.state.wait_idle(after)
+
+    def cancel_active_work(self, **fields: Any) -> bool:
+        """Send the session-wide ``session/cancel`` notification.
+
+        Completion of cancelled foreground work is an idle update with stop reason
+        ``cancelled``; cancelling an idle session need not produce one.
+        """
+        return self.connection.send_notification("session/cancel", {"sessionId": self.session_id, **fields})
+
+    def set_config_option(self, config_id: str, value: Any, **fields: Any) -> PendingRequest:
+        """``session/set_config_option``; resolves to the authoritative replacement set."""
+        params = {"sessionId": self.session_id, "configId": config_id, "value": value, **fields}
+        return cast("PendingRequest", self.connection.send_request("session/set_config_option", params))
+
+    def close(self, **fields: Any) -> PendingRequest:
+        """``session/close``; resolves to the complete close response."""
+        params = {"sessionId": self.session_id, **fields}
+        return cast("PendingRequest", self.connection.send_request("session/close", params))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, V2Session) and (self.session_id, self.connection) == (
+            other.session_id, other.connection)
+
+    def __hash__(self) -> int:
+        return hash(self.session_id)
+
+    def __repr__(self) -> str:
+        return f"V2Session({self.session_id!r})"
+
+
+class OpenedSession:
+    """Result of a v2 setup request: the command handle and the complete response.
+
+    Attributes:
+        session: the :class:`V2Session` handle.
+        response: the complete ``session/new`` / ``session/resume`` result, unchanged.
+    """
+
+    __slots__ = ("response", "session")
+
+    def __init__(self, session: V2Session, response: dict[str, Any]) -> None:
+        self.session = session
+        self.response = response
+
+    def into_parts(self) -> tuple[V2Session, dict[str, Any]]:
+        return self.session, self.response
+
+    def __repr__(self) -> str:
+        return f"OpenedSession({self.session!r}, response={self.response!r})"
+
+
+def _setup_params(cwd: str, mcp_servers: Sequence[Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
+    params: dict[str, Any] = {"cwd": cwd}
+    if mcp_servers is not None:
+        params["mcpServers"] = list(mcp_servers)
+    params.update(fields)
+    return params
+
+
+def build_session(
+    connection: AcpConnection, cwd: str, *, mcp_servers: Sequence[Any] | None = None, **fields: Any
+) -> SentRequest[OpenedSession]:
+    """Publish v2 ``session/new``; resolves to an :class:`OpenedSession`.
+
+    A state reported before the response is kept (the response never resets it to idle).
+
+    Raises:
+        TypeError: ``connection`` does not speak v2.
+    """
+    _require_v2(connection, "build_session")
+
+    def opened(result: Any) -> OpenedSession:
+        session_id = result["sessionId"]
+        connection.sessions.get(session_id)  # default idle unless already reported
+        return OpenedSession(V2Session(session_id, connection), result)
+
+    return connection._mapped_request("session/new", _setup_params(cwd, mcp_servers, fields), opened)
+
+
+def resume_session(
+    connection: AcpConnection,
+    session_id: str,
+    cwd: str,
+    *,
+    replay_from: Any = None,
+    mcp_servers: Sequence[Any] | None = None,
+    **fields: Any,
+) -> SentRequest[OpenedSession]:
+    """Publish v2 ``session/resume``; resolves to an :class:`OpenedSession`.
+
+    Replay updates (and the current-state snapshot) precede the response on the wire; the
+    result resolves only after the handlers of the notifications received before it ran.
+
+    Args:
+        replay_from: e.g. ``{"type": "start"}``; ``None`` omits ``replayFrom``.
+
+    Raises:
+        TypeError: ``connection`` does not speak v2.
+    """
+    _require_v2(connection, "resume_session")
+    params = {"sessionId": session_id, **_setup_params(cwd, mcp_servers, fields)}
+    if replay_from is not None:
+        params["replayFrom"] = replay_from
+
+    def opened(result: Any) -> OpenedSession:
+        return OpenedSession(V2Session(session_id, connection), result)
+
+    return connection._mapped_request("session/resume", params, opened, settle=True)
+
+
+class V1Session:
+    """A v1 session: ``prompt`` stays pending for the turn and ends with ``stopReason``.
+
+    Attributes:
+        session_id: the id from ``session/new``.
+        connection: the :class:`~acp_fast.roles.AcpConnection`.
+        response: the complete ``session/new`` result.
+    """
+
+    __slots__ = ("connection", "response", "session_id")
+
+    def __init__(self, session_id: str, connection: AcpConnection, response: dict[str, Any]) -> None:
+        self.session_id = session_id
+        self.connection = connection
+        self.response = response
+
+    def prompt(self, prompt: Sequence[Any] | str, **fields: Any) -> PendingRequest:
+        """Send ``session/prompt``; resolves to ``{"stopReason": …}`` when the turn ends."""
+        blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
+        return cast("PendingRequest", self.connection.send_request(
+            "session/prompt", {"sessionId": self.session_id, "prompt": blocks, **fields}))
+
+    def cancel(self, **fields: Any) -> bool:
+        """Send ``session/cancel``; the pending prompt then ends with ``cancelled``."""
+        return self.connection.send_notification("session/cancel", {"sessionId": self.session_id, **fields})
+
+    def __repr__(self) -> str:
+        return f"V1Session({self.session_id!r})"
+
+
+def new_session_v1(
+    connection: AcpConnection, cwd: str, *, mcp_servers: Sequence[Any] = (), **fields: Any
+) -> SentRequest[V1Session]:
+    """Publish v1 ``session/new`` (``mcpServers`` is required in v1); resolves to a session."""
+    if connection.version != 1:
+        raise TypeError("new_session_v1 needs a v1 connection (use build_session on v2)")
+
+    def opened(result: Any) -> V1Session:
+        return V1Session(result["sessionId"], connection, result)
+
+    return connection._mapped_request("session/new", _setup_params(cwd, mcp_servers, fields), opened)
+
+
+def _require_v2(connection: AcpConnection, what: str) -> None:
+    if connection.version < 2:
+        raise TypeError(f"{what} needs a v2 connection (Client.v2()); v1 uses new_session")

@@ -1,0 +1,232 @@
+"""Session helpers (seed 000 "High-level v2 sessions"; protocol.md §4.2, §7.3-7.4).
+
+Both engine twins; the main flows also run against a real child process
+(``tests/helpers/roles_agent.py`` on stdio).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+
+import roles_agent
+from roles_support import RawPeer, open_agent, run, serve_in_memory
+
+from acp_fast.roles import Client
+from acp_fast.sessions import SessionState, StopReason, V2Session
+from acp_fast.transport import memory_pair
+
+
+@pytest.fixture(params=["memory", "child"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_v2_build_session_returns_complete_response_and_command_handle(engine: ModuleType, transport: str) -> None:
+    async def body() -> None:
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            opened = await cx.build_session("/tmp")
+            session, response = opened.into_parts()
+            assert session == V2Session("v2-session", cx) and session.connection is cx
+            assert session.state.state == "idle"
+            return response
+
+        response = await Client.v2().connect_with(await open_agent(transport, "v2", engine), main, engine=engine)
+        assert response == {"sessionId": "v2-session", "configOptions": [], "_meta": {"extra": {"kept": True}}}
+
+    run(body)
+
+
+def test_v2_send_prompt_returns_insertion_receipt_and_idle_ends_work(engine: ModuleType, transport: str) -> None:
+    async def body() -> None:
+        inserted: list[Any] = []
+        client = Client.v2().on_session_update(
+            lambda u, cx: inserted.append(u.payload["messageId"]) if u.kind == "user_message" else None)
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            session = (await cx.build_session("/tmp")).session
+            results = []
+            for text in ("one", "two"):
+                epoch = session.idle_epoch
+                receipt = await session.send_prompt(text)
+                results.append((receipt, await session.wait_idle(after=epoch)))
+            return results
+
+        results = await client.connect_with(await open_agent(transport, "v2", engine), main, engine=engine)
+        assert [(r["messageId"], s.kind) for r, s in results] == [("m1", "end_turn"), ("m2", "end_turn")]
+        assert inserted == ["m1", "m2"]  # live user-message updates use the receipt's id
+
+    run(body)
+
+
+def test_v2_state_tracking_running_requires_action_idle(engine: ModuleType) -> None:
+    async def body() -> None:
+        states: list[str] = []
+
+        def on_update(update: Any, cx: Any) -> None:
+            if update.kind == "state_update":
+                states.append(cx.connection.sessions.get(update.session_id).state)
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            session = (await cx.build_session("/tmp")).session
+            epoch = session.idle_epoch
+            await session.send_prompt("block")
+            return await session.wait_idle(after=epoch), session.idle_epoch - epoch
+
+        stream = serve_in_memory(roles_agent.v2_agent({}), engine)
+        stop, completions = await Client.v2().on_session_update(on_update).connect_with(stream, main, engine=engine)
+        assert states == ["requires_action", "running", "idle"]
+        assert stop == "end_turn" and completions == 1
+
+    run(body)
+
+
+def test_v2_error_stop_reason_carries_the_error(engine: ModuleType) -> None:
+    async def body() -> None:
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            session = (await cx.build_session("/tmp")).session
+            epoch = session.idle_epoch
+            receipt = await session.send_prompt("fail")  # inserted: the response stays successful
+            return receipt, await session.wait_idle(after=epoch)
+
+        stream = serve_in_memory(roles_agent.v2_agent({}), engine)
+        receipt, stop = await Client.v2().connect_with(stream, main, engine=engine)
+        assert receipt == {"messageId": "m1"}
+        assert stop.kind == "error" and stop.error == {"code": -32000, "message": "Authentication required"}
+
+    run(body)
+
+
+def test_v2_cancel_active_work_ends_with_cancelled(engine: ModuleType, transport: str) -> None:
+    async def body() -> None:
+        running = asyncio.Event()
+        client = Client.v2().on_session_update(
+            lambda u, cx: running.set() if u.payload.get("state") == "running" else None)
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            session = (await cx.build_session("/tmp")).session
+            epoch = session.idle_epoch
+            await session.send_prompt("wait-cancel")
+            await running.wait()
+            assert session.cancel_active_work() is True
+            return await session.wait_idle(after=epoch)
+
+        stop = await client.connect_with(await open_agent(transport, "v2", engine), main, engine=engine)
+        assert stop == StopReason("cancelled", None, {})
+
+    run(body)
+
+
+def test_v2_state_reported_before_new_session_response_is_kept(engine: ModuleType) -> None:
+    async def body() -> None:
+        a, b = memory_pair()
+        agent = RawPeer(a)
+
+        async def main(cx: Any) -> Any:
+            sent = cx.initialize()
+            msg = await agent.recv()
+            agent.send({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "protocolVersion": 2, "info": {"name": "a", "version": "1"}}})
+            await sent
+            pending = cx.build_session("/tmp")
+            msg = await agent.recv()
+            agent.notify("session/update", {"sessionId": "s9", "update": {
+                "sessionUpdate": "state_update", "state": "running"}})
+            agent.send({"jsonrpc": "2.0", "id": msg["id"], "result": {"sessionId": "s9"}})
+            return (await pending).session.state.state
+
+        assert await Client.v2().connect_with(b, main, engine=engine) == "running"
+
+    run(body)
+
+
+def test_repeated_idle_snapshot_is_not_a_new_completion() -> None:
+    state = SessionState()
+    state.apply({"state": "idle", "stopReason": "end_turn"})  # a snapshot of an idle session
+    assert state.idle_epoch == 0
+    state.apply({"state": "running"})
+    state.apply({"state": "idle", "stopReason": "max_tokens"})
+    state.apply({"state": "idle", "stopReason": "max_tokens"})
+    assert state.idle_epoch == 1 and state.stop_reason == "max_tokens"
+    state.apply({"state": "_future_state"})
+    assert state.state == "_future_state"
+    state.apply({"state": "idle"})
+    assert state.idle_epoch == 2 and state.stop_reason is None  # no reason reported
+
+
+def test_v2_resume_replay_delivered_in_order_before_the_response(engine: ModuleType, transport: str) -> None:
+    async def body() -> None:
+        seen: list[str] = []
+
+        async def on_update(update: Any, cx: Any) -> None:
+            for _ in range(3):  # a handler that really suspends
+                await asyncio.sleep(0)
+            seen.append(update.payload.get("messageId") or update.payload.get("state"))
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            opened = await cx.resume_session("old-session", "/tmp", replay_from={"type": "start"})
+            snapshot = list(seen)
+            return opened, snapshot
+
+        opened, snapshot = await Client.v2().on_session_update(on_update).connect_with(
+            await open_agent(transport, "v2", engine), main, engine=engine)
+        assert snapshot == ["r0", "r1", "r2", "r3", "r4", "idle"]
+        assert opened.session.session_id == "old-session"
+        assert opened.response == {"configOptions": [], "_meta": {"resumed": "old-session"}}
+
+    run(body)
+
+
+def test_v1_prompt_turn_ends_with_stop_reason(engine: ModuleType, transport: str) -> None:
+    async def body() -> None:
+        chunks: list[str] = []
+        client = Client.builder().on_session_update(lambda u, cx: chunks.append(u.payload["content"]["text"]))
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            session = await cx.new_session("/tmp")
+            done = await session.prompt("hello")
+            turn = session.prompt("wait-cancel")
+            while len(chunks) < 2:
+                await asyncio.sleep(0)
+            assert session.cancel() is True
+            return done, await turn
+
+        done, cancelled = await client.connect_with(await open_agent(transport, "v1", engine), main, engine=engine)
+        assert done == {"stopReason": "end_turn"} and cancelled == {"stopReason": "cancelled"}
+        assert chunks == ["echo: hello", "echo: wait-cancel"]
+
+    run(body)
+
+
+def test_session_helpers_check_the_connection_version(engine: ModuleType) -> None:
+    async def body() -> None:
+        async def v1_main(cx: Any) -> Any:
+            await cx.initialize()
+            with pytest.raises(TypeError):
+                cx.build_session("/tmp")
+            with pytest.raises(TypeError):
+                cx.resume_session("s", "/tmp")
+
+        async def v2_main(cx: Any) -> Any:
+            await cx.initialize()
+            with pytest.raises(TypeError):
+                cx.new_session("/tmp")
+
+        await Client.builder().connect_with(serve_in_memory(roles_agent.v1_agent({}), engine), v1_main, engine=engine)
+        await Client.v2().connect_with(serve_in_memory(roles_agent.v2_agent({}), engine), v2_main, engine=engine)
+
+    run(body)
