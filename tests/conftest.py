@@ -1,0 +1,229 @@
+"""Shared fixtures: every engine test runs against both twins through one session fixture.
+
+Layout (style guide G9):
+
+* :class:`EngineImpl` is a frozen facade over one twin (``tag`` ``"py"``/``"c"``) that
+  imports its module on first use and caches it;
+* ``engine_impl`` is a session-scoped fixture parametrised over both twins (ids ``py`` and
+  ``c``); the ``c`` param carries the ``c_extension`` marker;
+* derived fixtures (``engine``, ``errors``, ``engine_py``, ``engine_c``, ``twin_pair``)
+  mean that no test ever imports a twin by name, so later layers (connection tests) can
+  reuse them unchanged;
+* ``--no-c-extensions`` (or ``ACP_FAST_NO_EXTENSIONS=1``) deselects every test that needs
+  the compiled twin. Without it the compiled twin is *expected*: if it fails to import, the
+  ``c`` params ERROR (the import happens inside the fixture), they are never skipped.
+
+Also registers the hypothesis profiles: ``ci`` (selected when ``CI=true``: derandomized,
+no example database, no deadline) and ``dev`` (no deadline; the default elsewhere).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from types import ModuleType
+from typing import Any, Callable
+
+import pytest
+
+from acp_fast import _compat
+
+try:  # hypothesis is a test extra; the fixtures below do not need it
+    from hypothesis import HealthCheck, settings
+except ImportError:  # pragma: no cover
+    settings = None  # type: ignore[assignment]
+else:
+    settings.register_profile(
+        "ci",
+        deadline=None,
+        derandomize=True,
+        database=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile("dev", deadline=None)
+    _profile = os.environ.get("HYPOTHESIS_PROFILE") or (
+        "ci" if os.environ.get("CI", "").lower() in ("1", "true", "yes") else "dev"
+    )
+    settings.load_profile(_profile)
+
+
+# ---------------------------------------------------------------------------------------
+# Twin selection
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineImpl:
+    """One engine twin: ``is_pure_python`` picks ``_engine_py`` or ``_engine_c``."""
+
+    is_pure_python: bool
+
+    @property
+    def tag(self) -> str:
+        return "py" if self.is_pure_python else "c"
+
+    @property
+    def module_name(self) -> str:
+        return "acp_fast._engine_py" if self.is_pure_python else "acp_fast._engine_c"
+
+    @cached_property
+    def module(self) -> ModuleType:
+        # An ImportError here makes every test using the ``c`` param ERROR, which is the
+        # point: when the compiled twin is expected, its absence must be loud.
+        return importlib.import_module(self.module_name)
+
+    def __repr__(self) -> str:
+        return f"EngineImpl({self.tag})"
+
+
+PY_IMPL = EngineImpl(is_pure_python=True)
+C_IMPL = EngineImpl(is_pure_python=False)
+
+ENGINE_PARAMS = [
+    pytest.param(PY_IMPL, id="py"),
+    pytest.param(C_IMPL, id="c", marks=pytest.mark.c_extension),
+]
+
+_PAIR_PARAMS = [
+    pytest.param(
+        (enc, dec),
+        id=f"{enc.tag}-{dec.tag}",
+        marks=[pytest.mark.c_extension] if not (enc.is_pure_python and dec.is_pure_python) else [],
+    )
+    for enc in (PY_IMPL, C_IMPL)
+    for dec in (PY_IMPL, C_IMPL)
+]
+
+# Fixtures that need the compiled twin whatever the param: tests using them get the marker.
+_C_ONLY_FIXTURES = frozenset({"engine_c", "both_engines"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("acp_fast")
+    group.addoption(
+        "--c-extensions",
+        dest="c_extensions",
+        action="store_true",
+        default=True,
+        help="run the tests of the compiled engine twin (the default)",
+    )
+    group.addoption(
+        "--no-c-extensions",
+        dest="c_extensions",
+        action="store_false",
+        help="deselect the tests of the compiled engine twin (also: ACP_FAST_NO_EXTENSIONS=1)",
+    )
+
+
+def c_extensions_wanted(config: pytest.Config) -> bool:
+    """False under ``--no-c-extensions`` or when ``ACP_FAST_NO_EXTENSIONS`` is set."""
+    return bool(config.getoption("c_extensions")) and not _compat.NO_EXTENSIONS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Declared in pyproject too; repeated so the marker exists when run from elsewhere.
+    config.addinivalue_line("markers", "c_extension: runs against the compiled twin")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _C_ONLY_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.c_extension)
+    if c_extensions_wanted(config):
+        return
+    kept, deselected = [], []
+    for item in items:
+        (deselected if item.get_closest_marker("c_extension") else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    wanted = "yes" if c_extensions_wanted(config) else "no (deselected)"
+    return f"acp_fast: compiled-twin tests: {wanted}"
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session", params=ENGINE_PARAMS)
+def engine_impl(request: pytest.FixtureRequest) -> EngineImpl:
+    """The twin under test (``py`` / ``c``)."""
+    impl: EngineImpl = request.param
+    _ = impl.module  # import now: a broken compiled twin errors in setup, not mid-test
+    return impl
+
+
+@pytest.fixture(scope="session")
+def engine(engine_impl: EngineImpl) -> ModuleType:
+    """The engine module of the twin under test."""
+    return engine_impl.module
+
+
+@pytest.fixture(scope="session")
+def errors() -> ModuleType:
+    import acp_fast.errors
+
+    return acp_fast.errors
+
+
+@pytest.fixture(scope="session")
+def engine_py() -> ModuleType:
+    """The pure-Python (reference) twin, for tests that compare twins."""
+    return PY_IMPL.module
+
+
+@pytest.fixture(scope="session")
+def engine_c() -> ModuleType:
+    """The compiled twin (tests using it are marked ``c_extension`` automatically)."""
+    return C_IMPL.module
+
+
+@pytest.fixture(scope="session")
+def both_engines(engine_py: ModuleType, engine_c: ModuleType) -> tuple[ModuleType, ModuleType]:
+    return engine_py, engine_c
+
+
+@pytest.fixture(scope="session", params=_PAIR_PARAMS)
+def twin_pair(request: pytest.FixtureRequest) -> tuple[ModuleType, ModuleType]:
+    """``(encoding twin, decoding twin)`` over all four combinations."""
+    enc, dec = request.param
+    return enc.module, dec.module
+
+
+@pytest.fixture(scope="session", params=[pytest.param(False, id="eager"), pytest.param(True, id="lazy")])
+def lazy(request: pytest.FixtureRequest) -> bool:
+    """Decoder mode: eager and lazy."""
+    return bool(request.param)
+
+
+@pytest.fixture(scope="session")
+def decode(engine: ModuleType, lazy: bool) -> Callable[..., list[Any]]:
+    """``decode(data, **decoder_kwargs)``: all frames of ``data`` fed whole, then EOF."""
+
+    def run(data: bytes, **kwargs: Any) -> list[Any]:
+        kwargs.setdefault("lazy", lazy)
+        dec = engine.Decoder(**kwargs)
+        frames = list(dec.feed(data))
+        frames += dec.feed_eof()
+        return frames
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def decode_one(decode: Callable[..., list[Any]]) -> Callable[..., Any]:
+    """``decode_one(line, **kw)``: the single frame of one line (newline added)."""
+
+    def run(line: bytes, **kwargs: Any) -> Any:
+        frames = decode(line + b"\n", **kwargs)
+        assert len(frames) == 1, frames
+        return frames[0]
+
+    return run
