@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""A minimal ACP agent serving protocol v1 *and* v2 on stdio, through the agent router.
+
+Run it under any ACP client, e.g.::
+
+    python examples/client_v2.py -- python examples/agent.py
+    node peers/ts/client.mjs --n 5 -- python examples/agent.py
+
+The version is picked by the client's first ``initialize``
+(``Agent.protocol_router().with_v1(...).with_v2(...)``); the two implementations share the
+application logic (``reply``) but never each other's wire types. A v1 prompt stays pending
+for the whole turn and ends with ``{"stopReason"}``; a v2 prompt is answered at once with
+its insertion receipt ``{"messageId"}`` and the turn ends with an idle ``state_update``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+try:
+    import acp_fast  # noqa: F401
+except ImportError:  # running from a source checkout without installing
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from acp_fast import Agent, run_agent_stdio
+
+ids = itertools.count(1)
+
+
+def reply(prompt: list[Any]) -> list[str]:
+    """The shared application logic: the words of the prompt, echoed back one by one."""
+    text = " ".join(b.get("text", "") for b in prompt if isinstance(b, dict) and b.get("type") == "text")
+    return [f"{word} " for word in (text.split() or ["Hello!"])]
+
+
+# -- v1 ------------------------------------------------------------------------------------
+
+v1 = Agent.builder().with_info("example-agent", "1.0")
+
+
+@v1.on_request("session/new")
+def new_session_v1(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+    return {"sessionId": f"s{next(ids)}"}
+
+
+@v1.on_request("session/prompt")
+async def prompt_v1(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+    for word in reply(params["prompt"]):
+        cx.send_session_update(params["sessionId"], {
+            "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": word}})
+    return {"stopReason": "end_turn"}  # v1: the response ends the turn
+
+
+# -- v2 ------------------------------------------------------------------------------------
+
+v2 = Agent.v2().with_info("example-agent", "1.0")
+
+
+@v2.on_request("session/new")
+def new_session_v2(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+    return {"sessionId": f"s{next(ids)}"}
+
+
+async def turn_v2(cx: Any, session_id: str, message_id: str, prompt: list[Any]) -> None:
+    send = cx.send_session_update
+    send(session_id, {"sessionUpdate": "user_message", "messageId": message_id, "content": prompt})
+    send(session_id, {"sessionUpdate": "state_update", "state": "running"})
+    answer_id = f"a{next(ids)}"
+    for word in reply(prompt):
+        send(session_id, {"sessionUpdate": "agent_message_chunk", "messageId": answer_id,
+                          "content": {"type": "text", "text": word}})
+    send(session_id, {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"})
+
+
+tasks: set[asyncio.Task[None]] = set()
+
+
+@v2.on_request("session/prompt")
+def prompt_v2(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+    message_id = f"m{next(ids)}"
+    task = asyncio.ensure_future(turn_v2(cx, params["sessionId"], message_id, params["prompt"]))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    return {"messageId": message_id}  # v2: the insertion receipt, sent before the updates
+
+
+if __name__ == "__main__":
+    run_agent_stdio(Agent.protocol_router().with_v1(v1).with_v2(v2))
