@@ -16,14 +16,17 @@ both produce identical frames. See ``csrc/`` for the C++ half:
 * ``acp_encode`` -- the JSON encoder (json.dumps-compatible output, ``RawJson`` spliced).
 
 Buffers and lifetimes: ``feed`` parses lines in place inside the chunk's ``bytes`` object
-when at least ``SIMDJSON_PADDING`` bytes follow the line there, else it copies the line
-into a reusable padded scratch buffer; a partial line waits in a padded carry buffer. A
+when at least ``SIMDJSON_PADDING`` bytes follow the line there (such lines are indexed in
+runs of up to 64 KiB by one stage 1 call: ``LineParser.index_region``), else it copies the
+line into a reusable padded scratch buffer; a partial line waits in a padded carry buffer. A
 frame never points into either buffer: it references the chunk's ``bytes`` object (zero
 copy) or, for a line joined across chunks, a ``bytes`` object made for that line.
 """
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_SetItem
+from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject
 from libc.string cimport memchr, memcpy
 from libcpp.vector cimport vector
@@ -76,6 +79,29 @@ MALFORMED = 4
 DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128
 
+# Most bytes one stage 1 run indexes (Decoder.feed): enough to amortise its fixed cost, small
+# enough that the index stays in cache.
+cdef Py_ssize_t _RUN_MAX = 64 * 1024
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+        int flags
+        const char* doc
+    ctypedef struct _TypeWithDict "PyTypeObject":
+        PyObject* tp_dict
+        Py_ssize_t tp_basicsize
+    object PyDescr_NewMember(PyTypeObject* type, PyMemberDef* member)
+    void PyType_Modified(PyTypeObject* type)
+
+
+cdef extern from "structmember.h":
+    enum:
+        T_OBJECT_EX
+
 
 cdef extern from "acp_common.h" namespace "acp_fast":
     enum:
@@ -89,6 +115,7 @@ cdef extern from "acp_common.h" namespace "acp_fast":
         REASON_INVALID_JSON
         REASON_INVALID_UTF8
     const size_t ACP_PADDING
+    const char* last_newline(const char* p, size_t n)
 
     cdef cppclass PaddedBuffer:
         PaddedBuffer(size_t pad)
@@ -117,6 +144,9 @@ cdef extern from "acp_parse.h" namespace "acp_fast":
         LineParser() except +
         bint ok()
         int parse(const char* p, size_t n, bint lazy, int max_depth) except -1
+        int index_region(const char* p, size_t n) except -1
+        int parse_in_region(size_t off, size_t n, bint lazy, int max_depth) except -1
+        Py_ssize_t origin
         object decode(const char* p, size_t n)
         void release()
         Entry top
@@ -192,6 +222,7 @@ def _clear_caches():
 # ---------------------------------------------------------------------------------------
 
 _KIND_NAMES = {REQUEST: "request", NOTIFICATION: "notification", RESPONSE: "response"}
+cdef tuple _KIND_OBJS = (REQUEST, NOTIFICATION, RESPONSE)
 
 
 @cython.freelist(256)
@@ -210,10 +241,11 @@ cdef class Message:
     :class:`RawJson` without decoding anything.
     """
 
-    cdef public int kind
-    cdef public object id
-    cdef public object method
-    cdef public object error
+    # kind/id/method/error are plain slots exposed by _install_members() (below the class).
+    cdef object kind
+    cdef object id
+    cdef object method
+    cdef object error
     # Spans are byte offsets into _line (the chunk or line the message came in); _ids is -1
     # without an id key, _ps -1 without a payload (params absent or null; error responses).
     cdef object _line
@@ -221,14 +253,30 @@ cdef class Message:
     cdef object _value
 
     def __repr__(self):
-        parts = [_KIND_NAMES[self.kind]]
-        if self.kind != NOTIFICATION:
-            parts.append(f"id={self.id!r}")
-        if self.method is not None:
-            parts.append(f"method={self.method!r}")
-        if self.error is not None:
-            parts.append(f"error={self.error!r}")
+        kind = _slot(<PyObject*>self.kind, "kind")
+        parts = [_KIND_NAMES[kind]]
+        if kind != NOTIFICATION:
+            parts.append(f"id={_slot(<PyObject*>self.id, 'id')!r}")
+        method = _slot(<PyObject*>self.method, "method")
+        if method is not None:
+            parts.append(f"method={method!r}")
+        error = _slot(<PyObject*>self.error, "error")
+        if error is not None:
+            parts.append(f"error={error!r}")
         return f"<Message {' '.join(parts)}>"
+
+    def __reduce__(self):
+        # Written out because Cython's automatic pickling reads every field directly (a
+        # deleted member slot is NULL) and would pickle the _UNSET marker by value.
+        unset = self._value is _UNSET
+        return (_restore_message, (
+            _slot(<PyObject*>self.kind, "kind"), _slot(<PyObject*>self.id, "id"),
+            _slot(<PyObject*>self.method, "method"), _slot(<PyObject*>self.error, "error"),
+            self._line, self._start, self._end, self._ids, self._ide, self._ps, self._pe,
+            None if unset else self._value, unset))
+
+    cdef inline bint _is_response(self) except -1:
+        return _slot(<PyObject*>self.kind, "kind") == KIND_RESPONSE
 
     cdef object _payload(self):
         cdef object value = self._value
@@ -250,28 +298,28 @@ cdef class Message:
     @property
     def params(self):
         """Decoded ``params`` (``None`` when absent or null, and for responses)."""
-        if self.kind == KIND_RESPONSE:
+        if self._is_response():
             return None
         return self._payload()
 
     @property
     def result(self):
         """Decoded ``result`` of a success response (``None`` otherwise)."""
-        if self.kind != KIND_RESPONSE:
+        if not self._is_response():
             return None
         return self._payload()
 
     @property
     def params_raw(self):
         """Verbatim ``params`` bytes (``None`` when absent or null, and for responses)."""
-        if self.kind == KIND_RESPONSE:
+        if self._is_response():
             return None
         return self._payload_raw()
 
     @property
     def result_raw(self):
         """Verbatim ``result`` bytes of a success response (``None`` otherwise)."""
-        if self.kind != KIND_RESPONSE:
+        if not self._is_response():
             return None
         return self._payload_raw()
 
@@ -284,7 +332,79 @@ cdef class Message:
     @property
     def is_error(self):
         """True for an error response."""
-        return self.error is not None
+        return _slot(<PyObject*>self.error, "error") is not None
+
+
+def _restore_message(kind, id, method, error, line, start, end, ids, ide, ps, pe, value,
+                     unset):
+    """Unpickle a Message (see Message.__reduce__)."""
+    cdef Message m = Message.__new__(Message)
+    m.kind, m.id, m.method, m.error = kind, id, method, error
+    m._line = line
+    m._start, m._end, m._ids, m._ide, m._ps, m._pe = start, end, ids, ide, ps, pe
+    m._value = _UNSET if unset else value
+    return m
+
+
+cdef inline object _slot(PyObject* value, str name):
+    """A member slot's value; AttributeError once it was deleted (like a __slots__ slot)."""
+    if value == NULL:
+        raise AttributeError(name)
+    return <object>value
+
+
+cdef PyMemberDef _MESSAGE_MEMBERS[4]
+
+
+cdef int _install_members() except -1:
+    """Expose Message.kind/id/method/error as member descriptors (T_OBJECT_EX slots).
+
+    Strategy: routing code reads these on every frame. CPython 3.11+ specialises attribute
+    reads of ``__slots__``-style member descriptors (LOAD_ATTR_SLOT: a type-version check and
+    a load) but not of the getset properties Cython generates for ``cdef public`` fields, which
+    go through the generic lookup and a C getter call each time. Like the pure twin's
+    ``__slots__``, the slots are writable and deletable; the C code reading them goes through
+    _slot(), which checks for a deleted (NULL) slot.
+    """
+    cdef Message probe = Message.__new__(Message)
+    cdef char* base = <char*><PyObject*>probe
+    cdef PyObject* tdict = (<_TypeWithDict*>Message).tp_dict
+    names = (b"kind", b"id", b"method", b"error")
+    docs = (
+        b"REQUEST, NOTIFICATION or RESPONSE.",
+        b"The typed id (int, str or None); None for notifications and for \"id\": null.",
+        b"The method name (None for responses).",
+        b"The decoded error object of an error response, else None.",
+    )
+    # Cython has no offsetof() for object fields: find each one by a unique value put in it.
+    marks = (object(), object(), object(), object())
+    probe.kind, probe.id, probe.method, probe.error = marks
+    cdef PyObject** words = <PyObject**>base
+    cdef Py_ssize_t j, nwords = (<_TypeWithDict*>Message).tp_basicsize // sizeof(PyObject*)
+    offsets = [-1, -1, -1, -1]
+    cdef int i
+    for j in range(nwords):
+        for i in range(4):
+            if words[j] == <PyObject*>marks[i]:
+                offsets[i] = j * <Py_ssize_t>sizeof(PyObject*)
+    if -1 in offsets:
+        raise ImportError("acp_fast._engine_c: Message slots not found")
+    for i in range(4):
+        _MESSAGE_MEMBERS[i].name = <const char*>PyBytes_AS_STRING(names[i])
+        _MESSAGE_MEMBERS[i].type = T_OBJECT_EX
+        _MESSAGE_MEMBERS[i].offset = offsets[i]
+        _MESSAGE_MEMBERS[i].flags = 0
+        _MESSAGE_MEMBERS[i].doc = <const char*>PyBytes_AS_STRING(docs[i])
+        descr = PyDescr_NewMember(<PyTypeObject*>Message, &_MESSAGE_MEMBERS[i])
+        if PyDict_SetItem(<object>tdict, names[i].decode(), descr) < 0:
+            return -1
+    _MEMBER_NAMES_KEEPALIVE.append((names, docs))
+    PyType_Modified(<PyTypeObject*>Message)
+    return 0
+
+
+_MEMBER_NAMES_KEEPALIVE = []
+_install_members()
 
 
 @cython.freelist(16)
@@ -376,7 +496,7 @@ cdef inline Malformed _too_long():
 
 cdef inline Message _new_message(Entry* e, object line, Py_ssize_t off, bint lazy):
     cdef Message m = Message.__new__(Message)
-    m.kind = e.kind
+    m.kind = _KIND_OBJS[e.kind]
     m.id = take_or_none(e.id)
     m.method = take_or_none(e.method)
     m.error = take_or_none(e.error)
@@ -518,16 +638,29 @@ cdef class Decoder:
                     raise MemoryError()
                 self._buffered_line(frames)
             start = nl - p + 1
+        # Complete lines with SIMDJSON_PADDING bytes after them in the chunk are parsed in
+        # runs [rstart, rend) indexed by one stage 1 call (LineParser.index_region); the
+        # others (near the end of the chunk, or longer than a run) one by one.
+        cdef Py_ssize_t rstart = 0, rend = -1, limit
         while start < n:
             nl = <const char*>memchr(p + start, b'\n', <size_t>(n - start))
             if nl == NULL:
                 break
             end = nl - p
             length = end - start
+            if end > rend:
+                limit = min(n - <Py_ssize_t>ACP_PADDING, start + _RUN_MAX)
+                if end < limit:
+                    rend = last_newline(p + start, <size_t>(limit - start)) - p
+                    rstart = start
+                    self._parser.index_region(p + start, <size_t>(rend - start))
             if length > self._max_size:
                 frames.append(_too_long())
             elif length > 0:
-                self._chunk_line(data, p, n, start, end, frames)
+                if end <= rend:
+                    self._run_line(data, p, rstart, start, end, frames)
+                else:
+                    self._chunk_line(data, p, n, start, end, frames)
             start = end + 1
         if start < n:
             if n - start > self._max_size:
@@ -556,6 +689,18 @@ cdef class Decoder:
         self._discarding = True
         frames.append(_too_long())
 
+    cdef int _run_line(self, object data, const char* p, Py_ssize_t rstart, Py_ssize_t start,
+                       Py_ssize_t end, list frames) except -1:
+        """A line inside the indexed run that starts at rstart."""
+        if p[end - 1] == b'\r':
+            end -= 1
+            if end == start:
+                return 0
+        self._parser.parse_in_region(<size_t>(start - rstart), <size_t>(end - start), self._lazy,
+                                     self._max_depth_c)
+        self._emit(data, rstart + self._parser.origin, frames)
+        return 0
+
     cdef int _chunk_line(self, object data, const char* p, Py_ssize_t n, Py_ssize_t start,
                          Py_ssize_t end, list frames) except -1:
         """A line wholly inside the chunk: frames reference the chunk itself."""
@@ -574,7 +719,7 @@ cdef class Decoder:
             memcpy(copy, q, <size_t>length)
             q = copy
         self._parser.parse(q, <size_t>length, self._lazy, self._max_depth_c)
-        self._emit(data, start, length, frames)
+        self._emit(data, start, frames)
         return 0
 
     cdef int _buffered_line(self, list frames) except -1:
@@ -587,11 +732,12 @@ cdef class Decoder:
             self._parser.parse(q, <size_t>length, self._lazy, self._max_depth_c)
             if self._parser.top.kind != KIND_SKIP:
                 line = PyBytes_FromStringAndSize(q, length)
-                self._emit(line, 0, length, frames)
+                self._emit(line, 0, frames)
         self._buf.clear()
         return 0
 
-    cdef int _emit(self, object owner, Py_ssize_t off, Py_ssize_t length, list frames) except -1:
+    cdef int _emit(self, object owner, Py_ssize_t off, list frames) except -1:
+        """Frames of the parsed line; the parser's offsets are relative to owner + off."""
         cdef Entry* top = &self._parser.top
         cdef Entry* e
         cdef int kind = top.kind
@@ -603,16 +749,17 @@ cdef class Decoder:
         if kind <= KIND_RESPONSE:
             frames.append(_new_message(top, owner, off, lazy))
         elif kind == KIND_MALFORMED:
-            if off == 0 and length == PyBytes_GET_SIZE(owner):
+            if off + top.start == 0 and off + top.end == PyBytes_GET_SIZE(owner):
                 raw = owner
             else:
-                raw = PyBytes_FromStringAndSize(PyBytes_AS_STRING(owner) + off, length)
+                raw = PyBytes_FromStringAndSize(PyBytes_AS_STRING(owner) + off + top.start,
+                                                top.end - top.start)
             frames.append(_new_malformed(raw, top.reason, top.response_shaped))
         elif kind == KIND_BATCH:
             batch = Batch.__new__(Batch)
             batch._line = owner
-            batch._start = off
-            batch._end = off + length
+            batch._start = off + top.start
+            batch._end = off + top.end
             entries = []
             base = PyBytes_AS_STRING(owner) + off
             for i in range(self._parser.entries.size()):

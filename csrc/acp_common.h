@@ -48,6 +48,18 @@ constexpr size_t ACP_PADDING = 64;
 
 inline bool is_json_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+// The last '\n' in p[0..n), or NULL.
+inline const char* last_newline(const char* p, size_t n) {
+#if defined(__GLIBC__)
+  return static_cast<const char*>(memrchr(p, '\n', n));
+#else
+  for (const char* q = p + n; q > p;) {
+    if (*--q == '\n') return q;
+  }
+  return nullptr;
+#endif
+}
+
 // A growable byte buffer that always keeps `pad` readable bytes after its end (simdjson
 // needs SIMDJSON_PADDING of them). malloc-based so that failure is a return value.
 class PaddedBuffer {

@@ -9,7 +9,11 @@
 // string escapes (acp_values: unescape, which refuses bad escapes and unpaired surrogates
 // like the pure twin does). It records what the envelope needs (kind, typed id, method,
 // error object, spans of the id and of params/result) and, in eager mode, builds the Python
-// objects directly. We do not use simdjson's On-Demand front end: it does not validate what
+// objects directly. Values nobody asked for (lazy payloads, unknown members) are only
+// validated, by the iterative skip_value(); escapes are validated once per line
+// (validate_escapes), so lines without a backslash never search their strings for one.
+// Decoder.feed indexes runs of complete lines with one stage 1 call (index_region /
+// parse_in_region). We do not use simdjson's On-Demand front end: it does not validate what
 // it skips, and its skipping takes an unconsumed string followed by ':' for an object key
 // (`["a": 1]` passes), so a validating walk over it needs as much code as this one, and is
 // slower.
@@ -206,6 +210,68 @@ class TokenWalker final : public WalkerBase {
 
   int parse(const char* p, size_t n, bool lazy, int max_depth, Entry& top,
             std::vector<Entry>& entries) override {
+    region_ok_ = false;  // stage 1 below overwrites the region's index
+    lstart_ = 0;
+    return parse_common(p, n, lazy, max_depth, top, entries, nullptr, 0);
+  }
+
+  int index_region(const char* p, size_t n) override {
+    region_ok_ = false;
+    region_ = p;  // (also for the line-by-line fallback)
+    Walk w = index(p, n);
+    if (w == WALK_PYERR) return -1;
+    if (w == WALK_OK) {
+      region_idx_ = idx_;
+      region_n_ = n_;
+      region_len_ = n;
+      next_bs_ = 0;
+      bs_scanned_ = false;
+      cursor_ = 0;
+      region_ok_ = true;
+    }
+    return 0;
+  }
+
+  int parse_in_region(size_t off, size_t n, bool lazy, int max_depth, Entry& top,
+                      std::vector<Entry>& entries, Py_ssize_t& origin) override {
+    if (!region_ok_) {
+      origin = Py_ssize_t(off);
+      lstart_ = 0;
+      return parse_common(region_ + off, n, lazy, max_depth, top, entries, nullptr, 0);
+    }
+    origin = 0;
+    // The line's tokens start at the cursor (after the tokens of lines skipped for their
+    // length). Strategy: where they end is not searched for; the walk is given every token
+    // left in the run, and at_line_end() checks that it stopped exactly at the line's end (a
+    // valid line's value ends at its last token; a walk that runs past it fails the line).
+    const uint32_t* const idx = region_idx_;
+    uint32_t k0 = cursor_;
+    while (k0 < region_n_ && idx[k0] < off) k0++;
+    lstart_ = off;
+    // Escapes: one search for the next backslash of the run serves every line before it.
+    if (next_bs_ < off || !bs_scanned_) {
+      bs_scanned_ = true;
+      const void* q = std::memchr(region_ + off, '\\', region_len_ - off);
+      next_bs_ = q ? size_t(static_cast<const char*>(q) - region_) : region_len_;
+    }
+    walked_ = false;
+    int r = parse_common(region_ + off, n, lazy, max_depth, top, entries, idx + k0,
+                         region_n_ - k0);
+    if (walked_) {
+      cursor_ = k0 + pos_;
+    } else {  // a line refused (or blank): skip its tokens
+      const uint32_t end = uint32_t(off + n);
+      while (k0 < region_n_ && idx[k0] < end) k0++;
+      cursor_ = k0;
+    }
+    return r;
+  }
+
+ private:
+  // One line p[0..n) (= buf_ + lstart_ in region mode). With `tokens` (region mode) the
+  // line's slice of the region index, else stage 1 runs on the line here.
+  int parse_common(const char* p, size_t n, bool lazy, int max_depth, Entry& top,
+                   std::vector<Entry>& entries, const uint32_t* tokens, uint32_t ntokens) {
     top.reset();
     entries.clear();
     size_t a = 0;
@@ -220,22 +286,39 @@ class TokenWalker final : public WalkerBase {
     } else {
       lazy_ = lazy;
       max_depth_ = max_depth < kMaxNesting ? max_depth : kMaxNesting;
-      w = start(p, n);
+      if (tokens) {
+        buf_ = region_;
+        len_ = lstart_ + n;
+        idx_ = tokens;
+        n_ = ntokens;
+        pos_ = 0;
+        // (next_bs_: see parse_in_region)
+        bs_ = next_bs_ < lstart_ + n;
+        w = !ntokens ? WALK_INVALID : bs_ ? validate_escapes(p, n) : WALK_OK;
+      } else {
+        w = start(p, n);
+      }
       if (w == WALK_OK) w = parse_line(top, entries);
     }
-    if (w == WALK_OK) return 0;
+    if (w == WALK_OK) {
+      walked_ = true;
+      return 0;
+    }
     top.reset();
     entries.clear();
     if (w == WALK_PYERR) return -1;
     top.kind = KIND_MALFORMED;
     top.reason = utf8_valid(p, n) ? REASON_INVALID_JSON : REASON_INVALID_UTF8;
-    top.start = 0;
-    top.end = Py_ssize_t(n);
+    top.start = Py_ssize_t(lstart_);
+    top.end = Py_ssize_t(lstart_ + n);
     return 0;
   }
 
+ public:
   PyObject* decode(const char* p, size_t n) override {
     if (!decode_buf_.assign(p, n)) return PyErr_NoMemory();
+    region_ok_ = false;  // stage 1 below overwrites the region's index
+    lstart_ = 0;
     lazy_ = false;
     max_depth_ = kMaxNesting;  // validated before, with the decoder's limit
     PyObject* out = nullptr;
@@ -253,15 +336,29 @@ class TokenWalker final : public WalkerBase {
   size_t capacity_ = 0;
   PaddedBuffer decode_buf_;
   PaddedBuffer unescape_buf_;
-  const char* buf_ = nullptr;
+  const char* buf_ = nullptr;  // what token offsets are relative to
+  size_t lstart_ = 0;          // the line is buf_[lstart_, len_)
   size_t len_ = 0;
+  // Region mode (index_region): one stage 1 run over many complete lines.
+  const char* region_ = nullptr;
+  const uint32_t* region_idx_ = nullptr;
+  uint32_t region_n_ = 0;
+  uint32_t cursor_ = 0;  // first token not consumed by an earlier line
+  size_t region_len_ = 0;
+  size_t next_bs_ = 0;  // offset of the first backslash at or after the current line
+  bool bs_scanned_ = false;
+  bool region_ok_ = false;
+  bool walked_ = false;  // the last line's walk succeeded (pos_ is after its tokens)
   const uint32_t* idx_ = nullptr;
   uint32_t n_ = 0;
   uint32_t pos_ = 0;
   int max_depth_ = 128;
   bool lazy_ = false;
+  bool bs_ = false;  // the line has a backslash (else no string needs unescaping)
+  char stack_[kMaxNesting + 1];  // skip_value(): the open containers ('{' or '[')
 
-  Walk start(const char* p, size_t n) {
+  // Stage 1 over p[0..n) into impl_ (no checks beyond simdjson's).
+  Walk index(const char* p, size_t n) {
     if (!impl_ || capacity_ < n) {
       size_t cap = n < 4096 ? 4096 : n + n / 4;
       simdjson::error_code e;
@@ -278,18 +375,35 @@ class TokenWalker final : public WalkerBase {
       }
       capacity_ = cap;
     } else if (capacity_ > (size_t(16) << 20) && n < (size_t(1) << 20)) {
-      // Give back the index of an unusually large line.
-      if (impl_->set_capacity(4096) == simdjson::SUCCESS) capacity_ = 4096;
+      // Give back the index of an unusually large line (keeping room for this one: a
+      // capacity below n would fail stage 1 with CAPACITY, raised as MemoryError).
+      size_t cap = n < 4096 ? 4096 : n + n / 4;
+      if (impl_->set_capacity(cap) == simdjson::SUCCESS) capacity_ = cap;
     }
     simdjson::error_code e =
         impl_->stage1(reinterpret_cast<const uint8_t*>(p), n, simdjson::stage1_mode::regular);
     if (e) return translate(e);
-    buf_ = p;
-    len_ = n;
     idx_ = impl_->structural_indexes.get();
     n_ = impl_->n_structural_indexes;
+    return WALK_OK;
+  }
+
+  // Stage 1 over one line p[0..n), ready to walk.
+  Walk start(const char* p, size_t n) {
+    Walk w = index(p, n);
+    if (w) return w;
+    buf_ = p;
+    len_ = n;
     pos_ = 0;
-    return n_ ? WALK_OK : WALK_INVALID;
+    if (!n_) return WALK_INVALID;
+    return check_escapes(p, n);
+  }
+
+  // Strategy: escapes are rare, so they are validated once for the whole line (no copy)
+  // and a line without a backslash skips every per-string escape search.
+  Walk check_escapes(const char* p, size_t n) {
+    bs_ = std::memchr(p, '\\', n) != nullptr;
+    return bs_ ? validate_escapes(p, n) : WALK_OK;
   }
 
   // End of the scalar token at index i (trailing whitespace excluded).
@@ -315,7 +429,8 @@ class TokenWalker final : public WalkerBase {
     const char* s;
     size_t n;
     Walk w = string_content(s, n);
-    if (w) return w;
+    if (w || !out) return w;
+    if (!bs_) return (*out = make_str(s, n)) ? WALK_OK : WALK_PYERR;
     return string_value(s, n, out, unescape_buf_);
   }
 
@@ -354,7 +469,9 @@ class TokenWalker final : public WalkerBase {
   }
 
   // One value at pos_, inside a container at `depth` (0 at the root). Advances past it.
+  // With out == NULL the value is only validated (skip_value).
   Walk value(int depth, PyObject** out) {
+    if (!out) return skip_value(depth);
     if (pos_ >= n_) return WALK_INVALID;
     switch (buf_[idx_[pos_]]) {
       case '{':
@@ -388,6 +505,95 @@ class TokenWalker final : public WalkerBase {
     }
   }
 
+  // Validation only: the value at pos_, inside a container at `depth`. Advances past it.
+  // Strategy: lazy payloads are most of every line, so this is an iterative walk over the
+  // index with an explicit container stack, touching each token once. A string needs no
+  // check here: stage 1 guarantees it is closed (a non-blank byte after its closing quote
+  // is a token of its own, which the grammar then refuses) and free of control
+  // characters, and start() has validated every escape of the line.
+  Walk skip_value(int depth) {
+    const uint32_t n = n_;
+    const uint32_t* const idx = idx_;
+    const char* const buf = buf_;
+    uint32_t i = pos_;
+    int d = 0;  // containers opened here and not closed yet
+    char c;
+    if (i >= n) return WALK_INVALID;
+    c = buf[idx[i]];
+  value:
+    switch (c) {
+      case '{':
+      case '[':
+        if (depth + d >= max_depth_) return WALK_INVALID;
+        stack_[d++] = c;
+        if (++i >= n) return WALK_INVALID;
+        if (c == '{') {
+          c = buf[idx[i]];
+          if (c != '}') goto key;
+        } else {
+          c = buf[idx[i]];
+          if (c != ']') goto value;
+        }
+        i++;
+        d--;
+        break;
+      case '"':
+        i++;
+        break;
+      case 't':
+      case 'f':
+      case 'n': {
+        pos_ = i;
+        Walk w = atom(nullptr);
+        if (w) return w;
+        i = pos_;
+        break;
+      }
+      case '-':
+      case '0':
+      case '1':
+      case '2':
+      case '3':
+      case '4':
+      case '5':
+      case '6':
+      case '7':
+      case '8':
+      case '9': {
+        pos_ = i;
+        NumberInfo info;
+        Walk w = number(nullptr, info);
+        if (w) return w;
+        i = pos_;
+        break;
+      }
+      default:
+        return WALK_INVALID;
+    }
+  after:  // a value ended just before i
+    if (d == 0) {
+      pos_ = i;
+      return WALK_OK;
+    }
+    if (i >= n) return WALK_INVALID;
+    c = buf[idx[i++]];
+    if (c == ',') {
+      if (i >= n) return WALK_INVALID;
+      c = buf[idx[i]];
+      if (stack_[d - 1] == '{') goto key;
+      goto value;
+    }
+    if (c != (stack_[d - 1] == '{' ? '}' : ']')) return WALK_INVALID;
+    d--;
+    goto after;
+  key:  // c is the token at i, where an object key must be
+    if (c != '"' || i + 1 >= n || buf[idx[i + 1]] != ':') return WALK_INVALID;
+    i += 2;
+    if (i >= n) return WALK_INVALID;
+    c = buf[idx[i]];
+    goto value;
+  }
+
   // After a member or element: ',' (more follow: true) or the closing bracket (false).
   Walk next_or_close(char close, bool& more) {
     if (pos_ >= n_) return WALK_INVALID;
@@ -410,7 +616,11 @@ class TokenWalker final : public WalkerBase {
     size_t n;
     Walk w = string_content(s, n);
     if (w) return w;
-    if ((w = unescape(s, n, key, unescape_buf_))) return w;
+    if (!bs_) {
+      key = std::string_view(s, n);
+    } else if ((w = unescape(s, n, key, unescape_buf_))) {
+      return w;
+    }
     if (pos_ >= n_ || buf_[idx_[pos_]] != ':') return WALK_INVALID;
     pos_++;
     return WALK_OK;
@@ -538,7 +748,11 @@ class TokenWalker final : public WalkerBase {
               size_t cn;
               std::string_view sv;
               if ((w = string_content(cs, cn))) return w;
-              if ((w = unescape(cs, cn, sv, unescape_buf_))) return w;
+              if (!bs_) {
+                sv = std::string_view(cs, cn);
+              } else if ((w = unescape(cs, cn, sv, unescape_buf_))) {
+                return w;
+              }
               st.jsonrpc_ok = sv.size() == 3 && std::memcmp(sv.data(), "2.0", 3) == 0;
             } else if ((w = value(depth, nullptr))) {
               return w;
@@ -595,15 +809,22 @@ class TokenWalker final : public WalkerBase {
     return WALK_OK;
   }
 
+  // Whether the walk of the line's value stopped exactly after its last token. (In region
+  // mode the walk may run on into the next line's tokens; simdjson puts the input length
+  // after the last index, so idx_[n_] is a valid read in both modes.)
+  bool at_line_end() const {
+    return (pos_ == n_ || idx_[pos_] >= len_) && idx_[pos_ - 1] < len_;
+  }
+
   Walk parse_line(Entry& top, std::vector<Entry>& entries) {
     char c = buf_[idx_[0]];
     Walk w;
-    top.start = 0;
+    top.start = Py_ssize_t(lstart_);
     top.end = Py_ssize_t(len_);
     if (c == '{') {
       EnvState st;
       if ((w = envelope(1, st))) return w;
-      if (pos_ != n_) return WALK_INVALID;
+      if (!at_line_end()) return WALK_INVALID;
       finish_envelope(st, top);
       return WALK_OK;
     }
@@ -611,7 +832,7 @@ class TokenWalker final : public WalkerBase {
       pos_++;
       if (pos_ < n_ && buf_[idx_[pos_]] == ']') {
         pos_++;
-        if (pos_ != n_) return WALK_INVALID;
+        if (!at_line_end()) return WALK_INVALID;
         top.kind = KIND_MALFORMED;
         top.reason = REASON_EMPTY_BATCH;
         return WALK_OK;
@@ -636,12 +857,12 @@ class TokenWalker final : public WalkerBase {
         entries.push_back(std::move(ent));
         if ((w = next_or_close(']', more))) return w;
       }
-      if (pos_ != n_) return WALK_INVALID;
+      if (!at_line_end()) return WALK_INVALID;
       top.kind = KIND_BATCH;
       return WALK_OK;
     }
     if ((w = value(0, nullptr))) return w;
-    if (pos_ != n_) return WALK_INVALID;
+    if (!at_line_end()) return WALK_INVALID;
     top.kind = KIND_MALFORMED;
     top.reason = REASON_NOT_OBJECT;
     return WALK_OK;
@@ -659,6 +880,19 @@ int LineParser::parse(const char* p, size_t n, bool lazy, int max_depth) {
   try {
     return impl_->parse(p, n, lazy, max_depth, top, entries);
   } catch (const std::bad_alloc&) {  // std::vector growth: the only thing that can throw
+    top.reset();
+    entries.clear();
+    PyErr_NoMemory();
+    return -1;
+  }
+}
+
+int LineParser::index_region(const char* p, size_t n) { return impl_->index_region(p, n); }
+
+int LineParser::parse_in_region(size_t off, size_t n, bool lazy, int max_depth) {
+  try {
+    return impl_->parse_in_region(off, n, lazy, max_depth, top, entries, origin);
+  } catch (const std::bad_alloc&) {
     top.reset();
     entries.clear();
     PyErr_NoMemory();

@@ -91,6 +91,10 @@ class WalkerBase {
                     std::vector<Entry>& entries) = 0;
   // Decodes one already validated JSON value; returns a new reference or NULL + exception.
   virtual PyObject* decode(const char* p, size_t n) = 0;
+  // Region mode: see LineParser::index_region()/parse_in_region().
+  virtual int index_region(const char* p, size_t n) = 0;
+  virtual int parse_in_region(size_t off, size_t n, bool lazy, int max_depth, Entry& top,
+                              std::vector<Entry>& entries, Py_ssize_t& origin) = 0;
 };
 
 class LineParser {
@@ -106,6 +110,24 @@ class LineParser {
   // p[0..n) with SIMDJSON_PADDING readable bytes after p + n. Returns 0 (result in
   // top/entries, top.kind tells what it is) or -1 with a Python exception set.
   int parse(const char* p, size_t n, bool lazy, int max_depth);
+
+  // Region mode. Strategy: simdjson's stage 1 has a fixed cost per call (the last block
+  // is copied into a padded one, then the state is checked), which is a large part of a
+  // ~350-byte line; so feed() indexes many complete lines at once. p[0..n) is a run of
+  // complete lines (their "\n" separators included, none at the end) followed by
+  // SIMDJSON_PADDING readable bytes. Stage 1 state does not leak from one line into the
+  // next when the run indexes without error: a newline inside a string is an unescaped
+  // control character (an error), and a newline is whitespace outside strings. When
+  // stage 1 fails on the run (some line is bad), parse_in_region() falls back to indexing
+  // each line alone, so every line still gets its own verdict. Returns 0, or -1 with a
+  // Python exception set (out of memory).
+  int index_region(const char* p, size_t n);
+
+  // Parse the line at p + off (n bytes, "\r" stripped) of the indexed run; lines must
+  // come in order. Like parse(), but offsets in the result are relative to
+  // p + `origin` instead of to the line.
+  int parse_in_region(size_t off, size_t n, bool lazy, int max_depth);
+  Py_ssize_t origin = 0;
 
   // Decode one JSON value that parse() has validated before (lazy params/result). The
   // bytes need no padding: they are copied into an internal padded buffer.

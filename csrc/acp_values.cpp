@@ -51,6 +51,22 @@ inline size_t slot_of(const char* s, size_t n) {
   return size_t(h) & (kCacheSlots - 1);
 }
 
+// a[0..n) == b[0..n) for n <= kCacheMaxLen. Strategy: a cache hit is the common case for
+// keys and method names, and a memcmp call costs more than these few word compares (the
+// loads overlap instead of reading past either buffer).
+inline bool same_bytes(const char* a, const char* b, size_t n) {
+  if (n >= 8) {
+    uint64_t diff = load64(a + n - 8) ^ load64(b + n - 8);
+    for (size_t i = 0; i + 8 < n; i += 8) diff |= load64(a + i) ^ load64(b + i);
+    return diff == 0;
+  }
+  if (n >= 4) return ((load32(a) ^ load32(b)) | (load32(a + n - 4) ^ load32(b + n - 4))) == 0;
+  for (size_t i = 0; i < n; i++) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
 inline bool all_ascii(const char* s, size_t n) {
   size_t i = 0;
   uint64_t acc = 0;
@@ -74,7 +90,7 @@ PyObject* make_str_uncached(const char* s, size_t n) {
 PyObject* make_str(const char* s, size_t n) {
   if (n > kCacheMaxLen) return make_str_uncached(s, n);
   CacheSlot& slot = g_cache[slot_of(s, n)];
-  if (slot.str && slot.len == n && std::memcmp(slot.bytes, s, n) == 0) {
+  if (slot.str && slot.len == n && same_bytes(slot.bytes, s, n)) {
     Py_INCREF(slot.str);
     return slot.str;
   }
@@ -206,6 +222,38 @@ Walk unescape(const char* s, size_t n, std::string_view& view, PaddedBuffer& buf
     }
   }
   view = std::string_view(out0, size_t(o - out0));
+  return WALK_OK;
+}
+
+Walk validate_escapes(const char* s, size_t n) {
+  const char* const end = s + n;
+  const char* p = static_cast<const char*>(std::memchr(s, '\\', n));
+  while (p) {
+    p++;  // past the backslash
+    if (p >= end) return WALK_INVALID;
+    switch (*p++) {
+      case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+        break;
+      case 'u': {
+        if (end - p < 4) return WALK_INVALID;
+        int32_t cp = hex4(p);
+        if (cp < 0) return WALK_INVALID;
+        p += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+          if (end - p < 6 || p[0] != '\\' || p[1] != 'u') return WALK_INVALID;
+          int32_t lo = hex4(p + 2);
+          if (lo < 0xDC00 || lo > 0xDFFF) return WALK_INVALID;
+          p += 6;
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+          return WALK_INVALID;
+        }
+        break;
+      }
+      default:
+        return WALK_INVALID;
+    }
+    p = static_cast<const char*>(std::memchr(p, '\\', size_t(end - p)));
+  }
   return WALK_OK;
 }
 

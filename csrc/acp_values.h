@@ -28,6 +28,13 @@ PyObject* make_str_uncached(const char* s, size_t n);
 // least 8 readable bytes (the line's padding).
 Walk unescape(const char* s, size_t n, std::string_view& view, PaddedBuffer& buf);
 
+// Whether every backslash escape in s[0..n) is one json.loads accepts and no UTF-16
+// surrogate escape is unpaired; nothing is copied. Used once per line (escapes are rare):
+// every backslash of a valid JSON text is inside a string, so scanning the whole line left
+// to right tokenises escapes exactly like scanning each string, and a backslash outside a
+// string makes the line invalid anyway. WALK_OK or WALK_INVALID.
+Walk validate_escapes(const char* s, size_t n);
+
 // unescape() + make_str() (with out == NULL: validation only).
 Walk string_value(const char* s, size_t n, PyObject** out, PaddedBuffer& buf);
 

@@ -154,3 +154,69 @@ def test_forward_accepts_pure_messages():
     (pm,) = P.Decoder().feed(_msg(3) + b"\n")
     assert C.forward(pm, id="z") == P.forward(pm, id="z")
     assert C.forward(pm) == P.forward(pm)
+
+
+def _run_lines():
+    """Valid and invalid lines of every kind, for the indexed-run path (feed indexes many
+    complete lines with one stage 1 call and falls back line by line when the run fails)."""
+    good = [
+        _msg(1), _msg(2, "a\\nb"), _msg(3, "caf\\u00e9 \\ud83d\\ude00"), _msg(4, 'q\\"q\\\\'),
+        _msg(5, "日本語 — ok"), b'{"jsonrpc":"2.0","method":"n"}',
+        b'{"jsonrpc":"2.0","id":"s1","result":{"a":[1,2.5,{"b":null,"c":true}],"d":-0.0}}',
+        b'{"jsonrpc":"2.0","id":9,"error":{"code":-32601,"message":"nope","data":[1]}}',
+        b'  {"jsonrpc" : "2.0" , "id" : 12345678901234567890 , "method" : "m" }  ',
+        b'{"jsonrpc":"2.0","id":3,"method":"m","params":[]}',
+        b'[' + _msg(6) + b',1,{"jsonrpc":"2.0","id":1,"result":2}]', b"[]",
+        _msg(7) + b"\r",
+    ]
+    bad = [
+        b'{"jsonrpc":"2.0","method":"x","params":{"a":"\\x"}}',
+        b'{"jsonrpc":"2.0","method":"x","params":{"a":"\\ud800"}}',
+        b'{"jsonrpc":"2.0","method":"x","params":{"a":"\\udc00\\ud800"}}',
+        b'{"jsonrpc":"2.0","method":"x","params":{"a":"\xff"}}',
+        b'{"jsonrpc":"2.0","method":"x","params":{"a":"b',
+        b'{"jsonrpc":"2.0","method":"x","params":{"a":"b\x01"}}',
+        b"\xef\xbb\xbf" + _msg(8),
+        b"[" * 200 + b"]" * 200,
+        b'{"jsonrpc":"2.0","method":"x","params":{"a":',
+        b'{"jsonrpc":"2.0","method":"x","params":[1,',
+        b"{}x", b"{} {}", b"123", b'"str"', b"true", b"nul", b"[1,", b"{}\\", b'"a\\',
+        b'{"jsonrpc":"2.0","id":1,"result":1e400}', b'{"jsonrpc":"2.0","id":1.5,"result":1}',
+        b'{"a":1}', b"1 2", b"]", b"}", b'{"jsonrpc":"2.0","method":"x"}}',
+        b"", b"   ", b"\r", b"\t\r", b"x" * 1000,
+    ]
+    return good, bad
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_indexed_runs_match_pure_twin(seed):
+    import random
+
+    rng = random.Random(seed)
+    good, bad = _run_lines()
+    # mostly good lines (so that runs do index), some bad ones in some of the runs
+    lines = [rng.choice(good) if rng.random() > (0.02 if seed % 2 else 0.2) else rng.choice(bad)
+             for _ in range(400)]
+    data = b"\n".join(lines) + b"\n"
+    for size in (len(data), 65536, 4096, 1000, 333, 97):
+        chunks = [data[i:i + size] for i in range(0, len(data), size)]
+        for lazy in (False, True):
+            got, want = [], []
+            c, p = C.Decoder(lazy=lazy, max_line_size=900), P.Decoder(lazy=lazy, max_line_size=900)
+            for chunk in chunks:
+                got += c.feed(chunk)
+                want += p.feed(chunk)
+            got += c.feed_eof()
+            want += p.feed_eof()
+            assert ([(_snapshot(f), getattr(f, "error", None)) for f in got]
+                    == [(_snapshot(f), getattr(f, "error", None)) for f in want]), (size, lazy)
+
+
+def test_line_after_a_huge_line_still_parses():
+    # The index of a > 16 MiB line is given back; the next (mid-sized) line must still fit.
+    d = C.Decoder()
+    (f,) = d.feed(b'"' + b"a" * (17 * 1024 * 1024) + b'"\n')
+    assert (f.kind, f.reason) == (C.MALFORMED, "not an object")
+    line = b'{"jsonrpc":"2.0","method":"x","params":["' + b"a" * 5000 + b'"]}'
+    (m,) = d.feed(line + b"\n")
+    assert m.kind == C.NOTIFICATION and m.params == ["a" * 5000]
