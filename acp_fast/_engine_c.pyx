@@ -824,6 +824,16 @@ cdef int _put_method(Writer* w, object method) except -1:
     return write_str(w[0], method)
 
 
+cdef int _check_params(object params) except -1:
+    # Same rule and order as the pure twin's _check_params.
+    if isinstance(params, _RawJson):
+        if (<bytes>params).lstrip(b" \t\r\n")[:1] not in (b"{", b"["):
+            raise EncodeError("params must be a JSON object or array; RawJson holds neither")
+    elif not isinstance(params, (dict, list, tuple)):
+        raise EncodeError(f"params must be a JSON object or array, not {type(params).__name__}")
+    return 0
+
+
 def encode_value(obj):
     """Compact UTF-8 JSON for ``obj`` (no newline), splicing :class:`RawJson` verbatim.
 
@@ -855,6 +865,7 @@ def encode_request(id, method, params=None):
         w.put(b',"method":', 10)
         _put_method(w, method)
         if params is not None:
+            _check_params(params)
             w.put(b',"params":', 10)
             _put_payload(w, params)
         w.put(b'}\n', 2)
@@ -870,6 +881,7 @@ def encode_notification(method, params=None):
         w.put(b'{"jsonrpc":"2.0","method":', 26)
         _put_method(w, method)
         if params is not None:
+            _check_params(params)
             w.put(b',"params":', 10)
             _put_payload(w, params)
         w.put(b'}\n', 2)

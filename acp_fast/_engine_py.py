@@ -929,19 +929,39 @@ def _encode_method(method: Any) -> bytes:
     return encode_value(method)
 
 
+def _check_params(params: Any) -> None:
+    """JSON-RPC ``params`` must be an object or an array (protocol.md §1.2 rule 15)."""
+    if isinstance(params, RawJson):
+        if params.lstrip(_WS_BYTES)[:1] not in (b"{", b"["):
+            raise EncodeError("params must be a JSON object or array; RawJson holds neither")
+    elif not isinstance(params, (dict, list, tuple)):
+        raise EncodeError(f"params must be a JSON object or array, not {type(params).__name__}")
+
+
 def encode_request(id: int | str | None, method: str, params: Any = None) -> bytes:
-    """``{"jsonrpc":"2.0","id":…,"method":…,"params":…}\\n`` (params omitted when None)."""
+    """``{"jsonrpc":"2.0","id":…,"method":…,"params":…}\\n`` (params omitted when None).
+
+    Raises:
+        EncodeError: an invalid id or method, ``params`` that is not a dict, list, tuple or
+            ``RawJson`` object/array, or a value :func:`encode_value` rejects.
+    """
     head = b'{"jsonrpc":"2.0","id":' + _encode_id(id) + b',"method":' + _encode_method(method)
     if params is None:
         return head + b"}\n"
+    _check_params(params)
     return head + b',"params":' + encode_value(params) + b"}\n"
 
 
 def encode_notification(method: str, params: Any = None) -> bytes:
-    """``{"jsonrpc":"2.0","method":…,"params":…}\\n`` (params omitted when None)."""
+    """``{"jsonrpc":"2.0","method":…,"params":…}\\n`` (params omitted when None).
+
+    Raises:
+        EncodeError: as :func:`encode_request`.
+    """
     head = b'{"jsonrpc":"2.0","method":' + _encode_method(method)
     if params is None:
         return head + b"}\n"
+    _check_params(params)
     return head + b',"params":' + encode_value(params) + b"}\n"
 
 

@@ -117,6 +117,24 @@ def test_invalid_ids_rejected(engine, errors, ident):
         engine.encode_error(ident, 1)
 
 
+@pytest.mark.parametrize("params", [5, "x", True, 1.5, b"{}"])
+def test_scalar_params_rejected(engine, errors, params):
+    # protocol.md §1.2 rule 15: params must be an object or an array; our own decoder
+    # rejects anything else, so the encoders refuse to write it.
+    with pytest.raises(errors.EncodeError, match="params must be a JSON object or array"):
+        engine.encode_request(1, "m", params)
+    with pytest.raises(errors.EncodeError, match="params must be a JSON object or array"):
+        engine.encode_notification("m", params)
+
+
+def test_rawjson_params_must_hold_object_or_array(engine, errors):
+    assert engine.encode_notification("m", engine.RawJson(b' [1]')) == b'{"jsonrpc":"2.0","method":"m","params": [1]}\n'
+    assert engine.encode_request(1, "m", (1, 2)) == b'{"jsonrpc":"2.0","id":1,"method":"m","params":[1,2]}\n'
+    for raw in (b"5", b'"x"', b" null"):
+        with pytest.raises(errors.EncodeError, match="RawJson holds neither"):
+            engine.encode_request(1, "m", engine.RawJson(raw))
+
+
 @pytest.mark.parametrize("method", [1, None, b"m", ["m"]])
 def test_method_must_be_str(engine, errors, method):
     with pytest.raises(errors.EncodeError):
