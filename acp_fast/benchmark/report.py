@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from .suite import METRICS, Row, Settings
+from .targets import evaluate, ratio
 
-__all__ = ["format_value", "markdown", "write_json"]
+__all__ = ["format_value", "markdown", "targets_markdown", "write_json"]
 
 
 def format_value(v: float | None, unit: str | None) -> str:
@@ -33,10 +34,12 @@ def _spread(row: Row) -> str:
     return f" ±{(hi - lo) / 2 / row.median * 100:.0f}%"
 
 
-def markdown(rows: Sequence[Row], settings: Settings, *, spread: bool = True) -> str:
+def markdown(rows: Sequence[Row], settings: Settings, *, spread: bool = True,
+             baseline: str | None = "pysdk/pysdk") -> str:
     """One table: a line per metric, a column per pair (median of the runs; ``±x%`` is half the
-    min–max range relative to the median; ``!`` marks a metric with failed runs). Skipped pairs
-    are listed under the table."""
+    min–max range relative to the median; ``(×k)`` is how many times better than the
+    ``baseline`` pair; ``!`` marks a metric with failed runs). Skipped pairs are listed under
+    the table."""
     skipped = [r for r in rows if r.skipped]
     by_key = {(r.pair, r.workload): r for r in rows if not r.skipped}
     pairs: list[str] = []
@@ -55,6 +58,10 @@ def markdown(rows: Sequence[Row], settings: Settings, *, spread: bool = True) ->
                     cells.append("—")
                     continue
                 cell = format_value(row.median, row.unit) + (_spread(row) if spread else "")
+                if baseline and p != baseline:
+                    k = ratio(row, by_key.get((baseline, m.workload)))
+                    if k is not None:
+                        cell += f" (×{k:.1f})" if k >= 0.995 or k < 0.095 else f" (×{k:.2f})"
                 if row.errors:
                     cell += f" !{len(row.errors)}"
                 cells.append(cell)
@@ -66,7 +73,8 @@ def markdown(rows: Sequence[Row], settings: Settings, *, spread: bool = True) ->
     out.append(
         f"Medians of {settings.repeat} runs; N={settings.n:,} × {settings.chunk} B, M={settings.m:,} sequential, "
         f"{settings.inflight_m:,} requests with {settings.inflight} in flight, {settings.large_n} × 1 MiB, "
-        f"warm-up {settings.warmup}. ↑ higher is better, ↓ lower is better."
+        f"warm-up {settings.warmup}. ↑ higher is better, ↓ lower is better"
+        + (f"; (×k) = k times better than {baseline}." if baseline and baseline in pairs else ".")
     )
     for r in skipped:
         out.append(f"- {r.pair}: {r.skipped}")
@@ -82,6 +90,18 @@ def markdown(rows: Sequence[Row], settings: Settings, *, spread: bool = True) ->
     return "\n".join(out)
 
 
+def targets_markdown(rows: Sequence[Row]) -> str:
+    """The PASS/MISS table of :data:`~acp_fast.benchmark.targets.TARGETS` for this run."""
+    out = ["| target | pair | vs | measured | goal | result |", "|---|---|---|---:|---:|---|"]
+    for t in evaluate(rows):
+        v = t["measured"]
+        measured = "—" if v is None else (f"{v:.1f}×" if t["unit"] == "×" else f"{v:.1f} {t['unit']}")
+        goal = f"≥ {t['goal']:g}×" if t["unit"] == "×" else f"≤ {t['goal']:g} {t['unit']}"
+        out.append(f"| {t['label']} | {t['pair']} | {t['reference'] or '—'} | {measured} | {goal} | "
+                   f"**{t['result']}** |")
+    return "\n".join(out)
+
+
 def write_json(path: str | os.PathLike[str], rows: Sequence[Row], raw: Sequence[dict[str, Any]],
                settings: Settings, meta: dict[str, Any]) -> None:
     """Writes ``{"meta", "settings", "rows", "raw"}`` to ``path``."""
@@ -94,6 +114,7 @@ def write_json(path: str | os.PathLike[str], rows: Sequence[Row], raw: Sequence[
         },
         "settings": settings.__dict__,
         "rows": [r.to_json() for r in rows],
+        "targets": evaluate(rows),
         "raw": list(raw),
     }
     p = Path(path)

@@ -2,40 +2,41 @@
 
 A pair is benchmarked by running its client command with the workload's options followed by
 ``--`` and its agent command; the client spawns the agent over real OS pipes (stdin/stdout),
-drives it and prints one JSON line (the contract of ``peers/ts/client.mjs``).
+drives it and prints one JSON line (the client CLI contract of ``peers/README.md``).
 
 Built-in pairs (``<client>/<agent>``):
 
-========================  =========================================================
-``pysdk/pysdk``           official Python SDK client and agent (``peers/pysdk``)
-``pysdk-uvloop/...``      the same on uvloop (skipped unless uvloop is installed)
-``ts/ts``                 official TypeScript SDK client and agent, ACP v1 (``peers/ts``)
-``ts-v2/ts-v2``           the same on draft ACP v2 (``client_v2.mjs``/``agent_v2.mjs``)
-``pysdk/ts``              Python SDK client driving the TS agent
-``ts/pysdk``              TS client driving the Python SDK agent
-========================  =========================================================
+==================================  ===================================================
+``acp_fast/acp_fast``               acp_fast client (compiled engine) and the acp_fast agent
+``acp_fast-pure/acp_fast-pure``     the same with ``ACP_FAST_NO_EXTENSIONS=1`` on both
+``acp_fast/ts``, ``ts/acp_fast``    mixed with the official TypeScript SDK peers
+``acp_fast-v2/acp_fast-v2``         acp_fast on draft ACP v2 (``--v2``)
+``acp_fast-v2/ts-v2``               acp_fast v2 client, TS SDK v2 agent
+``acp_fast-raw/acp_fast``           acp_fast client with ``--raw-updates`` (no read gate)
+``pysdk/pysdk``                     official Python SDK client and agent (``peers/pysdk``)
+``pysdk-uvloop/...``                the same on uvloop (skipped unless uvloop is installed)
+``ts/ts``                           official TypeScript SDK client and agent, ACP v1
+``ts-v2/ts-v2``                     the same on draft ACP v2
+``pysdk/ts``, ``ts/pysdk``          the two official SDKs mixed
+==================================  ===================================================
 
-Extension point: :func:`register_pair` adds any other pair, e.g. the acp_fast pairs once
-``acp-fast testy`` (an agent following the behaviour of ``peers/ts/agent.mjs``) and an acp_fast
-client following the client CLI contract exist::
+The acp_fast client is :mod:`acp_fast.benchmark.client`; the acp_fast agent is
+``acp-fast testy`` when it is available, else the fallback :mod:`acp_fast.benchmark.agent`
+(:func:`acp_fast_agent` says which). The peers' folder is ``peers/`` of the source tree, or
+``$ACP_FAST_PEERS``, or :func:`configure`'s argument (``acp-fast bench --peers DIR``); an installed package without a source tree looks in
+``acp_fast/benchmark/peers/`` (package data, if the peers are shipped there).
 
-    from bench.e2e import TS_PEER, register_pair, requirement_module
-    register_pair(
-        "acp_fast/ts",
-        client_cmd=[sys.executable, "-m", "acp_fast.bench_client"],
-        agent_cmd=["node", "peers/ts/agent.mjs"],
-        requires=[requirement_module("acp_fast"), TS_PEER],
-        quick=True,
-    )
-
-or, without code, ``python -m bench.e2e --add-pair NAME 'CLIENT CMD' 'AGENT CMD'``.
+Extension point: :func:`register_pair` adds any other pair; or, without code,
+``acp-fast bench --add-pair NAME 'CLIENT CMD' 'AGENT CMD'``.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,21 +45,25 @@ from pathlib import Path
 
 __all__ = [
     "PAIRS",
-    "PY_SDK_VERSION",
     "PYSDK_PEER",
-    "Pair",
+    "PY_SDK_VERSION",
     "REPO_ROOT",
-    "Requirement",
     "TS_PEER",
     "TS_SDK_VERSION",
+    "Pair",
+    "Requirement",
     "get_pairs",
     "register_pair",
     "requirement_module",
 ]
 
-#: Repository root (``bench/e2e/pairs.py`` -> two levels up).
+#: Source-tree root (``acp_fast/benchmark/pairs.py`` -> two levels up).
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PEERS = REPO_ROOT / "peers"
+#: The peers' folder (see :func:`configure`).
+PEERS = Path(os.environ.get("ACP_FAST_PEERS") or (
+    REPO_ROOT / "peers" if (REPO_ROOT / "peers").is_dir() else Path(__file__).resolve().parent / "peers"))
+#: The directory holding the ``acp_fast`` package (put on the children's PYTHONPATH).
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 #: Pinned peer versions (must match peers/ts/package.json and scripts/install_peers.sh).
 TS_SDK_VERSION = "2.4.0"
@@ -90,6 +95,8 @@ class Requirement:
 def _check_ts() -> str | None:
     if shutil.which("node") is None:
         return "node not found"
+    if not (PEERS / "ts" / "client.mjs").is_file():
+        return f"no {PEERS / 'ts' / 'client.mjs'}"
     pkg = PEERS / "ts" / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
     try:
         version = json.loads(pkg.read_text(encoding="utf-8"))["version"]
@@ -101,6 +108,8 @@ def _check_ts() -> str | None:
 
 
 def _check_pysdk() -> str | None:
+    if not (PEERS / "pysdk" / "client.py").is_file():
+        return f"no {PEERS / 'pysdk' / 'client.py'}"
     try:
         version = importlib.metadata.version("agent-client-protocol")
     except importlib.metadata.PackageNotFoundError:
@@ -124,7 +133,7 @@ def requirement_module(module: str, how: str | None = None) -> Requirement:
             found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
             found = False
-        return None if found else f"{module} not importable"
+        return None if found else f"{module} not importable by {sys.executable}"
 
     return Requirement(module, check, how or f"pip install {module}")
 
@@ -224,14 +233,101 @@ def get_pairs(names: Iterable[str] | None = None, *, quick: bool = False) -> lis
     return out
 
 
+def _check_compiled() -> str | None:
+    try:
+        importlib.import_module("acp_fast._engine_c")
+    except ImportError as exc:
+        return f"compiled engine not built ({exc})"
+    return None
+
+
+#: acp_fast itself, importable by this interpreter.
+ACP_FAST = Requirement("acp_fast", lambda: None if importlib.util.find_spec("acp_fast") else
+                       f"acp_fast not importable by {sys.executable}", "pip install -e .")
+#: acp_fast's compiled engine twin.
+ACP_FAST_COMPILED = Requirement("acp_fast compiled engine", _check_compiled,
+                                "python setup.py build_ext --inplace")
+
+
+def testy_available() -> bool:
+    """True when ``acp-fast testy`` exists (``acp_fast.cli.main`` and ``acp_fast.cli.testy``)."""
+    try:
+        return (importlib.util.find_spec("acp_fast.cli.testy") is not None
+                and importlib.util.find_spec("acp_fast.cli.main") is not None)
+    except (ImportError, ValueError):
+        return False
+
+
+def acp_fast_agent() -> tuple[str, tuple[str, ...]]:
+    """``(kind, argv)`` of the acp_fast test agent: ``"testy"`` (``acp-fast testy``) when it
+    exists, else ``"fallback"`` (``python -m acp_fast.benchmark.agent``)."""
+    override = os.environ.get("ACP_FAST_BENCH_AGENT")
+    if override:
+        import shlex
+
+        return "override", tuple(shlex.split(override))
+    if testy_available():
+        exe = shutil.which("acp-fast")
+        if exe:
+            return "testy", (exe, "testy")
+        return "testy", (sys.executable, "-m", "acp_fast.cli.main", "testy")
+    return "fallback", (sys.executable, "-m", "acp_fast.benchmark.agent")
+
+
+def _acp_env(**extra: str) -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH")
+    env = {"PYTHONPATH": str(PACKAGE_PARENT) + (os.pathsep + path if path else "")}
+    env.update(extra)
+    return env
+
+
+#: The pairs ``acp-fast bench`` runs by default (the ratios are taken against ``pysdk/pysdk``).
+DEFAULT_PAIRS = ("acp_fast/acp_fast", "acp_fast-pure/acp_fast-pure", "pysdk/pysdk", "ts/ts",
+                 "acp_fast/ts", "ts/acp_fast")
+#: The reference pair of the ratios.
+BASELINE = "pysdk/pysdk"
+
+
+def configure(peers_dir: str | os.PathLike[str] | None = None) -> None:
+    """(Re)registers the built-in pairs, with the peers in ``peers_dir`` (default: unchanged).
+
+    Pairs registered by :func:`register_pair` under other names are kept.
+    """
+    global PEERS
+    if peers_dir is not None:
+        PEERS = Path(peers_dir).resolve()
+    for name in _BUILTIN:
+        PAIRS.pop(name, None)
+    _register_builtin()
+
+
+_BUILTIN: list[str] = []
+
+
 def _register_builtin() -> None:
+    before = set(PAIRS)
+    _register_builtin_pairs()
+    _BUILTIN[:] = [n for n in PAIRS if n not in before] or _BUILTIN
+
+
+def _register_builtin_pairs() -> None:
     py = sys.executable
+    _, acp_agent = acp_fast_agent()
+    acp_client = (py, "-m", "acp_fast.benchmark.client")
+    acp_client_v2 = (*acp_client, "--v2")
+    ts_agent_v2 = ("node", str(PEERS / "ts" / "agent_v2.mjs"))
     ts = PEERS / "ts"
     pysdk = PEERS / "pysdk"
     ts_client = ("node", str(ts / "client.mjs"))
     ts_agent = ("node", str(ts / "agent.mjs"))
     py_client = (py, str(pysdk / "client.py"))
     py_agent = (py, str(pysdk / "agent.py"))
+    register_pair("acp_fast/acp_fast", acp_client, acp_agent, requires=[ACP_FAST, ACP_FAST_COMPILED],
+                  env=_acp_env(ACP_FAST_NO_EXTENSIONS="0"), quick=True,
+                  description="acp_fast client and agent, compiled engine")
+    register_pair("acp_fast-pure/acp_fast-pure", acp_client, acp_agent, requires=[ACP_FAST],
+                  env=_acp_env(ACP_FAST_NO_EXTENSIONS="1"), quick=True,
+                  description="acp_fast client and agent, pure-Python engine (ACP_FAST_NO_EXTENSIONS=1)")
     register_pair("pysdk/pysdk", py_client, py_agent, requires=[PYSDK_PEER], quick=True,
                   description=f"Python SDK {PY_SDK_VERSION} client and agent")
     register_pair("ts/ts", ts_client, ts_agent, requires=[TS_PEER], quick=True,
@@ -243,6 +339,17 @@ def _register_builtin() -> None:
     register_pair("ts-v2/ts-v2", ("node", str(ts / "client_v2.mjs")), ("node", str(ts / "agent_v2.mjs")),
                   requires=[TS_PEER], protocol=2,
                   description=f"TypeScript SDK {TS_SDK_VERSION} client and agent, draft ACP v2")
+    register_pair("acp_fast-raw/acp_fast", (*acp_client, "--raw-updates"), acp_agent,
+                  requires=[ACP_FAST, ACP_FAST_COMPILED], env=_acp_env(ACP_FAST_NO_EXTENSIONS="0"),
+                  description="acp_fast client receiving session/update on the raw Connection (no read gate)")
+    register_pair("acp_fast/ts", acp_client, ts_agent, requires=[ACP_FAST, TS_PEER], env=_acp_env(), quick=True,
+                  description="acp_fast client, TypeScript SDK agent")
+    register_pair("ts/acp_fast", ts_client, acp_agent, requires=[TS_PEER, ACP_FAST], env=_acp_env(), quick=True,
+                  description="TypeScript SDK client, acp_fast agent")
+    register_pair("acp_fast-v2/acp_fast-v2", acp_client_v2, acp_agent, requires=[ACP_FAST], env=_acp_env(),
+                  protocol=2, description="acp_fast client and agent on draft ACP v2")
+    register_pair("acp_fast-v2/ts-v2", acp_client_v2, ts_agent_v2, requires=[ACP_FAST, TS_PEER], env=_acp_env(),
+                  protocol=2, description="acp_fast v2 client, TypeScript SDK v2 agent")
     register_pair("pysdk/ts", py_client, ts_agent, requires=[PYSDK_PEER, TS_PEER],
                   description="Python SDK client, TypeScript SDK agent")
     register_pair("ts/pysdk", ts_client, py_agent, requires=[TS_PEER, PYSDK_PEER],
