@@ -40,7 +40,7 @@ from acp_fast.errors import (
     DecoderClosedError,
     EncodeError,
 )
-from acp_fast._engine_py import RawJson
+from acp_fast._rawjson import RawJson
 
 __all__ = [
     "IMPLEMENTATION",

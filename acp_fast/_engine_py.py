@@ -59,10 +59,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import secrets
+import os
 from json.decoder import scanstring as _scanstring
 from typing import Any, Iterable, Iterator, List, Union
 
+from ._rawjson import RawJson
 from .errors import (
     DEFAULT_MESSAGES,
     INTERNAL_ERROR,
@@ -116,25 +117,6 @@ _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 _ENVELOPE_KEYS = frozenset(("jsonrpc", "id", "method", "params", "result", "error"))
 _UNSET: Any = object()
-
-
-class RawJson(bytes):
-    """Bytes that are already one complete JSON value, spliced into output verbatim.
-
-    Encoders never re-encode a ``RawJson``; it may appear at the top of ``params``/
-    ``result``/``data`` or anywhere inside them. The caller vouches that it is valid JSON;
-    encoders only check that it has no newline (a line-delimited frame cannot carry one).
-    Lazy messages hand out their ``params``/``result`` as ``RawJson``.
-    """
-
-    __slots__ = ()
-
-    def decode_json(self) -> Any:
-        """Decode the value with the engine's strict JSON rules."""
-        return _loads_strict(self.decode("utf-8"))
-
-    def __repr__(self) -> str:
-        return f"RawJson({bytes(self)!r})"
 
 
 # ---------------------------------------------------------------------------------------
@@ -856,7 +838,7 @@ _dumps_fast = json.JSONEncoder(
 
 def _dumps_with_raw(obj: Any) -> bytes:
     """Slow path: splice ``RawJson`` values found inside ``obj`` through unique markers."""
-    nonce = secrets.token_hex(8)
+    nonce = os.urandom(8).hex()
     raws: list[bytes] = []
 
     def default(o: Any) -> Any:

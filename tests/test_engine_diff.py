@@ -497,9 +497,11 @@ def plain(v: Any) -> Any:
 
 def _encodings(engine, ident, method, params, code, message):
     p = materialise(engine, params)
+    # JSON-RPC params must be an object or an array: wrap a scalar for the call encoders.
+    call_params = p if p is None or isinstance(p, (dict, list)) else [p]
     return [
-        engine.encode_request(ident, method, p),
-        engine.encode_notification(method, p),
+        engine.encode_request(ident, method, call_params),
+        engine.encode_notification(method, call_params),
         engine.encode_result(ident, p),
         engine.encode_error(ident, code, message, p),
         engine.encode_error(ident, code),
