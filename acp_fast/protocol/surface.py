@@ -35,6 +35,7 @@ from acp_fast.protocol.errors import WireSurfaceError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
     from typing import Any
 
 __all__ = [
@@ -177,6 +178,66 @@ class SessionUpdateView:
         )
 
 
+def _fast_shape_check(
+    required: tuple[str, ...],
+    fields: tuple[tuple[str, dict[str, Callable[[Any], bool]], bool], ...],
+) -> Callable[[Any], bool]:
+    """Fast-path check of one variant: required keys, then nested union items.
+
+    ``fields`` is ``((field, tag -> item check, is_list), ...)``. Items must be plain
+    dicts with a string ``type`` the surface defines (unknown tags of open unions
+    are left to the full classifier).
+    """
+
+    def item_ok(table: dict[str, Callable[[Any], bool]], item: Any) -> bool:
+        if type(item) is not dict:
+            return False
+        tag = item.get("type")
+        if type(tag) is not str:
+            return False
+        check = table.get(tag)
+        return check is not None and check(item)
+
+    def check(payload: Any) -> bool:
+        for key in required:
+            if key not in payload:
+                return False
+        for field, table, is_list in fields:
+            if field not in payload:
+                continue
+            value = payload[field]
+            if not is_list:
+                if not item_ok(table, value):
+                    return False
+            elif value is not None:
+                if type(value) is not list:
+                    return False
+                for item in value:
+                    if not item_ok(table, item):
+                        return False
+        return True
+
+    return check
+
+
+def _fast_state_check(
+    shape_ok: Callable[[Any], bool], states: frozenset[str]
+) -> Callable[[Any], bool]:
+    """Fast-path check of ``state_update``: its shape plus the inner ``state``."""
+
+    def check(update: Any) -> bool:
+        state = update.get("state")
+        if type(state) is not str or state not in states:
+            return False
+        if state == "idle":
+            reason = update.get("stopReason")
+            if reason is not None and type(reason) is not str:
+                return False
+        return shape_ok(update)
+
+    return check
+
+
 _SURFACES: dict[tuple[int, bool], WireSurface] = {}
 
 
@@ -199,6 +260,7 @@ class WireSurface:
         "_unions",
         "_open",
         "_nested",
+        "_fast",
     )
 
     @classmethod
@@ -260,6 +322,7 @@ class WireSurface:
         self.prompt_stop_reasons = self._values(_gen.PROMPT_STOP_REASONS)
         self.content_block_types = frozenset(self._unions["ContentBlock"])
         self.tool_call_content_types = frozenset(self._unions["ToolCallContent"])
+        self._fast = self._compile_fast_checks()
 
     def _select(
         self, table: dict[str, Any]
@@ -341,6 +404,36 @@ class WireSurface:
 
         Never raises and never copies: the returned view's ``payload`` is ``update``.
         """
+        # Strategy: ``_fast`` holds, per variant this surface defines, a check
+        # compiled from the same tables (required keys, nested content unions, the
+        # state_update ``state``) that only answers "known, this version's shape",
+        # with key lookups and exact type tests. Whatever it does not positively
+        # accept (other versions, unknown tags, malformed or unusual payloads, dict
+        # subclasses) goes to ``_classify_full``, the only place diagnostics are
+        # built. So the fast path can only return what the full classifier returns
+        # (tests/test_protocol_surfaces.py compares both over the tables).
+        fast = self._fast_known(update)
+        if fast is not None:
+            _check, kind, version, type_name, tier, defined = fast
+            return SessionUpdateView(kind, KNOWN, update, version, type_name, tier, defined)
+        return self._classify_full(update)
+
+    def _fast_known(
+        self, update: Any
+    ) -> tuple[Callable[[Any], bool], str, int, str, str, tuple[int, ...]] | None:
+        """The fast path alone: ``(check, kind, version, type_name, tier, defined_in)``
+        when ``update`` is known in this version's shape, else None (not a verdict:
+        ask ``_classify_full``). Used directly by the roles layer's hot path."""
+        if type(update) is dict:
+            kind = update.get("sessionUpdate")
+            if type(kind) is str:
+                fast = self._fast.get(kind)
+                if fast is not None and fast[0](update):
+                    return fast
+        return None
+
+    def _classify_full(self, update: Any) -> SessionUpdateView:
+        """The complete read gate (diagnostics for everything that is not known)."""
         v = self.version
         if not isinstance(update, dict):
             return SessionUpdateView(
@@ -414,6 +507,42 @@ class WireSurface:
             variant=view.kind,
             version=self.version,
         )
+
+    # -- read gate fast path -----------------------------------------------------------
+
+    def _compile_fast_checks(
+        self,
+    ) -> dict[str, tuple[Callable[[Any], bool], str, int, str, str, tuple[int, ...]]]:
+        """``kind -> (check, kind, version, type_name, tier, defined_in)`` per variant.
+
+        ``check(update)`` is True only if ``_classify_full`` would call ``update``
+        known; False means "ask the full classifier", never "not known".
+        """
+        items: dict[str, dict[str, Callable[[Any], bool]]] = {}  # union -> tag -> check
+
+        def shape_check(type_name: str, required: tuple[str, ...]) -> Callable[[Any], bool]:
+            fields = tuple(
+                (field, union_items(union_name), is_list)
+                for field, union_name, is_list in self._nested.get(type_name, ())
+            )
+            return _fast_shape_check(required, fields)
+
+        def union_items(union_name: str) -> dict[str, Callable[[Any], bool]]:
+            table = items.get(union_name)
+            if table is None:  # registered before filling: nested unions may recurse
+                table = items[union_name] = {}
+                for tag, (_tier, type_name, required) in self._unions[union_name].items():
+                    table[tag] = shape_check(type_name, required)
+            return table
+
+        fast = {}
+        for kind, (tier, type_name, required) in self._updates.items():
+            check = shape_check(type_name, required)
+            if kind == "state_update":
+                check = _fast_state_check(check, frozenset(self._states))
+            defined = _UPDATE_VERSIONS.get(kind, ())
+            fast[kind] = (check, kind, self.version, type_name, tier, defined)
+        return fast
 
     # -- helpers -------------------------------------------------------------------
 
