@@ -55,7 +55,7 @@ from .errors import INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
 from .jsonrpc import CANCEL_METHOD, Connection, PendingRequest, RequestContext
 from .protocol import negotiation as nego
 from .protocol.guard import PROXY_DATA, InitializationGuard
-from .protocol.surface import SessionUpdateView, WireSurface
+from .protocol.surface import KNOWN, SessionUpdateView, WireSurface
 from .sessions import SessionStates
 
 __all__ = [
@@ -172,38 +172,57 @@ class SessionUpdate:
 
     Attributes:
         session_id: ``params["sessionId"]``.
+        kind: the ``sessionUpdate`` value (``""`` if absent or not a string).
+        payload: the ``update`` object, untouched (same identity).
         view: the :class:`~acp_fast.protocol.surface.SessionUpdateView` of the negotiated
             version. Only ``known`` updates have that version's shape.
         params: the notification's params, unchanged.
     """
 
-    __slots__ = ("params", "session_id", "view")
+    # Strategy: the hot path (a known update, see AcpConnection._incoming_session_update)
+    # stores the read gate's fast-path entry in ``_view`` and builds the view object only
+    # when ``view`` is read; ``kind``/``payload``/``known`` are plain slots.
+    __slots__ = ("_view", "kind", "known", "params", "payload", "session_id")
 
     def __init__(self, params: Any, view: SessionUpdateView) -> None:
         self.params = params
         self.session_id = params.get("sessionId") if type(params) is dict else None
-        self.view = view
+        self.kind = view.kind
+        self.payload = view.payload
+        self.known = view.status == KNOWN
+        self._view: Any = view
 
     @property
-    def kind(self) -> str:
-        return self.view.kind
-
-    @property
-    def payload(self) -> Any:
-        """The ``update`` object, untouched (same identity)."""
-        return self.view.payload
-
-    @property
-    def known(self) -> bool:
-        return self.view.status == "known"
+    def view(self) -> SessionUpdateView:
+        view = self._view
+        if type(view) is tuple:  # a fast-path entry: (check, kind, version, type, tier, defined)
+            _check, kind, version, type_name, tier, defined = view
+            view = self._view = SessionUpdateView(
+                kind, KNOWN, self.payload, version, type_name, tier, defined)
+        return view  # type: ignore[no-any-return]
 
     @property
     def passthrough(self) -> bool:
         """True for unknown, other-version or malformed updates: keep them raw."""
-        return self.view.status != "known"
+        return not self.known
 
     def __repr__(self) -> str:
         return f"SessionUpdate({self.session_id!r}, {self.kind!r}, {self.view.status})"
+
+
+_new_object = object.__new__
+
+
+def _known_session_update(params: dict[str, Any], update: dict[str, Any], fast: Any) -> SessionUpdate:
+    """A :class:`SessionUpdate` for a fast-path known update (no view object yet)."""
+    event = _new_object(SessionUpdate)
+    event.params = params
+    event.session_id = params.get("sessionId")
+    event.kind = fast[1]
+    event.payload = update
+    event.known = True
+    event._view = fast
+    return event
 
 
 class Context:
@@ -311,6 +330,7 @@ class AcpConnection:
         self.role = builder.role
         self.info = builder._info
         self.surface = WireSurface.for_version(self.version)
+        self._fast_known = self.surface._fast_known
         proxy = self.role == "proxy"
         guarded = builder._guarded and self.version >= 2 and not proxy
         guard_role = {"agent": "responder", "client": "initiator"}.get(self.role, "unchecked")
@@ -385,15 +405,25 @@ class AcpConnection:
         return None
 
     def _incoming_session_update(self, msg: Any) -> Any:
+        # Strategy: known updates take the read gate's fast path (a precompiled per-variant
+        # check, no view object, no diagnostics); everything else the full classifier.
         params = msg.params
-        update = params.get("update") if type(params) is dict else None
-        view = self.surface.classify_session_update(update)
-        event = SessionUpdate(params, view)
-        if view.kind == "state_update" and view.status == "known":
-            self.sessions.apply(event.session_id, view.payload)
+        if type(params) is dict:
+            update = params.get("update")
+            fast = self._fast_known(update)
+        else:
+            update = fast = None
+        if fast is not None:
+            event = _known_session_update(params, update, fast)  # type: ignore[arg-type]
+        else:
+            event = SessionUpdate(params, self.surface.classify_session_update(update))
+        if event.known and event.kind == "state_update":
+            self.sessions.apply(event.session_id, event.payload)
         fn = self._on_update
         if fn is not None:
-            return fn(event, Context(self, None, msg))
+            cx = _new_object(Context)  # Context(self, None, msg) without the __init__ call
+            cx.connection, cx.request, cx.message = self, None, msg
+            return fn(event, cx)
         fn = self._notifications.get(SESSION_UPDATE)
         if fn is not None:
             return fn(params, Context(self, None, msg))

@@ -691,3 +691,256 @@ def test_tables_agree_with_derived_methods_json(schema_dir) -> None:
             if not t.startswith("<")
         ]
         assert surface.session_update_kinds == set(named)
+
+
+# ---------------------------------------------------------------------------
+# Read gate fast path: must return exactly what the full classifier returns
+# ---------------------------------------------------------------------------
+
+_VIEW_FIELDS = (
+    "kind",
+    "status",
+    "payload",
+    "version",
+    "type_name",
+    "tier",
+    "defined_in",
+    "detail",
+)
+
+
+def _view_tuple(view):
+    return tuple(getattr(view, name) for name in _VIEW_FIELDS)
+
+
+def _minimal(rows_table, tag, version, tag_key):
+    """A payload with the required keys of ``tag`` as ``version`` shapes it."""
+    rows = [row for row in rows_table[tag] if row[0] == version]
+    payload = {tag_key: tag}
+    for key in rows[0][3] if rows else ():
+        payload[key] = "x"
+    return payload
+
+
+def _content(version, tag):
+    return _minimal(gen.CONTENT_BLOCKS, tag, version, "type")
+
+
+def _tool_content(version, tag):
+    item = _minimal(gen.TOOL_CALL_CONTENT, tag, version, "type")
+    if tag == "content":
+        item["content"] = _content(version, "text")
+    return item
+
+
+def _fast_path_payloads():
+    """Every session update variant of both versions (valid, other-version shaped,
+    malformed, nested content of every tag of both versions) plus odd inputs."""
+    out = [
+        None,
+        1,
+        "x",
+        [],
+        {},
+        {"sessionUpdate": 1},
+        {"sessionUpdate": ["x"]},
+        {"sessionUpdate": "future_update"},
+        {"sessionUpdate": "_vendor_update"},
+    ]
+    for kind in gen.SESSION_UPDATES:
+        for version in (1, 2):
+            base = _minimal(gen.SESSION_UPDATES, kind, version, "sessionUpdate")
+            out.append(base)
+            for key in list(base)[1:]:  # each required key missing
+                out.append({k: v for k, v in base.items() if k != key})
+            fields = [
+                f
+                for (v, t), fs in gen.NESTED_UNIONS.items()
+                for f in fs
+                if v == version and t in {r[2] for r in gen.SESSION_UPDATES[kind]}
+            ]
+            for field, union, is_list in fields:
+                tags = (
+                    gen.CONTENT_BLOCKS
+                    if union == "ContentBlock"
+                    else gen.TOOL_CALL_CONTENT
+                )
+                items = [
+                    None,
+                    1,
+                    [],
+                    {},
+                    {"type": 7},
+                    {"type": ["text"]},
+                    {"type": "_future"},
+                ]
+                for tag in tags:
+                    for item_version in (1, 2):
+                        item = (
+                            _content(item_version, tag)
+                            if union == "ContentBlock"
+                            else _tool_content(item_version, tag)
+                        )
+                        items.append(item)
+                        items.append({"type": tag})
+                        if union == "ToolCallContent" and tag == "content":
+                            items.append(
+                                {"type": "content", "content": {"type": "text"}}
+                            )
+                            items.append(
+                                {"type": "content", "content": {"type": "_x", "a": 1}}
+                            )
+                for item in items:
+                    value = [item, item] if is_list else item
+                    out.append(dict(base, **{field: value}))
+                if is_list:
+                    out += [
+                        dict(base, **{field: None}),
+                        dict(base, **{field: {}}),
+                        dict(base, **{field: []}),
+                    ]
+    for state in [*gen.STATE_UPDATE_STATES, "bogus", 3, None]:
+        for reason in ("end_turn", "other", None, 5, ["x"]):
+            update = {"sessionUpdate": "state_update", "state": state}
+            if reason is not None:
+                update["stopReason"] = reason
+            out.append(update)
+    out.append({"sessionUpdate": "state_update"})
+    return out
+
+
+@pytest.mark.parametrize("unstable", [True, False])
+@pytest.mark.parametrize("version", [1, 2])
+def test_read_gate_fast_path_matches_full_classifier(version, unstable) -> None:
+    surface = WireSurface.for_version(version, unstable=unstable)
+    payloads = _fast_path_payloads()
+    fast_hits = 0
+    for update in payloads:
+        full = surface._classify_full(update)
+        view = surface.classify_session_update(update)
+        assert _view_tuple(view) == _view_tuple(full), update
+        fast = surface._fast_known(update)
+        if fast is not None:
+            fast_hits += 1
+            assert full.status == KNOWN, update
+    assert fast_hits > 50  # the table-driven payloads do exercise the fast path
+
+
+def test_read_gate_fast_path_covers_the_hot_variants(v1, v2) -> None:
+    text = {"type": "text", "text": "hi"}
+    hot = [
+        (v1, {"sessionUpdate": "agent_message_chunk", "content": text}),
+        (v1, {"sessionUpdate": "user_message_chunk", "content": text}),
+        (v1, {"sessionUpdate": "agent_thought_chunk", "content": text}),
+        (
+            v2,
+            {"sessionUpdate": "agent_message_chunk", "messageId": "m", "content": text},
+        ),
+        (
+            v1,
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": "c",
+                "content": [
+                    {"type": "content", "content": text},
+                    {"type": "diff", "path": "/a", "newText": "b"},
+                ],
+            },
+        ),
+        (
+            v2,
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": "c",
+                "content": [{"type": "diff", "changes": []}],
+            },
+        ),
+        (
+            v2,
+            {
+                "sessionUpdate": "state_update",
+                "state": "idle",
+                "stopReason": "end_turn",
+            },
+        ),
+        (v2, {"sessionUpdate": "state_update", "state": "running"}),
+    ]
+    for surface, update in hot:
+        assert surface._fast_known(update) is not None, update
+    # and never for the other version's shapes
+    assert (
+        v1._fast_known(
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": "c",
+                "content": [{"type": "diff", "changes": []}],
+            }
+        )
+        is None
+    )
+    assert (
+        v2._fast_known({"sessionUpdate": "agent_message_chunk", "content": text})
+        is None
+    )
+    assert v1._fast_known({"sessionUpdate": "state_update", "state": "idle"}) is None
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "sessionUpdate": st.sampled_from(
+                sorted(gen.SESSION_UPDATES) + ["state_update", "nope"]
+            )
+        },
+        optional={
+            key: st.recursive(
+                st.none()
+                | st.booleans()
+                | st.integers()
+                | st.sampled_from(
+                    ["idle", "running", "text", "diff", "content", "end_turn", "x"]
+                ),
+                lambda inner: (
+                    st.lists(inner, max_size=3)
+                    | st.dictionaries(
+                        st.sampled_from(
+                            [
+                                "type",
+                                "text",
+                                "path",
+                                "newText",
+                                "changes",
+                                "content",
+                                "terminalId",
+                                "data",
+                                "mimeType",
+                            ]
+                        ),
+                        inner,
+                        max_size=4,
+                    )
+                ),
+                max_leaves=8,
+            )
+            for key in (
+                "content",
+                "messageId",
+                "toolCallId",
+                "state",
+                "stopReason",
+                "title",
+                "entries",
+                "summary",
+                "compactionId",
+                "status",
+            )
+        },
+    )
+)
+def test_read_gate_fast_path_matches_full_classifier_fuzzed(update) -> None:
+    for version in (1, 2):
+        surface = WireSurface.for_version(version)
+        full = surface._classify_full(update)
+        assert _view_tuple(surface.classify_session_update(update)) == _view_tuple(full)
+        if surface._fast_known(update) is not None:
+            assert full.status == KNOWN

@@ -32,7 +32,7 @@ from roles_support import (
 
 from acp_fast.errors import JsonRpcError
 from acp_fast.protocol.errors import WireSurfaceError
-from acp_fast.roles import Agent, Client, Proxy
+from acp_fast.roles import Agent, Client, Context, Proxy
 from acp_fast.transport import memory_pair
 
 NOT_READY = "ACP initialization must complete before `session/new` can be used"
@@ -535,6 +535,50 @@ def test_read_gate_delivers_other_version_updates_as_passthrough(engine: ModuleT
             ("state_update", "other_version", True), ("_vendor_x", "unknown", True),
             ("agent_message_chunk", "known", False)]
         assert seen[0].payload == state  # preserved verbatim
+
+    run(body)
+
+
+def test_session_update_fast_path_view_equals_the_full_read_gate(engine: ModuleType) -> None:
+    """Known updates skip building the view; reading ``view`` gives what the gate gives."""
+    async def body() -> None:
+        a, b = memory_pair()
+        agent = RawPeer(a)
+        seen: list[Any] = []
+        contexts: list[Any] = []
+
+        def on_update(u: Any, cx: Any) -> None:
+            seen.append(u)
+            contexts.append(cx)
+
+        client = Client.builder().on_session_update(on_update)
+        updates = [
+            {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "t"}},
+            {"sessionUpdate": "tool_call_update", "toolCallId": "c",
+             "content": [{"type": "diff", "changes": []}]},  # the v2 diff shape: passthrough
+            {"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}},  # malformed
+        ]
+
+        async def main(cx: Any) -> Any:
+            for update in updates:
+                agent.notify("session/update", {"sessionId": "s", "update": update})
+            while len(seen) < len(updates):
+                await asyncio.sleep(0)
+            return cx
+
+        acp = await client.connect_with(b, main, engine=engine)
+        fields = ("kind", "status", "version", "type_name", "tier", "defined_in", "detail")
+        for u in seen:
+            full = acp.surface._classify_full(u.payload)
+            assert u.view is u.view  # built once
+            assert u.view.payload is u.payload
+            assert [getattr(u.view, f) for f in fields] == [getattr(full, f) for f in fields]
+            assert (u.kind, u.known, u.passthrough, u.session_id) == (
+                full.kind, full.status == "known", full.status != "known", "s")
+        assert [u.view.status for u in seen] == ["known", "other_version", "malformed"]
+        assert all(type(cx) is Context and cx.connection is acp and cx.request is None
+                   and cx.method == "session/update" for cx in contexts)
+        assert len({id(cx) for cx in contexts}) == len(contexts)  # one per notification
 
     run(body)
 

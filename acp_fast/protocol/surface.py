@@ -180,23 +180,40 @@ class SessionUpdateView:
 
 def _fast_shape_check(
     required: tuple[str, ...],
-    fields: tuple[tuple[str, dict[str, Callable[[Any], bool]], bool], ...],
+    fields: tuple[tuple[str, dict[str, Any], bool], ...],
 ) -> Callable[[Any], bool]:
     """Fast-path check of one variant: required keys, then nested union items.
 
-    ``fields`` is ``((field, tag -> item check, is_list), ...)``. Items must be plain
-    dicts with a string ``type`` the surface defines (unknown tags of open unions
-    are left to the full classifier).
+    ``fields`` is ``((field, tag -> item spec, is_list), ...)``; an item spec is the
+    tuple of required keys of a leaf type, or the check of a type with nested unions.
+    Items must be plain dicts with a string ``type`` the surface defines (unknown tags
+    of open unions are left to the full classifier).
     """
 
-    def item_ok(table: dict[str, Callable[[Any], bool]], item: Any) -> bool:
-        if type(item) is not dict:
-            return False
-        tag = item.get("type")
-        if type(tag) is not str:
-            return False
-        check = table.get(tag)
-        return check is not None and check(item)
+    if len(fields) == 1 and not fields[0][2] and fields[0][0] in required:
+        # The chunk shape (one required content block): no loops around the one item.
+        field, table, _is_list = fields[0]
+        others = tuple(key for key in required if key != field)
+
+        def check_one(payload: Any) -> bool:
+            for key in others:
+                if key not in payload:
+                    return False
+            item = payload.get(field)
+            if type(item) is not dict:
+                return False
+            tag = item.get("type")
+            if type(tag) is not str:
+                return False
+            spec = table.get(tag)
+            if type(spec) is tuple:  # leaf: only required keys
+                for key in spec:
+                    if key not in item:
+                        return False
+                return True
+            return spec is not None and spec(item)
+
+        return check_one
 
     def check(payload: Any) -> bool:
         for key in required:
@@ -207,14 +224,26 @@ def _fast_shape_check(
                 continue
             value = payload[field]
             if not is_list:
-                if not item_ok(table, value):
+                value = (value,)
+            elif value is None:
+                continue
+            elif type(value) is not list:
+                return False
+            for item in value:
+                if type(item) is not dict:
                     return False
-            elif value is not None:
-                if type(value) is not list:
+                tag = item.get("type")
+                if type(tag) is not str:
                     return False
-                for item in value:
-                    if not item_ok(table, item):
-                        return False
+                spec = table.get(tag)
+                if spec is None:
+                    return False
+                if type(spec) is tuple:  # leaf: only required keys
+                    for key in spec:
+                        if key not in item:
+                            return False
+                elif not spec(item):
+                    return False
         return True
 
     return check
@@ -415,7 +444,9 @@ class WireSurface:
         fast = self._fast_known(update)
         if fast is not None:
             _check, kind, version, type_name, tier, defined = fast
-            return SessionUpdateView(kind, KNOWN, update, version, type_name, tier, defined)
+            return SessionUpdateView(
+                kind, KNOWN, update, version, type_name, tier, defined
+            )
         return self._classify_full(update)
 
     def _fast_known(
@@ -518,21 +549,26 @@ class WireSurface:
         ``check(update)`` is True only if ``_classify_full`` would call ``update``
         known; False means "ask the full classifier", never "not known".
         """
-        items: dict[str, dict[str, Callable[[Any], bool]]] = {}  # union -> tag -> check
+        items: dict[str, dict[str, Any]] = {}  # union -> tag -> item spec
 
-        def shape_check(type_name: str, required: tuple[str, ...]) -> Callable[[Any], bool]:
+        def shape_check(
+            type_name: str, required: tuple[str, ...]
+        ) -> Callable[[Any], bool]:
             fields = tuple(
                 (field, union_items(union_name), is_list)
                 for field, union_name, is_list in self._nested.get(type_name, ())
             )
             return _fast_shape_check(required, fields)
 
-        def union_items(union_name: str) -> dict[str, Callable[[Any], bool]]:
+        def union_items(union_name: str) -> dict[str, Any]:
             table = items.get(union_name)
             if table is None:  # registered before filling: nested unions may recurse
                 table = items[union_name] = {}
-                for tag, (_tier, type_name, required) in self._unions[union_name].items():
-                    table[tag] = shape_check(type_name, required)
+                for tag, row in self._unions[union_name].items():
+                    _tier, type_name, required = row
+                    nested = self._nested.get(type_name)
+                    leaf = not nested  # a leaf item only needs its required keys
+                    table[tag] = required if leaf else shape_check(type_name, required)
             return table
 
         fast = {}
