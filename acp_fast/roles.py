@@ -295,6 +295,10 @@ class Context:
     def send_to_successor(self, method: str, params: Any = None, **kwargs: Any) -> Any:
         return self.connection.send_to_successor(method, params, **kwargs)
 
+    async def drain(self) -> None:
+        """Wait while the peer is not reading what we send (backpressure; see ``AcpConnection.drain``)."""
+        await self.connection.raw.drain()
+
     def notify_successor(self, method: str, params: Any = None, **kwargs: Any) -> bool:
         return self.connection.notify_successor(method, params, **kwargs)
 
@@ -367,6 +371,14 @@ class AcpConnection:
 
     async def wait_closed(self) -> None:
         await self.raw.wait_closed()
+
+    async def drain(self) -> None:
+        """Write what is queued and wait while the peer is not reading (backpressure).
+
+        Await it in loops that send many messages (e.g. streaming updates) so memory stays
+        bounded when the peer reads slowly.
+        """
+        await self.raw.drain()
 
     # -- incoming -----------------------------------------------------------------------
 
