@@ -30,7 +30,7 @@ from ._engine import (
     error_reply,
     forward,
 )
-from .errors import AcpFastError, DecoderClosedError, EncodeError, JsonRpcError
+from .errors import AcpFastError, DecoderClosedError, EncodeError, JsonRpcError, SendBufferFull
 
 __version__ = "0.1.0"
 
@@ -42,9 +42,11 @@ _LAZY = {
     "Proxy": "roles",
     "AcpConnection": "roles",
     "Context": "roles",
+    "Request": "roles",
     "SentRequest": "roles",
     "SessionUpdate": "roles",
     "run_agent_stdio": "roles",
+    "spawn": "transport",
 }
 
 
@@ -84,4 +86,15 @@ __all__ = [
     "DecoderClosedError",
     "EncodeError",
     "JsonRpcError",
+    "SendBufferFull",
+    "Agent",
+    "Client",
+    "Proxy",
+    "AcpConnection",
+    "Context",
+    "Request",
+    "SentRequest",
+    "SessionUpdate",
+    "run_agent_stdio",
+    "spawn",
 ]

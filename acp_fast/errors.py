@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_MESSAGES",
     "AcpFastError",
     "JsonRpcError",
+    "SendBufferFull",
     "DecoderClosedError",
     "EncodeError",
 ]
@@ -152,3 +153,24 @@ class EncodeError(AcpFastError, TypeError, ValueError):
     that contain a newline. It is both a ``TypeError`` and a ``ValueError`` so code
     written against ``json.dumps`` keeps catching it.
     """
+
+
+class SendBufferFull(AcpFastError):
+    """A send was refused because the connection's write buffer is over its limit.
+
+    The peer is not reading what we send fast enough. Await
+    :meth:`acp_fast.jsonrpc.Connection.drain` (``await cx.drain()`` in a handler) in send
+    loops; nothing of the refused message was queued, so it may be sent again after the
+    drain. Answers to the peer's requests are never refused (reading pauses instead).
+
+    Attributes:
+        buffered: bytes waiting to be written when the send was refused.
+        limit: the connection's ``max_write_buffer``.
+    """
+
+    def __init__(self, buffered: int, limit: int) -> None:
+        super().__init__(
+            f"write buffer full ({buffered} bytes queued, limit {limit}): "
+            "the peer is not reading; await drain() before sending more")
+        self.buffered = buffered
+        self.limit = limit

@@ -22,10 +22,24 @@ Ordering (one FIFO per connection):
 * Responses are never queued: they resolve their waiter at once, so a handler may await
   its own request to the peer (e.g. a permission request during a prompt) without deadlock.
 
-Backpressure: reading is paused while the peer is not reading what we write
-(``Stream.writing_paused``) or while more than ``max_backlog`` handlers are queued or
-running, and resumed at half that; it is never paused while one of our requests awaits its
-response (a handler may be waiting for it).
+Memory bounds (every state):
+
+* Reading pauses while the peer is not reading what we write (``Stream.writing_paused``),
+  and while more than ``max_backlog`` handlers are queued or running; it resumes at half
+  that. While one of our own requests awaits its response, we read ahead (the response
+  may be behind, and handlers may be waiting for it) within wider bounds, never without:
+  up to ``64 × max_backlog`` handlers (queued or running) and, while the peer is not reading, until
+  ``max_write_buffer`` bytes of our answers wait for it. A peer that sends more than that
+  ahead of a response it owes us is waited for, not buffered.
+* Writing: lines are queued in memory and handed to the transport once per loop turn (or
+  every 256 KiB). The public senders (:meth:`Connection.notify`, :meth:`Connection.request`)
+  refuse with :class:`~acp_fast.errors.SendBufferFull` once more than ``max_write_buffer``
+  bytes wait for a peer that is not reading: await :meth:`Connection.drain` in send loops.
+  Answers to the peer's requests are never refused (the reading pause bounds them).
+
+Every request is answered exactly once, whatever its handler does: an exception (even one
+whose ``str()`` raises), a result that cannot be encoded (even one whose ``items()``
+raises) and a cancelled task each answer with an error.
 """
 
 from __future__ import annotations
@@ -45,12 +59,14 @@ from .errors import (
     REQUEST_CANCELLED,
     EncodeError,
     JsonRpcError,
+    SendBufferFull,
 )
 from .transport import Stream
 
 __all__ = [
     "CANCEL_METHOD",
     "DEFAULT_MAX_BACKLOG",
+    "DEFAULT_MAX_WRITE_BUFFER",
     "Connection",
     "NotificationHandler",
     "PendingRequest",
@@ -65,6 +81,12 @@ logger = logging.getLogger("acp_fast.jsonrpc")
 CANCEL_METHOD = "$/cancel_request"
 #: Queued + running handlers above which reading is paused.
 DEFAULT_MAX_BACKLOG = 1024
+#: Bytes waiting for a slow peer above which ``notify``/``request`` raise ``SendBufferFull``.
+DEFAULT_MAX_WRITE_BUFFER = 16 * 1024 * 1024
+#: Queued output handed to the transport at once, without waiting for the loop turn's end.
+_FLUSH_AT = 256 * 1024
+#: While our own requests are pending, the backlog may grow to this multiple of max_backlog.
+_READ_AHEAD = 64
 #: Longest ``data`` string of the -32603 answer for a handler's unexpected exception.
 _MAX_ERROR_DATA = 200
 
@@ -76,6 +98,16 @@ _CoroutineType = types.CoroutineType
 _PLAIN = frozenset({type(None), dict, list, str, int, float, bool, tuple})
 RequestHandler = Callable[["RequestContext"], Any]
 NotificationHandler = Callable[[Any], Any]
+
+
+def _describe(exc: BaseException) -> str:
+    """``"Type: message"`` for an error's ``data``; never raises (``str(exc)`` may)."""
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not lose the answer
+        return f"{name}: <unprintable>"[:_MAX_ERROR_DATA]
+    return f"{name}: {text}"[:_MAX_ERROR_DATA]
 
 
 def _being_cancelled() -> bool:
@@ -392,6 +424,13 @@ class Connection:
         lazy: decode ``params``/``result`` only on access (``Decoder(lazy=True)``).
         max_line_size: the engine's line limit (default: the engine's default).
         max_backlog: queued + running handlers above which reading is paused.
+        max_write_buffer: bytes waiting for a slow peer above which :meth:`notify` and
+            :meth:`request` raise :class:`~acp_fast.errors.SendBufferFull`.
+        attach: attach to ``stream`` now (default). ``False``: the caller delivers the
+            stream's events through :meth:`feed_data`, :meth:`feed_eof` and
+            :meth:`set_writable` (a first-frame router hands a connection over this way).
+        decoder: an engine ``Decoder`` to continue with (one that already read the start of
+            the stream); default: a new one.
 
     Must be created inside a running event loop. Register handlers before the first
     ``await`` after creating it: messages are delivered from the next loop turn on.
@@ -406,6 +445,9 @@ class Connection:
         lazy: bool = False,
         max_line_size: int | None = None,
         max_backlog: int = DEFAULT_MAX_BACKLOG,
+        max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+        attach: bool = True,
+        decoder: Any = None,
     ) -> None:
         eng: Any = engine if engine is not None else _engine
         if (eng.REQUEST, eng.NOTIFICATION, eng.RESPONSE, eng.BATCH, eng.MALFORMED) != (0, 1, 2, 3, 4):
@@ -420,7 +462,7 @@ class Connection:
         kwargs: dict[str, Any] = {"lazy": lazy}
         if max_line_size is not None:
             kwargs["max_line_size"] = max_line_size
-        self._decoder = eng.Decoder(**kwargs)
+        self._decoder = decoder if decoder is not None else eng.Decoder(**kwargs)
         self._enc_request = eng.encode_request
         self._enc_notification = eng.encode_notification
         self._enc_result = eng.encode_result
@@ -429,6 +471,7 @@ class Connection:
         self._BatchReply = eng.BatchReply
         self._skip_invalid = on_invalid == "skip"
         self._max_backlog = max_backlog
+        self._max_write_buffer = max_write_buffer
 
         self._requests: dict[str, RequestHandler] = {}
         self._notifications: dict[str, NotificationHandler] = {}
@@ -443,7 +486,9 @@ class Connection:
         self._runner: asyncio.Task[None] | None = None
 
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._flush_scheduled = False
+        self._task_started = False
         self._in_frames = False
         self._reading_paused = False
         self._write_paused = False
@@ -457,7 +502,8 @@ class Connection:
         """Resolves (to ``None``) once the connection and its stream are fully closed."""
         self._closer: asyncio.Task[None] | None = None
 
-        stream.attach(self._on_data, self._on_eof, self._on_writable)
+        if attach:
+            stream.attach(self.feed_data, self.feed_eof, self.set_writable)
 
     # -- registry -----------------------------------------------------------------------
 
@@ -507,12 +553,15 @@ class Connection:
 
         Raises:
             EncodeError: ``params`` cannot be encoded (nothing is sent).
+            SendBufferFull: more than ``max_write_buffer`` bytes wait for the peer.
         """
+        if self._write_paused or self._out_bytes > self._max_write_buffer:
+            self._check_room()
         self._next_id += 1
         rid = self._next_id
         handle = PendingRequest(self, rid, method, raw)
         if self._eof or self._closing:
-            handle._fail(self._closed_error(method))
+            handle._fail(self.closed_error(method))
             return handle
         line = self._enc_request(rid, method, params)
         self._pending[rid] = handle
@@ -528,14 +577,25 @@ class Connection:
 
         Raises:
             EncodeError: ``params`` cannot be encoded.
+            SendBufferFull: more than ``max_write_buffer`` bytes wait for the peer.
         """
         if self._closing:
             return False
+        if self._write_paused or self._out_bytes > self._max_write_buffer:
+            self._check_room()
         self._send(self._enc_notification(method, params))
         return True
 
+    def _check_room(self) -> None:
+        buffered = self._out_bytes + self._stream.get_write_buffer_size()
+        if buffered > self._max_write_buffer:
+            raise SendBufferFull(buffered, self._max_write_buffer)
+
     async def drain(self) -> None:
-        """Write what is queued and wait while the peer is not keeping up."""
+        """Write what is queued and wait while the peer is not keeping up.
+
+        Returns at once when the peer reads fast enough; await it in send loops.
+        """
         self._flush()
         if self._write_paused and not self._closing:
             if self._drain_fut is None:
@@ -620,7 +680,8 @@ class Connection:
 
     # -- incoming -----------------------------------------------------------------------
 
-    def _on_data(self, data: bytes) -> None:
+    def feed_data(self, data: bytes) -> None:
+        """Deliver bytes read from the stream (the stream calls this when attached)."""
         frames = self._decoder.feed(data)
         self._in_frames = True
         try:
@@ -631,24 +692,57 @@ class Connection:
                 self._flush()
         self._update_reading()
 
+    def feed_frames(self, frames: list[Any]) -> None:
+        """Dispatch frames decoded elsewhere (a router's first frames), as if just read."""
+        self._in_frames = True
+        try:
+            self._handle_frames(frames)
+        finally:
+            self._in_frames = False
+            if self._out:
+                self._flush()
+        self._update_reading()
+
     def _handle_frames(self, frames: list[Any]) -> None:
-        route = self._route
-        queue = self._queue
+        # The hot loop: responses resolve their waiter, a notification with a handler is
+        # dispatched inline (no further call levels); the rest goes through _dispatch.
+        notifications = self._notifications
         for frame in frames:
             kind = frame.kind
             if kind == _RESPONSE:
-                route(frame)
+                self._route(frame)
                 continue
             if kind == _BATCH:  # responses are never queued (a handler may await them)
                 for entry in frame.entries:
                     if entry.kind == _RESPONSE:
-                        route(entry)
-            if self._runner is not None:
-                queue.append(frame)
+                        self._route(entry)
+            if self._runner is not None or self._task_started:
+                # a request handler started by this read must run its first step before
+                # later messages are handled (a notification about it sees it started)
+                self._queue.append(frame)
+                if self._runner is None:
+                    self._start_runner(self._drained_queue())
                 continue
-            coro = self._dispatch(frame)
+            if kind == _NOTIFICATION:
+                method = frame.method
+                fn = notifications.get(method)
+                if fn is not None and method != CANCEL_METHOD:
+                    try:
+                        result = fn(frame)
+                    except Exception:
+                        logger.exception("notification handler for %r failed", method)
+                        continue
+                    if result is not None and _is_coroutine(result):
+                        self._start_runner(result)
+                    continue
+            try:
+                coro = self._dispatch(frame)
+            except Exception:  # pragma: no cover - _dispatch answers its own errors
+                logger.exception("dispatch of a %s frame failed", kind)
+                continue
             if coro is not None:
                 self._start_runner(coro)
+        self._task_started = False
 
     def _dispatch(self, frame: Any) -> Any:
         """Dispatch one non-response frame; returns a coroutine that must block the FIFO."""
@@ -707,6 +801,7 @@ class Connection:
             task = self._loop.create_task(self._run_request(ctx, result))
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
+            self._task_started = True
         elif ctx._deferred is None:
             self._answer(ctx, result)
 
@@ -793,9 +888,16 @@ class Connection:
                 await self._await_notification(coro)
                 coro = None
                 while coro is None and queue:
-                    coro = self._dispatch(queue.popleft())
+                    self._task_started = False
+                    try:
+                        coro = self._dispatch(queue.popleft())
+                    except Exception:  # pragma: no cover - _dispatch answers its own errors
+                        logger.exception("dispatch of a queued frame failed")
                     if self._reading_paused:
                         self._update_reading()
+                    if coro is None and self._task_started and queue:
+                        coro = self._drained_queue()  # let the new handler start first
+                self._task_started = False
         finally:
             self._runner = None
 
@@ -836,9 +938,10 @@ class Connection:
     def _answer(self, ctx: RequestContext, result: Any) -> None:
         try:
             line = self._enc_result(ctx.message.id, result)
-        except EncodeError as exc:
-            logger.error("result of %r could not be encoded: %s", ctx.method, exc)
-            line = self._enc_error(ctx.message.id, INTERNAL_ERROR, None, f"result could not be encoded: {exc}"[:_MAX_ERROR_DATA])
+        except Exception as exc:  # noqa: BLE001 - EncodeError, or a result whose methods raise
+            logger.error("result of %r could not be encoded: %s", ctx.method, _describe(exc))
+            line = self._enc_error(ctx.message.id, INTERNAL_ERROR, None,
+                                   f"result could not be encoded: {_describe(exc)}"[:_MAX_ERROR_DATA])
         self._complete(ctx, line)
 
     def _fail(self, ctx: RequestContext, exc: BaseException) -> None:
@@ -852,12 +955,15 @@ class Connection:
                     line = self._enc_error(rid, exc.code, exc.message, exc.data)
                 else:
                     line = self._enc_error(rid, exc.code, exc.message)
-            except EncodeError as enc:
-                logger.error("error of %r could not be encoded: %s", ctx.method, enc)
+            except Exception as enc:  # noqa: BLE001 - EncodeError, or data whose methods raise
+                logger.error("error of %r could not be encoded: %s", ctx.method, _describe(enc))
                 line = self._enc_error(rid, INTERNAL_ERROR, None, "error could not be encoded")
         else:
-            logger.error("request handler for %r failed", ctx.method, exc_info=exc)
-            data = f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_DATA]
+            data = _describe(exc)
+            try:
+                logger.error("request handler for %r failed", ctx.method, exc_info=exc)
+            except Exception:  # noqa: BLE001,S110 - logging a broken exception must not lose the answer
+                pass
             line = self._enc_error(rid, INTERNAL_ERROR, None, data)
         self._complete(ctx, line)
 
@@ -918,7 +1024,10 @@ class Connection:
         if self._closing:
             return
         self._out.append(line)
-        if not self._flush_scheduled:
+        self._out_bytes += len(line)
+        if self._out_bytes > _FLUSH_AT:
+            self._flush()
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
             if not self._in_frames:
                 self._loop.call_soon(self._flush)
@@ -929,9 +1038,11 @@ class Connection:
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
+            self._out_bytes = 0
             self._stream.write(data)
 
-    def _on_writable(self, writable: bool) -> None:
+    def set_writable(self, writable: bool) -> None:
+        """The stream's write side paused (``False``) or resumed (``True``)."""
         self._write_paused = not writable
         if writable and self._drain_fut is not None:
             if not self._drain_fut.done():
@@ -943,17 +1054,25 @@ class Connection:
         if self._closing or self._eof:
             return
         backlog = len(self._queue) + len(self._tasks)
+        if self._pending:  # read ahead (the response may be behind), within bounds
+            limit = self._max_backlog * _READ_AHEAD
+            blocked = self._write_paused and (
+                self._out_bytes + self._stream.get_write_buffer_size() > self._max_write_buffer)
+        else:
+            limit = self._max_backlog
+            blocked = self._write_paused
         if self._reading_paused:
-            if self._pending or (not self._write_paused and backlog <= self._max_backlog // 2):
+            if not blocked and backlog <= limit // 2:
                 self._reading_paused = False
                 self._stream.resume_reading()
-        elif not self._pending and (self._write_paused or backlog > self._max_backlog):
+        elif blocked or backlog > limit:
             self._reading_paused = True
             self._stream.pause_reading()
 
     # -- end of input and closing -------------------------------------------------------
 
-    def _on_eof(self, exc: BaseException | None) -> None:
+    def feed_eof(self, exc: BaseException | None) -> None:
+        """The stream ended (``exc``: the error it ended with, ``None`` for a clean EOF)."""
         if self._eof:
             return
         if not self._closing and not self._decoder.closed:
@@ -974,7 +1093,8 @@ class Connection:
         self._fail_pending()
         self._maybe_finish()
 
-    def _closed_error(self, method: str) -> JsonRpcError:
+    def closed_error(self, method: str) -> JsonRpcError:
+        """The -32603 error a request for ``method`` fails with once the connection ended."""
         if self._eof:
             return JsonRpcError(INTERNAL_ERROR, "Incoming transport closed",
                                 {"reason": "incoming_transport_closed", "method": method})
@@ -983,7 +1103,7 @@ class Connection:
     def _fail_pending(self) -> None:
         pending, self._pending = self._pending, {}
         for handle in pending.values():
-            handle._fail(self._closed_error(handle.method))
+            handle._fail(self.closed_error(handle.method))
 
     def _maybe_finish(self) -> None:
         if not self._finishing and not (self._tasks or self._runner or self._queue or self._inflight):

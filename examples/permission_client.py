@@ -69,8 +69,8 @@ async def run(command: list[str], prompt: str, choose: str, cwd: str) -> tuple[i
 
     async def main(cx: Any) -> str:
         await cx.initialize({"clientCapabilities": {}})
-        session = await cx.new_session(cwd)
-        result = await session.prompt(prompt)
+        session = (await cx.build_session(cwd)).session
+        result = await session.send_prompt(prompt)
         return str(result["stopReason"])
 
     env = dict(os.environ)

@@ -819,7 +819,7 @@ def test_read_gate_fast_path_matches_full_classifier(version, unstable) -> None:
         full = surface._classify_full(update)
         view = surface.classify_session_update(update)
         assert _view_tuple(view) == _view_tuple(full), update
-        fast = surface._fast_known(update)
+        fast = surface.known_variant(update)
         if fast is not None:
             fast_hits += 1
             assert full.status == KNOWN, update
@@ -866,10 +866,10 @@ def test_read_gate_fast_path_covers_the_hot_variants(v1, v2) -> None:
         (v2, {"sessionUpdate": "state_update", "state": "running"}),
     ]
     for surface, update in hot:
-        assert surface._fast_known(update) is not None, update
+        assert surface.known_variant(update) is not None, update
     # and never for the other version's shapes
     assert (
-        v1._fast_known(
+        v1.known_variant(
             {
                 "sessionUpdate": "tool_call_update",
                 "toolCallId": "c",
@@ -879,10 +879,10 @@ def test_read_gate_fast_path_covers_the_hot_variants(v1, v2) -> None:
         is None
     )
     assert (
-        v2._fast_known({"sessionUpdate": "agent_message_chunk", "content": text})
+        v2.known_variant({"sessionUpdate": "agent_message_chunk", "content": text})
         is None
     )
-    assert v1._fast_known({"sessionUpdate": "state_update", "state": "idle"}) is None
+    assert v1.known_variant({"sessionUpdate": "state_update", "state": "idle"}) is None
 
 
 @given(
@@ -942,5 +942,5 @@ def test_read_gate_fast_path_matches_full_classifier_fuzzed(update) -> None:
         surface = WireSurface.for_version(version)
         full = surface._classify_full(update)
         assert _view_tuple(surface.classify_session_update(update)) == _view_tuple(full)
-        if surface._fast_known(update) is not None:
+        if surface.known_variant(update) is not None:
             assert full.status == KNOWN

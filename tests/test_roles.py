@@ -65,9 +65,10 @@ def test_v1_agent_and_client_talk_v1(engine: ModuleType, transport: str) -> None
         async def main(cx: Any) -> Any:
             init = await cx.initialize()
             assert init["protocolVersion"] == 1 and cx.negotiated_version == 1
-            session = await cx.new_session("/tmp")
-            assert session.session_id == "v1-session" and session.response["_meta"] == {"v": 1}
-            turn = await session.prompt("hello")
+            opened = await cx.build_session("/tmp")
+            session = opened.session
+            assert session.session_id == "v1-session" and opened.response["_meta"] == {"v": 1}
+            turn = await session.send_prompt("hello")
             return turn
 
         turn = await client.connect_with(await open_agent(transport, "v1", engine), main, engine=engine)
@@ -108,8 +109,8 @@ def test_router_serves_v1_and_v2_clients(engine: ModuleType, transport: str) -> 
 
         async def v1_main(cx: Any) -> Any:
             init = await cx.initialize()
-            session = await cx.new_session("/tmp")
-            return init["protocolVersion"], (await session.prompt("x"))["stopReason"]
+            session = (await cx.build_session("/tmp")).session
+            return init["protocolVersion"], (await session.send_prompt("x"))["stopReason"]
 
         assert await Client.v2().connect_with(
             await open_agent(transport, "router", engine), v2_main, engine=engine) == (2, "m1")
@@ -764,7 +765,7 @@ def _connector_clients(log: list[Any], v1_params: dict[str, Any] | None = None) 
                 "clientInfo": {"name": "ed", "version": "1"},
                 "clientCapabilities": {"auth": {"terminal": False},
                                        "session": {"configOptions": {"boolean": {}}}}})
-            session = await cx.new_session("/")
+            session = (await cx.build_session("/")).session
             return 1, init["protocolVersion"], session.session_id
         return Client.builder().with_main(main)
 
@@ -781,7 +782,7 @@ def test_connector_uses_v2_with_a_v2_agent(engine: ModuleType) -> None:
             opened.append(1)
             return serve_in_memory(roles_agent.build("router"), engine)
 
-        result = await Client.protocol_connector().with_v1(v1).with_v2(v2).connect_to(transport, engine=engine)
+        result = await Client.protocol_connector().with_v1(v1).with_v2(v2).run(transport, engine=engine)
         assert result == (2, 2, "v2-session") and opened == [1] and log == [("v2-start",)]
 
     run(body)
@@ -798,7 +799,7 @@ def test_connector_falls_back_and_reuses_the_connection(engine: ModuleType) -> N
             opened.append(1)
             return serve_in_memory(roles_agent.v1_agent(record), engine)
 
-        result = await Client.protocol_connector().with_v1(v1).with_v2(v2).connect_to(transport, engine=engine)
+        result = await Client.protocol_connector().with_v1(v1).with_v2(v2).run(transport, engine=engine)
         assert result == (1, 1, "v1-session")
         assert opened == [1] and len(record["initialize"]) == 1  # no second initialize
         assert log == [("v2-start",), ("v1-start",)]
@@ -816,7 +817,7 @@ def test_connector_falls_back_on_a_fresh_connection_when_params_differ(engine: M
             records.append({})
             return serve_in_memory(roles_agent.v1_agent(records[-1]), engine)
 
-        result = await Client.protocol_connector().with_v1(v1).with_v2(v2).connect_to(transport, engine=engine)
+        result = await Client.protocol_connector().with_v1(v1).with_v2(v2).run(transport, engine=engine)
         assert result == (1, 1, "v1-session") and len(records) == 2
         assert records[1]["initialize"][0]["clientInfo"] == {"name": "other", "version": "9"}
         assert log == [("v2-start",), ("v1-start",), ("v1-start",)]
@@ -843,7 +844,7 @@ def test_connector_surfaces_a_v2_rejection(engine: ModuleType) -> None:
                 JsonRpcError.unsupported_protocol_version(2, [1])))
             return serve_in_memory(agent, engine)
 
-        result = await Client.protocol_connector().with_v1(v1).with_v2(v2).connect_to(transport, engine=engine)
+        result = await Client.protocol_connector().with_v1(v1).with_v2(v2).run(transport, engine=engine)
         assert result == -32022 and opened == [1] and log == []
 
     run(body)
@@ -866,7 +867,7 @@ def test_connector_does_not_fall_back_on_other_versions(engine: ModuleType) -> N
                 "protocolVersion": 3, "info": {"name": "a", "version": "1"}})
             return serve_in_memory(agent, engine)
 
-        result = await Client.protocol_connector().with_v1(v1).with_v2(v2).connect_to(transport, engine=engine)
+        result = await Client.protocol_connector().with_v1(v1).with_v2(v2).run(transport, engine=engine)
         assert result == -32600 and log == []
 
     run(body)
@@ -875,7 +876,7 @@ def test_connector_does_not_fall_back_on_other_versions(engine: ModuleType) -> N
 def test_connector_without_implementations_and_initialize_first(engine: ModuleType) -> None:
     async def body() -> None:
         with pytest.raises(JsonRpcError) as info:
-            await Client.protocol_connector().connect_to(lambda: None)
+            await Client.protocol_connector().run(lambda: None)
         assert info.value.data == "client protocol connector has no configured ACP protocol implementations"
 
         async def main(cx: Any) -> Any:
@@ -883,7 +884,7 @@ def test_connector_without_implementations_and_initialize_first(engine: ModuleTy
                 cx.send_request("session/new", {"cwd": "/"})
             return info.value.data
 
-        result = await Client.protocol_connector().with_v2(lambda: Client.v2().with_main(main)).connect_to(
+        result = await Client.protocol_connector().with_v2(lambda: Client.v2().with_main(main)).run(
             lambda: serve_in_memory(roles_agent.v2_agent({}), engine), engine=engine)
         assert result == "ACP protocol version 2 client implementation must send initialize first"
 
@@ -985,10 +986,10 @@ def test_handlers_by_method_or_schema_type_name_and_decorator(engine: ModuleType
         Agent.protocol_router().with_v2(Agent.builder())
 
 
-def test_connect_to_serves_until_closed_and_connect_with_closes(engine: ModuleType) -> None:
+def test_serve_serves_until_closed_and_connect_with_closes(engine: ModuleType) -> None:
     async def body() -> None:
         a, b = memory_pair()
-        served = asyncio.ensure_future(roles_agent.v2_agent({}).connect_to(a, engine=engine))
+        served = asyncio.ensure_future(roles_agent.v2_agent({}).serve(a, engine=engine))
 
         async def main(cx: Any) -> Any:
             await cx.initialize()
@@ -1004,7 +1005,7 @@ def test_connect_to_serves_until_closed_and_connect_with_closes(engine: ModuleTy
 def test_import_acp_fast_does_not_load_the_api_layer() -> None:
     code = (
         "import sys, acp_fast\n"
-        "lazy = [m for m in ('acp_fast.roles', 'acp_fast.sessions', 'acp_fast.jsonrpc', "
+        "lazy = [m for m in ('acp_fast.roles', 'acp_fast.jsonrpc', "
         "'acp_fast.protocol.negotiation', 'acp_fast.protocol.guard', 'acp_fast.protocol.types_v1', "
         "'acp_fast.protocol.types_v2', 'asyncio') if m in sys.modules]\n"
         "assert not lazy, lazy\n"

@@ -20,7 +20,7 @@ import roles_agent
 from roles_support import RawPeer, open_agent, run, serve_in_memory
 
 from acp_fast.roles import Client
-from acp_fast.sessions import SessionState, StopReason, V2Session
+from acp_fast.roles.sessions import SessionState, StopReason, V1Session, V2Session
 from acp_fast.transport import memory_pair
 
 
@@ -197,12 +197,12 @@ def test_v1_prompt_turn_ends_with_stop_reason(engine: ModuleType, transport: str
 
         async def main(cx: Any) -> Any:
             await cx.initialize()
-            session = await cx.new_session("/tmp")
-            done = await session.prompt("hello")
-            turn = session.prompt("wait-cancel")
+            session = (await cx.build_session("/tmp")).session
+            done = await session.send_prompt("hello")
+            turn = session.send_prompt("wait-cancel")
             while len(chunks) < 2:
                 await asyncio.sleep(0)
-            assert session.cancel() is True
+            assert session.cancel_active_work() is True
             return done, await turn
 
         done, cancelled = await client.connect_with(await open_agent(transport, "v1", engine), main, engine=engine)
@@ -216,15 +216,13 @@ def test_session_helpers_check_the_connection_version(engine: ModuleType) -> Non
     async def body() -> None:
         async def v1_main(cx: Any) -> Any:
             await cx.initialize()
+            assert type((await cx.build_session("/tmp")).session) is V1Session  # same verb on v1
             with pytest.raises(TypeError):
-                cx.build_session("/tmp")
-            with pytest.raises(TypeError):
-                cx.resume_session("s", "/tmp")
+                cx.resume_session("s", "/tmp")  # v1 has no resume
 
         async def v2_main(cx: Any) -> Any:
             await cx.initialize()
-            with pytest.raises(TypeError):
-                cx.new_session("/tmp")
+            assert type((await cx.build_session("/tmp")).session) is V2Session
 
         await Client.builder().connect_with(serve_in_memory(roles_agent.v1_agent({}), engine), v1_main, engine=engine)
         await Client.v2().connect_with(serve_in_memory(roles_agent.v2_agent({}), engine), v2_main, engine=engine)

@@ -220,7 +220,7 @@ async def run(args: Args) -> dict[str, Any]:
         if args.v2:
             session = (await cx.build_session(os.getcwd())).session
         else:
-            session = await cx.new_session(os.getcwd())
+            session = (await cx.build_session(os.getcwd())).session
         t_new = perf()
 
         async def turn(text: str) -> str:
@@ -229,7 +229,7 @@ async def run(args: Args) -> dict[str, Any]:
                 await session.send_prompt(text)
                 stop = await session.wait_idle(after=epoch)
                 return "" if stop is None else stop.kind
-            resp = await session.prompt(text)
+            resp = await session.send_prompt(text)
             return resp.get("stopReason")  # type: ignore[no-any-return]
 
         async def echo(i: int) -> None:
@@ -238,7 +238,7 @@ async def run(args: Args) -> dict[str, Any]:
                 raise RuntimeError(f"echo mismatch at {i}: {r!r}")
 
         async def empty_prompt(i: int) -> None:
-            await session.prompt("0")
+            await session.send_prompt("0")
 
         if args.warmup > 0:
             await turn(f"warmup {args.warmup}")

@@ -89,7 +89,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
         return spawn(list(command), env=env, cwd=cwd)
 
     async def session_v1(cx: Any) -> tuple[Any, Any]:
-        s = await cx.new_session(cwd)
+        s = (await cx.build_session(cwd)).session
         return s, None
 
     async def main(cx: Any) -> dict[str, Any]:
@@ -98,7 +98,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
             "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}}}
         init = await cx.initialize(params)
         t_init = perf()
-        session = (await cx.build_session(cwd)).session if v2 else await cx.new_session(cwd)
+        session = (await cx.build_session(cwd)).session if v2 else (await cx.build_session(cwd)).session
         t_new = perf()
         st["first"], st["updates"], st["chunks"], st["text"] = 0.0, 0, 0, 0
         tp0 = perf()
@@ -108,7 +108,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
             stop = await session.wait_idle(after=epoch)
             stop_reason = None if stop is None else stop.kind
         else:
-            stop_reason = (await session.prompt(prompt)).get("stopReason")
+            stop_reason = (await session.send_prompt(prompt)).get("stopReason")
         tp1 = perf()
         turn = tp1 - tp0
         agent_info = init.get("info" if v2 else "agentInfo")
@@ -138,7 +138,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
         connector.with_v1(lambda: build(1))
     if protocol in ("auto", "2"):
         connector.with_v2(lambda: build(2))
-    return await connector.connect_to(transport)  # type: ignore[no-any-return]
+    return await connector.run(transport)  # type: ignore[no-any-return]
 
 
 def probe(command: Sequence[str], prompt: str, *, runs: int = 3, timeout_s: float = 60.0,

@@ -933,12 +933,12 @@ class _PerConnection:
             router.with_v2(TestyV2().builder())
         return router
 
-    async def connect_to(self, transport: Any, *, engine: Any = None) -> None:
-        await self.build().connect_to(transport, engine=engine)
+    async def serve(self, transport: Any, *, engine: Any = None) -> None:
+        await self.build().serve(transport, engine=engine)
 
 
 def build(versions: Sequence[int] = (1, 2)) -> _PerConnection:
-    """A Testy endpoint for ``versions``; ``await build().connect_to(stream)`` serves one
+    """A Testy endpoint for ``versions``; ``await build().serve(stream)`` serves one
     connection (each connection gets its own state)."""
     return _PerConnection(versions)
 
@@ -984,5 +984,5 @@ def main(args: Any) -> int:
 
     endpoint = build(versions)
     engine = _engine_module(args.engine)
-    transport.run(endpoint.connect_to(transport.connect_stdio(), engine=engine))
+    transport.run(endpoint.serve(transport.connect_stdio(), engine=engine))
     return 0

@@ -7,10 +7,12 @@ and are never sent to the peer as they are.
 
 from __future__ import annotations
 
+from ..errors import AcpFastError
+
 __all__ = ["WireSurfaceError"]
 
 
-class WireSurfaceError(Exception):
+class WireSurfaceError(AcpFastError):
     """An outgoing method or variant is not defined in the negotiated ACP version.
 
     Attributes:

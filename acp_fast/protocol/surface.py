@@ -33,14 +33,14 @@ from __future__ import annotations
 from acp_fast.protocol import _surface_gen as _gen
 from acp_fast.protocol.errors import WireSurfaceError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
-    from typing import Any
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 __all__ = [
     "KNOWN",
     "MALFORMED",
+    "KnownVariant",
     "OTHER_VERSION",
     "UNKNOWN",
     "MethodInfo",
@@ -175,6 +175,30 @@ class SessionUpdateView:
         return (
             f"SessionUpdateView(kind={self.kind!r}, status={self.status!r}, "
             f"version={self.version}, defined_in={self.defined_in!r}, detail={self.detail!r})"
+        )
+
+
+class KnownVariant(NamedTuple):
+    """The read gate's fast-path entry for one ``session/update`` variant of a surface.
+
+    ``check(update)`` is True only when the full classifier would call ``update`` known in
+    this version's shape; False means "ask :meth:`WireSurface.classify_session_update`",
+    never "not known". The other fields are what a known :class:`SessionUpdateView` says.
+    The roles layer keeps these entries in its per-connection tables (one dict lookup and
+    one check per message) and builds a view only when the application asks for one.
+    """
+
+    check: Callable[[Any], bool]
+    kind: str
+    version: int
+    type_name: str
+    tier: str
+    defined_in: tuple[int, ...]
+
+    def view(self, payload: Any) -> SessionUpdateView:
+        """The known :class:`SessionUpdateView` of ``payload`` (which passed ``check``)."""
+        return SessionUpdateView(
+            self.kind, KNOWN, payload, self.version, self.type_name, self.tier, self.defined_in
         )
 
 
@@ -426,6 +450,15 @@ class WireSurface:
                 version=v,
             )
 
+    def methods_of_kind(self, kind: str) -> frozenset[str]:
+        """Every method this version defines as ``kind`` (``"request"``/``"notification"``).
+
+        With :func:`is_extension_method`, the table the write guard's fast path uses.
+        """
+        return frozenset(
+            name for name, infos in self._methods.items() if any(i.kind == kind for i in infos)
+        )
+
     # -- session/update ------------------------------------------------------------
 
     def classify_session_update(self, update: Any) -> SessionUpdateView:
@@ -441,20 +474,19 @@ class WireSurface:
         # subclasses) goes to ``_classify_full``, the only place diagnostics are
         # built. So the fast path can only return what the full classifier returns
         # (tests/test_protocol_surfaces.py compares both over the tables).
-        fast = self._fast_known(update)
+        fast = self.known_variant(update)
         if fast is not None:
-            _check, kind, version, type_name, tier, defined = fast
-            return SessionUpdateView(
-                kind, KNOWN, update, version, type_name, tier, defined
-            )
+            return fast.view(update)
         return self._classify_full(update)
 
-    def _fast_known(
-        self, update: Any
-    ) -> tuple[Callable[[Any], bool], str, int, str, str, tuple[int, ...]] | None:
-        """The fast path alone: ``(check, kind, version, type_name, tier, defined_in)``
-        when ``update`` is known in this version's shape, else None (not a verdict:
-        ask ``_classify_full``). Used directly by the roles layer's hot path."""
+    @property
+    def known_variants(self) -> Mapping[str, KnownVariant]:
+        """``sessionUpdate`` value -> its :class:`KnownVariant` (read-only)."""
+        return MappingProxyType(self._fast)
+
+    def known_variant(self, update: Any) -> KnownVariant | None:
+        """The fast path alone: the :class:`KnownVariant` when ``update`` is known in this
+        version's shape, else None (not a verdict: ask :meth:`classify_session_update`)."""
         if type(update) is dict:
             kind = update.get("sessionUpdate")
             if type(kind) is str:
@@ -543,8 +575,8 @@ class WireSurface:
 
     def _compile_fast_checks(
         self,
-    ) -> dict[str, tuple[Callable[[Any], bool], str, int, str, str, tuple[int, ...]]]:
-        """``kind -> (check, kind, version, type_name, tier, defined_in)`` per variant.
+    ) -> dict[str, KnownVariant]:
+        """``kind -> KnownVariant`` per variant this surface defines.
 
         ``check(update)`` is True only if ``_classify_full`` would call ``update``
         known; False means "ask the full classifier", never "not known".
@@ -577,7 +609,7 @@ class WireSurface:
             if kind == "state_update":
                 check = _fast_state_check(check, frozenset(self._states))
             defined = _UPDATE_VERSIONS.get(kind, ())
-            fast[kind] = (check, kind, self.version, type_name, tier, defined)
+            fast[kind] = KnownVariant(check, kind, self.version, type_name, tier, defined)
         return fast
 
     # -- helpers -------------------------------------------------------------------

@@ -44,7 +44,7 @@ _SERVERS: set[asyncio.Task[Any]] = set()
 def serve_in_memory(agent: Any, engine: ModuleType) -> Stream:
     """Serve ``agent`` on one end of a memory pair; returns the other end."""
     a, b = memory_pair()
-    task = asyncio.ensure_future(agent.connect_to(a, engine=engine))
+    task = asyncio.ensure_future(agent.serve(a, engine=engine))
     _SERVERS.add(task)
     task.add_done_callback(_SERVERS.discard)
     return b

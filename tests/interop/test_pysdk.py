@@ -96,11 +96,11 @@ def test_acp_v1_client_against_pysdk_agent(engine: ModuleType) -> None:
         async def main(cx: Any) -> None:
             init = await cx.initialize()
             assert init["protocolVersion"] == 1 and init["agentInfo"]["name"] == "pysdk-test-agent"
-            session = await cx.new_session(str(REPO))
-            assert await session.prompt("stream 6 chunks") == {"stopReason": "end_turn"}
+            session = (await cx.build_session(str(REPO))).session
+            assert await session.send_prompt("stream 6 chunks") == {"stopReason": "end_turn"}
             assert texts() == ["x" * 10] * 6 and all(u.known for u in record)
             record.clear()
-            assert await session.prompt("permission 1") == {"stopReason": "end_turn"}
+            assert await session.send_prompt("permission 1") == {"stopReason": "end_turn"}
             assert texts() == ["permission:allow", "x" * 10]
             assert await cx.send_request("_test/echo", {"k": [1, None]}) == {"k": [1, None]}
             with pytest.raises(JsonRpcError) as exc:
@@ -111,9 +111,9 @@ def test_acp_v1_client_against_pysdk_agent(engine: ModuleType) -> None:
             assert exc.value.code == -32602
             # session/cancel ends the turn with stopReason cancelled
             arrived.clear()
-            turn = session.prompt("100000000")
+            turn = session.send_prompt("100000000")
             await arrived.wait()
-            session.cancel()
+            session.cancel_active_work()
             assert await turn == {"stopReason": "cancelled"}
 
         await client.connect_with(sdk_agent(ACP_CHUNK="10"), main, engine=engine)
@@ -131,8 +131,8 @@ def test_pysdk_agent_ignores_cancel_request(engine: ModuleType) -> None:
 
         async def main(cx: Any) -> None:
             await cx.initialize()
-            session = await cx.new_session(str(REPO))
-            turn = session.prompt("stream 300 chunks")
+            session = (await cx.build_session(str(REPO))).session
+            turn = session.send_prompt("stream 300 chunks")
             await first.wait()
             assert turn.cancel()
             assert await turn == {"stopReason": "end_turn"}
@@ -151,8 +151,8 @@ def test_acp_connector_falls_back_to_v1_with_pysdk_agent(engine: ModuleType) -> 
         async def main_v1(cx: Any) -> Any:
             ran.append(1)
             assert (await cx.initialize())["protocolVersion"] == 1
-            session = await cx.new_session(str(REPO))
-            return (await session.prompt("stream 2 chunks"))["stopReason"]
+            session = (await cx.build_session(str(REPO))).session
+            return (await session.send_prompt("stream 2 chunks"))["stopReason"]
 
         async def main_v2(cx: Any) -> Any:
             ran.append(2)
@@ -162,7 +162,7 @@ def test_acp_connector_falls_back_to_v1_with_pysdk_agent(engine: ModuleType) -> 
         connector = (Client.protocol_connector()
                      .with_v1(lambda: Client.builder().with_main(main_v1))
                      .with_v2(lambda: Client.v2().with_main(main_v2)))
-        assert await connector.connect_to(lambda: sdk_agent(ACP_CHUNK="5"), engine=engine) == "end_turn"
+        assert await connector.run(lambda: sdk_agent(ACP_CHUNK="5"), engine=engine) == "end_turn"
         # v2 first; then v1 (a fresh connection: the v1 params differ from the normalised v2 ones)
         assert ran[0] == 2 and ran[-1] == 1 and 2 not in ran[1:]
 

@@ -158,11 +158,11 @@ def test_acp_v1_client_against_ts_agent(ts_sdk: str, engine: ModuleType) -> None
         async def main(cx: Any) -> None:
             init = await cx.initialize()
             assert init["protocolVersion"] == 1 and init["agentInfo"]["name"] == "ts-sdk-test-agent"
-            session = await cx.new_session(str(REPO))
-            assert await session.prompt("stream 7 chunks") == {"stopReason": "end_turn"}
+            session = (await cx.build_session(str(REPO))).session
+            assert await session.send_prompt("stream 7 chunks") == {"stopReason": "end_turn"}
             assert texts(record) == ["x" * 10] * 7 and all(u.known for u in record)
             record.clear()
-            assert await session.prompt("permission 2") == {"stopReason": "end_turn"}
+            assert await session.send_prompt("permission 2") == {"stopReason": "end_turn"}
             assert texts(record) == ["permission:reject", "x" * 10, "x" * 10]
             assert await cx.send_request("_test/echo", {"k": [1, {"z": None}]}) == {"k": [1, {"z": None}]}
             with pytest.raises(JsonRpcError) as exc:
@@ -189,13 +189,13 @@ def test_acp_v1_client_cancels_ts_agent(ts_sdk: str, engine: ModuleType) -> None
 
         async def main(cx: Any) -> None:
             await cx.initialize()
-            session = await cx.new_session(str(REPO))
-            turn = session.prompt("100000000")
+            session = (await cx.build_session(str(REPO))).session
+            turn = session.send_prompt("100000000")
             await first.wait()
-            session.cancel()  # session/cancel: the turn ends with stopReason cancelled
+            session.cancel_active_work()  # session/cancel: the turn ends with stopReason cancelled
             assert await turn == {"stopReason": "cancelled"}
             first.clear()
-            turn = session.prompt("100000000")
+            turn = session.send_prompt("100000000")
             await first.wait()
             assert turn.cancel()  # $/cancel_request: the TS SDK aborts the handler, -32800
             with pytest.raises(JsonRpcError) as exc:
@@ -254,15 +254,15 @@ def test_acp_connector_against_ts_agents(ts_sdk: str, engine: ModuleType, script
             ran.append(1)
             init = await cx.initialize()
             assert init["protocolVersion"] == 1
-            session = await cx.new_session(str(REPO))
-            return 1, (await session.prompt("stream 3 chunks"))["stopReason"]
+            session = (await cx.build_session(str(REPO))).session
+            return 1, (await session.send_prompt("stream 3 chunks"))["stopReason"]
 
         connector = (Client.protocol_connector()
                      .with_v1(lambda: Client.builder().on_session_update(lambda u, cx: record.append(u))
                               .with_main(main_v1))
                      .with_v2(lambda: Client.v2().on_session_update(lambda u, cx: record.append(u))
                               .with_main(main_v2)))
-        result = await connector.connect_to(lambda: ts_agent(script, ACP_CHUNK="10"), engine=engine)
+        result = await connector.run(lambda: ts_agent(script, ACP_CHUNK="10"), engine=engine)
         assert result == (expected, "end_turn") and ran[-1] == expected
         assert texts(record)[-3:] == ["x" * 10] * 3
 

@@ -1,4 +1,4 @@
-"""Session helpers for clients (API layer, above :mod:`acp_fast.roles`).
+"""Session helpers for clients (part of the builder API, :mod:`acp_fast.roles`).
 
 Mirrors the v2 session API of the Rust SDK guide (seed 000) in Python form:
 
@@ -13,8 +13,9 @@ Mirrors the v2 session API of the Rust SDK guide (seed 000) in Python form:
 * Foreground state is tracked per session (:class:`SessionState`) from every *known*
   ``state_update`` the connection reads, before the application's handler sees it. The
   handle owns nothing and buffers nothing; dropping it has no effect on the wire.
-* v1: :func:`new_session_v1` resolves to a :class:`V1Session` whose :meth:`V1Session.prompt`
-  stays pending for the whole turn and ends with ``stopReason``.
+* v1: the same :func:`build_session` resolves to an :class:`OpenedSession` whose session is
+  a :class:`V1Session`: its :meth:`V1Session.send_prompt` stays pending for the whole turn
+  and ends with ``stopReason`` (v1 has no idle update).
 
 Install update handlers on the builder *before* connecting: resume replay precedes the
 resume response on the wire, so handlers observe it in order, and :func:`resume_session`
@@ -36,11 +37,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .jsonrpc import PendingRequest
-    from .roles import AcpConnection, SentRequest
+    from .connection import AcpConnection
+    from .context import Request, SentRequest
 
 __all__ = [
     "IDLE",
@@ -53,7 +54,6 @@ __all__ = [
     "V1Session",
     "V2Session",
     "build_session",
-    "new_session_v1",
     "resume_session",
 ]
 
@@ -111,13 +111,14 @@ class SessionState:
             idle snapshot is not a new completion).
     """
 
-    __slots__ = ("_waiters", "idle_epoch", "state", "stop_reason")
+    __slots__ = ("_closed", "_waiters", "idle_epoch", "state", "stop_reason")
 
     def __init__(self) -> None:
         self.state = IDLE
         self.stop_reason: StopReason | None = None
         self.idle_epoch = 0
         self._waiters: list[tuple[int, asyncio.Future[StopReason | None]]] = []
+        self._closed: BaseException | None = None
 
     def apply(self, update: dict[str, Any]) -> None:
         """Apply one known ``state_update`` payload."""
@@ -152,14 +153,28 @@ class SessionState:
         Args:
             after: an earlier :attr:`idle_epoch` (take it *before* starting the work);
                 ``None``: the current epoch, i.e. wait for the next transition to idle.
+
+        Raises:
+            JsonRpcError: -32603 when the connection closed before the session went idle
+                (e.g. the agent died mid-turn).
         """
         if after is None:
             after = self.idle_epoch
         if self.idle_epoch > after:
             return self.stop_reason
+        if self._closed is not None:
+            raise self._closed
         fut: asyncio.Future[StopReason | None] = asyncio.get_running_loop().create_future()
         self._waiters.append((after, fut))
         return await fut
+
+    def close(self, error: BaseException) -> None:
+        """The connection ended: every waiter (now and later) fails with ``error``."""
+        self._closed = error
+        waiters, self._waiters = self._waiters, []
+        for _after, fut in waiters:
+            if not fut.done():
+                fut.set_exception(error)
 
     def __repr__(self) -> str:
         return f"SessionState({self.state!r}, stop_reason={self.stop_reason!r}, idle_epoch={self.idle_epoch})"
@@ -168,16 +183,19 @@ class SessionState:
 class SessionStates:
     """Per-connection table ``session id -> SessionState`` (filled by the read path)."""
 
-    __slots__ = ("_states",)
+    __slots__ = ("_closed", "_states")
 
     def __init__(self) -> None:
         self._states: dict[str, SessionState] = {}
+        self._closed: BaseException | None = None
 
     def get(self, session_id: str) -> SessionState:
         """The state of ``session_id`` (created idle on first use, never overwritten)."""
         state = self._states.get(session_id)
         if state is None:
             state = self._states[session_id] = SessionState()
+            if self._closed is not None:
+                state.close(self._closed)
         return state
 
     def apply(self, session_id: Any, update: dict[str, Any]) -> None:
@@ -186,6 +204,12 @@ class SessionStates:
 
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._states
+
+    def close(self, error: BaseException) -> None:
+        """The connection ended: fail every ``wait_idle`` (see :meth:`SessionState.close`)."""
+        self._closed = error
+        for state in self._states.values():
+            state.close(error)
 
 
 class V2Session:
@@ -210,7 +234,7 @@ class V2Session:
     def idle_epoch(self) -> int:
         return self.state.idle_epoch
 
-    def send_prompt(self, prompt: Sequence[Any] | str, **fields: Any) -> PendingRequest:
+    def send_prompt(self, prompt: Sequence[Any] | str, **fields: Any) -> Request[Any]:
         """Send ``session/prompt``; the handle resolves to the insertion receipt.
 
         Args:
@@ -223,7 +247,7 @@ class V2Session:
         """
         blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
         params = {"sessionId": self.session_id, "prompt": blocks, **fields}
-        return cast("PendingRequest", self.connection.send_request("session/prompt", params))
+        return self.connection.send_request("session/prompt", params)
 
     async def wait_idle(self, after: int | None = None) -> StopReason | None:
         """See :meth:`SessionState.wait_idle`."""
@@ -237,15 +261,15 @@ class V2Session:
         """
         return self.connection.send_notification("session/cancel", {"sessionId": self.session_id, **fields})
 
-    def set_config_option(self, config_id: str, value: Any, **fields: Any) -> PendingRequest:
+    def set_config_option(self, config_id: str, value: Any, **fields: Any) -> Request[Any]:
         """``session/set_config_option``; resolves to the authoritative replacement set."""
         params = {"sessionId": self.session_id, "configId": config_id, "value": value, **fields}
-        return cast("PendingRequest", self.connection.send_request("session/set_config_option", params))
+        return self.connection.send_request("session/set_config_option", params)
 
-    def close(self, **fields: Any) -> PendingRequest:
+    def close(self, **fields: Any) -> Request[Any]:
         """``session/close``; resolves to the complete close response."""
         params = {"sessionId": self.session_id, **fields}
-        return cast("PendingRequest", self.connection.send_request("session/close", params))
+        return self.connection.send_request("session/close", params)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, V2Session) and (self.session_id, self.connection) == (
@@ -262,17 +286,18 @@ class OpenedSession:
     """Result of a v2 setup request: the command handle and the complete response.
 
     Attributes:
-        session: the :class:`V2Session` handle.
+        session: the session handle: a :class:`V2Session`, or a :class:`V1Session` on a v1
+            connection.
         response: the complete ``session/new`` / ``session/resume`` result, unchanged.
     """
 
     __slots__ = ("response", "session")
 
-    def __init__(self, session: V2Session, response: dict[str, Any]) -> None:
+    def __init__(self, session: V2Session | V1Session, response: dict[str, Any]) -> None:
         self.session = session
         self.response = response
 
-    def into_parts(self) -> tuple[V2Session, dict[str, Any]]:
+    def into_parts(self) -> tuple[V2Session | V1Session, dict[str, Any]]:
         return self.session, self.response
 
     def __repr__(self) -> str:
@@ -290,21 +315,25 @@ def _setup_params(cwd: str, mcp_servers: Sequence[Any] | None, fields: dict[str,
 def build_session(
     connection: AcpConnection, cwd: str, *, mcp_servers: Sequence[Any] | None = None, **fields: Any
 ) -> SentRequest[OpenedSession]:
-    """Publish v2 ``session/new``; resolves to an :class:`OpenedSession`.
+    """Publish ``session/new``; resolves to an :class:`OpenedSession`.
 
-    A state reported before the response is kept (the response never resets it to idle).
-
-    Raises:
-        TypeError: ``connection`` does not speak v2.
+    On v2 its session is a :class:`V2Session`; a state reported before the response is
+    kept (the response never resets it to idle). On v1 it is a :class:`V1Session`
+    (``mcpServers`` is required in v1: it defaults to ``[]``).
     """
-    _require_v2(connection, "build_session")
+    if connection.version == 1:
+        def opened_v1(result: Any) -> OpenedSession:
+            return OpenedSession(V1Session(result["sessionId"], connection), result)
+
+        params = _setup_params(cwd, [] if mcp_servers is None else mcp_servers, fields)
+        return connection.mapped_request("session/new", params, opened_v1)
 
     def opened(result: Any) -> OpenedSession:
         session_id = result["sessionId"]
         connection.sessions.get(session_id)  # default idle unless already reported
         return OpenedSession(V2Session(session_id, connection), result)
 
-    return connection._mapped_request("session/new", _setup_params(cwd, mcp_servers, fields), opened)
+    return connection.mapped_request("session/new", _setup_params(cwd, mcp_servers, fields), opened)
 
 
 def resume_session(
@@ -335,32 +364,30 @@ def resume_session(
     def opened(result: Any) -> OpenedSession:
         return OpenedSession(V2Session(session_id, connection), result)
 
-    return connection._mapped_request("session/resume", params, opened, settle=True)
+    return connection.mapped_request("session/resume", params, opened, settle=True)
 
 
 class V1Session:
-    """A v1 session: ``prompt`` stays pending for the turn and ends with ``stopReason``.
+    """Command handle of one v1 session: ``send_prompt`` stays pending for the whole turn.
 
     Attributes:
         session_id: the id from ``session/new``.
         connection: the :class:`~acp_fast.roles.AcpConnection`.
-        response: the complete ``session/new`` result.
     """
 
-    __slots__ = ("connection", "response", "session_id")
+    __slots__ = ("connection", "session_id")
 
-    def __init__(self, session_id: str, connection: AcpConnection, response: dict[str, Any]) -> None:
+    def __init__(self, session_id: str, connection: AcpConnection) -> None:
         self.session_id = session_id
         self.connection = connection
-        self.response = response
 
-    def prompt(self, prompt: Sequence[Any] | str, **fields: Any) -> PendingRequest:
+    def send_prompt(self, prompt: Sequence[Any] | str, **fields: Any) -> Request[Any]:
         """Send ``session/prompt``; resolves to ``{"stopReason": …}`` when the turn ends."""
         blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
-        return cast("PendingRequest", self.connection.send_request(
-            "session/prompt", {"sessionId": self.session_id, "prompt": blocks, **fields}))
+        return self.connection.send_request(
+            "session/prompt", {"sessionId": self.session_id, "prompt": blocks, **fields})
 
-    def cancel(self, **fields: Any) -> bool:
+    def cancel_active_work(self, **fields: Any) -> bool:
         """Send ``session/cancel``; the pending prompt then ends with ``cancelled``."""
         return self.connection.send_notification("session/cancel", {"sessionId": self.session_id, **fields})
 
@@ -368,19 +395,6 @@ class V1Session:
         return f"V1Session({self.session_id!r})"
 
 
-def new_session_v1(
-    connection: AcpConnection, cwd: str, *, mcp_servers: Sequence[Any] = (), **fields: Any
-) -> SentRequest[V1Session]:
-    """Publish v1 ``session/new`` (``mcpServers`` is required in v1); resolves to a session."""
-    if connection.version != 1:
-        raise TypeError("new_session_v1 needs a v1 connection (use build_session on v2)")
-
-    def opened(result: Any) -> V1Session:
-        return V1Session(result["sessionId"], connection, result)
-
-    return connection._mapped_request("session/new", _setup_params(cwd, mcp_servers, fields), opened)
-
-
 def _require_v2(connection: AcpConnection, what: str) -> None:
     if connection.version < 2:
-        raise TypeError(f"{what} needs a v2 connection (Client.v2()); v1 uses new_session")
+        raise TypeError(f"{what} needs a v2 connection (Client.v2())")

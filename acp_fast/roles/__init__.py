@@ -1,0 +1,86 @@
+"""The builder API of acp_fast: ``Agent``, ``Client``, ``Proxy`` and what their handlers see.
+
+This layer sits on :class:`acp_fast.jsonrpc.Connection` and adds ACP semantics from
+:mod:`acp_fast.protocol`: version negotiation, the initialization guard and the
+per-version wire surface (read gate + write guard). It mirrors the Rust SDK's protocol-v2
+API (seed 000) in Python form. One idea per module:
+
+==================  ========================================================================
+``api``             the role namespaces ``Agent`` / ``Client`` / ``Proxy``, ``run_agent_stdio``
+``builders``        the builders: register handlers; ``serve`` / ``connect`` / ``connect_with``
+``table``           the frozen :class:`HandlerTable` a builder hands each connection
+``context``         what handlers see: ``Context``, ``SessionUpdate``, request handles
+``connection``      ``AcpConnection``: guard, negotiation, read gate, write guard, hot path
+``proxy``           ``ProxyConnection``: ``_proxy/successor`` routing and forwarding
+``routers``         first-frame routers (``Agent.protocol_router()``, ``Proxy.protocol_router()``)
+``connector``       the client protocol connector (v2 first, v1 fallback)
+``sessions``        client session helpers (``build_session``, ``V2Session``, ``V1Session``)
+==================  ========================================================================
+
+Handlers are registered by method name or by schema type name and get ``(params, cx)``;
+``cx`` is a :class:`Context` (the request's cancellation state plus a way to send requests
+and notifications back). A handler returns the result (or a coroutine giving it); raising
+:class:`~acp_fast.errors.JsonRpcError` answers with that error.
+
+Example (an agent served on stdio, and a client driving it)::
+
+    from acp_fast import Agent, Client, run_agent_stdio, spawn
+
+    agent = Agent.v2()
+
+    @agent.on_request("session/new")
+    def new_session(params, cx):
+        return {"sessionId": "s1"}
+
+    run_agent_stdio(agent)                       # in the agent process
+
+    async with Client.v2().connect(spawn("python agent.py")) as conn:   # in the client
+        await conn.initialize()
+        opened = await conn.build_session(cwd="/tmp")
+
+Nothing here converts traffic between protocol versions: a v1 implementation only ever sees
+v1 traffic and a v2 one v2 traffic; the routers only normalise the ``initialize`` request.
+"""
+
+from __future__ import annotations
+
+from .api import Agent, Client, Proxy, run_agent_stdio
+from .builders import AgentBuilder, Builder, ClientBuilder, EngineChoice, ProxyBuilder, Transport
+from .connection import AcpConnection, InitializeHooks
+from .connector import ClientConnector
+from .context import Context, Request, SentRequest, SessionUpdate
+from .proxy import ProxyConnection
+from .routers import AgentRouter, ProxyRouter
+from .sessions import OpenedSession, SessionState, StopReason, V1Session, V2Session
+from .table import Handler, HandlerTable, UpdateHandler
+
+__all__ = [
+    "AcpConnection",
+    "Agent",
+    "AgentBuilder",
+    "AgentRouter",
+    "Builder",
+    "Client",
+    "ClientBuilder",
+    "ClientConnector",
+    "Context",
+    "EngineChoice",
+    "Handler",
+    "HandlerTable",
+    "InitializeHooks",
+    "OpenedSession",
+    "Proxy",
+    "ProxyBuilder",
+    "ProxyConnection",
+    "ProxyRouter",
+    "Request",
+    "SentRequest",
+    "SessionState",
+    "SessionUpdate",
+    "StopReason",
+    "Transport",
+    "UpdateHandler",
+    "V1Session",
+    "V2Session",
+    "run_agent_stdio",
+]

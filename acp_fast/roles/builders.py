@@ -1,0 +1,284 @@
+"""The builders: they collect handlers and run what they build.
+
+A builder only collects handlers; when it serves or connects, it freezes them into a
+:class:`~acp_fast.roles.table.HandlerTable` and hands that to a new connection, so a
+builder can serve many connections and later changes never reach a running one.
+
+The verbs are the same everywhere: ``serve(transport)`` answers a peer until it hangs up
+(agents, proxies, routers); ``connect(transport)`` is an ``async with`` connection and
+``connect_with(transport, main)`` runs ``main(connection)`` (clients); the connector's
+``run(transport_factory)`` runs the selected client's ``main``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import MappingProxyType
+from typing import Any, Literal, TypeVar, Union, overload
+
+from .. import transport as _transport
+from ..jsonrpc import Connection
+from ..protocol import negotiation as nego
+from ..protocol.surface import WireSurface
+from .connection import AcpConnection
+from .proxy import ProxyConnection
+from .table import Handler, HandlerTable, Main, UpdateHandler
+
+__all__ = [
+    "AgentBuilder",
+    "Builder",
+    "ClientBuilder",
+    "EngineChoice",
+    "ProxyBuilder",
+    "Transport",
+    "open_stream",
+    "resolve_engine",
+]
+
+_T = TypeVar("_T")
+_B = TypeVar("_B", bound="Builder")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: A stream, or an awaitable of one (``spawn(...)``, ``connect_tcp(...)``).
+Transport = Union[_transport.Stream, Awaitable[_transport.Stream]]
+#: Which engine twin: ``"c"`` (compiled), ``"py"`` (pure), ``None`` (the selected one), or
+#: an engine module (tests pass the twins' modules).
+EngineChoice = Union[Literal["c", "py"], types.ModuleType, None]
+
+
+def _default_info() -> dict[str, str]:
+    from .. import __version__
+
+    return {"name": "acp_fast", "version": __version__}
+
+
+def resolve_engine(engine: EngineChoice) -> types.ModuleType | None:
+    """The engine module for ``engine`` (see :data:`EngineChoice`)."""
+    if engine is None or isinstance(engine, types.ModuleType):
+        return engine
+    if engine == "py":
+        from .. import _engine_py
+
+        return _engine_py
+    if engine == "c":
+        from .. import _engine_c  # type: ignore[attr-defined]
+
+        return _engine_c  # type: ignore[no-any-return]
+    raise ValueError(f"engine must be 'c', 'py', None or an engine module, not {engine!r}")
+
+
+async def open_stream(transport: Transport) -> _transport.Stream:
+    """The stream of ``transport`` (awaited when it is an awaitable)."""
+    if isinstance(transport, _transport.Stream) or hasattr(transport, "attach"):
+        return transport  # type: ignore[return-value]
+    return await transport
+
+
+class Builder:
+    """Common part of the role builders: the handler registry and the ways to run it."""
+
+    role = "agent"
+    _connection_type: type[AcpConnection] = AcpConnection
+
+    def __init__(self, version: int) -> None:
+        if version not in nego.SUPPORTED_VERSIONS:
+            raise ValueError(f"unsupported ACP protocol version {version}")
+        self.version = version
+        self._guarded = True
+        self._info: dict[str, Any] = _default_info()
+        self._requests: dict[str, Handler] = {}
+        self._notifications: dict[str, Handler] = {}
+        self._successor_requests: dict[str, Handler] = {}
+        self._successor_notifications: dict[str, Handler] = {}
+        self._on_update: UpdateHandler | None = None
+        self._main: Main | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} v{self.version}>"
+
+    # -- registering ----------------------------------------------------------------------
+
+    def _method(self, name: str, kind: str) -> str:
+        """A method name, or the method whose params type is the schema type ``name``."""
+        if not name[:1].isupper():
+            return name
+        surface = WireSurface.for_version(self.version)
+        for method in sorted(surface.methods):
+            info = surface.method_info(method, kind)
+            if info is not None and info.params_type == name:
+                return method
+        raise ValueError(f"no ACP v{self.version} {kind} has params type {name!r}")
+
+    @overload
+    def on_request(self: _B, method: str, fn: Handler) -> _B: ...
+
+    @overload
+    def on_request(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
+
+    def on_request(self, method: str, fn: Handler | None = None) -> Any:
+        """Handle requests ``method`` (a method name or a schema type name such as
+        ``"PromptRequest"``) with ``fn(params, cx)``; without ``fn``, a decorator.
+
+        ``fn`` returns the result (or an awaitable of it); raising
+        :class:`~acp_fast.errors.JsonRpcError` answers with that error.
+
+        Example:
+            >>> agent = Agent.v2().on_request("session/new", lambda p, cx: {"sessionId": "s"})
+            >>> @agent.on_request("PromptRequest")
+            ... async def prompt(params, cx):
+            ...     return {"messageId": "m1"}
+        """
+        return self._register(self._requests, method, "request", fn)
+
+    @overload
+    def on_notification(self: _B, method: str, fn: Handler) -> _B: ...
+
+    @overload
+    def on_notification(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
+
+    def on_notification(self, method: str, fn: Handler | None = None) -> Any:
+        """Handle notifications ``method`` with ``fn(params, cx)``; as :meth:`on_request`."""
+        return self._register(self._notifications, method, "notification", fn)
+
+    @overload
+    def on_session_update(self: _B, fn: UpdateHandler) -> _B: ...
+
+    @overload
+    def on_session_update(self, fn: None = None) -> Callable[[_F], _F]: ...
+
+    def on_session_update(self, fn: UpdateHandler | None = None) -> Any:
+        """Handle ``session/update`` with ``fn(update: SessionUpdate, cx)`` (read-gated)."""
+        if fn is None:
+            def decorator(f: _F) -> _F:
+                self._on_update = f
+                return f
+            return decorator
+        self._on_update = fn
+        return self
+
+    def _register(self, table: dict[str, Handler], name: str, kind: str, fn: Handler | None) -> Any:
+        method = self._method(name, kind)
+        if fn is None:
+            def decorator(f: _F) -> _F:
+                table[method] = f
+                return f
+            return decorator
+        table[method] = fn
+        return self
+
+    def with_info(self: _B, name: str, version: str, **fields: Any) -> _B:
+        """The ``Implementation`` sent as ``info`` / ``clientInfo`` / ``agentInfo``."""
+        self._info = {"name": name, "version": version, **fields}
+        return self
+
+    def without_acp_version_guard(self: _B) -> _B:
+        """Disable negotiation handling and the initialization guard (raw selectors only)."""
+        self._guarded = False
+        return self
+
+    def with_main(self: _B, main: Main) -> _B:
+        """The ``main(connection)`` a client protocol connector runs for this implementation."""
+        self._main = main
+        return self
+
+    # -- running ----------------------------------------------------------------------------
+
+    def table(self) -> HandlerTable:
+        """The frozen handler table a new connection gets (a snapshot of this builder)."""
+        return HandlerTable(
+            version=self.version,
+            role=self.role,
+            guarded=self._guarded,
+            info=MappingProxyType(dict(self._info)),
+            requests=MappingProxyType(dict(self._requests)),
+            notifications=MappingProxyType(dict(self._notifications)),
+            on_update=self._on_update,
+            successor_requests=MappingProxyType(dict(self._successor_requests)),
+            successor_notifications=MappingProxyType(dict(self._successor_notifications)),
+            main=self._main,
+        )
+
+    def bind(self, conn: Connection, **kwargs: Any) -> AcpConnection:
+        """Run this implementation on an existing JSON-RPC connection."""
+        return self._connection_type(conn, self.table(), **kwargs)
+
+    async def serve(self, transport: Transport, *, engine: EngineChoice = None) -> None:
+        """Serve on ``transport`` (a ``Stream`` or an awaitable of one) until it closes."""
+        stream = await open_stream(transport)
+        conn = Connection(stream, engine=resolve_engine(engine))
+        self.bind(conn)
+        await conn.wait_closed()
+
+    @contextlib.asynccontextmanager
+    async def connect(self, transport: Transport, *, engine: EngineChoice = None) -> AsyncIterator[AcpConnection]:
+        """``async with builder.connect(spawn(cmd)) as conn:`` — a connection closed on exit.
+
+        Example::
+
+            async with Client.v2().connect(spawn("python agent.py")) as conn:
+                await conn.initialize()
+                opened = await conn.build_session(cwd="/tmp")
+        """
+        stream = await open_stream(transport)
+        conn = Connection(stream, engine=resolve_engine(engine))
+        acp = self.bind(conn)
+        try:
+            yield acp
+        finally:
+            conn.close()
+            await conn.wait_closed()
+
+    async def connect_with(self, transport: Transport, main: Callable[[AcpConnection], Awaitable[_T]], *,
+                           engine: EngineChoice = None) -> _T:
+        """Run ``main(connection)`` on a connection over ``transport``, then close it.
+
+        Returns:
+            What ``main`` returned.
+        """
+        async with self.connect(transport, engine=engine) as acp:
+            return await main(acp)
+
+
+class AgentBuilder(Builder):
+    """An agent implementation (``Agent.builder()`` for v1, ``Agent.v2()`` for v2)."""
+
+    role = "agent"
+
+
+class ClientBuilder(Builder):
+    """A client implementation (``Client.builder()`` for v1, ``Client.v2()`` for v2)."""
+
+    role = "client"
+
+
+class ProxyBuilder(Builder):
+    """A proxy (``Proxy.builder()`` / ``Proxy.v2()``): initialized by ``_proxy/initialize``.
+
+    Unhandled requests/notifications from the predecessor are forwarded to the successor
+    and vice versa; ``$/cancel_request`` is hop-local and never forwarded.
+    """
+
+    role = "proxy"
+    _connection_type = ProxyConnection
+
+    @overload
+    def on_successor_request(self: _B, method: str, fn: Handler) -> _B: ...
+
+    @overload
+    def on_successor_request(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
+
+    def on_successor_request(self, method: str, fn: Handler | None = None) -> Any:
+        """Handle requests that arrive from the successor (inside ``_proxy/successor``)."""
+        return self._register(self._successor_requests, method, "request", fn)
+
+    @overload
+    def on_successor_notification(self: _B, method: str, fn: Handler) -> _B: ...
+
+    @overload
+    def on_successor_notification(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
+
+    def on_successor_notification(self, method: str, fn: Handler | None = None) -> Any:
+        """Handle notifications that arrive from the successor."""
+        return self._register(self._successor_notifications, method, "notification", fn)

@@ -1,0 +1,531 @@
+"""One live ACP connection of an agent or a client: :class:`AcpConnection`.
+
+It sits on a :class:`~acp_fast.jsonrpc.Connection` and adds ACP semantics from
+:mod:`acp_fast.protocol`: version negotiation, the initialization guard, and the wire
+surface of its version (read gate for ``session/update``, write guard for everything sent).
+
+Hot path. Until the connection is ready (``initialize`` done, or at once for unchecked v1
+roles), every message takes the guarded slow path (``_on_request`` / ``_on_notification``,
+registered as the JSON-RPC connection's fallbacks). When it becomes ready, the handler table
+is installed into the JSON-RPC connection's per-method tables: an incoming message then costs
+one dict lookup and one call into a small closure that calls the user's handler, and
+``session/update`` costs one more dict lookup for its variant's read-gate check. Outgoing,
+``send_notification`` / ``send_session_update`` / ``send_request`` check the method (and the
+update variant) against sets precomputed from the surface, then encode and queue the line
+through the JSON-RPC connection: no view objects, no generator, no wrapper chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol, TypeVar
+
+from ..errors import INVALID_REQUEST, JsonRpcError
+from ..jsonrpc import Connection, PendingRequest, RequestContext
+from ..protocol import negotiation as nego
+from ..protocol.guard import InitializationGuard
+from ..protocol.surface import KnownVariant, WireSurface
+from .context import Context, Request, SentRequest, SessionUpdate
+from .sessions import OpenedSession, SessionStates, build_session, resume_session
+from .table import Handler, HandlerTable
+
+__all__ = ["INITIALIZE", "PROXY_INITIALIZE", "SESSION_UPDATE", "AcpConnection", "InitializeHooks"]
+
+logger = logging.getLogger("acp_fast.roles")
+
+_T = TypeVar("_T")
+
+INITIALIZE = "initialize"
+PROXY_INITIALIZE = "_proxy/initialize"
+SESSION_UPDATE = "session/update"
+STATE_UPDATE = "state_update"
+
+
+def _is_awaitable_result(value: Any) -> bool:
+    return asyncio.iscoroutine(value) or isinstance(value, SentRequest)
+
+
+class InitializeHooks(Protocol):
+    """How a client protocol connector takes part in one connection's ``initialize``.
+
+    Attributes:
+        first_rule: the -32600 ``data`` for anything sent before ``initialize``.
+    """
+
+    first_rule: str
+
+    def intercept(self, connection: AcpConnection, params: dict[str, Any]) -> SentRequest[Any] | None:
+        """Answer ``initialize`` without sending it (reuse), or ``None`` to send it."""
+
+    def on_version_mismatch(self, params: dict[str, Any], result: Any) -> None:
+        """The peer answered our ``initialize`` with another version."""
+
+
+class AcpConnection:
+    """One live ACP connection of a built agent or client (Rust ``ConnectionTo``).
+
+    Made by the builders (``serve``, ``connect``, ``connect_with``), never directly.
+    Every outgoing message passes the initialization guard and the write guard of
+    ``version``'s wire surface; every incoming one passes the guard, and
+    ``session/update`` also the read gate.
+
+    Attributes:
+        version: the ACP version of the implementation (1 or 2).
+        role: ``"agent"``, ``"client"`` or ``"proxy"``.
+        guard: the :class:`~acp_fast.protocol.guard.InitializationGuard`.
+        surface: the :class:`~acp_fast.protocol.surface.WireSurface` of ``version``.
+        raw: the underlying :class:`~acp_fast.jsonrpc.Connection` (no ACP checks at all).
+        sessions: tracked v2 session states (:class:`~acp_fast.roles.sessions.SessionStates`).
+        info: this side's ``Implementation`` object.
+    """
+
+    role = "agent"
+
+    def __init__(self, conn: Connection, table: HandlerTable, *, hooks: InitializeHooks | None = None) -> None:
+        self.raw = conn
+        self.table = table
+        self.version = table.version
+        self.role = table.role
+        self.info = dict(table.info)
+        self.surface = WireSurface.for_version(self.version)
+        self.guard = self._make_guard(table)
+        self.sessions = SessionStates()
+        self._hooks = hooks
+        self._initialize_sent = False
+        self._on_update = table.on_update
+        self._variants: dict[str, KnownVariant] = dict(self.surface.known_variants)
+        self._request_ok = self.surface.methods_of_kind("request") - {INITIALIZE, PROXY_INITIALIZE}
+        self._notification_ok = self.surface.methods_of_kind("notification")
+        self._notify = conn.notify
+        self._out_fast = False
+        self._installed = False
+        self._background: set[asyncio.Task[Any]] = set()
+        conn.on_any_request(self._on_request)
+        conn.on_any_notification(self._on_notification)
+        conn.closed.add_done_callback(self._on_closed)
+        if self.guard.ready:
+            self._became_ready()
+
+    def _make_guard(self, table: HandlerTable) -> InitializationGuard:
+        guarded = table.guarded and self.version >= 2
+        role = {"agent": "responder", "client": "initiator"}[table.role] if guarded else "unchecked"
+        return InitializationGuard(self.version, role)
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def negotiated_version(self) -> int | None:
+        """The version agreed by ``initialize`` (``None`` before)."""
+        return self.guard.negotiated
+
+    @property
+    def manages_initialize(self) -> bool:
+        """True when this side answers ``initialize`` itself (negotiation applies)."""
+        return self.table.guarded and self.role != "client"
+
+    @property
+    def closed(self) -> asyncio.Future[None]:
+        """Resolves once the connection and its stream are closed."""
+        return self.raw.closed
+
+    def close(self) -> None:
+        """Close now (see :meth:`acp_fast.jsonrpc.Connection.close`)."""
+        self.raw.close()
+
+    async def wait_closed(self) -> None:
+        await self.raw.wait_closed()
+
+    async def drain(self) -> None:
+        """Write what is queued and wait while the peer is not reading (backpressure).
+
+        Await it in loops that send many messages (e.g. streaming updates): memory then
+        stays bounded however slowly the peer reads. A loop that never awaits is stopped
+        by :class:`~acp_fast.errors.SendBufferFull` once the write buffer passes its
+        limit (see :class:`~acp_fast.jsonrpc.Connection`).
+        """
+        await self.raw.drain()
+
+    def start_task(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
+        """Run ``coro`` in the background, owned by this connection.
+
+        The task is cancelled when the connection closes; an exception it raises is
+        logged (never lost silently). Use it to start work from a handler that must not
+        delay the handler's answer.
+        """
+        task = asyncio.ensure_future(coro)
+        if self.raw.closed.done():
+            task.cancel()
+            return task
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+        return task
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("background task of %r failed", self, exc_info=task.exception())
+
+    def _on_closed(self, _fut: asyncio.Future[None]) -> None:
+        for task in list(self._background):
+            task.cancel()
+        self.sessions.close(self.raw.closed_error("session/update"))
+
+    # -- becoming ready: the per-connection tables --------------------------------------
+
+    def _became_ready(self) -> None:
+        if self._hooks is None or self._initialize_sent:
+            self._out_fast = True
+        if self._installed:
+            return
+        self._installed = True
+        raw = self.raw
+        for method, fn in self.table.requests.items():
+            if method != INITIALIZE and method != PROXY_INITIALIZE:
+                raw.on_request(method, self._request_handler(fn))
+        for method, fn in self.table.notifications.items():
+            if method != SESSION_UPDATE:
+                raw.on_notification(method, self._notification_handler(fn))
+        if self._updates_gated():
+            raw.on_notification(SESSION_UPDATE, self._session_update)
+        elif SESSION_UPDATE in self.table.notifications:
+            raw.on_notification(SESSION_UPDATE, self._notification_handler(self.table.notifications[SESSION_UPDATE]))
+
+    def _updates_gated(self) -> bool:
+        return True
+
+    def _request_handler(self, fn: Handler) -> Callable[[RequestContext], Any]:
+        def handle(rctx: RequestContext) -> Any:
+            return fn(rctx.message.params, Context(self, rctx, rctx.message))
+        return handle
+
+    def _notification_handler(self, fn: Handler) -> Callable[[Any], Any]:
+        def handle(msg: Any) -> Any:
+            return fn(msg.params, Context(self, None, msg))
+        return handle
+
+    # -- incoming: the slow (guarded) path ---------------------------------------------
+
+    def _on_request(self, rctx: RequestContext) -> Any:
+        method = rctx.message.method
+        guard = self.guard
+        if method == INITIALIZE or method == PROXY_INITIALIZE or not guard.ready:
+            error = guard.check_incoming_request(method)
+            if error is not None:
+                raise error
+            if self.manages_initialize and method == guard.init_method:
+                return self._incoming_initialize(rctx)
+        fn = self.table.requests.get(method)
+        if fn is not None:
+            return fn(rctx.message.params, Context(self, rctx, rctx.message))
+        return self._unhandled_request(rctx, method)
+
+    def _unhandled_request(self, rctx: RequestContext, method: str) -> Any:
+        raise JsonRpcError.method_not_found(method)
+
+    def _on_notification(self, msg: Any) -> Any:
+        method = msg.method
+        if not self.guard.allows_incoming_notification(method):
+            logger.debug("notification %r before initialization dropped", method)
+            return None
+        if method == SESSION_UPDATE and self._updates_gated():
+            return self._session_update(msg)
+        fn = self.table.notifications.get(method)
+        if fn is not None:
+            return fn(msg.params, Context(self, None, msg))
+        return self._unhandled_notification(msg, method)
+
+    def _unhandled_notification(self, msg: Any, method: str) -> Any:
+        return None
+
+    def _session_update(self, msg: Any) -> Any:
+        # The read gate: a known variant costs one dict lookup and its precompiled check;
+        # everything else goes through the full classifier (diagnostics, passthrough).
+        params = msg.params
+        update: Any = None
+        variant: KnownVariant | None = None
+        kind: Any = None
+        if type(params) is dict:
+            update = params.get("update")
+            if type(update) is dict:
+                kind = update.get("sessionUpdate")
+                if type(kind) is str:
+                    variant = self._variants.get(kind)
+                    if variant is not None and not variant.check(update):
+                        variant = None
+            session_id = params.get("sessionId")
+        else:
+            session_id = None
+        if variant is not None:
+            event = SessionUpdate(session_id, kind, update, params, variant)
+        else:
+            view = self.surface.classify_session_update(update)
+            event = SessionUpdate(session_id, view.kind, update, params, view)
+        if event.known and event.kind == STATE_UPDATE:
+            self.sessions.apply(session_id, update)
+        fn = self._on_update
+        if fn is not None:
+            return fn(event, Context(self, None, msg))
+        handler = self.table.notifications.get(SESSION_UPDATE)
+        if handler is not None:
+            return handler(params, Context(self, None, msg))
+        return None
+
+    # -- incoming initialize ------------------------------------------------------------
+
+    def _negotiate(self, params: Any) -> Any:
+        """Validate an incoming ``initialize``; return the params the handler sees."""
+        requested = nego.parse_protocol_version(params)
+        if self.version >= 2:
+            nego.select_version(requested, (2,))  # -32022 for 1, handler not invoked
+            nego.validate_initialize_request(params, 2)
+            return params if requested == 2 else nego.canonicalize_v2_initialize(params)
+        # v1: any valid version selects v1; newer metadata is normalised (§6.5)
+        seen = nego.normalize_v2_to_v1(params) if requested >= 2 else dict(params, protocolVersion=1)
+        nego.validate_initialize_request(seen, 1)
+        return seen
+
+    def _default_initialize(self, seen: Any) -> Any:
+        if self.version >= 2:
+            return {"protocolVersion": self.version, "info": self.info, "capabilities": {}}
+        return {"protocolVersion": 1, "agentInfo": self.info, "agentCapabilities": {}}
+
+    def _incoming_initialize(self, rctx: RequestContext) -> Any:
+        seen = self._negotiate(rctx.message.params)
+        guard = self.guard
+        token = guard.begin()
+        fn = self.table.requests.get(rctx.message.method)
+        try:
+            if fn is not None:
+                result = fn(seen, Context(self, rctx, rctx.message))
+            else:
+                result = self._default_initialize(seen)
+        except BaseException:
+            guard.fail(token)
+            raise
+        if _is_awaitable_result(result):
+            return self._finish_initialize_async(result, token)
+        return self._finish_initialize(result, token)
+
+    async def _finish_initialize_async(self, aw: Awaitable[Any], token: int) -> Any:
+        try:
+            result = await aw
+        except BaseException:
+            self.guard.fail(token)
+            raise
+        return self._finish_initialize(result, token)
+
+    def _finish_initialize(self, result: Any, token: int) -> Any:
+        version = self.version
+        if type(result) is dict:
+            result = dict(result)
+            result["protocolVersion"] = version  # the handler cannot answer another number
+        try:
+            nego.validate_initialize_response(result, version)
+        except JsonRpcError as exc:
+            self.guard.fail(token)
+            raise nego.invalid_initialize_result(str(exc.data).removeprefix("invalid initialize response: ")) from None
+        self._succeed(token)
+        return result
+
+    def _succeed(self, token: int) -> None:
+        self.guard.succeed(token, self.version)
+        if self.guard.ready:
+            self._became_ready()
+
+    # -- outgoing -----------------------------------------------------------------------
+
+    def _check_first(self, method: str) -> None:
+        hooks = self._hooks
+        if hooks is not None and not self._initialize_sent and method != INITIALIZE:
+            raise JsonRpcError(INVALID_REQUEST, data=hooks.first_rule)
+
+    def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
+                     timeout: float | None = None) -> Request[Any]:
+        """Send a request; returns its handle (``await`` it for the result).
+
+        A client's ``initialize`` goes through :meth:`initialize`.
+
+        Args:
+            method: the method name.
+            params: the params object (or array); may hold ``RawJson``.
+            passthrough: skip the write guard (relays forwarding what they received). The
+                initialization guard still applies.
+            timeout: seconds until the handle fails with ``asyncio.TimeoutError``.
+
+        Raises:
+            JsonRpcError: -32600 when the initialization guard refuses (nothing is sent).
+            WireSurfaceError: the negotiated version does not define ``method``.
+            SendBufferFull: the write buffer is over its limit (await :meth:`drain`).
+        """
+        if self._out_fast and method in self._request_ok:
+            return self.raw.request(method, params, timeout=timeout)
+        if method == INITIALIZE or method == PROXY_INITIALIZE:
+            self._refuse_initialize(method)
+            if method == INITIALIZE and self.role == "client":
+                return self.initialize(params)
+        self._check_first(method)
+        guard = self.guard
+        if not guard.ready or method == INITIALIZE:
+            error = guard.check_outgoing_request(method)
+            if error is not None:
+                raise error
+        self.surface.check_outgoing_method(method, "request", passthrough=passthrough)
+        return self.raw.request(method, params, timeout=timeout)
+
+    def _refuse_initialize(self, method: str) -> None:
+        """Proxies refuse to send (``_proxy/``)``initialize`` to their predecessor."""
+
+    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+        """Send a notification; returns False when it was dropped (guard or closed).
+
+        A ``session/update`` also has its ``update`` checked by the write guard.
+
+        Raises:
+            WireSurfaceError: the negotiated version does not define ``method`` (or the
+                update variant).
+            SendBufferFull: the write buffer is over its limit (await :meth:`drain`).
+        """
+        if self._out_fast and method in self._notification_ok:
+            if method == SESSION_UPDATE and not passthrough and type(params) is dict:
+                self._check_update_out(params.get("update"))
+            return self._notify(method, params)
+        self._check_first(method)
+        guard = self.guard
+        if not guard.ready:
+            error = guard.check_outgoing_notification(method)
+            if error is not None:
+                logger.warning("notification %r dropped: %s", method, error.data)
+                return False
+        self.surface.check_outgoing_method(method, "notification", passthrough=passthrough)
+        if method == SESSION_UPDATE and not passthrough and type(params) is dict:
+            self._check_update_out(params.get("update"))
+        return self._notify(method, params)
+
+    def send_session_update(self, session_id: str, update: dict[str, Any], *,
+                            passthrough: bool = False, **fields: Any) -> bool:
+        """Send ``session/update`` ``{"sessionId", "update", …fields}`` through the write guard.
+
+        Raises:
+            WireSurfaceError: the variant (or v2's inner ``state``) is not defined in the
+                negotiated version, unless ``passthrough`` (forwarding a received update).
+            SendBufferFull: the write buffer is over its limit (await :meth:`drain`).
+        """
+        if self._out_fast and not fields and type(update) is dict:
+            # the fast path: one dict lookup and the variant's precompiled check
+            kind = update.get("sessionUpdate")
+            variant = self._variants.get(kind) if type(kind) is str else None
+            if passthrough or (variant is not None and variant.check(update)):
+                return self._notify(SESSION_UPDATE, {"sessionId": session_id, "update": update})
+        return self.send_notification(
+            SESSION_UPDATE, {"sessionId": session_id, "update": update, **fields}, passthrough=passthrough)
+
+    def _check_update_out(self, update: Any) -> None:
+        if type(update) is dict:
+            kind = update.get("sessionUpdate")
+            if type(kind) is str:
+                variant = self._variants.get(kind)
+                if variant is not None and variant.check(update):
+                    return
+        self.surface.check_outgoing_session_update(update)
+
+    # -- client side: initialize --------------------------------------------------------
+
+    def initialize(self, params: dict[str, Any] | None = None) -> SentRequest[dict[str, Any]]:
+        """Client side: send ``initialize`` and check the answer (protocol.md §5.9, §6.3).
+
+        ``protocolVersion`` is forced to this implementation's version and ``info`` /
+        ``clientInfo`` defaults to this builder's. A v2 client fails on any answer but 2
+        (-32600 ``"required ACP protocol version 2 but peer negotiated 1; …"``) and the
+        connection returns to uninitialized, so a retry is possible.
+
+        Raises:
+            JsonRpcError: -32600 when the guard refuses (in progress / already initialized).
+        """
+        version = self.version
+        params = dict(params or {})
+        params["protocolVersion"] = version
+        params.setdefault("info" if version >= 2 else "clientInfo", self.info)
+        if self._hooks is not None and not self._initialize_sent:
+            reused = self._hooks.intercept(self, params)
+            if reused is not None:
+                self._initialize_sent = True
+                return reused
+        guard = self.guard
+        error = guard.check_outgoing_request(INITIALIZE)
+        if error is not None:
+            raise error
+        self._initialize_sent = True
+        token = guard.begin()
+        pending = self.raw.request(INITIALIZE, params)
+        return SentRequest(pending, self._initialized(pending, params, token))
+
+    def adopt_initialize(self, result: dict[str, Any]) -> SentRequest[dict[str, Any]]:
+        """Take an ``initialize`` answer the peer already gave (protocol connector reuse)."""
+        self._initialize_sent = True
+        self._succeed(self.guard.begin())
+        return SentRequest(None, _value(dict(result)), INITIALIZE)
+
+    async def _initialized(self, pending: PendingRequest, params: dict[str, Any], token: int) -> Any:
+        guard = self.guard
+        try:
+            result = await pending
+        except BaseException:
+            guard.fail(token)
+            raise
+        try:
+            nego.check_negotiated_version(result, self.version)
+        except JsonRpcError:
+            guard.fail(token)
+            if self._hooks is not None and type(result) is dict and result.get("protocolVersion") == 1:
+                self._hooks.on_version_mismatch(params, result)
+            raise
+        self._succeed(token)
+        return result
+
+    def mapped_request(self, method: str, params: Any, fn: Callable[[Any], _T], *,
+                       settle: bool = False) -> SentRequest[_T]:
+        """Send a request whose result is mapped by ``fn`` (session helpers use it).
+
+        Args:
+            settle: before mapping, wait until the handlers of every notification received
+                before the response have finished (e.g. a resume's replayed updates).
+        """
+        pending = self.send_request(method, params)
+        assert isinstance(pending, PendingRequest)  # never initialize
+
+        async def mapped() -> _T:
+            result = await pending
+            if settle:
+                await self.raw.settled()
+            return fn(result)
+
+        return SentRequest(pending, mapped())
+
+    # -- sessions (see acp_fast.roles.sessions) -----------------------------------------
+
+    def build_session(self, cwd: str, **kwargs: Any) -> SentRequest[OpenedSession]:
+        """``session/new`` -> :class:`~acp_fast.roles.sessions.OpenedSession` (v1 and v2)."""
+        return build_session(self, cwd, **kwargs)
+
+    def resume_session(self, session_id: str, cwd: str, **kwargs: Any) -> SentRequest[OpenedSession]:
+        """v2 ``session/resume`` -> :class:`~acp_fast.roles.sessions.OpenedSession`."""
+        return resume_session(self, session_id, cwd, **kwargs)
+
+    # -- proxies only -------------------------------------------------------------------
+
+    def send_to_successor(self, method: str, params: Any = None, *, passthrough: bool = False,
+                          timeout: float | None = None) -> Request[Any]:
+        raise TypeError("only proxies have a successor")
+
+    def notify_successor(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+        raise TypeError("only proxies have a successor")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.role} v{self.version} {self.guard.state}>"
+
+
+async def _value(value: _T) -> _T:
+    return value
+

@@ -1,0 +1,54 @@
+"""The frozen handler table a builder hands to each connection it serves."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .connection import AcpConnection
+    from .context import Context, SessionUpdate
+
+__all__ = ["Handler", "HandlerTable", "Main", "UpdateHandler"]
+
+#: ``fn(params, cx)``: returns the result (or an awaitable of it) for requests.
+Handler = Callable[[Any, "Context"], Any]
+#: ``fn(update, cx)`` for ``session/update``.
+UpdateHandler = Callable[["SessionUpdate", "Context"], Any]
+#: ``main(connection)`` of a client implementation.
+Main = Callable[["AcpConnection"], Awaitable[Any]]
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class HandlerTable:
+    """Everything a connection needs from its builder, frozen when the connection starts.
+
+    Later changes to the builder do not reach connections already running.
+
+    Attributes:
+        version: the implementation's ACP version (1 or 2).
+        role: ``"agent"``, ``"client"`` or ``"proxy"``.
+        guarded: negotiation and the initialization guard apply.
+        info: the ``Implementation`` object sent as ``info``/``clientInfo``/``agentInfo``.
+        requests / notifications: method -> handler.
+        on_update: the ``session/update`` handler (read-gated), if any.
+        successor_requests / successor_notifications: proxies: handlers of messages that
+            arrive from the successor.
+        main: a client connector's ``main``.
+    """
+
+    version: int
+    role: str
+    guarded: bool = True
+    info: Mapping[str, Any] = field(default_factory=_empty)
+    requests: Mapping[str, Handler] = field(default_factory=_empty)
+    notifications: Mapping[str, Handler] = field(default_factory=_empty)
+    on_update: UpdateHandler | None = None
+    successor_requests: Mapping[str, Handler] = field(default_factory=_empty)
+    successor_notifications: Mapping[str, Handler] = field(default_factory=_empty)
+    main: Main | None = field(default=None, compare=False)
