@@ -77,6 +77,18 @@ def extensions() -> list[Extension]:
         extra_link_args=link_args,
         define_macros=[("SIMDJSON_EXCEPTIONS", "0")],
     )
+    gate = Extension(
+        "acp_fast.protocol._gate_c",
+        sources=["acp_fast/protocol/_gate_c.pyx"],
+        extra_compile_args=[a for a in compile_args if a != "-std=c++17"],
+        extra_link_args=link_args,
+    )
+    hot = Extension(
+        "acp_fast.roles._hot_c",
+        sources=["acp_fast/roles/_hot_py.py"],  # one source, compiled (with _hot_c.pxd),
+        extra_compile_args=[a for a in compile_args if a != "-std=c++17"],
+        extra_link_args=link_args,
+    )
     directives = {
         "language_level": "3",
         "boundscheck": DEBUG,
@@ -84,7 +96,7 @@ def extensions() -> list[Extension]:
         "cdivision": True,
         "embedsignature": True,
     }
-    return cythonize([ext], compiler_directives=directives, annotate=False, quiet=True)
+    return cythonize([ext, gate, hot], compiler_directives=directives, annotate=False, quiet=True)
 
 
 if NO_EXTENSIONS:

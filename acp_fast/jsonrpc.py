@@ -583,7 +583,15 @@ class Connection:
             return False
         if self._write_paused or self._out_bytes > self._max_write_buffer:
             self._check_room()
-        self._send(self._enc_notification(method, params))
+        line = self._enc_notification(method, params)
+        self._out.append(line)  # _send, inlined: this is the streaming hot path
+        self._out_bytes += len(line)
+        if self._out_bytes > _FLUSH_AT:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            if not self._in_frames:
+                self._loop.call_soon(self._flush)
         return True
 
     def _check_room(self) -> None:

@@ -820,10 +820,36 @@ def test_read_gate_fast_path_matches_full_classifier(version, unstable) -> None:
         view = surface.classify_session_update(update)
         assert _view_tuple(view) == _view_tuple(full), update
         fast = surface.known_variant(update)
+        assert _compiled_known(surface)(update) is fast, update  # the gate twins agree
         if fast is not None:
             fast_hits += 1
             assert full.status == KNOWN, update
     assert fast_hits > 50  # the table-driven payloads do exercise the fast path
+
+
+def _compiled_known(surface: WireSurface):
+    """The compiled gate twin (required unless the pure twin is forced)."""
+    from acp_fast._compat import NO_EXTENSIONS
+    from acp_fast.protocol import gate
+
+    if not gate.compiled_available():
+        if NO_EXTENSIONS:
+            return surface.known_variant  # pure-only run: compare the twin with itself
+        pytest.fail("the compiled read gate (acp_fast.protocol._gate_c) was not built")
+    return gate.make_known(surface, compiled=True)
+
+
+def test_compiled_gate_is_not_the_pure_one() -> None:
+    from acp_fast._compat import NO_EXTENSIONS
+    from acp_fast.protocol import gate
+
+    if NO_EXTENSIONS:
+        pytest.skip("pure twin forced: the compiled gate is not used")
+    surface = WireSurface.for_version(2)
+    assert gate.compiled_available()
+    compiled = gate.make_known(surface, compiled=True)
+    assert compiled != surface.known_variant
+    assert gate.make_known(surface, compiled=False) == surface.known_variant
 
 
 def test_read_gate_fast_path_covers_the_hot_variants(v1, v2) -> None:
@@ -942,5 +968,7 @@ def test_read_gate_fast_path_matches_full_classifier_fuzzed(update) -> None:
         surface = WireSurface.for_version(version)
         full = surface._classify_full(update)
         assert _view_tuple(surface.classify_session_update(update)) == _view_tuple(full)
-        if surface.known_variant(update) is not None:
+        fast = surface.known_variant(update)
+        assert _compiled_known(surface)(update) is fast
+        if fast is not None:
             assert full.status == KNOWN

@@ -612,6 +612,39 @@ class WireSurface:
             fast[kind] = KnownVariant(check, kind, self.version, type_name, tier, defined)
         return fast
 
+    def gate_specs(self) -> dict[str, tuple[KnownVariant, tuple[Any, ...], frozenset[str] | None]]:
+        """The read gate's fast path as data, for a compiled gate (``acp_fast.protocol.gate``).
+
+        ``kind -> (variant, spec, states)``: ``spec`` is ``(required_keys, fields)`` with
+        ``fields`` a tuple of ``(field, table, is_list)`` and ``table`` a dict
+        ``tag -> spec`` of the union's items (a leaf item's spec has no fields; nested
+        unions may refer back to a table being filled). ``states`` is the set of inner
+        ``state`` values for ``state_update`` (None elsewhere). A compiled gate that
+        follows these specs accepts exactly what :meth:`known_variant` accepts.
+        """
+        tables: dict[str, dict[str, Any]] = {}
+
+        def spec_of(type_name: str, required: tuple[str, ...]) -> tuple[Any, ...]:
+            fields = tuple(
+                (field, table_of(union_name), is_list)
+                for field, union_name, is_list in self._nested.get(type_name, ())
+            )
+            return (required, fields)
+
+        def table_of(union_name: str) -> dict[str, Any]:
+            table = tables.get(union_name)
+            if table is None:  # registered before filling: nested unions may recurse
+                table = tables[union_name] = {}
+                for tag, (_tier, type_name, required) in self._unions[union_name].items():
+                    table[tag] = spec_of(type_name, required)
+            return table
+
+        out = {}
+        for kind, (_tier, type_name, required) in self._updates.items():
+            states = frozenset(self._states) if kind == "state_update" else None
+            out[kind] = (self._fast[kind], spec_of(type_name, required), states)
+        return out
+
     # -- helpers -------------------------------------------------------------------
 
     def _elsewhere(self, defined: tuple[int, ...]) -> str:

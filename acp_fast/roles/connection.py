@@ -25,8 +25,10 @@ from typing import Any, Protocol, TypeVar
 from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection, PendingRequest, RequestContext
 from ..protocol import negotiation as nego
+from ..protocol.gate import make_known
 from ..protocol.guard import InitializationGuard
 from ..protocol.surface import KnownVariant, WireSurface
+from ._hot import NotificationHandler, RequestHandler, UpdateDispatcher
 from .context import Context, Request, SentRequest, SessionUpdate
 from .sessions import OpenedSession, SessionStates, build_session, resume_session
 from .table import Handler, HandlerTable
@@ -94,8 +96,11 @@ class AcpConnection:
         self.sessions = SessionStates()
         self._hooks = hooks
         self._initialize_sent = False
-        self._on_update = table.on_update
-        self._variants: dict[str, KnownVariant] = dict(self.surface.known_variants)
+        # the read gate's fast path: the compiled twin on the compiled engine
+        self._known = make_known(self.surface, compiled=getattr(conn.engine, "IMPLEMENTATION", "") == "c")
+        self._session_update = UpdateDispatcher(
+            self, self._known, self.surface.classify_session_update, self.sessions.apply,
+            table.on_update, table.notifications.get(SESSION_UPDATE), SessionUpdate, Context)
         self._request_ok = self.surface.methods_of_kind("request") - {INITIALIZE, PROXY_INITIALIZE}
         self._notification_ok = self.surface.methods_of_kind("notification")
         self._notify = conn.notify
@@ -196,14 +201,10 @@ class AcpConnection:
         return True
 
     def _request_handler(self, fn: Handler) -> Callable[[RequestContext], Any]:
-        def handle(rctx: RequestContext) -> Any:
-            return fn(rctx.message.params, Context(self, rctx, rctx.message))
-        return handle
+        return RequestHandler(self, fn, Context)  # type: ignore[no-any-return]
 
     def _notification_handler(self, fn: Handler) -> Callable[[Any], Any]:
-        def handle(msg: Any) -> Any:
-            return fn(msg.params, Context(self, None, msg))
-        return handle
+        return NotificationHandler(self, fn, Context)  # type: ignore[no-any-return]
 
     # -- incoming: the slow (guarded) path ---------------------------------------------
 
@@ -237,39 +238,6 @@ class AcpConnection:
         return self._unhandled_notification(msg, method)
 
     def _unhandled_notification(self, msg: Any, method: str) -> Any:
-        return None
-
-    def _session_update(self, msg: Any) -> Any:
-        # The read gate: a known variant costs one dict lookup and its precompiled check;
-        # everything else goes through the full classifier (diagnostics, passthrough).
-        params = msg.params
-        update: Any = None
-        variant: KnownVariant | None = None
-        kind: Any = None
-        if type(params) is dict:
-            update = params.get("update")
-            if type(update) is dict:
-                kind = update.get("sessionUpdate")
-                if type(kind) is str:
-                    variant = self._variants.get(kind)
-                    if variant is not None and not variant.check(update):
-                        variant = None
-            session_id = params.get("sessionId")
-        else:
-            session_id = None
-        if variant is not None:
-            event = SessionUpdate(session_id, kind, update, params, variant)
-        else:
-            view = self.surface.classify_session_update(update)
-            event = SessionUpdate(session_id, view.kind, update, params, view)
-        if event.known and event.kind == STATE_UPDATE:
-            self.sessions.apply(session_id, update)
-        fn = self._on_update
-        if fn is not None:
-            return fn(event, Context(self, None, msg))
-        handler = self.table.notifications.get(SESSION_UPDATE)
-        if handler is not None:
-            return handler(params, Context(self, None, msg))
         return None
 
     # -- incoming initialize ------------------------------------------------------------
@@ -412,23 +380,15 @@ class AcpConnection:
                 negotiated version, unless ``passthrough`` (forwarding a received update).
             SendBufferFull: the write buffer is over its limit (await :meth:`drain`).
         """
-        if self._out_fast and not fields and type(update) is dict:
-            # the fast path: one dict lookup and the variant's precompiled check
-            kind = update.get("sessionUpdate")
-            variant = self._variants.get(kind) if type(kind) is str else None
-            if passthrough or (variant is not None and variant.check(update)):
-                return self._notify(SESSION_UPDATE, {"sessionId": session_id, "update": update})
+        if self._out_fast and not fields and (passthrough or self._known(update) is not None):
+            # the fast path: the read gate's precompiled check of the variant
+            return self._notify(SESSION_UPDATE, {"sessionId": session_id, "update": update})
         return self.send_notification(
             SESSION_UPDATE, {"sessionId": session_id, "update": update, **fields}, passthrough=passthrough)
 
     def _check_update_out(self, update: Any) -> None:
-        if type(update) is dict:
-            kind = update.get("sessionUpdate")
-            if type(kind) is str:
-                variant = self._variants.get(kind)
-                if variant is not None and variant.check(update):
-                    return
-        self.surface.check_outgoing_session_update(update)
+        if self._known(update) is None:
+            self.surface.check_outgoing_session_update(update)
 
     # -- client side: initialize --------------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_check
 
 from ..jsonrpc import PendingRequest, RequestContext, Responder
 from ..protocol.surface import KnownVariant, SessionUpdateView
+from ._hot import ContextRecord, UpdateRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import AcpConnection
@@ -111,37 +112,36 @@ class SentRequest(Generic[_T]):
         return f"<SentRequest id={self.id} method={self.method!r} done={self.done()}>"
 
 
-class SessionUpdate:
+class SessionUpdate(UpdateRecord):
     """One received ``session/update``, passed through the read gate.
 
     Attributes:
         session_id: ``params["sessionId"]`` (``None`` if absent).
         kind: the ``sessionUpdate`` value (``""`` if absent or not a string).
         payload: the ``update`` object, untouched (same identity).
-        known: True when the update has the negotiated version's shape; anything else is
-            untyped passthrough (store, forward or display it; never bind it to a type).
         params: the notification's params, unchanged.
     """
 
-    __slots__ = ("_view", "kind", "known", "params", "payload", "session_id")
+    # Made once per received update: the fields live in UpdateRecord (compiled slots
+    # when built), constructed as SessionUpdate(session_id, kind, payload, params, gate)
+    # where gate is the fast path's KnownVariant or the full read gate's view.
+    __slots__ = ()
 
-    def __init__(self, session_id: Any, kind: str, payload: Any, params: Any,
-                 view: KnownVariant | SessionUpdateView) -> None:
-        self.session_id = session_id
-        self.kind = kind
-        self.payload = payload
-        self.params = params
-        self.known = type(view) is KnownVariant or view.known  # type: ignore[union-attr]
-        self._view = view
+    @property
+    def known(self) -> bool:
+        """True when the update has the negotiated version's shape; anything else is
+        untyped passthrough (store, forward or display it; never bind it to a type)."""
+        gate = self._gate
+        return type(gate) is KnownVariant or gate.known  # type: ignore[union-attr]
 
     @property
     def view(self) -> SessionUpdateView:
         """The :class:`~acp_fast.protocol.surface.SessionUpdateView` of the negotiated
         version (built on first access for known updates)."""
-        view = self._view
-        if type(view) is KnownVariant:
-            view = self._view = view.view(self.payload)
-        return view  # type: ignore[return-value]
+        gate = self._gate
+        if type(gate) is KnownVariant:
+            gate = self._gate = gate.view(self.payload)
+        return gate  # type: ignore[return-value]
 
     @property
     def passthrough(self) -> bool:
@@ -152,7 +152,7 @@ class SessionUpdate:
         return f"SessionUpdate({self.session_id!r}, {self.kind!r}, {self.view.status})"
 
 
-class Context:
+class Context(ContextRecord):
     """What a handler gets besides ``params``: the message and the way back to the peer.
 
     Attributes:
@@ -162,12 +162,12 @@ class Context:
         message: the jsonrpc ``Message`` (the request's, for requests).
     """
 
-    __slots__ = ("connection", "message", "request")
-
-    def __init__(self, connection: AcpConnection, request: RequestContext | None, message: Any) -> None:
-        self.connection = connection
-        self.request = request
-        self.message = message
+    # Constructed as Context(connection, request, message): the fields live in
+    # ContextRecord (compiled slots when built); this class holds the behaviour.
+    __slots__ = ()
+    connection: AcpConnection
+    request: RequestContext | None
+    message: Any
 
     @property
     def method(self) -> str:
@@ -238,7 +238,9 @@ class Context:
     def send_session_update(self, session_id: str, update: dict[str, Any], *,
                             passthrough: bool = False, **fields: Any) -> bool:
         """See :meth:`AcpConnection.send_session_update`."""
-        return self.connection.send_session_update(session_id, update, passthrough=passthrough, **fields)
+        if passthrough or fields:
+            return self.connection.send_session_update(session_id, update, passthrough=passthrough, **fields)
+        return self.connection.send_session_update(session_id, update)  # the hot path: no kwargs
 
     async def drain(self) -> None:
         """Wait while the peer is not reading what we send (see :meth:`AcpConnection.drain`)."""

@@ -1,0 +1,30 @@
+"""Selector of the hot-path twin: compiled unless ``ACP_FAST_NO_EXTENSIONS`` (see ``_hot_py``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._compat import NO_EXTENSIONS
+
+__all__ = ["IMPLEMENTATION", "ContextRecord", "NotificationHandler", "RequestHandler",
+           "UpdateDispatcher", "UpdateRecord"]
+
+if TYPE_CHECKING or NO_EXTENSIONS:
+    from ._hot_py import ContextRecord, NotificationHandler, RequestHandler, UpdateDispatcher, UpdateRecord
+
+    IMPLEMENTATION = "py"
+else:
+    try:
+        from ._hot_c import (  # type: ignore[import-not-found]
+            ContextRecord,
+            NotificationHandler,
+            RequestHandler,
+            UpdateDispatcher,
+            UpdateRecord,
+        )
+
+        IMPLEMENTATION = "c"
+    except ImportError:  # pragma: no cover - only when the extension was not built
+        from ._hot_py import ContextRecord, NotificationHandler, RequestHandler, UpdateDispatcher, UpdateRecord
+
+        IMPLEMENTATION = "py"

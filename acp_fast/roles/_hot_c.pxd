@@ -1,0 +1,34 @@
+# Augmenting declarations: setup.py compiles _hot_py.py as acp_fast.roles._hot_c, and these
+# make its classes C types with C-level fields (the source stays plain Python).
+
+cdef class ContextRecord:
+    cdef public object connection
+    cdef public object request
+    cdef public object message
+
+cdef class UpdateRecord:
+    cdef public object session_id
+    cdef public object kind
+    cdef public object payload
+    cdef public object params
+    cdef public object _gate
+
+cdef class RequestHandler:
+    cdef public object connection
+    cdef public object handler
+    cdef public object context_type
+
+cdef class NotificationHandler:
+    cdef public object connection
+    cdef public object handler
+    cdef public object context_type
+
+cdef class UpdateDispatcher:
+    cdef public object connection
+    cdef public object known
+    cdef public object classify
+    cdef public object apply_state
+    cdef public object on_update
+    cdef public object fallback
+    cdef public object event_type
+    cdef public object context_type
