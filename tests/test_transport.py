@@ -28,7 +28,6 @@ from acp_fast.jsonrpc import Connection, RequestContext
 from acp_fast.transport import (
     ChildStream,
     Stream,
-    _DuplexProtocol,
     connect_tcp,
     connect_unix,
     memory_pair,
@@ -39,6 +38,7 @@ from acp_fast.transport import (
     spawn,
 )
 from acp_fast.transport import run as transport_run
+from acp_fast.transport.stream import _DuplexProtocol
 
 HANG_GUARD = 30  # seconds; only stops a hung test, never asserts speed
 HELPER = Path(__file__).parent / "helpers" / "echo_agent.py"

@@ -1,0 +1,54 @@
+"""Transports: asyncio ``Protocol`` glue between byte streams and one :class:`Connection`.
+
+This is the I/O layer, between the sans-IO engine (``acp_fast._engine``) and the JSON-RPC
+connection (``acp_fast.jsonrpc``). It knows bytes, pipes, sockets, processes and event
+loops; it knows nothing about JSON-RPC. Every helper returns a :class:`Stream`, which a
+:class:`~acp_fast.jsonrpc.Connection` consumes. One module per idea:
+
+* ``stream`` -- :class:`Stream` (the interface a connection uses) and its protocol glue,
+  the write-buffer water marks;
+* ``stdio`` -- :func:`connect_stdio`: this process's own stdin/stdout (an agent's side);
+* ``child`` -- :func:`spawn`: a child process from a command line (a client's side),
+  protocol.md §8.6, and :func:`parse_command`;
+* ``sockets`` -- :func:`connect_tcp` / :func:`serve_tcp`, :func:`connect_unix` / :func:`serve_unix`;
+* ``memory`` -- :func:`memory_pair`: two connected in-memory streams for tests, which still
+  run through the same ``asyncio.Protocol`` callbacks as the real transports;
+* ``loop`` -- :func:`run` / :func:`new_event_loop`: the event loop acp_fast's runners use
+  (uvloop when installed).
+
+Every name is importable from ``acp_fast.transport`` itself.
+"""
+
+from __future__ import annotations
+
+from .child import KILL_GRACE, STDERR_TAIL, ChildExitError, ChildStream, parse_command, spawn
+from .loop import new_event_loop, run
+from .memory import memory_pair
+from .sockets import OnStream, connect_tcp, connect_unix, serve_tcp, serve_unix
+from .stdio import connect_stdio
+from .stream import WRITE_HIGH_WATER, WRITE_LOW_WATER, OnData, OnEof, OnWritable, Stream, logger
+
+__all__ = [
+    "KILL_GRACE",
+    "STDERR_TAIL",
+    "WRITE_HIGH_WATER",
+    "WRITE_LOW_WATER",
+    "ChildExitError",
+    "ChildStream",
+    "OnData",
+    "OnEof",
+    "OnStream",
+    "OnWritable",
+    "Stream",
+    "connect_stdio",
+    "connect_tcp",
+    "connect_unix",
+    "logger",
+    "memory_pair",
+    "new_event_loop",
+    "parse_command",
+    "run",
+    "serve_tcp",
+    "serve_unix",
+    "spawn",
+]
