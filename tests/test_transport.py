@@ -1,6 +1,8 @@
 """Transports (acp_fast.transport) with a real Connection, on both engine twins.
 
-The ``engine`` fixture (tests/conftest.py) runs every test on both twins.
+The ``engine`` fixture (tests/conftest.py) runs every test on both twins. Stdio on files,
+``/dev/null`` and closed descriptors is in ``test_transport_stdio.py``; the event-loop
+choice in ``test_transport_loop.py``.
 
 Child-process tests start ``tests/helpers/echo_agent.py`` (the real stack on its own
 stdio) through :func:`spawn`, over real OS pipes; socket tests use 127.0.0.1 and a Unix
@@ -31,13 +33,11 @@ from acp_fast.transport import (
     connect_tcp,
     connect_unix,
     memory_pair,
-    new_event_loop,
     parse_command,
     serve_tcp,
     serve_unix,
     spawn,
 )
-from acp_fast.transport import run as transport_run
 from acp_fast.transport.stream import _DuplexProtocol
 
 HANG_GUARD = 30  # seconds; only stops a hung test, never asserts speed
@@ -404,24 +404,6 @@ def test_stream_keeps_data_and_eof_that_arrive_before_attach(engine: Any) -> Non
             a.attach(got.append, lambda exc: None, lambda ok: None)
 
     run(main)
-
-
-def test_new_event_loop_and_run_prefer_uvloop_when_installed() -> None:
-    loop = new_event_loop()
-    try:
-        try:
-            import uvloop  # noqa: F401
-            assert type(loop).__module__.startswith("uvloop")
-        except ImportError:
-            assert isinstance(loop, asyncio.AbstractEventLoop)
-    finally:
-        loop.close()
-
-    async def answer() -> int:
-        await asyncio.sleep(0)
-        return 42
-
-    assert transport_run(answer()) == 42
 
 
 class _DeafTransport(asyncio.Transport):

@@ -14,7 +14,7 @@ loops; it knows nothing about JSON-RPC. Every helper returns a :class:`Stream`, 
 * ``memory`` -- :func:`memory_pair`: two connected in-memory streams for tests, which still
   run through the same ``asyncio.Protocol`` callbacks as the real transports;
 * ``loop`` -- :func:`run` / :func:`new_event_loop`: the event loop acp_fast's runners use
-  (uvloop when installed).
+  (uvloop by default where installed; ``loop=`` or ``ACP_FAST_LOOP`` to choose).
 
 Every name is importable from ``acp_fast.transport`` itself.
 """
@@ -22,7 +22,7 @@ Every name is importable from ``acp_fast.transport`` itself.
 from __future__ import annotations
 
 from .child import KILL_GRACE, STDERR_TAIL, ChildExitError, ChildStream, parse_command, spawn
-from .loop import new_event_loop, run
+from .loop import LOOP_CHOICES, LOOP_ENV, new_event_loop, resolve_loop, run
 from .memory import memory_pair
 from .sockets import OnStream, connect_tcp, connect_unix, serve_tcp, serve_unix
 from .stdio import connect_stdio
@@ -30,6 +30,8 @@ from .stream import WRITE_HIGH_WATER, WRITE_LOW_WATER, OnData, OnEof, OnWritable
 
 __all__ = [
     "KILL_GRACE",
+    "LOOP_CHOICES",
+    "LOOP_ENV",
     "STDERR_TAIL",
     "WRITE_HIGH_WATER",
     "WRITE_LOW_WATER",
@@ -47,6 +49,7 @@ __all__ = [
     "memory_pair",
     "new_event_loop",
     "parse_command",
+    "resolve_loop",
     "run",
     "serve_tcp",
     "serve_unix",

@@ -1,38 +1,106 @@
-"""Which event loop acp_fast's own runners use: uvloop's when installed, never required."""
+"""Which event loop acp_fast's own runners use: uvloop by default where it is installed.
+
+uvloop is a dependency of the package wherever it installs (CPython, not Windows), because
+it roughly doubles sequential round trips. Every blocking runner of acp_fast
+(``Builder.serve_stdio``, ``run_agent_stdio``, ``acp-fast testy``, the benchmark's peers)
+goes through :func:`run`, so one choice applies everywhere:
+
+* the ``loop`` argument of :func:`run` / :func:`new_event_loop`, when given;
+* else the environment variable ``ACP_FAST_LOOP`` (:data:`LOOP_ENV`);
+* else ``"auto"``.
+
+Choices: ``"auto"`` (uvloop when it can be imported, else asyncio's default loop),
+``"uvloop"`` (uvloop or an error) and ``"asyncio"`` (asyncio's default loop, the opt-out).
+Code that runs its own loop (``asyncio.run(...)``) is not affected: acp_fast works on any
+asyncio-compatible loop.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import Any, Literal, TypeVar
 
-__all__ = ["new_event_loop", "run"]
+__all__ = ["LOOP_CHOICES", "LOOP_ENV", "new_event_loop", "resolve_loop", "run"]
 
 _T = TypeVar("_T")
 
+#: The environment variable that picks the loop when no ``loop`` argument is given.
+LOOP_ENV = "ACP_FAST_LOOP"
+#: The accepted values of ``loop=`` and of ``ACP_FAST_LOOP``.
+LOOP_CHOICES = ("auto", "asyncio", "uvloop")
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop: uvloop's when uvloop is installed, else asyncio's default."""
+
+def _uvloop() -> ModuleType | None:
     try:
         import uvloop  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()  # type: ignore[no-any-return, unused-ignore]
+        return None
+    return uvloop  # type: ignore[no-any-return, unused-ignore]
 
 
-def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:
-    """``asyncio.run(main)`` on :func:`new_event_loop` (uvloop when installed)."""
+def resolve_loop(loop: str | None = None) -> Literal["asyncio", "uvloop"]:
+    """The loop :func:`new_event_loop` would make for ``loop``: ``"asyncio"`` or ``"uvloop"``.
+
+    Args:
+        loop: ``"auto"``, ``"asyncio"`` or ``"uvloop"``; ``None`` reads ``ACP_FAST_LOOP``
+            (unset or empty means ``"auto"``).
+
+    Raises:
+        ValueError: an unknown choice (in the argument or in ``ACP_FAST_LOOP``).
+        ImportError: ``"uvloop"`` was asked for and uvloop cannot be imported.
+    """
+    source = "loop"
+    if loop is None:
+        loop = os.environ.get(LOOP_ENV, "").strip().lower() or "auto"
+        source = LOOP_ENV
+    if loop not in LOOP_CHOICES:
+        raise ValueError(f"{source}={loop!r}: expected one of {', '.join(LOOP_CHOICES)}")
+    if loop == "asyncio":
+        return "asyncio"
+    if _uvloop() is not None:
+        return "uvloop"
+    if loop == "uvloop":
+        raise ImportError(f"{source}='uvloop' but uvloop cannot be imported (pip install uvloop)")
+    return "asyncio"
+
+
+def new_event_loop(loop: str | None = None) -> asyncio.AbstractEventLoop:
+    """A new event loop of the kind :func:`resolve_loop` picks (uvloop by default when installed).
+
+    Args:
+        loop: ``"auto"``, ``"asyncio"``, ``"uvloop"`` or ``None`` (read ``ACP_FAST_LOOP``).
+    """
+    choice = resolve_loop(loop)
+    if choice == "uvloop":
+        return _uvloop().new_event_loop()  # type: ignore[no-any-return, union-attr, unused-ignore]
+    return asyncio.new_event_loop()
+
+
+def run(main: Coroutine[Any, Any, _T], *, loop: str | None = None, debug: bool | None = None) -> _T:
+    """``asyncio.run(main)`` on :func:`new_event_loop` (``loop`` as there).
+
+    The loop is chosen before ``main`` starts; an invalid choice closes ``main`` unstarted
+    and raises (see :func:`resolve_loop`).
+    """
+    try:
+        choice = resolve_loop(loop)
+    except BaseException:
+        main.close()
+        raise
     if sys.version_info >= (3, 11):
-        with asyncio.Runner(loop_factory=new_event_loop, debug=debug) as runner:
+        with asyncio.Runner(loop_factory=lambda: new_event_loop(choice), debug=debug) as runner:
             return runner.run(main)
-    loop = new_event_loop()  # pragma: no cover - Python 3.10
+    ev_loop = new_event_loop(choice)  # pragma: no cover - Python 3.10
     try:  # pragma: no cover
-        asyncio.set_event_loop(loop)
+        asyncio.set_event_loop(ev_loop)
         if debug is not None:
-            loop.set_debug(debug)
-        return loop.run_until_complete(main)
+            ev_loop.set_debug(debug)
+        return ev_loop.run_until_complete(main)
     finally:  # pragma: no cover
-        loop.run_until_complete(loop.shutdown_asyncgens())
+        ev_loop.run_until_complete(ev_loop.shutdown_asyncgens())
         asyncio.set_event_loop(None)
-        loop.close()
+        ev_loop.close()
