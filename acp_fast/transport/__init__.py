@@ -7,7 +7,8 @@ loops; it knows nothing about JSON-RPC. Every helper returns a :class:`Stream`, 
 
 * ``stream`` -- :class:`Stream` (the interface a connection uses) and its protocol glue,
   the write-buffer water marks;
-* ``stdio`` -- :func:`connect_stdio`: this process's own stdin/stdout (an agent's side);
+* ``stdio`` -- :func:`connect_stdio`: this process's own stdin/stdout (an agent's side),
+  including files, ``/dev/null`` and closed descriptors;
 * ``child`` -- :func:`spawn`: a child process from a command line (a client's side),
   protocol.md §8.6, and :func:`parse_command`;
 * ``sockets`` -- :func:`connect_tcp` / :func:`serve_tcp`, :func:`connect_unix` / :func:`serve_unix`;

@@ -13,6 +13,13 @@ Choices: ``"auto"`` (uvloop when it can be imported, else asyncio's default loop
 ``"uvloop"`` (uvloop or an error) and ``"asyncio"`` (asyncio's default loop, the opt-out).
 Code that runs its own loop (``asyncio.run(...)``) is not affected: acp_fast works on any
 asyncio-compatible loop.
+
+NOTE: before making a loop, :func:`new_event_loop` puts ``/dev/null`` on any of the
+descriptors 0, 1, 2 that is closed (a process started with ``<&-`` or ``>&-``). Otherwise
+the loop's own descriptors take those numbers: libuv (uvloop) then aborts the process when
+it closes them, and a stray write to "stdout" would land in the loop's self-pipe.
+``sys.__stdin__`` / ``sys.__stdout__`` still say they were closed, so ``connect_stdio``
+treats them as closed.
 """
 
 from __future__ import annotations
@@ -40,6 +47,19 @@ def _uvloop() -> ModuleType | None:
     except ImportError:
         return None
     return uvloop  # type: ignore[no-any-return, unused-ignore]
+
+
+def _plug_closed_stdio() -> None:
+    if sys.platform == "win32":  # pragma: no cover
+        return
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:  # pragma: no cover - the lowest free number is fd unless racing
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def resolve_loop(loop: str | None = None) -> Literal["asyncio", "uvloop"]:
@@ -75,6 +95,7 @@ def new_event_loop(loop: str | None = None) -> asyncio.AbstractEventLoop:
         loop: ``"auto"``, ``"asyncio"``, ``"uvloop"`` or ``None`` (read ``ACP_FAST_LOOP``).
     """
     choice = resolve_loop(loop)
+    _plug_closed_stdio()
     if choice == "uvloop":
         return _uvloop().new_event_loop()  # type: ignore[no-any-return, union-attr, unused-ignore]
     return asyncio.new_event_loop()
