@@ -38,6 +38,7 @@ from acp_fast.transport import (
     serve_unix,
     spawn,
 )
+from acp_fast.transport.child import _child_env
 from acp_fast.transport.stream import _DuplexProtocol
 
 HANG_GUARD = 30  # seconds; only stops a hung test, never asserts speed
@@ -122,6 +123,46 @@ def test_child_spec_string_env_assignments_and_env_param(engine: Any) -> None:
             assert await conn.request("env", {"name": "ACP_JSON_VAR"}) == "from json"
 
     run(main)
+
+
+def test_child_inherits_the_whole_environment_by_default(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACP_PARENT_ONLY", "parent secret")
+
+    async def main() -> None:
+        async with Connection(await spawn([sys.executable, str(HELPER)], env=agent_env(engine)),
+                              engine=engine) as conn:
+            assert await conn.request("env", {"name": "ACP_PARENT_ONLY"}) == "parent secret"
+
+    run(main)
+
+
+def test_child_without_inherited_environment_gets_only_path_and_what_it_is_given(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACP_PARENT_ONLY", "parent secret")
+    monkeypatch.setenv("ACP_SPEC_VAR", "parent value")
+
+    async def main() -> None:
+        spec = f"ACP_SPEC_VAR=spec ACP_BOTH=spec {shlex.quote(sys.executable)} {shlex.quote(str(HELPER))}"
+        stream = await spawn(spec, env=agent_env(engine, ACP_BOTH="param"), inherit_env=False)
+        async with Connection(stream, engine=engine) as conn:
+            seen = {name: await conn.request("env", {"name": name})
+                    for name in ("ACP_PARENT_ONLY", "HOME", "PATH", "ACP_SPEC_VAR", "ACP_BOTH")}
+            keys = await conn.request("env_keys")
+        assert seen == {"ACP_PARENT_ONLY": None, "HOME": None, "PATH": os.environ["PATH"],
+                        "ACP_SPEC_VAR": "spec", "ACP_BOTH": "param"}
+        allowed = {"PATH", "ACP_SPEC_VAR", "ACP_BOTH", *agent_env(engine)}
+        # the interpreter may add a few of its own (LC_CTYPE when it coerces the C locale)
+        assert set(keys) - allowed <= {"LC_CTYPE"}, keys
+
+    run(main)
+
+
+def test_child_env_without_inheritance_falls_back_to_the_default_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PATH", raising=False)
+    monkeypatch.setenv("ACP_PARENT_ONLY", "x")
+    assert _child_env({"A": "1"}, {"B": "2"}, False) == {"PATH": os.defpath, "A": "1", "B": "2"}
+    assert _child_env({}, {"PATH": "/mine"}, False) == {"PATH": "/mine"}
+    assert _child_env({"A": "1"}, {"A": "2"}, True)["ACP_PARENT_ONLY"] == "x"
 
 
 def test_child_handler_awaits_its_request_back_to_us(engine: Any) -> None:

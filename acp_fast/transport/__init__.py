@@ -22,7 +22,7 @@ Every name is importable from ``acp_fast.transport`` itself.
 
 from __future__ import annotations
 
-from .child import KILL_GRACE, STDERR_TAIL, ChildExitError, ChildStream, parse_command, spawn
+from .child import KILL_GRACE, MINIMAL_ENV, STDERR_TAIL, ChildExitError, ChildStream, parse_command, spawn
 from .loop import LOOP_CHOICES, LOOP_ENV, new_event_loop, resolve_loop, run
 from .memory import memory_pair
 from .sockets import OnStream, connect_tcp, connect_unix, serve_tcp, serve_unix
@@ -33,6 +33,7 @@ __all__ = [
     "KILL_GRACE",
     "LOOP_CHOICES",
     "LOOP_ENV",
+    "MINIMAL_ENV",
     "STDERR_TAIL",
     "WRITE_HIGH_WATER",
     "WRITE_LOW_WATER",

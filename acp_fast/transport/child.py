@@ -9,12 +9,13 @@ import os
 import re
 import shlex
 import signal
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .stream import Stream, logger
 
-__all__ = ["KILL_GRACE", "STDERR_TAIL", "ChildExitError", "ChildStream", "parse_command", "spawn"]
+__all__ = ["KILL_GRACE", "MINIMAL_ENV", "STDERR_TAIL", "ChildExitError", "ChildStream", "parse_command", "spawn"]
 
 #: How much of a child's stderr is kept for error reports (the newest bytes).
 STDERR_TAIL = 64 * 1024
@@ -224,10 +225,27 @@ class _ChildProtocol(asyncio.SubprocessProtocol):
         self._s._process_exited()
 
 
+#: What a child started with ``inherit_env=False`` still gets from this process (when set).
+MINIMAL_ENV = ("PATH", "SYSTEMROOT") if sys.platform == "win32" else ("PATH",)
+
+
+def _child_env(spec_env: Mapping[str, str], env: Mapping[str, str] | None, inherit_env: bool) -> dict[str, str]:
+    if inherit_env:
+        full = dict(os.environ)
+    else:
+        full = {name: os.environ[name] for name in MINIMAL_ENV if name in os.environ}
+        full.setdefault("PATH", os.defpath)
+    full.update(spec_env)
+    if env:
+        full.update(env)
+    return full
+
+
 async def spawn(
     command: str | Sequence[str],
     *,
     env: Mapping[str, str] | None = None,
+    inherit_env: bool = True,
     cwd: str | os.PathLike[str] | None = None,
     grace: float = KILL_GRACE,
     stderr_tail: int = STDERR_TAIL,
@@ -235,13 +253,20 @@ async def spawn(
 ) -> ChildStream:
     """Start an agent as a child process and return a stream over its stdio.
 
-    The child gets piped stdin/stdout/stderr, the inherited environment plus the spec's
-    ``NAME=value`` words plus ``env``, and its own session (it leads a new process group,
-    so :meth:`ChildStream.close` can kill the whole tree).
+    The child gets piped stdin/stdout/stderr and its own session (it leads a new process
+    group, so :meth:`ChildStream.close` can kill the whole tree).
+
+    Its environment: by default the child **inherits this process's whole environment**
+    (API keys and tokens included, as a shell would pass them on), with the spec's
+    ``NAME=value`` words and then ``env`` merged over it. With ``inherit_env=False`` it gets
+    only ``PATH`` from this process (:data:`MINIMAL_ENV`; ``os.defpath`` when unset, so the
+    command and what it starts are still found), then the spec's words and ``env``; pass
+    anything else the agent needs (``HOME``, ``LANG``, its API key) in ``env``.
 
     Args:
         command: a component spec string (see :func:`parse_command`) or an argv sequence.
-        env: extra environment variables (win over the spec's).
+        env: environment variables merged over the rest (they win over the spec's).
+        inherit_env: pass this process's environment on (default) or only :data:`MINIMAL_ENV`.
         cwd: the child's working directory.
         grace: seconds to wait for the child after closing its stdin before SIGKILL.
         stderr_tail: how many bytes of stderr to keep for :attr:`ChildStream.stderr_tail`.
@@ -249,10 +274,6 @@ async def spawn(
     """
     loop = asyncio.get_running_loop()
     argv, spec_env = parse_command(command)
-    full_env = dict(os.environ)
-    full_env.update(spec_env)
-    if env:
-        full_env.update(env)
     stream = ChildStream(loop, grace, stderr_tail, on_stderr)
     await loop.subprocess_exec(
         lambda: _ChildProtocol(stream),
@@ -260,7 +281,7 @@ async def spawn(
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=full_env,
+        env=_child_env(spec_env, env, inherit_env),
         cwd=cwd,
         start_new_session=True,
     )
