@@ -387,6 +387,23 @@ def test_tcp_server_and_client(engine: Any) -> None:
     run(main)
 
 
+def test_tcp_server_listens_on_loopback_by_default(engine: Any) -> None:
+    async def main() -> None:
+        port: list[int] = []
+
+        async def serve(on_stream: Any) -> asyncio.AbstractServer:
+            server = await serve_tcp(on_stream)  # no host, no port
+            addresses = [sock.getsockname() for sock in server.sockets]
+            assert [a[0] for a in addresses] == ["127.0.0.1"], addresses
+            port.append(addresses[0][1])
+            assert port[0] != 0
+            return server
+
+        await _socket_session(engine, serve, lambda: connect_tcp("127.0.0.1", port[0]))
+
+    run(main)
+
+
 def test_unix_socket_server_and_client(engine: Any, tmp_path: Path) -> None:
     path = tmp_path / "acp.sock"
 

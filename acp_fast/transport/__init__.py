@@ -11,7 +11,8 @@ loops; it knows nothing about JSON-RPC. Every helper returns a :class:`Stream`, 
   including files, ``/dev/null`` and closed descriptors;
 * ``child`` -- :func:`spawn`: a child process from a command line (a client's side),
   protocol.md §8.6, and :func:`parse_command`;
-* ``sockets`` -- :func:`connect_tcp` / :func:`serve_tcp`, :func:`connect_unix` / :func:`serve_unix`;
+* ``sockets`` -- :func:`connect_tcp` / :func:`serve_tcp` (loopback by default, no
+  authentication), :func:`connect_unix` / :func:`serve_unix`;
 * ``memory`` -- :func:`memory_pair`: two connected in-memory streams for tests, which still
   run through the same ``asyncio.Protocol`` callbacks as the real transports;
 * ``loop`` -- :func:`run` / :func:`new_event_loop`: the event loop acp_fast's runners use
@@ -25,11 +26,12 @@ from __future__ import annotations
 from .child import KILL_GRACE, MINIMAL_ENV, STDERR_TAIL, ChildExitError, ChildStream, parse_command, spawn
 from .loop import LOOP_CHOICES, LOOP_ENV, new_event_loop, resolve_loop, run
 from .memory import memory_pair
-from .sockets import OnStream, connect_tcp, connect_unix, serve_tcp, serve_unix
+from .sockets import DEFAULT_HOST, OnStream, connect_tcp, connect_unix, serve_tcp, serve_unix
 from .stdio import connect_stdio
 from .stream import WRITE_HIGH_WATER, WRITE_LOW_WATER, OnData, OnEof, OnWritable, Stream, logger
 
 __all__ = [
+    "DEFAULT_HOST",
     "KILL_GRACE",
     "LOOP_CHOICES",
     "LOOP_ENV",
