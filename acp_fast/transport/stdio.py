@@ -149,13 +149,13 @@ class _ThreadReadTransport(asyncio.ReadTransport):
                 return
         self._ask()
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: Exception) -> None:
         self._asked = False
         if not self._closing:
             self._closing = True
             self._lose(exc)
 
-    def _lose(self, exc: BaseException | None) -> None:
+    def _lose(self, exc: Exception | None) -> None:
         if not self._lost:
             self._lost = True
             self._protocol.connection_lost(exc)
@@ -214,7 +214,7 @@ class _SyncWriteTransport(asyncio.WriteTransport):
             logger.warning("writing to stdout failed (%s): discarding everything written after", exc)
             self._shut(exc)
 
-    def _shut(self, exc: BaseException | None) -> None:
+    def _shut(self, exc: Exception | None) -> None:
         self._closing = True
         if self._fd is not None:
             os.close(self._fd)
