@@ -1,6 +1,8 @@
 """Transports (acp_fast.transport) with a real Connection, on both engine twins.
 
-The ``engine`` fixture (tests/conftest.py) runs every test on both twins.
+The ``engine`` fixture (tests/conftest.py) runs every test on both twins. Stdio on files,
+``/dev/null`` and closed descriptors is in ``test_transport_stdio.py``; the event-loop
+choice in ``test_transport_loop.py``.
 
 Child-process tests start ``tests/helpers/echo_agent.py`` (the real stack on its own
 stdio) through :func:`spawn`, over real OS pipes; socket tests use 127.0.0.1 and a Unix
@@ -28,17 +30,16 @@ from acp_fast.jsonrpc import Connection, RequestContext
 from acp_fast.transport import (
     ChildStream,
     Stream,
-    _DuplexProtocol,
     connect_tcp,
     connect_unix,
     memory_pair,
-    new_event_loop,
     parse_command,
     serve_tcp,
     serve_unix,
     spawn,
 )
-from acp_fast.transport import run as transport_run
+from acp_fast.transport.child import _child_env
+from acp_fast.transport.stream import _DuplexProtocol
 
 HANG_GUARD = 30  # seconds; only stops a hung test, never asserts speed
 HELPER = Path(__file__).parent / "helpers" / "echo_agent.py"
@@ -122,6 +123,46 @@ def test_child_spec_string_env_assignments_and_env_param(engine: Any) -> None:
             assert await conn.request("env", {"name": "ACP_JSON_VAR"}) == "from json"
 
     run(main)
+
+
+def test_child_inherits_the_whole_environment_by_default(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACP_PARENT_ONLY", "parent secret")
+
+    async def main() -> None:
+        async with Connection(await spawn([sys.executable, str(HELPER)], env=agent_env(engine)),
+                              engine=engine) as conn:
+            assert await conn.request("env", {"name": "ACP_PARENT_ONLY"}) == "parent secret"
+
+    run(main)
+
+
+def test_child_without_inherited_environment_gets_only_path_and_what_it_is_given(
+        engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACP_PARENT_ONLY", "parent secret")
+    monkeypatch.setenv("ACP_SPEC_VAR", "parent value")
+
+    async def main() -> None:
+        spec = f"ACP_SPEC_VAR=spec ACP_BOTH=spec {shlex.quote(sys.executable)} {shlex.quote(str(HELPER))}"
+        stream = await spawn(spec, env=agent_env(engine, ACP_BOTH="param"), inherit_env=False)
+        async with Connection(stream, engine=engine) as conn:
+            seen = {name: await conn.request("env", {"name": name})
+                    for name in ("ACP_PARENT_ONLY", "HOME", "PATH", "ACP_SPEC_VAR", "ACP_BOTH")}
+            keys = await conn.request("env_keys")
+        assert seen == {"ACP_PARENT_ONLY": None, "HOME": None, "PATH": os.environ["PATH"],
+                        "ACP_SPEC_VAR": "spec", "ACP_BOTH": "param"}
+        allowed = {"PATH", "ACP_SPEC_VAR", "ACP_BOTH", *agent_env(engine)}
+        # the interpreter may add a few of its own (LC_CTYPE when it coerces the C locale)
+        assert set(keys) - allowed <= {"LC_CTYPE"}, keys
+
+    run(main)
+
+
+def test_child_env_without_inheritance_falls_back_to_the_default_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PATH", raising=False)
+    monkeypatch.setenv("ACP_PARENT_ONLY", "x")
+    assert _child_env({"A": "1"}, {"B": "2"}, False) == {"PATH": os.defpath, "A": "1", "B": "2"}
+    assert _child_env({}, {"PATH": "/mine"}, False) == {"PATH": "/mine"}
+    assert _child_env({"A": "1"}, {"A": "2"}, True)["ACP_PARENT_ONLY"] == "x"
 
 
 def test_child_handler_awaits_its_request_back_to_us(engine: Any) -> None:
@@ -346,6 +387,23 @@ def test_tcp_server_and_client(engine: Any) -> None:
     run(main)
 
 
+def test_tcp_server_listens_on_loopback_by_default(engine: Any) -> None:
+    async def main() -> None:
+        port: list[int] = []
+
+        async def serve(on_stream: Any) -> asyncio.AbstractServer:
+            server = await serve_tcp(on_stream)  # no host, no port
+            addresses = [sock.getsockname() for sock in server.sockets]
+            assert [a[0] for a in addresses] == ["127.0.0.1"], addresses
+            port.append(addresses[0][1])
+            assert port[0] != 0
+            return server
+
+        await _socket_session(engine, serve, lambda: connect_tcp("127.0.0.1", port[0]))
+
+    run(main)
+
+
 def test_unix_socket_server_and_client(engine: Any, tmp_path: Path) -> None:
     path = tmp_path / "acp.sock"
 
@@ -404,24 +462,6 @@ def test_stream_keeps_data_and_eof_that_arrive_before_attach(engine: Any) -> Non
             a.attach(got.append, lambda exc: None, lambda ok: None)
 
     run(main)
-
-
-def test_new_event_loop_and_run_prefer_uvloop_when_installed() -> None:
-    loop = new_event_loop()
-    try:
-        try:
-            import uvloop  # noqa: F401
-            assert type(loop).__module__.startswith("uvloop")
-        except ImportError:
-            assert isinstance(loop, asyncio.AbstractEventLoop)
-    finally:
-        loop.close()
-
-    async def answer() -> int:
-        await asyncio.sleep(0)
-        return 42
-
-    assert transport_run(answer()) == 42
 
 
 class _DeafTransport(asyncio.Transport):

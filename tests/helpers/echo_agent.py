@@ -38,6 +38,7 @@ async def main() -> None:
 
     conn.on_request("echo", lambda ctx: ctx.params)
     conn.on_request("env", lambda ctx: os.environ.get(ctx.params["name"]))
+    conn.on_request("env_keys", lambda ctx: sorted(os.environ))
     conn.on_request("engine", lambda ctx: engine.IMPLEMENTATION)
 
     async def sleep_echo(ctx: RequestContext) -> object:

@@ -1,0 +1,61 @@
+"""Transports: asyncio ``Protocol`` glue between byte streams and one :class:`Connection`.
+
+This is the I/O layer, between the sans-IO engine (``acp_fast._engine``) and the JSON-RPC
+connection (``acp_fast.jsonrpc``). It knows bytes, pipes, sockets, processes and event
+loops; it knows nothing about JSON-RPC. Every helper returns a :class:`Stream`, which a
+:class:`~acp_fast.jsonrpc.Connection` consumes. One module per idea:
+
+* ``stream`` -- :class:`Stream` (the interface a connection uses) and its protocol glue,
+  the write-buffer water marks;
+* ``stdio`` -- :func:`connect_stdio`: this process's own stdin/stdout (an agent's side),
+  including files, ``/dev/null`` and closed descriptors;
+* ``child`` -- :func:`spawn`: a child process from a command line (a client's side),
+  protocol.md §8.6, and :func:`parse_command`;
+* ``sockets`` -- :func:`connect_tcp` / :func:`serve_tcp` (loopback by default, no
+  authentication), :func:`connect_unix` / :func:`serve_unix`;
+* ``memory`` -- :func:`memory_pair`: two connected in-memory streams for tests, which still
+  run through the same ``asyncio.Protocol`` callbacks as the real transports;
+* ``loop`` -- :func:`run` / :func:`new_event_loop`: the event loop acp_fast's runners use
+  (uvloop by default where installed; ``loop=`` or ``ACP_FAST_LOOP`` to choose).
+
+Every name is importable from ``acp_fast.transport`` itself.
+"""
+
+from __future__ import annotations
+
+from .child import KILL_GRACE, MINIMAL_ENV, STDERR_TAIL, ChildExitError, ChildStream, parse_command, spawn
+from .loop import LOOP_CHOICES, LOOP_ENV, new_event_loop, resolve_loop, run
+from .memory import memory_pair
+from .sockets import DEFAULT_HOST, OnStream, connect_tcp, connect_unix, serve_tcp, serve_unix
+from .stdio import connect_stdio
+from .stream import WRITE_HIGH_WATER, WRITE_LOW_WATER, OnData, OnEof, OnWritable, Stream, logger
+
+__all__ = [
+    "DEFAULT_HOST",
+    "KILL_GRACE",
+    "LOOP_CHOICES",
+    "LOOP_ENV",
+    "MINIMAL_ENV",
+    "STDERR_TAIL",
+    "WRITE_HIGH_WATER",
+    "WRITE_LOW_WATER",
+    "ChildExitError",
+    "ChildStream",
+    "OnData",
+    "OnEof",
+    "OnStream",
+    "OnWritable",
+    "Stream",
+    "connect_stdio",
+    "connect_tcp",
+    "connect_unix",
+    "logger",
+    "memory_pair",
+    "new_event_loop",
+    "parse_command",
+    "resolve_loop",
+    "run",
+    "serve_tcp",
+    "serve_unix",
+    "spawn",
+]
