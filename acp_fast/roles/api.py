@@ -74,14 +74,19 @@ class Proxy:
         return ProxyRouter()
 
 
-def run_agent_stdio(agent: Builder | AgentRouter | ProxyRouter, *, engine: EngineChoice = None) -> None:
+def run_agent_stdio(agent: Builder | AgentRouter | ProxyRouter, *, engine: EngineChoice = None,
+                    loop: str | None = None) -> None:
     """Serve ``agent`` (a builder or a router) on this process's stdio until EOF (blocking).
 
-    Uses uvloop when it is installed (see :func:`acp_fast.transport.run`).
+    Args:
+        agent: what to serve.
+        engine: the engine twin (see :data:`~acp_fast.roles.EngineChoice`).
+        loop: ``"uvloop"``, ``"asyncio"`` or ``"auto"`` (default: ``ACP_FAST_LOOP``, else
+            uvloop when it is installed; see :func:`acp_fast.transport.run`).
 
     Example::
 
         acp_fast.run_agent_stdio(Agent.v2().on_request("session/new", new_session))
     """
-    _transport.run(agent.serve(_transport.connect_stdio(), engine=engine))
+    _transport.run(agent.serve(_transport.connect_stdio(), engine=engine), loop=loop)
 

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import AcpFastError
 from .stream import Stream, logger
 
 __all__ = ["KILL_GRACE", "MINIMAL_ENV", "STDERR_TAIL", "ChildExitError", "ChildStream", "parse_command", "spawn"]
@@ -75,7 +76,7 @@ def parse_command(spec: str | Sequence[str]) -> tuple[list[str], dict[str, str]]
     return argv, env
 
 
-class ChildExitError(Exception):
+class ChildExitError(AcpFastError):
     """A child process ended with a non-zero status (see :attr:`ChildStream.exit_error`)."""
 
 
