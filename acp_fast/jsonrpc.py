@@ -583,15 +583,7 @@ class Connection:
             return False
         if self._write_paused or self._out_bytes > self._max_write_buffer:
             self._check_room()
-        line = self._enc_notification(method, params)
-        self._out.append(line)  # _send, inlined: this is the streaming hot path
-        self._out_bytes += len(line)
-        if self._out_bytes > _FLUSH_AT:
-            self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            if not self._in_frames:
-                self._loop.call_soon(self._flush)
+        self._send(self._enc_notification(method, params))
         return True
 
     def _check_room(self) -> None:
@@ -690,18 +682,16 @@ class Connection:
 
     def feed_data(self, data: bytes) -> None:
         """Deliver bytes read from the stream (the stream calls this when attached)."""
-        frames = self._decoder.feed(data)
-        self._in_frames = True
-        try:
-            self._handle_frames(frames)
-        finally:
-            self._in_frames = False
-            if self._out:
-                self._flush()
+        self._deliver(self._decoder.feed(data))
         self._update_reading()
 
     def feed_frames(self, frames: list[Any]) -> None:
         """Dispatch frames decoded elsewhere (a router's first frames), as if just read."""
+        self._deliver(frames)
+        self._update_reading()
+
+    def _deliver(self, frames: list[Any]) -> None:
+        """Handle one read's frames; what they wrote goes out in one transport write."""
         self._in_frames = True
         try:
             self._handle_frames(frames)
@@ -709,7 +699,6 @@ class Connection:
             self._in_frames = False
             if self._out:
                 self._flush()
-        self._update_reading()
 
     def _handle_frames(self, frames: list[Any]) -> None:
         # The hot loop: responses resolve their waiter, a notification with a handler is
@@ -1086,13 +1075,7 @@ class Connection:
         if not self._closing and not self._decoder.closed:
             frames = self._decoder.feed_eof()
             if frames:
-                self._in_frames = True
-                try:
-                    self._handle_frames(frames)
-                finally:
-                    self._in_frames = False
-                    if self._out:
-                        self._flush()
+                self._deliver(frames)
         self._eof = True
         self._error = exc
         if exc is not None:
