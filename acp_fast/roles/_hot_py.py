@@ -12,6 +12,8 @@ Python that Cython accepts (no ``from __future__ import annotations``-only synta
 closures in the classes). :mod:`acp_fast.roles._hot` selects the twin.
 """
 
+from typing import Any
+
 __all__ = ["ContextRecord", "NotificationHandler", "RequestHandler", "UpdateDispatcher", "UpdateRecord"]
 
 _STATE_UPDATE = "state_update"
@@ -22,7 +24,7 @@ class ContextRecord:
 
     __slots__ = ("connection", "message", "request")
 
-    def __init__(self, connection, request, message):
+    def __init__(self, connection: Any, request: Any, message: Any) -> None:
         self.connection = connection
         self.request = request
         self.message = message
@@ -33,7 +35,7 @@ class UpdateRecord:
 
     __slots__ = ("_gate", "kind", "params", "payload", "session_id")
 
-    def __init__(self, session_id, kind, payload, params, gate):
+    def __init__(self, session_id: Any, kind: Any, payload: Any, params: Any, gate: Any) -> None:
         self.session_id = session_id
         self.kind = kind
         self.payload = payload
@@ -46,12 +48,12 @@ class RequestHandler:
 
     __slots__ = ("connection", "context_type", "handler")
 
-    def __init__(self, connection, handler, context_type):
+    def __init__(self, connection: Any, handler: Any, context_type: Any) -> None:
         self.connection = connection
         self.handler = handler
         self.context_type = context_type
 
-    def __call__(self, rctx):
+    def __call__(self, rctx: Any) -> Any:
         message = rctx.message
         return self.handler(message.params, self.context_type(self.connection, rctx, message))
 
@@ -61,12 +63,12 @@ class NotificationHandler:
 
     __slots__ = ("connection", "context_type", "handler")
 
-    def __init__(self, connection, handler, context_type):
+    def __init__(self, connection: Any, handler: Any, context_type: Any) -> None:
         self.connection = connection
         self.handler = handler
         self.context_type = context_type
 
-    def __call__(self, message):
+    def __call__(self, message: Any) -> Any:
         return self.handler(message.params, self.context_type(self.connection, None, message))
 
 
@@ -83,8 +85,8 @@ class UpdateDispatcher:
     __slots__ = ("apply_state", "classify", "connection", "context_type", "event_type",
                  "fallback", "known", "on_update")
 
-    def __init__(self, connection, known, classify, apply_state, on_update, fallback,
-                 event_type, context_type):
+    def __init__(self, connection: Any, known: Any, classify: Any, apply_state: Any, on_update: Any,
+                 fallback: Any, event_type: Any, context_type: Any) -> None:
         self.connection = connection
         self.known = known
         self.classify = classify
@@ -94,7 +96,7 @@ class UpdateDispatcher:
         self.event_type = event_type
         self.context_type = context_type
 
-    def __call__(self, message):
+    def __call__(self, message: Any) -> Any:
         params = message.params
         if type(params) is dict:
             update = params.get("update")

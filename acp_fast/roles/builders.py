@@ -58,14 +58,10 @@ def resolve_engine(engine: EngineChoice) -> types.ModuleType | None:
     """The engine module for ``engine`` (see :data:`EngineChoice`)."""
     if engine is None or isinstance(engine, types.ModuleType):
         return engine
-    if engine == "py":
-        from .. import _engine_py
+    if engine in ("py", "c"):
+        import importlib
 
-        return _engine_py
-    if engine == "c":
-        from .. import _engine_c  # type: ignore[attr-defined]
-
-        return _engine_c  # type: ignore[no-any-return]
+        return importlib.import_module(f"acp_fast._engine_{engine}")
     raise ValueError(f"engine must be 'c', 'py', None or an engine module, not {engine!r}")
 
 

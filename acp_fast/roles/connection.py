@@ -201,10 +201,10 @@ class AcpConnection:
         return True
 
     def _request_handler(self, fn: Handler) -> Callable[[RequestContext], Any]:
-        return RequestHandler(self, fn, Context)  # type: ignore[no-any-return]
+        return RequestHandler(self, fn, Context)
 
     def _notification_handler(self, fn: Handler) -> Callable[[Any], Any]:
-        return NotificationHandler(self, fn, Context)  # type: ignore[no-any-return]
+        return NotificationHandler(self, fn, Context)
 
     # -- incoming: the slow (guarded) path ---------------------------------------------
 

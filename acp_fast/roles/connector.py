@@ -27,6 +27,10 @@ ClientFactory = Callable[[], ClientBuilder]
 TransportFactory = Callable[[], Transport]
 
 
+async def _never() -> Any:
+    await asyncio.get_running_loop().create_future()
+
+
 class _Handshake:
     """One client connection's part in the connector's ``initialize`` (InitializeHooks)."""
 
@@ -45,7 +49,7 @@ class _Handshake:
         self.reused.set_result(same)
         if same:
             return connection.adopt_initialize(response)
-        return SentRequest(None, asyncio.get_running_loop().create_future(), "initialize")  # cancelled below
+        return SentRequest(None, _never(), "initialize")  # cancelled below
 
     def on_version_mismatch(self, params: dict[str, Any], result: Any) -> None:
         if not self.mismatch.done():

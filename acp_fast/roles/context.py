@@ -132,7 +132,7 @@ class SessionUpdate(UpdateRecord):
         """True when the update has the negotiated version's shape; anything else is
         untyped passthrough (store, forward or display it; never bind it to a type)."""
         gate = self._gate
-        return type(gate) is KnownVariant or gate.known  # type: ignore[union-attr]
+        return type(gate) is KnownVariant or bool(gate.known)
 
     @property
     def view(self) -> SessionUpdateView:
@@ -141,7 +141,8 @@ class SessionUpdate(UpdateRecord):
         gate = self._gate
         if type(gate) is KnownVariant:
             gate = self._gate = gate.view(self.payload)
-        return gate  # type: ignore[return-value]
+        assert isinstance(gate, SessionUpdateView)
+        return gate
 
     @property
     def passthrough(self) -> bool:
