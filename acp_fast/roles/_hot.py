@@ -6,25 +6,25 @@ from typing import TYPE_CHECKING
 
 from .._compat import NO_EXTENSIONS
 
-__all__ = ["IMPLEMENTATION", "ContextRecord", "NotificationHandler", "RequestHandler",
-           "UpdateDispatcher", "UpdateRecord"]
+__all__ = ["IMPLEMENTATION", "Context", "NotificationHandler", "RequestHandler", "SessionUpdate",
+           "UpdateDispatcher"]
 
 if TYPE_CHECKING or NO_EXTENSIONS:
-    from ._hot_py import ContextRecord, NotificationHandler, RequestHandler, UpdateDispatcher, UpdateRecord
+    from ._hot_py import Context, NotificationHandler, RequestHandler, SessionUpdate, UpdateDispatcher
 
     IMPLEMENTATION = "py"
 else:
     try:
         from ._hot_c import (  # type: ignore[import-not-found]
-            ContextRecord,
+            Context,
             NotificationHandler,
             RequestHandler,
+            SessionUpdate,
             UpdateDispatcher,
-            UpdateRecord,
         )
 
         IMPLEMENTATION = "c"
     except ImportError:  # pragma: no cover - only when the extension was not built
-        from ._hot_py import ContextRecord, NotificationHandler, RequestHandler, UpdateDispatcher, UpdateRecord
+        from ._hot_py import Context, NotificationHandler, RequestHandler, SessionUpdate, UpdateDispatcher
 
         IMPLEMENTATION = "py"

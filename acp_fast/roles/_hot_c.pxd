@@ -1,12 +1,12 @@
 # Augmenting declarations: setup.py compiles _hot_py.py as acp_fast.roles._hot_c, and these
 # make its classes C types with C-level fields (the source stays plain Python).
 
-cdef class ContextRecord:
+cdef class Context:
     cdef public object connection
     cdef public object request
     cdef public object message
 
-cdef class UpdateRecord:
+cdef class SessionUpdate:
     cdef public object session_id
     cdef public object kind
     cdef public object payload

@@ -1,46 +1,201 @@
 """The per-message hot path of the builder API (pure twin; also the compiled twin's source).
 
 What runs once per received message between the JSON-RPC connection and the user's
-handler: the records a handler sees (their storage: ``Context`` and ``SessionUpdate`` in
-:mod:`acp_fast.roles.context` add the behaviour) and the small callables the connection
-installs in its per-method tables when it becomes ready.
+handler: what a handler sees (:class:`Context`, :class:`SessionUpdate`) and the small
+callables the connection installs in its per-method tables when it becomes ready.
 
 This file is the pure-Python twin and, unchanged, the source of the compiled twin:
 ``setup.py`` compiles it with Cython as ``acp_fast.roles._hot_c``, where the augmenting
-declarations in ``_hot_c.pxd`` make the classes C types with C-level fields. Keep it plain
-Python that Cython accepts (no ``from __future__ import annotations``-only syntax, no
-closures in the classes). :mod:`acp_fast.roles._hot` selects the twin.
+declarations in ``_hot_c.pxd`` make the classes C types with C-level fields (constructed
+several times faster: they are made once per message). Keep it plain Python that Cython
+accepts (no closures in the classes). :mod:`acp_fast.roles._hot` selects the twin.
 """
 
-from typing import Any
+from __future__ import annotations
 
-__all__ = ["ContextRecord", "NotificationHandler", "RequestHandler", "UpdateDispatcher", "UpdateRecord"]
+import asyncio
+from collections.abc import Awaitable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..jsonrpc import RequestContext, Responder
+from ..protocol.surface import KnownVariant, SessionUpdateView
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .connection import AcpConnection
+    from .context import Request
+
+__all__ = ["Context", "NotificationHandler", "RequestHandler", "SessionUpdate", "UpdateDispatcher"]
+
+_T = TypeVar("_T")
 
 _STATE_UPDATE = "state_update"
 
 
-class ContextRecord:
-    """``connection``, ``request``, ``message``: the storage of a handler's ``cx``."""
+class SessionUpdate:
+    """One received ``session/update``, passed through the read gate.
 
-    __slots__ = ("connection", "message", "request")
-
-    def __init__(self, connection: Any, request: Any, message: Any) -> None:
-        self.connection = connection
-        self.request = request
-        self.message = message
-
-
-class UpdateRecord:
-    """``session_id``, ``kind``, ``payload``, ``params`` and the gate's verdict ``_gate``."""
+    Attributes:
+        session_id: ``params["sessionId"]`` (``None`` if absent).
+        kind: the ``sessionUpdate`` value (``""`` if absent or not a string).
+        payload: the ``update`` object, untouched (same identity).
+        params: the notification's params, unchanged.
+    """
 
     __slots__ = ("_gate", "kind", "params", "payload", "session_id")
 
-    def __init__(self, session_id: Any, kind: Any, payload: Any, params: Any, gate: Any) -> None:
+    def __init__(self, session_id: Any, kind: str, payload: Any, params: Any,
+                 gate: KnownVariant | SessionUpdateView) -> None:
         self.session_id = session_id
         self.kind = kind
         self.payload = payload
         self.params = params
-        self._gate = gate
+        self._gate = gate  # the fast path's KnownVariant, or the full read gate's view
+
+    @property
+    def known(self) -> bool:
+        """True when the update has the negotiated version's shape; anything else is
+        untyped passthrough (store, forward or display it; never bind it to a type)."""
+        gate = self._gate
+        return isinstance(gate, KnownVariant) or bool(gate.known)
+
+    @property
+    def view(self) -> SessionUpdateView:
+        """The :class:`~acp_fast.protocol.surface.SessionUpdateView` of the negotiated
+        version (built on first access for known updates)."""
+        gate = self._gate
+        if type(gate) is KnownVariant:
+            gate = self._gate = gate.view(self.payload)
+        assert isinstance(gate, SessionUpdateView)
+        return gate
+
+    @property
+    def passthrough(self) -> bool:
+        """True for unknown, other-version or malformed updates: keep them raw."""
+        return not self.known
+
+    def __repr__(self) -> str:
+        return f"SessionUpdate({self.session_id!r}, {self.kind!r}, {self.view.status})"
+
+
+class Context:
+    """What a handler gets besides ``params``: the message and the way back to the peer.
+
+    Attributes:
+        connection: the :class:`~acp_fast.roles.AcpConnection` the message came in on.
+        request: the jsonrpc :class:`~acp_fast.jsonrpc.RequestContext` (``None`` for
+            notifications).
+        message: the jsonrpc ``Message`` (the request's, for requests).
+    """
+
+    __slots__ = ("connection", "message", "request")
+
+    def __init__(self, connection: AcpConnection, request: RequestContext | None, message: Any) -> None:
+        self.connection = connection
+        self.request = request
+        self.message = message
+
+    @property
+    def method(self) -> str:
+        return self.message.method  # type: ignore[no-any-return]
+
+    @property
+    def id(self) -> int | str | None:
+        """The request id (``None`` for notifications)."""
+        return None if self.request is None else self.request.id
+
+    @property
+    def version(self) -> int:
+        """The ACP version of the implementation handling the message."""
+        return self.connection.version
+
+    # -- cancellation (requests) ----------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the peer sent ``$/cancel_request`` for this request."""
+        return self.request is not None and self.request.cancelled
+
+    async def wait_cancelled(self) -> None:
+        """Return when the peer cancels this request.
+
+        Raises:
+            RuntimeError: called for a notification.
+        """
+        if self.request is None:
+            raise RuntimeError("notifications cannot be cancelled")
+        await self.request.wait_cancelled()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``JsonRpcError`` -32800 if the peer cancelled this request."""
+        if self.request is not None:
+            self.request.raise_if_cancelled()
+
+    async def run_until_cancelled(self, aw: Awaitable[_T]) -> _T:
+        """Await ``aw`` unless the peer cancels first (then -32800 is raised)."""
+        if self.request is None:
+            return await aw
+        return await self.request.run_until_cancelled(aw)
+
+    def defer(self) -> Responder:
+        """Answer later through the returned :class:`~acp_fast.jsonrpc.Responder`.
+
+        Raises:
+            RuntimeError: for notifications, and for the initializing request of a guarded
+                connection (its handler returns the result so the guard can check it).
+        """
+        if self.request is None:
+            raise RuntimeError("notifications are not answered")
+        if self.connection.manages_initialize and self.method == self.connection.guard.init_method:
+            raise RuntimeError("initialize handlers return their result (the guard checks it)")
+        return self.request.defer()
+
+    # -- sending back (the connection's methods) -----------------------------------------
+
+    def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
+                     timeout: float | None = None) -> Request[Any]:
+        """See :meth:`AcpConnection.send_request`."""
+        return self.connection.send_request(method, params, passthrough=passthrough, timeout=timeout)
+
+    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+        """See :meth:`AcpConnection.send_notification`."""
+        return self.connection.send_notification(method, params, passthrough=passthrough)
+
+    def send_session_update(self, session_id: str, update: dict[str, Any], *,
+                            passthrough: bool = False, **fields: Any) -> bool:
+        """See :meth:`AcpConnection.send_session_update`."""
+        if passthrough or fields:
+            return self.connection.send_session_update(session_id, update, passthrough=passthrough, **fields)
+        return self.connection.send_session_update(session_id, update)  # the hot path: no kwargs
+
+    async def drain(self) -> None:
+        """Wait while the peer is not reading what we send (see :meth:`AcpConnection.drain`)."""
+        await self.connection.drain()
+
+    def start_task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` in the background, owned by the connection (see
+        :meth:`AcpConnection.start_task`)."""
+        return self.connection.start_task(coro)
+
+    # proxies only (a ProxyConnection): forward to the successor
+    def send_to_successor(self, method: str, params: Any = None, *, passthrough: bool = False,
+                          timeout: float | None = None) -> Request[Any]:
+        """Proxy: send a request to the successor (see ``ProxyConnection``).
+
+        Raises:
+            TypeError: the connection is not a proxy's.
+        """
+        return self.connection.send_to_successor(method, params, passthrough=passthrough, timeout=timeout)
+
+    def notify_successor(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+        """Proxy: send a notification to the successor (see ``ProxyConnection``).
+
+        Raises:
+            TypeError: the connection is not a proxy's.
+        """
+        return self.connection.notify_successor(method, params, passthrough=passthrough)
+
+    def __repr__(self) -> str:
+        return f"<Context {self.method!r} v{self.version}>"
 
 
 class RequestHandler:

@@ -5,6 +5,9 @@ handlers as ``fn(update, cx)``); ``cx`` is a :class:`Context`. These objects are
 per message on the hot path, so they are plain ``__slots__`` classes whose ``__init__`` only
 stores what it is given; everything else is computed when read.
 
+``Context`` and ``SessionUpdate`` live in :mod:`acp_fast.roles._hot_py` (the hot path's one
+source, compiled as ``_hot_c`` when built) and are re-exported here.
+
 One request handle: every ``send_request`` returns an object of the :class:`Request`
 protocol (``id``, ``method``, ``done()``, ``cancel()``, ``detach()``, ``await``), either the
 connection's :class:`~acp_fast.jsonrpc.PendingRequest` or a :class:`SentRequest` (a request
@@ -17,12 +20,8 @@ import asyncio
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from ..jsonrpc import PendingRequest, RequestContext, Responder
-from ..protocol.surface import KnownVariant, SessionUpdateView
-from ._hot import ContextRecord, UpdateRecord
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .connection import AcpConnection
+from ..jsonrpc import PendingRequest
+from ._hot import Context, SessionUpdate
 
 __all__ = ["Context", "Request", "SentRequest", "SessionUpdate"]
 
@@ -110,165 +109,3 @@ class SentRequest(Generic[_T]):
 
     def __repr__(self) -> str:
         return f"<SentRequest id={self.id} method={self.method!r} done={self.done()}>"
-
-
-class SessionUpdate(UpdateRecord):
-    """One received ``session/update``, passed through the read gate.
-
-    Attributes:
-        session_id: ``params["sessionId"]`` (``None`` if absent).
-        kind: the ``sessionUpdate`` value (``""`` if absent or not a string).
-        payload: the ``update`` object, untouched (same identity).
-        params: the notification's params, unchanged.
-    """
-
-    # Made once per received update: the fields live in UpdateRecord (compiled slots
-    # when built), constructed as SessionUpdate(session_id, kind, payload, params, gate)
-    # where gate is the fast path's KnownVariant or the full read gate's view.
-    __slots__ = ()
-
-    @property
-    def known(self) -> bool:
-        """True when the update has the negotiated version's shape; anything else is
-        untyped passthrough (store, forward or display it; never bind it to a type)."""
-        gate = self._gate
-        return type(gate) is KnownVariant or bool(gate.known)
-
-    @property
-    def view(self) -> SessionUpdateView:
-        """The :class:`~acp_fast.protocol.surface.SessionUpdateView` of the negotiated
-        version (built on first access for known updates)."""
-        gate = self._gate
-        if type(gate) is KnownVariant:
-            gate = self._gate = gate.view(self.payload)
-        assert isinstance(gate, SessionUpdateView)
-        return gate
-
-    @property
-    def passthrough(self) -> bool:
-        """True for unknown, other-version or malformed updates: keep them raw."""
-        return not self.known
-
-    def __repr__(self) -> str:
-        return f"SessionUpdate({self.session_id!r}, {self.kind!r}, {self.view.status})"
-
-
-class Context(ContextRecord):
-    """What a handler gets besides ``params``: the message and the way back to the peer.
-
-    Attributes:
-        connection: the :class:`~acp_fast.roles.AcpConnection` the message came in on.
-        request: the jsonrpc :class:`~acp_fast.jsonrpc.RequestContext` (``None`` for
-            notifications).
-        message: the jsonrpc ``Message`` (the request's, for requests).
-    """
-
-    # Constructed as Context(connection, request, message): the fields live in
-    # ContextRecord (compiled slots when built); this class holds the behaviour.
-    __slots__ = ()
-    connection: AcpConnection
-    request: RequestContext | None
-    message: Any
-
-    @property
-    def method(self) -> str:
-        return self.message.method  # type: ignore[no-any-return]
-
-    @property
-    def id(self) -> int | str | None:
-        """The request id (``None`` for notifications)."""
-        return None if self.request is None else self.request.id
-
-    @property
-    def version(self) -> int:
-        """The ACP version of the implementation handling the message."""
-        return self.connection.version
-
-    # -- cancellation (requests) ----------------------------------------------------------
-
-    @property
-    def cancelled(self) -> bool:
-        """True once the peer sent ``$/cancel_request`` for this request."""
-        return self.request is not None and self.request.cancelled
-
-    async def wait_cancelled(self) -> None:
-        """Return when the peer cancels this request.
-
-        Raises:
-            RuntimeError: called for a notification.
-        """
-        if self.request is None:
-            raise RuntimeError("notifications cannot be cancelled")
-        await self.request.wait_cancelled()
-
-    def raise_if_cancelled(self) -> None:
-        """Raise ``JsonRpcError`` -32800 if the peer cancelled this request."""
-        if self.request is not None:
-            self.request.raise_if_cancelled()
-
-    async def run_until_cancelled(self, aw: Awaitable[_T]) -> _T:
-        """Await ``aw`` unless the peer cancels first (then -32800 is raised)."""
-        if self.request is None:
-            return await aw
-        return await self.request.run_until_cancelled(aw)
-
-    def defer(self) -> Responder:
-        """Answer later through the returned :class:`~acp_fast.jsonrpc.Responder`.
-
-        Raises:
-            RuntimeError: for notifications, and for the initializing request of a guarded
-                connection (its handler returns the result so the guard can check it).
-        """
-        if self.request is None:
-            raise RuntimeError("notifications are not answered")
-        if self.connection.manages_initialize and self.method == self.connection.guard.init_method:
-            raise RuntimeError("initialize handlers return their result (the guard checks it)")
-        return self.request.defer()
-
-    # -- sending back (the connection's methods) -----------------------------------------
-
-    def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
-                     timeout: float | None = None) -> Request[Any]:
-        """See :meth:`AcpConnection.send_request`."""
-        return self.connection.send_request(method, params, passthrough=passthrough, timeout=timeout)
-
-    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
-        """See :meth:`AcpConnection.send_notification`."""
-        return self.connection.send_notification(method, params, passthrough=passthrough)
-
-    def send_session_update(self, session_id: str, update: dict[str, Any], *,
-                            passthrough: bool = False, **fields: Any) -> bool:
-        """See :meth:`AcpConnection.send_session_update`."""
-        if passthrough or fields:
-            return self.connection.send_session_update(session_id, update, passthrough=passthrough, **fields)
-        return self.connection.send_session_update(session_id, update)  # the hot path: no kwargs
-
-    async def drain(self) -> None:
-        """Wait while the peer is not reading what we send (see :meth:`AcpConnection.drain`)."""
-        await self.connection.drain()
-
-    def start_task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run ``coro`` in the background, owned by the connection (see
-        :meth:`AcpConnection.start_task`)."""
-        return self.connection.start_task(coro)
-
-    # proxies only (a ProxyConnection): forward to the successor
-    def send_to_successor(self, method: str, params: Any = None, *, passthrough: bool = False,
-                          timeout: float | None = None) -> Request[Any]:
-        """Proxy: send a request to the successor (see ``ProxyConnection``).
-
-        Raises:
-            TypeError: the connection is not a proxy's.
-        """
-        return self.connection.send_to_successor(method, params, passthrough=passthrough, timeout=timeout)
-
-    def notify_successor(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
-        """Proxy: send a notification to the successor (see ``ProxyConnection``).
-
-        Raises:
-            TypeError: the connection is not a proxy's.
-        """
-        return self.connection.notify_successor(method, params, passthrough=passthrough)
-
-    def __repr__(self) -> str:
-        return f"<Context {self.method!r} v{self.version}>"
