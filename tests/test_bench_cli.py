@@ -79,6 +79,7 @@ def test_suite_json_rows_and_skip_line(tmp_path: Path) -> None:
             measured["stream_cpu_client"]["median"] + measured["stream_cpu_agent"]["median"], abs=0.02)
     mains = [rec for rec in doc["raw"] if rec["step"] == "main"]
     assert [rec["result"]["loop"] for rec in mains] == loops  # the client ran on the loop of its row
+    assert [rec["result"]["agentLoop"] for rec in mains] == loops  # and so did the agent (Testy)
     for rec in mains:
         assert rec["result"]["sdk"] == "acp_fast" and rec["result"]["engine"] == "py"
         assert rec["result"]["updatesOk"] and rec["result"]["textOk"]
@@ -90,6 +91,17 @@ def test_suite_json_rows_and_skip_line(tmp_path: Path) -> None:
     # goals against missing pairs are n/a, never PASS
     results = {(g["label"], g["loop"]): g["result"] for g in doc["goals"]}
     assert results[("pure twin streaming vs Python SDK", "asyncio")] == "n/a"
+
+
+def test_a_side_on_another_loop_fails_the_run() -> None:
+    from acp_fast.benchmark.runner import Invocation, InvocationError
+    from acp_fast.benchmark.suite import STEPS, _check
+
+    ok = {"updatesOk": True, "textOk": True, "stopReason": "end_turn"}
+    _check(Invocation([], {**ok, "loop": "uvloop", "agentLoop": "uvloop"}, 1.0), STEPS[0], "uvloop")
+    _check(Invocation([], {**ok, "loop": "uvloop"}, 1.0), STEPS[0], "uvloop")  # a node agent reports none
+    with pytest.raises(InvocationError, match="agentLoop 'asyncio', the row's loop is 'uvloop'"):
+        _check(Invocation([], {**ok, "loop": "uvloop", "agentLoop": "asyncio"}, 1.0), STEPS[0], "uvloop")
 
 
 def test_suite_without_the_bench_extra(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -289,6 +289,7 @@ async def run(args: Args) -> dict[str, Any]:
 
         stats = await _stats(cx)
         out["agentMaxRssKiB"] = None if stats is None else stats.get("maxRssKiB")
+        out["agentLoop"] = None if stats is None else stats.get("loop")
         out["agentCpuMs"] = None if stats is None else round((stats["userCpuUs"] + stats["systemCpuUs"]) / 1000)
         ru = resource.getrusage(resource.RUSAGE_SELF)
         out["clientMaxRssKiB"] = ru.ru_maxrss

@@ -180,8 +180,12 @@ class Measurement:
         return d
 
 
-def _check(inv: Invocation, step: Step) -> None:
+def _check(inv: Invocation, step: Step, loop: str) -> None:
     r = inv.result
+    if loop in ("asyncio", "uvloop"):  # every Python side reports its loop: it must be the row's
+        for key in ("loop", "agentLoop"):
+            if r.get(key) not in (None, loop):
+                raise InvocationError(f"{key} {r.get(key)!r}, the row's loop is {loop!r} ({step.name})")
     for key in ("updatesOk", "textOk"):
         if r.get(key) is False:
             raise InvocationError(f"client self-check failed: {key}=false ({step.name})")
@@ -237,7 +241,7 @@ def run_pairs(
                         pin=config.pin,
                         on_tick=functools.partial(on_tick, label) if on_tick else None,
                     )
-                    _check(inv, step)
+                    _check(inv, step, v.loop)
                 except (InvocationError, OSError) as exc:
                     err = str(exc)
                     record["error"] = err

@@ -7,6 +7,7 @@ serves exactly the methods whose handler it defines; :meth:`TestyBase.builder` r
 
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
 from typing import Any
@@ -63,16 +64,21 @@ def unknown_session(sid: str) -> JsonRpcError:
 
 
 def process_stats(notes: int, engine: str = IMPLEMENTATION) -> dict[str, Any]:
-    """The ``_test/stats`` answer (field names of the peers in ``peers/``)."""
+    """The ``_test/stats`` answer (field names of the peers in ``peers/``; ``loop``: the running
+    event loop's kind, so a benchmark can check that both sides ran on the loop it asked for)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     try:
         with open("/proc/self/statm") as f:
             rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         rss = usage.ru_maxrss * 1024
+    try:
+        loop = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
+    except RuntimeError:
+        loop = None
     return {"maxRssKiB": usage.ru_maxrss, "rssKiB": usage.ru_maxrss, "rssBytes": rss,
             "userCpuUs": int(usage.ru_utime * 1e6), "systemCpuUs": int(usage.ru_stime * 1e6),
-            "notesReceived": notes, "engine": engine}
+            "notesReceived": notes, "engine": engine, "loop": loop}
 
 
 class TestyBase:

@@ -52,7 +52,7 @@ from acp.schema import (  # noqa: E402
     ToolCallUpdate,
 )
 
-from _common import loop_from_argv, process_stats, run  # noqa: E402
+from _common import loop_from_argv, loop_name, process_stats, run  # noqa: E402
 
 DEFAULT_N = int(os.environ.get("ACP_N", "10"))
 CHUNK = int(os.environ.get("ACP_CHUNK", "100"))
@@ -151,7 +151,7 @@ class TestAgent:
         if method == "test/echo":
             return params
         if method == "test/stats":
-            return {**process_stats(), "notesReceived": self._notes_received}
+            return {**process_stats(), "notesReceived": self._notes_received, "loop": loop_name()}
         raise acp.RequestError.method_not_found(f"_{method}")
 
     async def ext_notification(self, method: str, params: dict[str, Any]) -> None:

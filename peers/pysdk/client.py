@@ -196,6 +196,7 @@ async def main(args: ClientArgs) -> dict[str, Any]:
         try:
             stats = await conn.ext_method("test/stats", {})
             out["agentMaxRssKiB"] = stats["maxRssKiB"]
+            out["agentLoop"] = stats.get("loop")
             out["agentCpuMs"] = round((stats["userCpuUs"] + stats["systemCpuUs"]) / 1000)
         except Exception:  # agent without the _test/stats extension
             out["agentMaxRssKiB"] = None
