@@ -7,10 +7,12 @@ Implementations, side by side in one run:
 * ``orjson`` -- split lines + ``orjson.loads`` + the same routing work in Python (check
   ``jsonrpc``, classify the kind by keys, read ``id``/``method``); it has no lazy mode, so
   its "lazy" rows decode everything;
-* ``msgspec`` -- ``msgspec.json`` decoding whole chunks with ``decode_lines``: to dicts for
-  eager decoding, to an :class:`Envelope` Struct whose ``params``/``result``/``error`` stay
-  ``msgspec.Raw`` for lazy decoding and routing (the "envelope with the body kept raw"
-  baseline); forwarding re-emits the Struct with ``id`` replaced.
+* ``msgspec`` -- as its author would write it: ``msgspec.json`` decoding whole chunks with
+  ``decode_lines`` straight into a Struct whose ``jsonrpc: Literal["2.0"]`` is checked while
+  decoding: :class:`Message` (bodies ``Any``) for eager decoding, :class:`Envelope`
+  (``params``/``result``/``error`` kept ``msgspec.Raw``) for lazy decoding and routing (the
+  "envelope with the body kept raw" baseline); forwarding decodes each line into the
+  Envelope and re-emits it with ``id`` replaced (notifications pass through unchanged).
 
 Scenarios (each takes the corpus' pipe-sized chunks, or its Python messages for encode):
 
@@ -43,7 +45,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 from .corpus import ERROR_RESPONSE, NOTIFICATION, REQUEST, RESPONSE, Msg
 
@@ -383,6 +385,9 @@ except ImportError:  # pragma: no cover - the msgspec rows are skipped then
     msgspec = None
 
 if msgspec is not None:
+    # As msgspec's author would write a JSON-RPC reader: decode straight into a Struct (the
+    # version checked by a Literal during decoding), bodies as ``Raw`` (lazy) or ``Any``
+    # (eager), many lines at once with ``Decoder.decode_lines``.
 
     class Envelope(msgspec.Struct, omit_defaults=True):
         """JSON-RPC envelope with the body kept raw (the msgspec "lazy" baseline).
@@ -391,12 +396,22 @@ if msgspec is not None:
         encoding, so re-emitting a compact line reproduces it byte for byte.
         """
 
-        jsonrpc: str
+        jsonrpc: Literal["2.0"]
         id: int | str | None | msgspec.UnsetType = msgspec.UNSET
         method: str | msgspec.UnsetType = msgspec.UNSET
         params: msgspec.Raw = msgspec.Raw()
         result: msgspec.Raw = msgspec.Raw()
         error: msgspec.Raw = msgspec.Raw()
+
+    class Message(msgspec.Struct):
+        """JSON-RPC message with the bodies decoded (``Any``; the msgspec "eager" baseline)."""
+
+        jsonrpc: Literal["2.0"]
+        id: int | str | None | msgspec.UnsetType = msgspec.UNSET
+        method: str | msgspec.UnsetType = msgspec.UNSET
+        params: Any = msgspec.UNSET
+        result: Any = msgspec.UNSET
+        error: Any = msgspec.UNSET
 
 
 def _msgspec_envelope() -> Any:
@@ -406,7 +421,7 @@ def _msgspec_envelope() -> Any:
 def _msgspec_decode_eager() -> Runner:
     import msgspec
 
-    decode_lines = msgspec.json.Decoder().decode_lines
+    decode_lines = msgspec.json.Decoder(Message).decode_lines
 
     def run(chunks: Chunks, sink: Sink = _drop) -> int:
         tail = b""
@@ -416,21 +431,7 @@ def _msgspec_decode_eager() -> Runner:
                 chunk = tail + chunk
             cut = chunk.rfind(b"\n") + 1
             tail = chunk[cut:]
-            frames = []
-            append = frames.append
-            for obj in decode_lines(chunk[:cut]):
-                if obj.get("jsonrpc") != "2.0":
-                    raise ValueError("invalid jsonrpc version")
-                method = obj.get("method")
-                if method is not None:
-                    if "id" in obj:
-                        append((REQUEST, obj["id"], method, obj.get("params")))
-                    else:
-                        append((NOTIFICATION, None, method, obj.get("params")))
-                elif "error" in obj:
-                    append((ERROR_RESPONSE, obj["id"], None, obj["error"]))
-                else:
-                    append((RESPONSE, obj["id"], None, obj["result"]))
+            frames = decode_lines(chunk[:cut])  # the Struct is the frame, bodies decoded
             n += len(frames)
             sink(frames)
         return n
@@ -476,9 +477,7 @@ def _msgspec_route() -> Runner:
                 chunk = tail + chunk
             cut = chunk.rfind(b"\n") + 1
             tail = chunk[cut:]
-            for env in decode_lines(chunk[:cut]):
-                if env.jsonrpc != "2.0":
-                    raise ValueError("invalid jsonrpc version")
+            for env in decode_lines(chunk[:cut]):  # the Literal has checked the version
                 m = env.method
                 if m is unset:
                     counts[RESPONSE] += 1
@@ -516,9 +515,7 @@ def _msgspec_forward() -> Runner:
             for line in lines:
                 if not line:
                     continue
-                env = decode(line)
-                if env.jsonrpc != "2.0":
-                    raise ValueError("invalid jsonrpc version")
+                env = decode(line)  # the Literal has checked the version
                 if env.method is not unset and env.id is unset:
                     append(line + b"\n")
                 else:
@@ -603,6 +600,14 @@ def _frame_tuple(f: Any, lazy: bool) -> tuple[int, Any, Any, Any]:
     """``(kind, id, method, payload)`` of one frame of any implementation."""
     if type(f) is tuple:
         return f
+    if msgspec is not None and type(f) is Message:
+        UNSET = msgspec.UNSET
+        if f.method is UNSET:
+            if f.error is not UNSET:
+                return (ERROR_RESPONSE, f.id, None, f.error)
+            return (RESPONSE, f.id, None, f.result)
+        params = None if f.params is UNSET else f.params
+        return (NOTIFICATION, None, f.method, params) if f.id is UNSET else (REQUEST, f.id, f.method, params)
     if hasattr(f, "jsonrpc"):  # msgspec Envelope
         UNSET = msgspec.UNSET
         if f.method is UNSET:

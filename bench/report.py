@@ -214,11 +214,20 @@ def _objects(rows: dict[tuple[str, str, str], Row], corpus: str, impl: str, fiel
     return statistics.median(e[field] for e in row.extra)
 
 
+def _md(head: Sequence[str], body: list[list[str]], left: int = 1) -> list[str]:
+    """A GitHub markdown table (``tabulate``): the first ``left`` columns left-aligned, the rest right."""
+    from tabulate import tabulate
+
+    align = ["left"] * left + ["right"] * (len(head) - left)
+    return str(tabulate(body, headers=list(head), tablefmt="github", colalign=align,
+                        disable_numparse=True)).splitlines()
+
+
 def _throughput_table(rows: dict[tuple[str, str, str], Row]) -> list[str]:
     limit_names = list(LIMITS)
     head = ["scenario", "corpus", *IMPLS, "c ÷ py", "c ÷ best baseline",
             *[f"c ÷ {name}" for name in limit_names]]
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
+    body: list[list[str]] = []
     for scenario in SCENARIOS:
         for corpus in CORPORA:
             if not any((scenario, corpus, impl) in rows for impl in IMPLS):
@@ -235,8 +244,8 @@ def _throughput_table(rows: dict[tuple[str, str, str], Row]) -> list[str]:
             cells.append(_fmt_ratio(_ratio(rows, scenario, corpus, "c", BASELINES)))
             for name in limit_names:
                 cells.append(_fmt_ratio(_div(c, LIMITS[name][corpus])))
-            out.append("| " + " | ".join(cells) + " |")
-    return out
+            body.append(cells)
+    return _md(head, body, left=2)
 
 
 def _lines_note(rows: dict[tuple[str, str, str], Row]) -> list[str]:
@@ -253,8 +262,7 @@ def _lines_note(rows: dict[tuple[str, str, str], Row]) -> list[str]:
 
 
 def _objects_table(rows: dict[tuple[str, str, str], Row]) -> list[str]:
-    out = ["| impl | " + " | ".join(f"{c}: beyond frame (after route)" for c in CORPORA) + " |",
-           "|---|" + "---:|" * len(CORPORA)]
+    body: list[list[str]] = []
     for impl in IMPLS:
         if not any(("objects", c, impl) in rows for c in CORPORA):
             continue
@@ -263,12 +271,12 @@ def _objects_table(rows: dict[tuple[str, str, str], Row]) -> list[str]:
             fed = _objects(rows, corpus, impl, "objects_beyond_frame")
             routed = _objects(rows, corpus, impl, "objects_per_msg_routed")
             cells.append("—" if fed is None else f"{fed:.2f} ({routed - 1:.2f})")
-        out.append("| " + " | ".join(cells) + " |")
-    return out
+        body.append(cells)
+    return _md(["impl", *(f"{c}: beyond frame (after route)" for c in CORPORA)], body)
 
 
 def _target_rows(rows: dict[tuple[str, str, str], Row]) -> list[str]:
-    out = ["| target | measured | verdict |", "|---|---:|---|"]
+    body: list[list[str]] = []
     for label, kind, scenario, corpus, threshold in TARGETS:
         measured: float | None
         ok_rows = True
@@ -298,8 +306,8 @@ def _target_rows(rows: dict[tuple[str, str, str], Row]) -> list[str]:
             verdict = "MISS (result incorrect)"
         else:
             verdict = "PASS" if passed else "MISS"
-        out.append(f"| {label} | {shown} | {verdict} |")
-    return out
+        body.append([label, shown, verdict])
+    return _md(["target", "measured", "verdict"], body)
 
 
 def render(rows: dict[tuple[str, str, str], Row], meta: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the pinned third-party ACP peers used by the interop tests and the end-to-end
-# benchmarks (python -m bench.e2e):
+# benchmarks (acp-fast bench):
 #   * the official TypeScript SDK, @agentclientprotocol/sdk 2.4.0: `npm ci` in peers/ts
 #     (exact versions from the committed peers/ts/package-lock.json);
 #   * the official Python SDK, agent-client-protocol 0.12.1: pip, into the Python that runs

@@ -1,9 +1,11 @@
 """``acp-fast bench`` (acp_fast.cli.bench, acp_fast.benchmark): tiny runs, one repetition.
 
-Real processes over real pipes, sized to take a few seconds: the suite mode's JSON rows, the
-skip line of a peer that is not installed (a bogus ``--peers`` folder), the ``--agent`` probe
-against a tiny v1-only agent (exercising the connector's v2 → v1 fallback) and the fallback
-agent (v2), the PNG chart (when matplotlib is installed), and the targets' PASS/MISS logic.
+Real processes over real pipes, sized to take a few seconds: the suite mode's JSON rows (both
+loops when uvloop imports, CPUs pinned), the skip line of a peer that is not installed (a bogus
+``--peers`` folder), the message when the bench extra is missing, the ``--agent`` probe against
+a tiny v1-only agent (exercising the connector's v2 → v1 fallback) and Testy (v2), the PNG chart
+(when matplotlib is installed), the goals' PASS/MISS logic and the precision of its verdicts,
+the busy-machine warning.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from acp_fast.benchmark.suite import Row
-from acp_fast.benchmark.targets import Target, evaluate
+from acp_fast.benchmark.machine import Snapshot, busy_warnings
+from acp_fast.benchmark.suite import Measurement
+from acp_fast.benchmark.targets import Goal, format_measured, verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
-FALLBACK_AGENT = f"{sys.executable} -m acp_fast.benchmark.agent"
+TESTY = f"{sys.executable} -m acp_fast.cli.main testy"
 TINY = ["--repeat", "1", "--n", "40", "--m", "5", "--inflight", "4", "--inflight-m", "12",
         "--large-n", "1", "--warmup", "2", "--timeout", "60", "--no-progress"]
 
@@ -39,39 +42,76 @@ def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
 
 
 def test_suite_json_rows_and_skip_line(tmp_path: Path) -> None:
+    pytest.importorskip("psutil")
+    pytest.importorskip("tabulate")
+    pytest.importorskip("tqdm")
     out = tmp_path / "bench.json"
     bogus = tmp_path / "no-such-peers"
     r = _bench("--pairs", "acp_fast-pure/acp_fast-pure,pysdk/pysdk,ts/ts", "--peers", str(bogus),
-               "--acp-agent", FALLBACK_AGENT, "--json", str(out), *TINY)
+               "--json", str(out), *TINY)
     assert r.returncode == 0, r.stderr
     # a missing peer: one clear line on stderr, listed under the table, one skipped row
     assert f"pysdk/pysdk: skipped: pysdk not installed (no {bogus / 'pysdk' / 'client.py'}" in r.stderr
     assert "ts/ts: skipped: ts not installed" in r.stderr
     assert "- pysdk/pysdk: skipped: pysdk not installed" in r.stdout
-    assert "acp_fast agent: --acp-agent" in r.stdout
-    assert "| target | pair | vs | measured | goal | result |" in r.stdout
+    assert "acp_fast agent: acp-fast testy (public API" in r.stdout
+    assert "| goal (issue 7 §3)" in r.stdout and "Load average (1/5/15 min):" in r.stdout
+    assert "Command: acp-fast bench --pairs" in r.stdout
     doc = json.loads(out.read_text())
-    assert set(doc) >= {"meta", "settings", "rows", "raw", "targets"}
+    assert set(doc) >= {"meta", "config", "rows", "raw", "goals"}
+    loops = doc["config"]["loops"]
+    assert loops[0] == "asyncio"
     rows = doc["rows"]
     skipped = [row for row in rows if "skipped" in row]
     assert {row["pair"] for row in skipped} == {"pysdk/pysdk", "ts/ts"}
     assert all(row["workload"] == "*" for row in skipped)
-    measured = {row["workload"]: row for row in rows if row["pair"] == "acp_fast-pure/acp_fast-pure"}
-    assert {"stream", "rtt_seq", "rtt_p50", "rtt_p99", "inflight", "large", "rss_client", "rss_agent",
-            "startup"} <= set(measured)
-    for row in measured.values():
-        assert set(row) >= {"pair", "workload", "unit", "runs", "median", "better"}
-        assert "errors" not in row, row
-        assert len(row["runs"]) == 1 and row["median"] == row["runs"][0]
-    assert measured["stream"]["unit"] == "notif/s" and measured["stream"]["better"] == "higher"
-    assert measured["rtt_p99"]["unit"] == "µs" and measured["rtt_p99"]["better"] == "lower"
-    main = next(rec for rec in doc["raw"] if rec["step"] == "main")
-    assert main["result"]["sdk"] == "acp_fast" and main["result"]["engine"] == "py"
-    assert main["result"]["updatesOk"] and main["result"]["textOk"]
-    assert main["result"]["textBytes"] == 40 * 100
-    # targets against missing pairs are n/a, never PASS
-    results = {(t["label"]): t["result"] for t in doc["targets"]}
-    assert results["pure streaming ≥ 3× Python SDK"] == "n/a"
+    for loop in loops:
+        measured = {row["workload"]: row for row in rows
+                    if row["pair"] == "acp_fast-pure/acp_fast-pure" and row["loop"] == loop}
+        assert {"stream", "stream_cpu_client", "stream_cpu_agent", "stream_cpu_sum", "rtt_seq", "inflight", "large",
+                "rss_client", "rss_agent", "startup"} <= set(measured)
+        for row in measured.values():
+            assert set(row) >= {"pair", "loop", "workload", "unit", "runs", "median", "better"}
+            assert "errors" not in row, row
+            assert len(row["runs"]) == 1 and row["median"] == row["runs"][0]
+        assert measured["stream"]["unit"] == "notif/s" and measured["stream"]["better"] == "higher"
+        assert measured["stream_cpu_sum"]["median"] == pytest.approx(
+            measured["stream_cpu_client"]["median"] + measured["stream_cpu_agent"]["median"], abs=0.02)
+    mains = [rec for rec in doc["raw"] if rec["step"] == "main"]
+    assert [rec["result"]["loop"] for rec in mains] == loops  # the client ran on the loop of its row
+    assert [rec["result"]["agentLoop"] for rec in mains] == loops  # and so did the agent (Testy)
+    for rec in mains:
+        assert rec["result"]["sdk"] == "acp_fast" and rec["result"]["engine"] == "py"
+        assert rec["result"]["updatesOk"] and rec["result"]["textOk"]
+        assert rec["result"]["textBytes"] == 40 * 100
+        assert f"--loop {rec['loop']}" in " ".join(rec["argv"])  # both sides
+        assert " ".join(rec["argv"]).count(f"--loop {rec['loop']}") == 2
+        if len(os.sched_getaffinity(0)) >= 2:
+            assert rec["pinned"] is not None and rec["pinned"][0] != rec["pinned"][1]
+    # goals against missing pairs are n/a, never PASS
+    results = {(g["label"], g["loop"]): g["result"] for g in doc["goals"]}
+    assert results[("pure twin streaming vs Python SDK", "asyncio")] == "n/a"
+
+
+def test_a_side_on_another_loop_fails_the_run() -> None:
+    from acp_fast.benchmark.runner import Invocation, InvocationError
+    from acp_fast.benchmark.suite import STEPS, _check
+
+    ok = {"updatesOk": True, "textOk": True, "stopReason": "end_turn"}
+    _check(Invocation([], {**ok, "loop": "uvloop", "agentLoop": "uvloop"}, 1.0), STEPS[0], "uvloop")
+    _check(Invocation([], {**ok, "loop": "uvloop"}, 1.0), STEPS[0], "uvloop")  # a node agent reports none
+    with pytest.raises(InvocationError, match="agentLoop 'asyncio', the row's loop is 'uvloop'"):
+        _check(Invocation([], {**ok, "loop": "uvloop", "agentLoop": "asyncio"}, 1.0), STEPS[0], "uvloop")
+
+
+def test_suite_without_the_bench_extra(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from acp_fast.cli import bench
+
+    monkeypatch.setattr(bench, "BENCH_EXTRA", ("psutil", "no_such_module_for_the_test"))
+    assert bench.main(["--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "needs the bench extra, missing: no_such_module_for_the_test" in err
+    assert "pip install 'acp-fast[bench]'" in err
 
 
 def test_list_shows_skip_state(tmp_path: Path) -> None:
@@ -119,16 +159,16 @@ def test_agent_probe_v1_fallback(tmp_path: Path) -> None:
 
 
 def test_agent_probe_v2_and_failure(tmp_path: Path) -> None:
-    r = _bench("--agent", FALLBACK_AGENT, "--runs", "1", "--prompt", "stream 25 chunks")
+    r = _bench("--agent", TESTY, "--runs", "1", "--prompt", "stream 25 chunks")
     assert r.returncode == 0, r.stderr
-    assert "ACP v2" in r.stdout and "| updates in the turn | count | 28 |" in r.stdout  # running, user_message, 25 chunks, idle
+    assert "ACP v2" in r.stdout and "| updates in the turn | count | 28 |" in r.stdout  # user_message, running, 25 chunks, idle
     bad = _bench("--agent", f"{sys.executable} -c pass", "--runs", "1", "--timeout", "20")
     assert bad.returncode == 1
     assert "run 1:" in bad.stdout
 
 
 def test_client_contract_v1_v2() -> None:
-    for extra in ([], ["--v2"], ["--permission"]):
+    for extra in (["--loop", "asyncio"], ["--v2"], ["--permission"]):
         r = subprocess.run([sys.executable, "-m", "acp_fast.benchmark.client", *extra, "--n", "30", "--m", "3",
                             "--inflight", "2", "--inflight-m", "4", "--warmup", "2"],
                            check=False, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=60)
@@ -140,19 +180,56 @@ def test_client_contract_v1_v2() -> None:
         assert res["agentMaxRssKiB"] > 0 and res["agentExit"] == 0
         if extra == ["--permission"]:
             assert res["permissionRequests"] == 1
+        if extra[0] == "--loop":
+            assert res["loop"] == "asyncio"
 
 
-def _rows(values: dict[tuple[str, str], float]) -> list[Row]:
-    better = {"stream": "higher", "rtt_seq": "higher", "inflight": "higher", "rss_client": "lower"}
-    return [Row(pair=p, workload=w, unit="x", runs=[v], median=v, better=better[w]) for (p, w), v in values.items()]
+def _rows(values: dict[tuple[str, str], float], loop: str = "asyncio") -> list[Measurement]:
+    better = {"stream": "higher", "rtt_seq": "higher", "inflight": "higher", "rss_client": "lower",
+              "stream_cpu_agent": "lower"}
+    return [Measurement(pair=p, workload=w, unit="x", loop="node" if p == "node-ref" else loop, runs=[v], median=v,
+                        better=better[w]) for (p, w), v in values.items()]
 
 
-def test_targets_pass_miss() -> None:
-    rows = _rows({("a", "stream"): 1300.0, ("ref", "stream"): 100.0, ("a", "rss_client"): 31.0})
-    targets = [Target("s", "a", "stream", 12.0, "ref"), Target("s2", "a", "stream", 14.0, "ref"),
-               Target("r", "a", "rss_client", 30.0), Target("n", "a", "inflight", 5.0, "ref")]
-    got = {t["label"]: (t["result"], t["measured"]) for t in evaluate(rows, targets)}
-    assert got == {"s": ("PASS", 13.0), "s2": ("MISS", 13.0), "r": ("MISS", 31.0), "n": ("n/a", None)}
+def test_goals_pass_miss() -> None:
+    rows = _rows({("a", "stream"): 1300.0, ("ref", "stream"): 100.0, ("a", "rss_client"): 31.0,
+                  ("a", "stream_cpu_agent"): 1.9})
+    goals = [Goal("s", "a", "stream", 12.0, "ref"), Goal("s2", "a", "stream", 14.0, "ref"),
+             Goal("r", "a", "rss_client", 30.0), Goal("n", "a", "inflight", 5.0, "ref"),
+             Goal("c", "a", "stream_cpu_agent", 2.0)]
+    got = {v["label"]: (v["result"], v["shown"]) for v in verdicts(rows, ["asyncio"], goals)}
+    assert got == {"s": ("PASS", "13.00"), "s2": ("MISS", "13.00"), "r": ("MISS", "31.00"), "n": ("n/a", "—"),
+                   "c": ("PASS", "1.90")}
+
+
+def test_goals_compare_within_one_loop() -> None:
+    """A pair is judged against the reference on its own loop; a node-only reference serves every loop."""
+    rows = (_rows({("a", "stream"): 1300.0, ("ref", "stream"): 100.0}, "asyncio")
+            + _rows({("a", "stream"): 900.0, ("ref", "stream"): 100.0}, "uvloop")
+            + _rows({("node-ref", "stream"): 65.0}))
+    goals = [Goal("py", "a", "stream", 12.0, "ref"), Goal("node", "a", "stream", 14.0, "node-ref")]
+    got = {(v["label"], v["loop"]): (v["result"], v["shown"]) for v in verdicts(rows, ["asyncio", "uvloop"], goals)}
+    assert got == {("py", "asyncio"): ("PASS", "13.00"), ("py", "uvloop"): ("MISS", "9.00"),
+                   ("node", "asyncio"): ("PASS", "20.00"), ("node", "uvloop"): ("MISS", "13.85")}
+
+
+def test_verdict_precision() -> None:
+    """The shown value never sits on the wrong side of the goal (no "5.00× MISS" for 4.997)."""
+    rows = _rows({("a", "stream"): 499.7, ("ref", "stream"): 100.0, ("a", "rss_client"): 30.004})
+    goals = [Goal("s", "a", "stream", 5.0, "ref"), Goal("r", "a", "rss_client", 30.0)]
+    got = {v["label"]: (v["result"], v["shown"]) for v in verdicts(rows, ["asyncio"], goals)}
+    assert got == {"s": ("MISS", "4.997"), "r": ("MISS", "30.004")}
+    assert format_measured(4.97, 5.0, False) == "4.97"
+    assert format_measured(5.0, 5.0, True) == "5.00"
+
+
+def test_busy_warnings() -> None:
+    quiet = Snapshot((0.2, 0.2, 0.2), 180.0, "t0")
+    assert busy_warnings(quiet, Snapshot((0.5, 0.3, 0.2), 190.0, "t1"), cpus=2) == []
+    loaded = busy_warnings(quiet, Snapshot((1.5, 0.3, 0.2), 180.0, "t1"), cpus=2)
+    assert len(loaded) == 1 and "load average 1.50 after the run is above 1.40" in loaded[0]
+    drift = busy_warnings(quiet, Snapshot((0.2, 0.2, 0.2), 216.0, "t1"), cpus=2)
+    assert len(drift) == 1 and "calibration drifted +20 %" in drift[0]
 
 
 def test_add_parser_registers_bench() -> None:
@@ -165,6 +242,8 @@ def test_add_parser_registers_bench() -> None:
     assert args.func is bench.run and args.quick and args.png == "x.png"
     args = parser.parse_args(["bench", "--agent", "my-agent --flag", "--runs", "5"])
     assert args.agent == "my-agent --flag" and args.runs == 5
+    args = parser.parse_args(["bench", "--loops", "asyncio,uvloop", "--no-pin"])
+    assert args.loops == "asyncio,uvloop" and args.no_pin
 
 
 def test_png(tmp_path: Path) -> None:

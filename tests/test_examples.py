@@ -39,7 +39,7 @@ def test_client_v2_against_testy(engine: ModuleType) -> None:
 def test_client_v2_default_agent_streams(engine: ModuleType) -> None:
     proc = example(engine, "client_v2.py", "--prompt", "stream 3 chunks of 4 bytes")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "x" * 12
+    assert proc.stdout.strip() == "0xxx1xxx2xxx"  # Testy: chunk index + padding
 
 
 def test_client_v2_refusal_exits_1(engine: ModuleType) -> None:

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 from roles_support import REPO, RawPeer, run, serve_in_memory, v1_init, v2_init
 
-from acp_fast.cli import testy
+from acp_fast import testy
 from acp_fast.transport import spawn
 
 
@@ -83,8 +83,8 @@ def text_prompt(sid: str, text: str) -> dict[str, Any]:
     return {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
 
 
-async def memory(engine: ModuleType, versions: tuple[int, ...] = (1, 2)) -> Wire:
-    return Wire(RawPeer(serve_in_memory(testy.build(versions), engine)))
+async def memory(engine: ModuleType, versions: tuple[int, ...] = (1, 2), stream_mode: str = "api") -> Wire:
+    return Wire(RawPeer(serve_in_memory(testy.build(versions, stream_mode=stream_mode), engine)))
 
 
 async def child(engine: ModuleType, *args: str, env: dict[str, str] | None = None) -> tuple[Wire, Any]:
@@ -221,7 +221,7 @@ def test_v1_prompt_commands(engine: ModuleType) -> None:
         assert "does not support MCP" in ups[0]["content"]["text"]
         stop, ups = await say("stream 5 chunks of 3 bytes")
         assert stop == "end_turn"
-        assert [u["content"]["text"] for u in ups] == ["xxx"] * 5
+        assert [u["content"]["text"] for u in ups] == ["0xx", "1xx", "2xx", "3xx", "4xx"]  # fresh text each
         stop, ups = await say("0")
         assert (stop, ups) == ("end_turn", [])
         stop, ups = await say("session_updates")
@@ -248,6 +248,34 @@ def test_v1_prompt_commands(engine: ModuleType) -> None:
                                   "data": "client does not support form elicitation"}
 
     run(body)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_stream_modes(engine: ModuleType, version: int) -> None:
+    """``api`` builds every chunk (its index in the text); ``preencoded`` re-sends one line."""
+
+    async def one(mode: str) -> list[str]:
+        w = await memory(engine, (version,) if version == 1 else (1, 2), stream_mode=mode)
+        await w.result("initialize", v1_init() if version == 1 else v2_init())
+        sid = (await w.result("session/new", {"cwd": "/", "mcpServers": []} if version == 1 else {"cwd": "/"}))[
+            "sessionId"]
+        if version == 1:
+            _, seen = await w.call("session/prompt", text_prompt(sid, "stream 12 chunks of 4 bytes"))
+        else:
+            await w.call("session/prompt", text_prompt(sid, "stream 12 chunks of 4 bytes"))
+            _, seen = await w.until(lambda m: m.get("params", {}).get("update", {}).get("state") == "idle")
+        return [u["content"]["text"] for u in updates(seen) if u["sessionUpdate"] == "agent_message_chunk"]
+
+    async def body() -> None:
+        assert await one("api") == [f"{i}xxx"[:4] if i < 10 else f"{i}xx" for i in range(12)]
+        assert await one("preencoded") == ["xxxx"] * 12
+
+    run(body)
+
+
+def test_unknown_stream_mode() -> None:
+    with pytest.raises(ValueError, match="unknown stream mode"):
+        testy.build(stream_mode="fast")
 
 
 def test_v1_cancel(engine: ModuleType) -> None:

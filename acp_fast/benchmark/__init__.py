@@ -2,41 +2,45 @@
 
 A client process drives an agent process the way an editor runs an ACP agent. Each *pair*
 (:mod:`.pairs`) is a client command following the client CLI contract of ``peers/README.md``
-and an agent command behaving like the peers' test agent; :mod:`.suite` runs the workloads
-(streaming 100-byte ``agent_message_chunk`` notifications, sequential and 64-in-flight
-``_test/echo`` round trips with p50/p99, 1 MiB notifications, peak RSS of both processes,
-start-up to the ``initialize`` response) R times, interleaving the pairs; :mod:`.report`
-prints medians with ratios against the official Python SDK pair and the PASS/MISS table of
-:mod:`.targets`; :mod:`.chart` draws a PNG. :mod:`.probe` measures any single ACP agent as a
-client sees it (``acp-fast bench --agent CMD``).
+and an agent command behaving like the peers' test agent, run on every event loop asked for
+(both Python sides on the same loop) with client and agent pinned to different CPUs;
+:mod:`.suite` runs the workloads (streaming 100-byte ``agent_message_chunk`` notifications with
+the CPU µs per message of each side, sequential and 64-in-flight ``_test/echo`` round trips,
+1 MiB notifications, peak RSS of both processes, start-up to the ``initialize`` response) R
+times, interleaving the pairs; :mod:`.machine` records load and a CPU calibration around the
+run; :mod:`.tables` prints the medians and the PASS/MISS verdicts of :mod:`.targets`;
+:mod:`.chart` draws a PNG. :mod:`.probe` measures any single ACP agent as a client sees it
+(``acp-fast bench --agent CMD``).
 
-acp_fast's own peers: :mod:`.client` (the benchmark client, v1 and ``--v2``) and the fallback
-test agent :mod:`.agent` (used while ``acp-fast testy`` is not available).
+acp_fast's own peers: :mod:`.client` (the benchmark client, v1 and ``--v2``) and the test agent
+``acp-fast testy`` (:mod:`acp_fast.testy`), both on the public API.
+
+The harness needs the ``bench`` extra (``pip install 'acp-fast[bench]'``: psutil, tabulate,
+tqdm); the client does not.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# Lazy exports: ``python -m acp_fast.benchmark.client`` / ``.agent`` run as benchmark peers
-# and must not pay for the harness (subprocess, threading, statistics, ...) in their start-up
-# time and peak RSS.
+# Lazy exports: ``python -m acp_fast.benchmark.client`` runs as a benchmark peer and must not
+# pay for the harness (subprocess, threading, psutil, ...) in its start-up time and peak RSS.
 _EXPORTS = {
-    "BASELINE": "pairs", "DEFAULT_PAIRS": "pairs", "PAIRS": "pairs", "PYSDK_PEER": "pairs",
-    "REPO_ROOT": "pairs", "TS_PEER": "pairs", "Pair": "pairs", "Requirement": "pairs",
+    "BASELINE": "pairs", "CEILING": "pairs", "DEFAULT_PAIRS": "pairs", "PAIRS": "pairs", "PYSDK_PEER": "pairs",
+    "REPO_ROOT": "pairs", "TS_PEER": "pairs", "Pair": "pairs", "Requirement": "pairs", "Variant": "pairs",
     "acp_fast_agent": "pairs", "configure": "pairs", "get_pairs": "pairs", "register_pair": "pairs",
     "requirement_module": "pairs",
-    "markdown": "report", "targets_markdown": "report", "write_json": "report",
-    "METRICS": "suite", "Metric": "suite", "Row": "suite", "Settings": "suite", "run_suite": "suite",
-    "TARGETS": "targets", "Target": "targets", "evaluate": "targets",
+    "goals_table": "tables", "results_table": "tables", "write_json": "tables",
+    "METRICS": "suite", "Measurement": "suite", "Metric": "suite", "RunConfig": "suite", "run_pairs": "suite",
+    "GOALS": "targets", "Goal": "targets", "verdicts": "targets",
 }
 
 __all__ = [  # noqa: RUF022 - grouped by module as in _EXPORTS
-    "BASELINE", "DEFAULT_PAIRS", "PAIRS", "PYSDK_PEER", "REPO_ROOT", "TS_PEER", "Pair", "Requirement",
-    "acp_fast_agent", "configure", "get_pairs", "register_pair", "requirement_module",
-    "markdown", "targets_markdown", "write_json",
-    "METRICS", "Metric", "Row", "Settings", "run_suite",
-    "TARGETS", "Target", "evaluate",
+    "BASELINE", "CEILING", "DEFAULT_PAIRS", "PAIRS", "PYSDK_PEER", "REPO_ROOT", "TS_PEER", "Pair", "Requirement",
+    "Variant", "acp_fast_agent", "configure", "get_pairs", "register_pair", "requirement_module",
+    "goals_table", "results_table", "write_json",
+    "METRICS", "Measurement", "Metric", "RunConfig", "run_pairs",
+    "GOALS", "Goal", "verdicts",
 ]
 
 

@@ -5,20 +5,20 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from .suite import METRICS, Row
+from .suite import METRICS, Measurement
 
 __all__ = ["CHART_WORKLOADS", "MissingMatplotlib", "write_png"]
 
 #: The workloads drawn, one panel each.
-CHART_WORKLOADS = ("stream", "rtt_seq", "inflight", "large", "rss_agent", "startup")
+CHART_WORKLOADS = ("stream", "stream_cpu_sum", "rtt_seq", "inflight", "rss_agent", "startup")
 
 
 class MissingMatplotlib(RuntimeError):
     """matplotlib is not importable."""
 
 
-def write_png(path: str | os.PathLike[str], rows: Sequence[Row], title: str = "") -> None:
-    """One panel per workload of :data:`CHART_WORKLOADS`, a bar per pair (median, with the
+def write_png(path: str | os.PathLike[str], rows: Sequence[Measurement], title: str = "") -> None:
+    """One panel per workload of :data:`CHART_WORKLOADS`, a bar per pair and loop (median, with the
     min–max range of the runs as error bar).
 
     Raises:
@@ -31,11 +31,12 @@ def write_png(path: str | os.PathLike[str], rows: Sequence[Row], title: str = ""
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise MissingMatplotlib(f"matplotlib is not installed ({exc}); pip install matplotlib") from None
-    by_key = {(r.pair, r.workload): r for r in rows if not r.skipped}
+    by_key = {(f"{r.pair} [{r.loop}]", r.workload): r for r in rows if not r.skipped}
     pairs: list[str] = []
     for r in rows:
-        if not r.skipped and r.pair not in pairs:
-            pairs.append(r.pair)
+        label = f"{r.pair} [{r.loop}]"
+        if not r.skipped and label not in pairs:
+            pairs.append(label)
     metrics = [m for m in METRICS if m.workload in CHART_WORKLOADS]
     cols = 3
     nrows = (len(metrics) + cols - 1) // cols

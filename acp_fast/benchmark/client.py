@@ -6,15 +6,13 @@ Same command line and the same one JSON line as ``peers/ts/client.mjs`` and
 
     python -m acp_fast.benchmark.client [--v2] [--n N] [--m M] [--rtt-method echo|prompt|none]
         [--inflight K] [--inflight-m X] [--warmup W] [--permission] [--raw-updates] [--large]
-        [-- agent command...]
+        [--loop auto|asyncio|uvloop] [-- agent command...]
 
-Every ``session/update`` goes through the read gate (``on_session_update``; with
-``--raw-updates`` a raw ``Connection.on_notification`` handler instead, like the TS client's
-``"*"`` fallback); the text of
-every ``agent_message_chunk`` is read and its length summed (``textBytes``), every echo is
+Every ``session/update`` goes through the read gate (``on_session_update``; ``--raw-updates``
+is accepted for CLI parity and has no effect); the text of every ``agent_message_chunk`` is read and its length summed (``textBytes``), every echo is
 checked. ``sdk`` is ``"acp_fast"``, ``engine`` the active engine twin (``"c"`` or ``"py"``;
-``ACP_FAST_NO_EXTENSIONS=1`` selects the pure one). Without an agent command the fallback
-test agent :mod:`acp_fast.benchmark.agent` is spawned.
+``ACP_FAST_NO_EXTENSIONS=1`` selects the pure one), ``loop`` the event loop. Without an
+agent command ``acp-fast testy`` is spawned (on the same ``--loop``).
 """
 
 from __future__ import annotations
@@ -29,6 +27,9 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from acp_fast.cli.loops import LOOPS, loop_name
+from acp_fast.cli.loops import run as run_loop
 
 LARGE_CHUNK = 1048576
 
@@ -49,6 +50,7 @@ class Args(argparse.Namespace):
     chunk: int
     cmd: list[str]
     env: dict[str, str]
+    loop: str
 
 
 def parse_args(argv: list[str]) -> Args:
@@ -68,8 +70,9 @@ def parse_args(argv: list[str]) -> Args:
     p.add_argument("--warmup", type=int, default=0)
     p.add_argument("--permission", action="store_true")
     p.add_argument("--raw-updates", action="store_true",
-                   help="receive session/update on the raw Connection (skips the read gate; v1 only)")
+                   help="accepted for CLI parity with the peers; no effect (updates go through on_session_update)")
     p.add_argument("--large", action="store_true")
+    p.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (default: auto, uvloop when installed)")
     a = p.parse_args(opts, namespace=Args())
     env: dict[str, str] = {}
     if a.large and "ACP_CHUNK" not in os.environ:
@@ -80,10 +83,10 @@ def parse_args(argv: list[str]) -> Args:
     if a.inflight_m is None:
         a.inflight_m = a.m
     a.inflight = max(0, a.inflight)
-    a.cmd = cmd or [sys.executable, "-m", "acp_fast.benchmark.agent"]
+    a.cmd = cmd or [sys.executable, "-m", "acp_fast.cli.main", "testy", "--loop", a.loop]
     a.env = env
-    if a.v2 and (a.permission or a.rtt_method == "prompt" or a.raw_updates):
-        p.error("--permission, --raw-updates and --rtt-method prompt are v1-only")
+    if a.v2 and (a.permission or a.rtt_method == "prompt"):
+        p.error("--permission and --rtt-method prompt are v1-only")
     return a
 
 
@@ -162,8 +165,7 @@ def _cpu_per_msg(a: tuple[float, float | None], b: tuple[float, float | None], n
 
 
 async def run(args: Args) -> dict[str, Any]:
-    from acp_fast import __version__, _engine
-    from acp_fast.roles import Client
+    from acp_fast import IMPLEMENTATION, Client, __version__
     from acp_fast.transport import spawn
 
     st = _State()
@@ -196,20 +198,7 @@ async def run(args: Args) -> dict[str, Any]:
     stream = await spawn(args.cmd, env=args.env, on_stderr=on_stderr)
     out: dict[str, Any] = {}
 
-    def on_raw_update(msg: Any) -> None:  # --raw-updates: below the read gate (Connection level)
-        if st.first_update_at == 0.0:
-            st.first_update_at = perf()
-        st.updates += 1
-        update = msg.params["update"]
-        if update.get("sessionUpdate") == "agent_message_chunk":
-            st.chunks += 1
-            content = update.get("content")
-            if type(content) is dict and content.get("type") == "text":
-                st.text_bytes += len(content["text"])
-
     async def main(cx: Any) -> dict[str, Any]:
-        if args.raw_updates:
-            cx.raw.on_notification("session/update", on_raw_update)
         t0 = perf()
         if args.v2:
             init = await cx.initialize({"capabilities": {}})
@@ -250,8 +239,8 @@ async def run(args: Args) -> dict[str, Any]:
         out.update({
             "sdk": "acp_fast",
             "sdkVersion": __version__,
-            "engine": _engine.IMPLEMENTATION if hasattr(_engine, "IMPLEMENTATION") else None,
-            "loop": "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio",
+            "engine": IMPLEMENTATION,
+            "loop": loop_name(),
             "agentCmd": " ".join(args.cmd),
             "protocolVersion": init.get("protocolVersion"),
             "agentInfo": init.get("info" if args.v2 else "agentInfo"),
@@ -300,6 +289,7 @@ async def run(args: Args) -> dict[str, Any]:
 
         stats = await _stats(cx)
         out["agentMaxRssKiB"] = None if stats is None else stats.get("maxRssKiB")
+        out["agentLoop"] = None if stats is None else stats.get("loop")
         out["agentCpuMs"] = None if stats is None else round((stats["userCpuUs"] + stats["systemCpuUs"]) / 1000)
         ru = resource.getrusage(resource.RUSAGE_SELF)
         out["clientMaxRssKiB"] = ru.ru_maxrss
@@ -314,9 +304,7 @@ async def run(args: Args) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from acp_fast.transport import run as run_loop
-
-    result = run_loop(run(args))
+    result = run_loop(run(args), loop=args.loop)
     sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
     sys.stdout.flush()
     return 0

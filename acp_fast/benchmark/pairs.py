@@ -4,27 +4,26 @@ A pair is benchmarked by running its client command with the workload's options 
 ``--`` and its agent command; the client spawns the agent over real OS pipes (stdin/stdout),
 drives it and prints one JSON line (the client CLI contract of ``peers/README.md``).
 
-Built-in pairs (``<client>/<agent>``):
+Every pair runs once per event loop (:meth:`Pair.variants`): each Python side gets the same
+``--loop asyncio|uvloop``; a pair without a Python process (``ts/ts``) runs once, on node.
 
-==================================  ===================================================
-``acp_fast/acp_fast``               acp_fast client (compiled engine) and the acp_fast agent
-``acp_fast-pure/acp_fast-pure``     the same with ``ACP_FAST_NO_EXTENSIONS=1`` on both
-``acp_fast/ts``, ``ts/acp_fast``    mixed with the official TypeScript SDK peers
-``acp_fast-v2/acp_fast-v2``         acp_fast on draft ACP v2 (``--v2``)
-``acp_fast-v2/ts-v2``               acp_fast v2 client, TS SDK v2 agent
-``acp_fast-raw/acp_fast``           acp_fast client with ``--raw-updates`` (no read gate)
-``pysdk/pysdk``                     official Python SDK client and agent (``peers/pysdk``)
-``pysdk-uvloop/...``                the same on uvloop (skipped unless uvloop is installed)
-``ts/ts``                           official TypeScript SDK client and agent, ACP v1
-``ts-v2/ts-v2``                     the same on draft ACP v2
-``pysdk/ts``, ``ts/pysdk``          the two official SDKs mixed
-==================================  ===================================================
+Built-in pairs (``<client>/<agent>``; the acp_fast agent is ``acp-fast testy``, streaming
+through the public API, ``cx.send_session_update`` with fresh text per chunk):
 
-The acp_fast client is :mod:`acp_fast.benchmark.client`; the acp_fast agent is
-``acp-fast testy`` when it is available, else the fallback :mod:`acp_fast.benchmark.agent`
-(:func:`acp_fast_agent` says which). The peers' folder is ``peers/`` of the source tree, or
-``$ACP_FAST_PEERS``, or :func:`configure`'s argument (``acp-fast bench --peers DIR``); an installed package without a source tree looks in
-``acp_fast/benchmark/peers/`` (package data, if the peers are shipped there).
+=======================================  ==============================================
+``acp_fast/acp_fast``                    acp_fast client and agent, compiled engine
+``acp_fast-pure/acp_fast-pure``          the same with ``ACP_FAST_NO_EXTENSIONS=1`` on both
+``pysdk/pysdk``                          official Python SDK client and agent (``peers/pysdk``)
+``ts/ts``                                official TypeScript SDK client and agent
+``acp_fast/pysdk``, ``acp_fast/ts``      the acp_fast client fed by each official SDK agent
+``pysdk/acp_fast``, ``ts/acp_fast``      each official SDK client fed by the acp_fast agent
+``acp_fast/acp_fast-preencoded``         raw ceiling: Testy re-sends one pre-encoded line
+                                         (:data:`CEILING`; never in a comparison)
+``acp_fast-v2/acp_fast-v2``, ...         draft ACP v2 and other extra pairs (``--list``)
+=======================================  ==============================================
+
+The peers' folder is ``peers/`` of the source tree, or ``$ACP_FAST_PEERS``, or
+:func:`configure`'s argument (``acp-fast bench --peers DIR``).
 
 Extension point: :func:`register_pair` adds any other pair; or, without code,
 ``acp-fast bench --add-pair NAME 'CLIENT CMD' 'AGENT CMD'``.
@@ -44,6 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "BASELINE",
+    "CEILING",
+    "DEFAULT_PAIRS",
     "PAIRS",
     "PYSDK_PEER",
     "PY_SDK_VERSION",
@@ -52,6 +54,9 @@ __all__ = [
     "TS_SDK_VERSION",
     "Pair",
     "Requirement",
+    "Variant",
+    "acp_fast_agent",
+    "configure",
     "get_pairs",
     "register_pair",
     "requirement_module",
@@ -152,6 +157,9 @@ class Pair:
         protocol: ACP protocol version the pair speaks (1 or 2), informational.
         description: one line for ``--list``.
         quick: included in ``--quick`` runs when no ``--pairs`` are given.
+        py_client: the client is a Python process that takes ``--loop asyncio|uvloop``.
+        py_agent: the agent is a Python process that takes ``--loop asyncio|uvloop``.
+        ceiling: a raw ceiling, shown but never used in a target.
     """
 
     name: str
@@ -162,6 +170,21 @@ class Pair:
     protocol: int = 1
     description: str = ""
     quick: bool = False
+    py_client: bool = False
+    py_agent: bool = False
+    ceiling: bool = False
+
+    def variants(self, loops: Sequence[str]) -> list[Variant]:
+        """One :class:`Variant` per event loop in ``loops`` (every Python side on that loop),
+        or a single ``"node"`` variant when neither side is a Python process."""
+        if not (self.py_client or self.py_agent):
+            return [Variant(self, "node", self.client_cmd, self.agent_cmd)]
+        out = []
+        for loop in loops:
+            flag = ("--loop", loop)
+            out.append(Variant(self, loop, (*self.client_cmd, *flag) if self.py_client else self.client_cmd,
+                               (*self.agent_cmd, *flag) if self.py_agent else self.agent_cmd))
+        return out
 
     def missing(self) -> str | None:
         """The first unsatisfied requirement's skip message, or ``None`` when runnable."""
@@ -170,6 +193,24 @@ class Pair:
             if msg is not None:
                 return msg
         return None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A pair on one event loop: the commands actually run."""
+
+    pair: Pair
+    loop: str  #: "asyncio", "uvloop" or "node" (no Python process)
+    client_cmd: tuple[str, ...]
+    agent_cmd: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.pair.name, self.loop)
+
+    @property
+    def label(self) -> str:
+        return f"{self.pair.name} [{self.loop}]"
 
 
 #: All registered pairs by name, in registration order.
@@ -187,6 +228,9 @@ def register_pair(
     description: str = "",
     quick: bool = False,
     replace: bool = False,
+    py_client: bool = False,
+    py_agent: bool = False,
+    ceiling: bool = False,
 ) -> Pair:
     """Registers a pair (see the module docstring) and returns it.
 
@@ -210,6 +254,9 @@ def register_pair(
         protocol=protocol,
         description=description,
         quick=quick,
+        py_client=py_client,
+        py_agent=py_agent,
+        ceiling=ceiling,
     )
     PAIRS[name] = pair
     return pair
@@ -234,11 +281,12 @@ def get_pairs(names: Iterable[str] | None = None, *, quick: bool = False) -> lis
 
 
 def _check_compiled() -> str | None:
+    # a file check only: the harness may itself run on the pure twin (ACP_FAST_NO_EXTENSIONS=1)
     try:
-        importlib.import_module("acp_fast._engine_c")
-    except ImportError as exc:
-        return f"compiled engine not built ({exc})"
-    return None
+        found = importlib.util.find_spec("acp_fast._engine_c") is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else "compiled engine not built"
 
 
 #: acp_fast itself, importable by this interpreter.
@@ -249,31 +297,6 @@ ACP_FAST_COMPILED = Requirement("acp_fast compiled engine", _check_compiled,
                                 "python setup.py build_ext --inplace")
 
 
-def testy_available() -> bool:
-    """True when ``acp-fast testy`` exists (``acp_fast.cli.main`` and ``acp_fast.cli.testy``)."""
-    try:
-        return (importlib.util.find_spec("acp_fast.cli.testy") is not None
-                and importlib.util.find_spec("acp_fast.cli.main") is not None)
-    except (ImportError, ValueError):
-        return False
-
-
-def acp_fast_agent() -> tuple[str, tuple[str, ...]]:
-    """``(kind, argv)`` of the acp_fast test agent: ``"testy"`` (``acp-fast testy``) when it
-    exists, else ``"fallback"`` (``python -m acp_fast.benchmark.agent``)."""
-    override = os.environ.get("ACP_FAST_BENCH_AGENT")
-    if override:
-        import shlex
-
-        return "override", tuple(shlex.split(override))
-    if testy_available():
-        exe = shutil.which("acp-fast")
-        if exe:
-            return "testy", (exe, "testy")
-        return "testy", (sys.executable, "-m", "acp_fast.cli.main", "testy")
-    return "fallback", (sys.executable, "-m", "acp_fast.benchmark.agent")
-
-
 def _acp_env(**extra: str) -> dict[str, str]:
     path = os.environ.get("PYTHONPATH")
     env = {"PYTHONPATH": str(PACKAGE_PARENT) + (os.pathsep + path if path else "")}
@@ -281,11 +304,25 @@ def _acp_env(**extra: str) -> dict[str, str]:
     return env
 
 
-#: The pairs ``acp-fast bench`` runs by default (the ratios are taken against ``pysdk/pysdk``).
+def acp_fast_agent() -> tuple[str, tuple[str, ...]]:
+    """``(kind, argv)`` of the acp_fast agent: ``"testy"`` (``acp-fast testy``, streaming through
+    the public API) or ``"override"`` (``$ACP_FAST_BENCH_AGENT``, ``--acp-agent``)."""
+    override = os.environ.get("ACP_FAST_BENCH_AGENT")
+    if override:
+        import shlex
+
+        return "override", tuple(shlex.split(override))
+    return "testy", (sys.executable, "-m", "acp_fast.cli.main", "testy")
+
+
+#: The pairs ``acp-fast bench`` runs by default.
 DEFAULT_PAIRS = ("acp_fast/acp_fast", "acp_fast-pure/acp_fast-pure", "pysdk/pysdk", "ts/ts",
-                 "acp_fast/ts", "ts/acp_fast")
-#: The reference pair of the ratios.
+                 "acp_fast/pysdk", "pysdk/acp_fast", "acp_fast/ts", "ts/acp_fast",
+                 "acp_fast/acp_fast-preencoded")
+#: The reference pair of the ratios in the results table.
 BASELINE = "pysdk/pysdk"
+#: The raw-ceiling row's label (Testy re-sending one pre-encoded line).
+CEILING = "raw ceiling (pre-encoded line, not a comparison)"
 
 
 def configure(peers_dir: str | os.PathLike[str] | None = None) -> None:
@@ -312,47 +349,55 @@ def _register_builtin() -> None:
 
 def _register_builtin_pairs() -> None:
     py = sys.executable
-    _, acp_agent = acp_fast_agent()
+    kind, acp_agent = acp_fast_agent()
+    testy = kind == "testy"  # an --acp-agent override may not take --loop / --stream
+    acp_ceiling = (*acp_agent, "--stream", "preencoded")
     acp_client = (py, "-m", "acp_fast.benchmark.client")
     acp_client_v2 = (*acp_client, "--v2")
-    ts_agent_v2 = ("node", str(PEERS / "ts" / "agent_v2.mjs"))
     ts = PEERS / "ts"
     pysdk = PEERS / "pysdk"
     ts_client = ("node", str(ts / "client.mjs"))
     ts_agent = ("node", str(ts / "agent.mjs"))
+    ts_agent_v2 = ("node", str(ts / "agent_v2.mjs"))
     py_client = (py, str(pysdk / "client.py"))
     py_agent = (py, str(pysdk / "agent.py"))
+    compiled = _acp_env(ACP_FAST_NO_EXTENSIONS="0")
+    both = {"py_client": True, "py_agent": testy}
     register_pair("acp_fast/acp_fast", acp_client, acp_agent, requires=[ACP_FAST, ACP_FAST_COMPILED],
-                  env=_acp_env(ACP_FAST_NO_EXTENSIONS="0"), quick=True,
-                  description="acp_fast client and agent, compiled engine")
+                  env=compiled, quick=True, **both,
+                  description="acp_fast client and agent (public API), compiled engine")
     register_pair("acp_fast-pure/acp_fast-pure", acp_client, acp_agent, requires=[ACP_FAST],
-                  env=_acp_env(ACP_FAST_NO_EXTENSIONS="1"), quick=True,
+                  env=_acp_env(ACP_FAST_NO_EXTENSIONS="1"), quick=True, **both,
                   description="acp_fast client and agent, pure-Python engine (ACP_FAST_NO_EXTENSIONS=1)")
     register_pair("pysdk/pysdk", py_client, py_agent, requires=[PYSDK_PEER], quick=True,
-                  description=f"Python SDK {PY_SDK_VERSION} client and agent")
+                  py_client=True, py_agent=True, description=f"Python SDK {PY_SDK_VERSION} client and agent")
     register_pair("ts/ts", ts_client, ts_agent, requires=[TS_PEER], quick=True,
                   description=f"TypeScript SDK {TS_SDK_VERSION} client and agent, ACP v1")
-    register_pair("pysdk-uvloop/pysdk-uvloop", py_client, py_agent,
-                  requires=[PYSDK_PEER, requirement_module("uvloop", "pip install uvloop")],
-                  env={"ACP_UVLOOP": "1"},
-                  description=f"Python SDK {PY_SDK_VERSION} client and agent on uvloop")
-    register_pair("ts-v2/ts-v2", ("node", str(ts / "client_v2.mjs")), ("node", str(ts / "agent_v2.mjs")),
+    register_pair("acp_fast/pysdk", acp_client, py_agent, requires=[ACP_FAST, ACP_FAST_COMPILED, PYSDK_PEER],
+                  env=compiled, quick=True, py_client=True, py_agent=True,
+                  description="acp_fast client fed by the Python SDK agent")
+    register_pair("pysdk/acp_fast", py_client, acp_agent, requires=[PYSDK_PEER, ACP_FAST, ACP_FAST_COMPILED],
+                  env=compiled, quick=True, **both,
+                  description="Python SDK client fed by the acp_fast agent")
+    register_pair("acp_fast/ts", acp_client, ts_agent, requires=[ACP_FAST, ACP_FAST_COMPILED, TS_PEER],
+                  env=compiled, quick=True, py_client=True,
+                  description="acp_fast client fed by the TypeScript SDK agent")
+    register_pair("ts/acp_fast", ts_client, acp_agent, requires=[TS_PEER, ACP_FAST, ACP_FAST_COMPILED],
+                  env=compiled, quick=True, py_agent=testy,
+                  description="TypeScript SDK client fed by the acp_fast agent")
+    register_pair("acp_fast/acp_fast-preencoded", acp_client, acp_ceiling if testy else acp_agent,
+                  requires=[ACP_FAST, ACP_FAST_COMPILED], env=compiled, ceiling=True, **both,
+                  description=CEILING + ": Testy --stream preencoded")
+    register_pair("acp_fast-v2/acp_fast-v2", acp_client_v2, acp_agent, requires=[ACP_FAST], env=_acp_env(),
+                  protocol=2, **both, description="acp_fast client and agent on draft ACP v2")
+    register_pair("acp_fast-v2/ts-v2", acp_client_v2, ts_agent_v2, requires=[ACP_FAST, TS_PEER], env=_acp_env(),
+                  protocol=2, py_client=True, description="acp_fast v2 client, TypeScript SDK v2 agent")
+    register_pair("ts-v2/ts-v2", ("node", str(ts / "client_v2.mjs")), ts_agent_v2,
                   requires=[TS_PEER], protocol=2,
                   description=f"TypeScript SDK {TS_SDK_VERSION} client and agent, draft ACP v2")
-    register_pair("acp_fast-raw/acp_fast", (*acp_client, "--raw-updates"), acp_agent,
-                  requires=[ACP_FAST, ACP_FAST_COMPILED], env=_acp_env(ACP_FAST_NO_EXTENSIONS="0"),
-                  description="acp_fast client receiving session/update on the raw Connection (no read gate)")
-    register_pair("acp_fast/ts", acp_client, ts_agent, requires=[ACP_FAST, TS_PEER], env=_acp_env(), quick=True,
-                  description="acp_fast client, TypeScript SDK agent")
-    register_pair("ts/acp_fast", ts_client, acp_agent, requires=[TS_PEER, ACP_FAST], env=_acp_env(), quick=True,
-                  description="TypeScript SDK client, acp_fast agent")
-    register_pair("acp_fast-v2/acp_fast-v2", acp_client_v2, acp_agent, requires=[ACP_FAST], env=_acp_env(),
-                  protocol=2, description="acp_fast client and agent on draft ACP v2")
-    register_pair("acp_fast-v2/ts-v2", acp_client_v2, ts_agent_v2, requires=[ACP_FAST, TS_PEER], env=_acp_env(),
-                  protocol=2, description="acp_fast v2 client, TypeScript SDK v2 agent")
-    register_pair("pysdk/ts", py_client, ts_agent, requires=[PYSDK_PEER, TS_PEER],
+    register_pair("pysdk/ts", py_client, ts_agent, requires=[PYSDK_PEER, TS_PEER], py_client=True,
                   description="Python SDK client, TypeScript SDK agent")
-    register_pair("ts/pysdk", ts_client, py_agent, requires=[TS_PEER, PYSDK_PEER],
+    register_pair("ts/pysdk", ts_client, py_agent, requires=[TS_PEER, PYSDK_PEER], py_agent=True,
                   description="TypeScript SDK client, Python SDK agent")
 
 

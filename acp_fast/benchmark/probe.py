@@ -61,7 +61,7 @@ class ProbeResult:
 async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "auto",
                      cwd: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
     """One spawn → initialize → session/new → prompt → end-of-turn run; returns its numbers."""
-    from acp_fast.roles import Client
+    from acp_fast import Client
     from acp_fast.transport import spawn
 
     perf = time.perf_counter

@@ -1,16 +1,14 @@
-"""Live progress display: one line per step, updated in place on a terminal.
+"""Live progress of a run on stderr (a ``tqdm`` bar), so stdout carries only the report.
 
-Progress goes to stderr so that stdout carries only the report (the markdown table can be
-piped or redirected while progress stays visible). On a terminal the running step's line is
-rewritten in place (``\\r`` + erase line) with its elapsed time and then replaced by its result;
-anywhere else (CI logs, pipes) each finished step is printed as one plain line.
+On a terminal the bar shows the running step and its elapsed time; each finished step is
+written above it as one line. Off a terminal (CI logs, pipes) only the finished steps' lines
+are written.
 """
 
 from __future__ import annotations
 
 import sys
-import time
-from typing import TextIO
+from typing import Any, TextIO
 
 __all__ = ["Progress"]
 
@@ -18,44 +16,36 @@ __all__ = ["Progress"]
 class Progress:
     """Step progress writer (see the module docstring)."""
 
-    def __init__(self, total: int, stream: TextIO | None = None, *, live: bool | None = None,
-                 enabled: bool = True) -> None:
-        self.total = total
-        self.stream = stream if stream is not None else sys.stderr
-        self.live = self.stream.isatty() if live is None else live
-        self.enabled = enabled
-        self.count = 0
-        self._t0 = time.perf_counter()
+    def __init__(self, total: int, stream: TextIO | None = None, *, enabled: bool = True) -> None:
+        from tqdm import tqdm
 
-    def _prefix(self) -> str:
-        return f"[{self.count}/{self.total} {time.perf_counter() - self._t0:5.1f}s]"
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        live = enabled and self.stream.isatty()
+        self._bar: Any = tqdm(total=total, file=self.stream, disable=not live, dynamic_ncols=True,
+                              bar_format="{n_fmt}/{total_fmt} [{elapsed}<{remaining}] {desc}")
+        self._write = tqdm.write
+        self._label = ""
 
     def start(self, label: str) -> None:
         """A step begins."""
-        self.count += 1
-        if self.enabled and self.live:
-            self.stream.write(f"\r\x1b[2K{self._prefix()} {label} …")
-            self.stream.flush()
+        self._label = label
+        self._bar.set_description_str(f"{label} …")
 
     def tick(self, label: str, elapsed_s: float) -> None:
         """The running step is still running after ``elapsed_s`` seconds."""
-        if self.enabled and self.live:
-            self.stream.write(f"\r\x1b[2K{self._prefix()} {label} … {elapsed_s:.1f}s")
-            self.stream.flush()
+        self._bar.set_description_str(f"{label} … {elapsed_s:.1f}s")
 
     def done(self, label: str, summary: str) -> None:
         """A step finished with a one-line ``summary``."""
-        if not self.enabled:
-            return
-        line = f"{self._prefix()} {label}: {summary}"
-        if self.live:
-            self.stream.write(f"\r\x1b[2K{line}\n")
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        self._bar.update(1)
+        if self.enabled:
+            self._write(f"{label}: {summary}", file=self.stream)
 
     def note(self, text: str) -> None:
         """A free-form line (e.g. skipped pairs)."""
         if self.enabled:
-            self.stream.write(text + "\n")
-            self.stream.flush()
+            self._write(text, file=self.stream)
+
+    def close(self) -> None:
+        self._bar.close()

@@ -1,28 +1,31 @@
-"""Runs one client invocation of a pair and watches both processes' memory through /proc.
+"""Runs one client invocation of a pair: pinned to CPUs, memory sampled with psutil.
 
-The client is started with ``Popen`` (its stdout and stderr are captured); a sampler thread
-reads ``VmHWM`` (peak resident set) from ``/proc/<pid>/status`` of the client and of every
-process below it (the agent, and anything the agent spawned) every ``poll_s`` seconds. The
-agent's own ``_test/stats`` answer (relayed by the client as ``agentMaxRssKiB``) is exact and
-preferred; the /proc sample is the fallback for agents without that extension. On systems
-without /proc the sampler finds nothing and the fallback is ``None``.
+The client is started with ``Popen`` (stdout and stderr captured). When the machine has
+≥ 2 CPUs and pinning is asked for, the client is pinned to one CPU before it executes
+(``os.sched_setaffinity`` in the child, so every thread it starts inherits it) and the agent
+command is prefixed with ``taskset -c <cpu>`` (or a tiny ``python -c`` that pins itself and
+``exec``\\ s the agent), so the agent runs on the other CPU. A sampler thread walks the
+client's process tree with psutil every ``poll_s`` seconds and keeps the largest RSS seen
+of the client and of its descendants (the agent).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-__all__ = ["Invocation", "InvocationError", "run_client"]
+__all__ = ["Invocation", "InvocationError", "pin_command", "pin_plan", "run_client"]
 
-_PROC = Path("/proc")
+#: ``python -c`` trampoline: pin to CPU argv[1], then exec argv[2:]
+_PIN_SRC = "import os,sys;os.sched_setaffinity(0,{int(sys.argv[1])});os.execvp(sys.argv[2],sys.argv[2:])"
 
 
 class InvocationError(RuntimeError):
@@ -37,75 +40,71 @@ class Invocation:
         argv: the full command line that was run.
         result: the client's JSON line, decoded.
         wall_s: wall time of the whole invocation (spawn to exit).
-        client_hwm_kib: the client's peak RSS seen in /proc (``None`` if never sampled).
-        agent_hwm_kib: the largest peak RSS among the client's descendants seen in /proc.
+        client_rss_kib: the client's largest sampled RSS (``None`` if never sampled).
+        agent_rss_kib: the largest sampled RSS among the client's descendants.
+        pinned: the CPUs of (client, agent), or ``None`` when not pinned.
         stderr_tail: the last lines the client (and agent) wrote to stderr.
     """
 
     argv: list[str]
     result: dict[str, Any]
     wall_s: float
-    client_hwm_kib: int | None = None
-    agent_hwm_kib: int | None = None
+    client_rss_kib: int | None = None
+    agent_rss_kib: int | None = None
+    pinned: tuple[int, int] | None = None
     stderr_tail: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _read_hwm_kib(pid: int) -> int | None:
+def pin_plan() -> tuple[int, int] | None:
+    """Two distinct CPUs this process may run on, for (client, agent); ``None`` with fewer."""
     try:
-        with open(_PROC / str(pid) / "status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
         return None
-    return None
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for task in (_PROC / str(pid) / "task").iterdir():
-            try:
-                out.extend(int(x) for x in (task / "children").read_text().split())
-            except (OSError, ValueError):
-                continue
-    except OSError:
-        pass
-    return out
-
-
-def _descendants(pid: int) -> list[int]:
-    seen: list[int] = []
-    stack = _children(pid)
-    while stack:
-        p = stack.pop()
-        if p in seen:
-            continue
-        seen.append(p)
-        stack.extend(_children(p))
-    return seen
+def pin_command(cpu: int, argv: Sequence[str]) -> list[str]:
+    """``argv`` prefixed so that it runs on ``cpu`` (all its threads)."""
+    taskset = shutil.which("taskset")
+    if taskset:
+        return [taskset, "-c", str(cpu), *argv]
+    return [sys.executable, "-I", "-S", "-c", _PIN_SRC, str(cpu), *argv]
 
 
 class _Sampler(threading.Thread):
-    """Samples peak RSS of a process tree until stopped."""
+    """Samples the RSS of a process tree until stopped."""
 
     def __init__(self, root: int, poll_s: float) -> None:
-        super().__init__(daemon=True, name="e2e-rss-sampler")
-        self.root = root
+        super().__init__(daemon=True, name="bench-rss-sampler")
+        import psutil
+
+        self._psutil = psutil
         self.poll_s = poll_s
-        self.root_hwm: int | None = None
-        self.desc_hwm: dict[int, int] = {}
+        self.root_rss: int | None = None
+        self.desc_rss: dict[int, int] = {}
         self._halt = threading.Event()
+        try:
+            self.root: Any = psutil.Process(root)
+        except psutil.Error:
+            self.root = None
 
     def sample(self) -> None:
-        hwm = _read_hwm_kib(self.root)
-        if hwm is not None:
-            self.root_hwm = max(self.root_hwm or 0, hwm)
-        for pid in _descendants(self.root):
-            h = _read_hwm_kib(pid)
-            if h is not None:
-                self.desc_hwm[pid] = max(self.desc_hwm.get(pid, 0), h)
+        if self.root is None:
+            return
+        err = self._psutil.Error
+        try:
+            self.root_rss = max(self.root_rss or 0, self.root.memory_info().rss // 1024)
+            children = self.root.children(recursive=True)
+        except err:
+            return
+        for child in children:
+            try:
+                rss = child.memory_info().rss // 1024
+            except err:
+                continue
+            self.desc_rss[child.pid] = max(self.desc_rss.get(child.pid, 0), rss)
 
     def run(self) -> None:
         while not self._halt.is_set():
@@ -117,32 +116,44 @@ class _Sampler(threading.Thread):
 
 
 def run_client(
-    argv: Sequence[str],
+    client_cmd: Sequence[str],
+    client_args: Sequence[str],
+    agent_cmd: Sequence[str],
     *,
     env: Mapping[str, str] | None = None,
     timeout_s: float = 120.0,
     poll_s: float = 0.02,
-    cwd: str | os.PathLike[str] | None = None,
+    pin: tuple[int, int] | None = None,
     on_tick: Callable[[float], None] | None = None,
     tick_s: float = 0.5,
 ) -> Invocation:
-    """Runs a client command to completion and returns its decoded JSON line.
+    """Runs ``client_cmd client_args -- agent_cmd`` to completion; returns its JSON line.
 
-    ``on_tick(elapsed_s)`` is called about every ``tick_s`` seconds while the client runs
-    (for progress displays). Raises :class:`InvocationError` on timeout (the client's whole
-    process group is killed), non-zero exit or missing/invalid JSON output.
+    ``pin=(a, b)`` runs the client on CPU ``a`` and the agent on CPU ``b``. ``on_tick(elapsed_s)``
+    is called about every ``tick_s`` seconds while the client runs. Raises
+    :class:`InvocationError` on timeout (the client's whole process group is killed),
+    non-zero exit or missing/invalid JSON output.
     """
+    agent = list(agent_cmd) if pin is None else pin_command(pin[1], agent_cmd)
+    argv = [*client_cmd, *client_args, "--", *agent]
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    preexec = None
+    if pin is not None:
+        cpu = pin[0]
+
+        def preexec() -> None:
+            os.sched_setaffinity(0, {cpu})
+
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        list(argv),
+        argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=full_env,
-        cwd=cwd,
+        preexec_fn=preexec,  # noqa: PLW1509 - only sched_setaffinity, before exec
         start_new_session=True,  # own process group: a timeout kills client and agent together
     )
     sampler = _Sampler(proc.pid, poll_s)
@@ -168,7 +179,6 @@ def run_client(
             _kill_group(proc)
             proc.wait()
     wall = time.perf_counter() - t0
-    stderr_tail = _tail(err_b, prefix="")
     if proc.returncode != 0:
         raise InvocationError(f"client exited with {proc.returncode}{_tail(err_b)}")
     lines = [ln for ln in out_b.decode("utf-8", "replace").splitlines() if ln.strip().startswith("{")]
@@ -178,14 +188,14 @@ def run_client(
         result = json.loads(lines[-1])
     except ValueError as exc:
         raise InvocationError(f"client printed invalid JSON: {exc}") from None
-    agent_hwm = max(sampler.desc_hwm.values()) if sampler.desc_hwm else None
     return Invocation(
-        argv=list(argv),
+        argv=argv,
         result=result,
         wall_s=wall,
-        client_hwm_kib=sampler.root_hwm,
-        agent_hwm_kib=agent_hwm,
-        stderr_tail=stderr_tail,
+        client_rss_kib=sampler.root_rss,
+        agent_rss_kib=max(sampler.desc_rss.values()) if sampler.desc_rss else None,
+        pinned=pin,
+        stderr_tail=_tail(err_b, prefix=""),
     )
 
 

@@ -9,10 +9,12 @@ Each repetition runs, for every pair, two client invocations ("steps"):
 ``large``  ``--large --n L``: the agent sends L notifications of 1 MiB text each (d), with the
            peak RSS of both processes at that size.
 
-Pairs are interleaved inside each repetition (r1: all pairs, r2: all pairs, ...), so slow
-drifts of the shared machine's load spread over all pairs instead of hitting one. Every
-metric is reported as a row ``{pair, workload, unit, runs: [...], median}`` (median of the R
-runs that succeeded). The client's own checks (every notification received, every text byte
+Every pair runs on every event loop asked for (:meth:`~.pairs.Pair.variants`: both Python
+sides on the same loop), with client and agent pinned to different CPUs when there are two.
+Variants are interleaved inside each repetition (r1: all variants, r2: all variants, ...), so
+slow drifts of the shared machine's load spread over all of them instead of hitting one.
+Every metric is reported as a :class:`Measurement` ``{pair, loop, workload, unit, runs: [...],
+median}`` (median of the R runs that succeeded). The client's own checks (every notification received, every text byte
 counted, every echo answered with its params) must pass, otherwise the run counts as failed.
 """
 
@@ -21,20 +23,19 @@ from __future__ import annotations
 import functools
 import os
 import statistics
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .pairs import Pair
+from .pairs import Pair, Variant
 from .runner import Invocation, InvocationError, run_client
 
-__all__ = ["METRICS", "Metric", "Row", "Settings", "Step", "run_suite"]
+__all__ = ["METRICS", "Measurement", "Metric", "RunConfig", "Step", "run_pairs"]
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Sizes and repeat count of one benchmark session."""
+class RunConfig:
+    """Sizes, repeat count, event loops and CPU pinning of one ``acp-fast bench`` session."""
 
     repeat: int = 3
     n: int = 20_000  #: notifications in the streaming prompt (workload a)
@@ -46,13 +47,15 @@ class Settings:
     warmup: int = 5_000  #: unmeasured chunks and echoes before the measured part (JIT warm-up)
     timeout_s: float = 180.0  #: per client invocation
     large_repeat: int | None = None  #: repetitions of the large-frame step (default: ``repeat``)
+    loops: tuple[str, ...] = ("asyncio",)  #: event loops of the Python sides, one variant each
+    pin: tuple[int, int] | None = None  #: CPUs of (client, agent); ``None``: not pinned
 
     @classmethod
-    def quick(cls) -> Settings:
-        """Under a minute for the six default pairs on a quiet 2-core machine: 3 repetitions
-        of a smaller main step (N = 3,000), one repetition of 3 × 1 MiB frames."""
-        return cls(repeat=3, n=3_000, m=150, inflight_m=600, large_n=3, warmup=100, timeout_s=60.0,
-                   large_repeat=1)
+    def quick(cls, **kw: Any) -> RunConfig:
+        """A couple of minutes for the default pairs on both loops on a quiet 2-core machine:
+        one repetition of a smaller main step (N = 3,000) and of 3 × 1 MiB frames."""
+        return cls(repeat=1, n=3_000, m=150, inflight_m=600, large_n=3, warmup=100, timeout_s=60.0,
+                   large_repeat=1, **kw)
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,8 @@ class Step:
     """One client invocation per pair and repetition."""
 
     name: str
-    args: Callable[[Settings], list[str]]
-    env: Callable[[Settings], dict[str, str]]
+    args: Callable[[RunConfig], list[str]]
+    env: Callable[[RunConfig], dict[str, str]]
 
 
 STEPS: tuple[Step, ...] = (
@@ -83,20 +86,25 @@ def _kib_to_mib(v: Any) -> float | None:
     return None if v is None else round(float(v) / 1024.0, 1)
 
 
-# Peak RSS: the VmHWM sampled from /proc is preferred. It is the high-water mark of the
-# process's own address space since its exec. getrusage's ru_maxrss (what the processes
-# report themselves) is not: Linux carries the pre-exec high-water mark across execve, so a
-# child started by fork+exec (asyncio's subprocess_exec does that) reports at least its
-# parent's RSS at fork time, e.g. an agent spawned by a 230 MiB client says 230 MiB while its
-# VmHWM is 29 MiB. ru_maxrss is the fallback where /proc is unavailable.
+# Peak RSS: the largest RSS sampled by the harness (psutil, every 20 ms) is preferred.
+# getrusage's ru_maxrss (what the processes report themselves) is not: Linux carries the
+# pre-exec high-water mark across execve, so a child started by fork+exec (asyncio's
+# subprocess_exec does that) reports at least its parent's RSS at fork time, e.g. an agent
+# spawned by a 230 MiB client says 230 MiB while it never used 30. ru_maxrss is the fallback
+# where the harness could not sample.
 def _agent_rss(inv: Invocation) -> float | None:
-    v = inv.agent_hwm_kib if inv.agent_hwm_kib is not None else inv.result.get("agentMaxRssKiB")
+    v = inv.agent_rss_kib if inv.agent_rss_kib is not None else inv.result.get("agentMaxRssKiB")
     return _kib_to_mib(v)
 
 
 def _client_rss(inv: Invocation) -> float | None:
-    v = inv.client_hwm_kib if inv.client_hwm_kib is not None else inv.result.get("clientMaxRssKiB")
+    v = inv.client_rss_kib if inv.client_rss_kib is not None else inv.result.get("clientMaxRssKiB")
     return _kib_to_mib(v)
+
+
+def _cpu_sum(inv: Invocation) -> float | None:
+    c, a = inv.result.get("streamClientCpuUsPerMsg"), inv.result.get("streamAgentCpuUsPerMsg")
+    return None if c is None or a is None else round(float(c) + float(a), 2)
 
 
 def _per_frame_ms(inv: Invocation) -> float | None:
@@ -133,6 +141,7 @@ METRICS: tuple[Metric, ...] = (
            "(a) client CPU per notification"),
     Metric("stream_cpu_agent", "main", "µs/msg", "lower", _field("streamAgentCpuUsPerMsg"),
            "(a) agent CPU per notification"),
+    Metric("stream_cpu_sum", "main", "µs/msg", "lower", _cpu_sum, "(a) client + agent CPU per notification"),
     Metric("rtt_seq", "main", "rt/s", "higher", _field("roundTripsPerSec"), "(b) sequential _test/echo"),
     Metric("rtt_p50", "main", "µs", "lower", _field("p50RttUs"), "(b) round trip p50"),
     Metric("rtt_p99", "main", "µs", "lower", _field("p99RttUs"), "(b) round trip p99"),
@@ -149,12 +158,13 @@ METRICS: tuple[Metric, ...] = (
 
 
 @dataclass
-class Row:
-    """One metric of one pair over all repetitions."""
+class Measurement:
+    """One metric of one pair on one event loop over all repetitions."""
 
     pair: str
     workload: str
     unit: str | None
+    loop: str = "asyncio"
     runs: list[float] = field(default_factory=list)
     median: float | None = None
     better: str | None = None
@@ -170,8 +180,12 @@ class Row:
         return d
 
 
-def _check(inv: Invocation, step: Step) -> None:
+def _check(inv: Invocation, step: Step, loop: str) -> None:
     r = inv.result
+    if loop in ("asyncio", "uvloop"):  # every Python side reports its loop: it must be the row's
+        for key in ("loop", "agentLoop"):
+            if r.get(key) not in (None, loop):
+                raise InvocationError(f"{key} {r.get(key)!r}, the row's loop is {loop!r} ({step.name})")
     for key in ("updatesOk", "textOk"):
         if r.get(key) is False:
             raise InvocationError(f"client self-check failed: {key}=false ({step.name})")
@@ -179,76 +193,77 @@ def _check(inv: Invocation, step: Step) -> None:
         raise InvocationError(f"stopReason {r.get('stopReason')!r} ({step.name})")
 
 
-def run_suite(
+def run_pairs(
     pairs: Iterable[Pair],
-    settings: Settings,
+    config: RunConfig,
     *,
     on_start: Callable[[str], None] | None = None,
     on_tick: Callable[[str, float], None] | None = None,
     on_done: Callable[[str, str], None] | None = None,
-) -> tuple[list[Row], list[dict[str, Any]]]:
-    """Runs every step of every runnable pair ``settings.repeat`` times.
+) -> tuple[list[Measurement], list[dict[str, Any]]]:
+    """Runs every step of every runnable pair on every loop ``config.repeat`` times.
 
-    Returns the metric rows (skipped pairs get one row with ``workload="*"`` and the skip
-    message) and the raw per-invocation records (client JSON, /proc samples, load average).
-    The callbacks receive a step label like ``"r2 ts/ts main"`` for progress displays.
+    Returns the measurements (a skipped pair gets one with ``workload="*"`` and the skip
+    message) and the raw per-invocation records (client JSON, RSS samples, load average, CPUs).
+    The callbacks receive a step label like ``"r2 ts/ts [node] main"`` for progress displays.
     """
-    pairs = list(pairs)
-    runnable: list[Pair] = []
-    rows: list[Row] = []
+    runnable: list[Variant] = []
+    rows: list[Measurement] = []
     for p in pairs:
         msg = p.missing()
         if msg is None:
-            runnable.append(p)
+            runnable.extend(p.variants(config.loops))
         else:
-            rows.append(Row(pair=p.name, workload="*", unit=None, skipped=msg))
-    metric_rows: dict[tuple[str, str], Row] = {
-        (p.name, m.workload): Row(pair=p.name, workload=m.workload, unit=m.unit, better=m.better)
-        for p in runnable
+            rows.append(Measurement(pair=p.name, workload="*", loop="*", unit=None, skipped=msg))
+    measured: dict[tuple[str, str, str], Measurement] = {
+        (*v.key, m.workload): Measurement(pair=v.pair.name, loop=v.loop, workload=m.workload, unit=m.unit,
+                                           better=m.better)
+        for v in runnable
         for m in METRICS
     }
     raw: list[dict[str, Any]] = []
-    for rep in range(1, settings.repeat + 1):
-        for p in runnable:
+    for rep in range(1, config.repeat + 1):
+        for v in runnable:
             for step in STEPS:
-                if step.name == "large" and settings.large_repeat is not None and rep > settings.large_repeat:
+                if step.name == "large" and config.large_repeat is not None and rep > config.large_repeat:
                     continue
-                label = f"r{rep}/{settings.repeat} {p.name} {step.name}"
+                label = f"r{rep}/{config.repeat} {v.label} {step.name}"
                 if on_start:
                     on_start(label)
-                argv = [*p.client_cmd, *step.args(settings), "--", *p.agent_cmd]
-                env = {**step.env(settings), **p.env}
-                record: dict[str, Any] = {"pair": p.name, "step": step.name, "repeat": rep, "argv": argv,
+                env = {**step.env(config), **v.pair.env}
+                record: dict[str, Any] = {"pair": v.pair.name, "loop": v.loop, "step": step.name, "repeat": rep,
                                           "loadavg": _loadavg()}
                 try:
                     inv = run_client(
-                        argv,
+                        v.client_cmd, step.args(config), v.agent_cmd,
                         env=env,
-                        timeout_s=settings.timeout_s,
+                        timeout_s=config.timeout_s,
+                        pin=config.pin,
                         on_tick=functools.partial(on_tick, label) if on_tick else None,
                     )
-                    _check(inv, step)
+                    _check(inv, step, v.loop)
                 except (InvocationError, OSError) as exc:
                     err = str(exc)
                     record["error"] = err
                     raw.append(record)
                     for m in METRICS:
                         if m.step == step.name:
-                            metric_rows[(p.name, m.workload)].errors.append(f"r{rep}: {err}")
+                            measured[(*v.key, m.workload)].errors.append(f"r{rep}: {err}")
                     if on_done:
                         on_done(label, f"FAILED: {err[:200]}")
                     continue
-                record.update(result=inv.result, wall_s=round(inv.wall_s, 3), client_hwm_kib=inv.client_hwm_kib,
-                              agent_hwm_kib=inv.agent_hwm_kib)
+                record.update(argv=inv.argv, result=inv.result, wall_s=round(inv.wall_s, 3),
+                              client_rss_kib=inv.client_rss_kib, agent_rss_kib=inv.agent_rss_kib,
+                              pinned=inv.pinned)
                 raw.append(record)
                 for m in METRICS:
                     if m.step == step.name:
-                        v = m.extract(inv)
-                        if v is not None:
-                            metric_rows[(p.name, m.workload)].runs.append(v)
+                        value = m.extract(inv)
+                        if value is not None:
+                            measured[(*v.key, m.workload)].runs.append(value)
                 if on_done:
                     on_done(label, _summary(step, inv))
-    for row in metric_rows.values():
+    for row in measured.values():
         if row.runs:
             row.median = statistics.median(row.runs)
         rows.append(row)
@@ -258,7 +273,8 @@ def run_suite(
 def _summary(step: Step, inv: Invocation) -> str:
     r = inv.result
     if step.name == "main":
-        return (f"{r.get('notificationsPerSec')} notif/s, {r.get('roundTripsPerSec')} rt/s, "
+        return (f"{r.get('notificationsPerSec')} notif/s, CPU {r.get('streamClientCpuUsPerMsg')}/"
+                f"{r.get('streamAgentCpuUsPerMsg')} µs/msg, {r.get('roundTripsPerSec')} rt/s, "
                 f"{r.get('requestsPerSec')} req/s @{r.get('inflight')}, startup {r.get('startupMs')} ms "
                 f"({inv.wall_s:.1f} s)")
     return f"{r.get('textMiBPerSec')} MiB/s, {r.get('n')} × {r.get('chunkSize')} B ({inv.wall_s:.1f} s)"
@@ -269,22 +285,3 @@ def _loadavg() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
-
-
-def now_iso() -> str:
-    """Local time stamp for reports."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def load_text() -> str:
-    """The 1/5/15-minute load average as text ("n/a" where unknown)."""
-    la = _loadavg()
-    return "n/a" if la is None else " ".join(f"{x:.1f}" for x in la)
-
-
-def calibrate(loops: int = 10_000_000) -> float:
-    """Milliseconds of CPU for ``sum(range(loops))``: a crude speed gauge of the machine *now*
-    (contention on a shared host shows up here too), to tell a slow machine from a slow peer."""
-    t0 = time.process_time()
-    sum(range(loops))
-    return (time.process_time() - t0) * 1000.0

@@ -1,9 +1,13 @@
-"""Performance targets of acp_fast (issue 4) and their PASS/MISS evaluation from one run's medians.
+"""The performance goals of issue 7 §3 and their PASS/MISS verdicts from one run's medians.
 
-A target is either a ratio of two pairs' medians of one workload (``higher``-is-better
-metrics: pair ÷ reference; ``lower``: reference ÷ pair, so above 1 always means faster) or
-an absolute bound on one pair's median. A target whose pairs were not both measured is
-``n/a`` (e.g. the TS peer is not installed).
+Only public-API pairs take part (never the raw ceiling). A goal is either a ratio of two
+pairs' medians of one workload (``higher``-is-better metrics: pair ÷ reference; ``lower``:
+reference ÷ pair, so above 1 always means better) or a bound on one pair's median. Goals are
+judged per event loop, each pair against the reference on the *same* loop (a node-only pair
+such as ``ts/ts`` is the reference on every loop). A goal whose pairs were not both measured is
+``n/a``. Ratios are compared unrounded and shown with :data:`DECIMALS` decimals, more when
+that is what it takes for the shown value to be on the right side of the goal (never
+"5.00× MISS" for 4.997).
 """
 
 from __future__ import annotations
@@ -12,13 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .suite import Row
+from .suite import METRICS, Measurement
 
-__all__ = ["TARGETS", "Target", "evaluate", "ratio"]
+__all__ = ["DECIMALS", "GOALS", "Goal", "format_measured", "ratio", "verdicts"]
+
+#: decimals of a verdict's measured value (at least)
+DECIMALS = 2
 
 
 @dataclass(frozen=True)
-class Target:
+class Goal:
     """``pair``'s ``workload`` against ``reference`` (ratio ≥ ``goal``) or, without a
     reference, its median against ``goal`` (≤ for lower-is-better metrics)."""
 
@@ -29,45 +36,74 @@ class Target:
     reference: str | None = None
 
 
-TARGETS: tuple[Target, ...] = (
-    Target("compiled streaming ≥ 12× Python SDK", "acp_fast/acp_fast", "stream", 12.0, "pysdk/pysdk"),
-    Target("compiled streaming ≥ 10× TS SDK", "acp_fast/acp_fast", "stream", 10.0, "ts/ts"),
-    Target("pure streaming ≥ 3× Python SDK", "acp_fast-pure/acp_fast-pure", "stream", 3.0, "pysdk/pysdk"),
-    Target("sequential round trips ≥ 2× Python SDK", "acp_fast/acp_fast", "rtt_seq", 2.0, "pysdk/pysdk"),
-    Target("64 in flight ≥ 5× Python SDK", "acp_fast/acp_fast", "inflight", 5.0, "pysdk/pysdk"),
-    Target("client peak RSS ≤ 30 MiB (compiled)", "acp_fast/acp_fast", "rss_client", 30.0),
-    Target("agent peak RSS ≤ 30 MiB (compiled)", "acp_fast/acp_fast", "rss_agent", 30.0),
-    Target("client peak RSS ≤ 30 MiB (pure)", "acp_fast-pure/acp_fast-pure", "rss_client", 30.0),
-    Target("agent peak RSS ≤ 30 MiB (pure)", "acp_fast-pure/acp_fast-pure", "rss_agent", 30.0),
+GOALS: tuple[Goal, ...] = (
+    Goal("agent CPU per notification, compiled", "acp_fast/acp_fast", "stream_cpu_agent", 2.0),
+    Goal("client CPU per notification, compiled (same feeder)", "acp_fast/acp_fast", "stream_cpu_client", 1.5),
+    Goal("streaming vs Python SDK", "acp_fast/acp_fast", "stream", 12.0, "pysdk/pysdk"),
+    Goal("streaming vs TS SDK", "acp_fast/acp_fast", "stream", 10.0, "ts/ts"),
+    Goal("summed CPU per notification vs Python SDK", "acp_fast/acp_fast", "stream_cpu_sum", 20.0, "pysdk/pysdk"),
+    Goal("pure twin streaming vs Python SDK", "acp_fast-pure/acp_fast-pure", "stream", 3.0, "pysdk/pysdk"),
+    Goal("sequential round trips vs Python SDK", "acp_fast/acp_fast", "rtt_seq", 3.0, "pysdk/pysdk"),
+    Goal("sequential round trips vs TS SDK", "acp_fast/acp_fast", "rtt_seq", 1.5, "ts/ts"),
+    Goal("64 requests in flight vs Python SDK", "acp_fast/acp_fast", "inflight", 5.0, "pysdk/pysdk"),
+    Goal("64 requests in flight vs TS SDK", "acp_fast/acp_fast", "inflight", 4.0, "ts/ts"),
+    Goal("client peak RSS, compiled", "acp_fast/acp_fast", "rss_client", 30.0),
+    Goal("agent peak RSS, compiled", "acp_fast/acp_fast", "rss_agent", 30.0),
+    Goal("client peak RSS, pure twin", "acp_fast-pure/acp_fast-pure", "rss_client", 30.0),
+    Goal("agent peak RSS, pure twin", "acp_fast-pure/acp_fast-pure", "rss_agent", 30.0),
 )
 
 
-def ratio(row: Row | None, ref: Row | None) -> float | None:
+def ratio(row: Measurement | None, ref: Measurement | None) -> float | None:
     """How many times better ``row``'s median is than ``ref``'s (None when either is missing)."""
     if row is None or ref is None or not row.median or not ref.median:
         return None
     return row.median / ref.median if row.better != "lower" else ref.median / row.median
 
 
-def evaluate(rows: Sequence[Row], targets: Sequence[Target] = TARGETS) -> list[dict[str, Any]]:
-    """One dict per target: ``label, pair, reference, workload, goal, measured, unit, result``
-    (``"PASS"``, ``"MISS"`` or ``"n/a"``); ``measured`` is the ratio or the median."""
-    by_key = {(r.pair, r.workload): r for r in rows if not r.skipped}
+def format_measured(value: float, goal: float, ok: bool, decimals: int = DECIMALS) -> str:
+    """``value`` with ``decimals`` decimals, or more when the rounded value would sit on the
+    wrong side of ``goal`` for the verdict ``ok`` (4.997 with goal 5 and a MISS: ``4.997``)."""
+    for d in range(decimals, decimals + 6):
+        text = f"{value:.{d}f}"
+        shown = float(text)
+        if ok == (shown >= goal) or (shown == goal and ok):
+            return text
+    return repr(value)
+
+
+def _lookup(rows: Sequence[Measurement], pair: str, loop: str, workload: str) -> Measurement | None:
+    for r in rows:
+        if r.skipped is None and r.pair == pair and r.workload == workload and r.loop in (loop, "node"):
+            return r
+    return None
+
+
+def verdicts(rows: Sequence[Measurement], loops: Sequence[str], goals: Sequence[Goal] = GOALS) -> list[dict[str, Any]]:
+    """One dict per goal and loop: ``label, loop, pair, reference, workload, goal, measured,
+    shown, unit, result`` (``"PASS"``, ``"MISS"`` or ``"n/a"``); ``measured`` is the unrounded
+    ratio or median, ``shown`` its text."""
     out = []
-    for t in targets:
-        row = by_key.get((t.pair, t.workload))
-        if t.reference is not None:
-            value = ratio(row, by_key.get((t.reference, t.workload)))
-            ok = None if value is None else value >= t.goal
-            unit = "×"
-        else:
-            value = None if row is None else row.median
-            if value is None:
-                ok = None
+    for loop in loops:
+        for g in goals:
+            row = _lookup(rows, g.pair, loop, g.workload)
+            metric = next(m for m in METRICS if m.workload == g.workload)
+            lower = metric.better == "lower"
+            if g.reference is not None:
+                value = ratio(row, _lookup(rows, g.reference, loop, g.workload))
+                ok = None if value is None else value >= g.goal
+                unit = "×"
             else:
-                ok = value <= t.goal if row is not None and row.better == "lower" else value >= t.goal
-            unit = row.unit if row is not None and row.unit else ""
-        out.append({"label": t.label, "pair": t.pair, "reference": t.reference, "workload": t.workload,
-                    "goal": t.goal, "measured": None if value is None else round(value, 2), "unit": unit,
-                    "result": "n/a" if ok is None else ("PASS" if ok else "MISS")})
+                value = None if row is None else row.median
+                ok = None if value is None else (value <= g.goal if lower else value >= g.goal)
+                unit = metric.unit
+            if value is None or ok is None:
+                shown = "—"
+            elif g.reference is None and lower:  # a bound from above: flip the side test
+                shown = format_measured(-value, -g.goal, ok).lstrip("-")
+            else:
+                shown = format_measured(value, g.goal, ok)
+            out.append({"label": g.label, "loop": loop, "pair": g.pair, "reference": g.reference,
+                        "workload": g.workload, "goal": g.goal, "measured": value, "shown": shown, "unit": unit,
+                        "result": "n/a" if ok is None else ("PASS" if ok else "MISS")})
     return out

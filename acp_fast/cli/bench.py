@@ -3,12 +3,16 @@
 Two modes:
 
 * **suite** (default): the workloads of :mod:`acp_fast.benchmark.suite` for pairs of client
-  and agent processes side by side in one run: acp_fast compiled ↔ compiled, pure ↔ pure
-  (``ACP_FAST_NO_EXTENSIONS=1`` on both processes), the official Python SDK ↔ itself, the
-  TypeScript SDK ↔ itself (needs node and ``peers/ts/node_modules``) and the mixed pairs
-  acp_fast client ← TS agent and TS client ← acp_fast agent. Medians of ≥ 3 runs, a live
-  progress display on stderr, a markdown table with ratios against the Python SDK pair and
-  the PASS/MISS table of the targets on stdout; ``--json PATH``, ``--png PATH``.
+  and agent processes side by side in one run, on asyncio and on uvloop (``--loops``; both
+  Python sides of a pair on the same loop), client and agent pinned to different CPUs:
+  acp_fast compiled ↔ compiled and pure ↔ pure (the agent is ``acp-fast testy`` streaming
+  through the public API), the official Python SDK ↔ itself, the TypeScript SDK ↔ itself
+  (needs node and ``peers/ts/node_modules``), the cross-fed pairs (acp_fast client fed by
+  each SDK's agent, each SDK's client fed by the acp_fast agent) and a raw-ceiling row.
+  Medians of 3 runs (``--runs``), CPU µs per message per side, load average and a CPU
+  calibration before and after (with a warning when the machine was busy), the results
+  table and the PASS/MISS table of the goals on stdout; ``--json PATH``, ``--png PATH``.
+  Needs the ``bench`` extra (psutil, tabulate, tqdm).
 * **probe** (``--agent 'CMD'``): any ACP agent measured the way a client sees it (start-up
   to ``initialize`` response, ``session/new``, time to first update, updates/s, turn time).
 
@@ -35,7 +39,7 @@ _DESCRIPTION = __doc__.split("\n\n")[0] if __doc__ else ""
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("suite mode")
     g.add_argument("--quick", action="store_true",
-                   help="short run (under a minute): N=5,000, fewer round trips, one 1 MiB repetition")
+                   help="short run (a few minutes): one repetition, N=3,000, fewer round trips, 3 × 1 MiB")
     g.add_argument("--pairs", help="comma-separated pair names, 'default' or 'all' (default: the six "
                                    "default pairs; see --list)")
     g.add_argument("--list", action="store_true", help="list the registered pairs and exit")
@@ -45,7 +49,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                                                   "source tree or $ACP_FAST_PEERS)")
     g.add_argument("--acp-agent", metavar="CMD",
                    help="acp_fast agent command for the acp_fast pairs (default: acp-fast testy)")
-    g.add_argument("--repeat", "-r", type=int, help="repetitions (median reported; default 3)")
+    g.add_argument("--repeat", "-r", type=int, help="repetitions (median reported; default 3, --quick 1; "
+                                                   "--runs is the same)")
+    g.add_argument("--loops", help="comma-separated event loops of the Python sides (default: asyncio,uvloop; "
+                                   "uvloop only when it imports)")
+    g.add_argument("--no-pin", action="store_true", help="do not pin client and agent to different CPUs")
     g.add_argument("--n", type=int, help="notifications in the streaming prompt")
     g.add_argument("--m", type=int, help="sequential round trips")
     g.add_argument("--inflight", type=int, help="requests kept in flight")
@@ -57,7 +65,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("probe mode")
     g.add_argument("--agent", metavar="CMD", help="measure this ACP agent command instead of the suite")
     g.add_argument("--prompt", default="stream 1000 chunks", help="prompt text of the turn (default: %(default)r)")
-    g.add_argument("--runs", type=int, default=3, help="runs (default 3; medians reported)")
+    g.add_argument("--runs", type=int, default=None,
+                   help="runs (default 3; medians reported); in suite mode the same as --repeat")
     g.add_argument("--protocol", choices=("auto", "1", "2"), default="auto",
                    help="auto: v2 first, v1 if the agent answers 1 (Client.protocol_connector())")
     g = p.add_argument_group("both")
@@ -99,13 +108,14 @@ def _run_probe(args: argparse.Namespace) -> int:
         if not progress:
             return
         if rec is None:
-            _err(f"[{i}/{args.runs}] FAILED: {error}")
+            _err(f"[{i}/{runs}] FAILED: {error}")
         else:
-            sys.stderr.write(f"[{i}/{args.runs}] v{rec['protocol']} start→init {rec['startup_ms']:.0f} ms, "
+            sys.stderr.write(f"[{i}/{runs}] v{rec['protocol']} start→init {rec['startup_ms']:.0f} ms, "
                              f"{rec['updates']} updates in {rec['turn_ms']:.0f} ms, stop {rec['stop_reason']}\n")
             sys.stderr.flush()
 
-    result = probe(cmd, args.prompt, runs=max(1, args.runs), timeout_s=args.timeout or 60.0,
+    runs = args.runs or 3
+    result = probe(cmd, args.prompt, runs=max(1, runs), timeout_s=args.timeout or 60.0,
                    protocol=args.protocol, on_run=on_run)
     print(probe_markdown(result))
     if args.json:
@@ -120,20 +130,48 @@ def _write(path: str, doc: dict[str, Any]) -> None:
     p.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+#: what the suite needs beyond the core package (the ``bench`` extra)
+BENCH_EXTRA = ("psutil", "tabulate", "tqdm")
+
+
+def missing_extra() -> list[str]:
+    """The modules of the ``bench`` extra that do not import."""
+    import importlib.util
+
+    return [m for m in BENCH_EXTRA if importlib.util.find_spec(m) is None]
+
+
+def _loops(spec: str | None) -> tuple[list[str], list[str]]:
+    """``(loops, notes)`` from ``--loops`` (default: asyncio and, when it imports, uvloop)."""
+    from .loops import LOOPS, available_loops
+
+    have = available_loops()
+    if spec is None:
+        return have, ([] if "uvloop" in have else ["uvloop does not import: asyncio rows only "
+                                                      "(pip install uvloop for the uvloop rows)"])
+    loops = [s.strip() for s in spec.split(",") if s.strip()]
+    bad = [x for x in loops if x not in LOOPS or x == "auto"]
+    if bad or not loops:
+        raise ValueError(f"--loops: expected a comma-separated subset of asyncio,uvloop, got {spec!r}")
+    notes = [f"{x} does not import: its rows are skipped" for x in loops if x not in have]
+    return [x for x in loops if x in have], notes
+
+
 def _run_suite(args: argparse.Namespace) -> int:
     import os
 
+    missing = missing_extra()
+    if missing:
+        _err(f"the suite needs the bench extra, missing: {', '.join(missing)}. "
+             f"Install it with: pip install 'acp-fast[bench]'  (or: pip install {' '.join(missing)})")
+        return 2
+
+    from acp_fast.benchmark import machine
     from acp_fast.benchmark import pairs as pairs_mod
     from acp_fast.benchmark.progress import Progress
-    from acp_fast.benchmark.report import markdown, targets_markdown, write_json
-    from acp_fast.benchmark.suite import (
-        STEPS,
-        Settings,
-        calibrate,
-        load_text,
-        now_iso,
-        run_suite,
-    )
+    from acp_fast.benchmark.runner import pin_plan
+    from acp_fast.benchmark.suite import STEPS, RunConfig, run_pairs
+    from acp_fast.benchmark.tables import goals_table, results_table, write_json
 
     if args.acp_agent:
         os.environ["ACP_FAST_BENCH_AGENT"] = args.acp_agent
@@ -144,20 +182,31 @@ def _run_suite(args: argparse.Namespace) -> int:
         for p in pairs_mod.PAIRS.values():
             state = p.missing() or "ready"
             default = " default" if p.name in pairs_mod.DEFAULT_PAIRS else ""
-            print(f"{p.name:28} v{p.protocol}{default}  {p.description or ''}  [{state}]")
-            print(f"{'':28}      client: {shlex.join(p.client_cmd)}")
-            print(f"{'':28}      agent:  {shlex.join(p.agent_cmd)}")
+            print(f"{p.name:30} v{p.protocol}{default}  {p.description or ''}  [{state}]")
+            print(f"{'':30}      client: {shlex.join(p.client_cmd)}")
+            print(f"{'':30}      agent:  {shlex.join(p.agent_cmd)}")
         return 0
+    try:
+        loops, loop_notes = _loops(args.loops)
+    except ValueError as exc:
+        _err(str(exc))
+        return 2
+    if not loops:
+        _err("no event loop to run on")
+        return 2
 
-    settings = Settings.quick() if args.quick else Settings()
+    pin = None if args.no_pin else pin_plan()
+    config = RunConfig.quick() if args.quick else RunConfig()
+    repeat = args.repeat if args.repeat is not None else args.runs
     overrides = {
-        "repeat": args.repeat, "n": args.n, "m": args.m, "inflight": args.inflight,
+        "repeat": repeat, "n": args.n, "m": args.m, "inflight": args.inflight,
         "inflight_m": args.inflight_m, "large_n": args.large_n, "warmup": args.warmup,
         "timeout_s": args.timeout,
     }
-    settings = dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
-    if settings.large_repeat is not None and args.repeat is not None:
-        settings = dataclasses.replace(settings, large_repeat=min(settings.large_repeat, settings.repeat))
+    config = dataclasses.replace(config, loops=tuple(loops), pin=pin,
+                                 **{k: v for k, v in overrides.items() if v is not None})
+    if config.large_repeat is not None and repeat is not None:
+        config = dataclasses.replace(config, large_repeat=min(config.large_repeat, config.repeat))
     spec = [s.strip() for s in (args.pairs or "default").split(",") if s.strip()]
     names: list[str] = []
     for s in spec:
@@ -168,55 +217,64 @@ def _run_suite(args: argparse.Namespace) -> int:
         _err(str(exc.args[0]))
         return 2
 
-    runnable = [p for p in selected if p.missing() is None]
-    large_reps = settings.repeat if settings.large_repeat is None else min(settings.large_repeat, settings.repeat)
-    total = len(runnable) * (settings.repeat * (len(STEPS) - 1) + large_reps)
+    variants = [v for p in selected if p.missing() is None for v in p.variants(config.loops)]
+    large_reps = config.repeat if config.large_repeat is None else min(config.large_repeat, config.repeat)
+    total = len(variants) * (config.repeat * (len(STEPS) - 1) + large_reps)
     progress = Progress(total=total, enabled=not args.no_progress)
     kind, agent_cmd = pairs_mod.acp_fast_agent()
-    agent_note = {"testy": "acp-fast testy", "fallback": "fallback agent (acp-fast testy not available)",
+    agent_note = {"testy": "acp-fast testy (public API: cx.send_session_update per chunk)",
                   "override": "--acp-agent"}[kind]
-    progress.note(f"acp_fast agent: {agent_note}: {shlex.join(agent_cmd)}")
+    for note in loop_notes:
+        _err(note)
     for p in selected:
         msg = p.missing()
         if msg:
             # always shown, even with --no-progress: a skipped peer must never go unnoticed
             sys.stderr.write(f"{p.name}: {msg}\n")
     t0 = time.perf_counter()
-    started = now_iso()
-    load0 = load_text()
-    cal0 = calibrate()
-    rows, raw = run_suite(selected, settings, on_start=progress.start, on_tick=progress.tick,
-                          on_done=progress.done)
-    cal1 = calibrate()
+    before = machine.snapshot()
+    progress.note(f"acp_fast agent: {agent_note}: {shlex.join(agent_cmd)}; loops {', '.join(config.loops)}; "
+                  f"load {before.load_text()}; calibration {before.calibration_ms:.0f} ms")
+    rows, raw = run_pairs(selected, config, on_start=progress.start, on_tick=progress.tick, on_done=progress.done)
+    progress.close()
+    after = machine.snapshot()
     elapsed = time.perf_counter() - t0
-    load1 = load_text()
+    warnings = machine.busy_warnings(before, after)
 
-    print(markdown(rows, settings, baseline=pairs_mod.BASELINE))
+    command = "acp-fast bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "bench"
+                                             else sys.argv[1:])
+    print(results_table(rows, config))
     print()
-    print("Targets (medians of this run):")
+    print(f"Goals (medians of this run; public-API pairs only, each against the reference on the same loop; "
+          f"ratios compared unrounded, shown with at least 2 decimals):")
     print()
-    print(targets_markdown(rows))
-    print(f"\n({'quick' if args.quick else 'full'} run, {elapsed:.0f} s; acp_fast agent: {agent_note}; "
-          f"load average {load0} before, {load1} after; CPU calibration {cal0:.0f}/{cal1:.0f} ms "
-          f"before/after, ~180 ms on a quiet machine)")
+    print(goals_table(rows, config.loops))
+    print()
+    print(f"Command: {command}")
+    print(f"Run: {'quick' if args.quick else 'full'}, {elapsed:.0f} s, started {before.at}; loops: "
+          f"{', '.join(config.loops)}; {machine.cpu_count()} CPUs"
+          + (f", client on CPU {pin[0]} and agent on CPU {pin[1]}" if pin else ", not pinned"))
+    print(f"acp_fast agent: {agent_note}")
+    print(f"Load average (1/5/15 min): {before.load_text()} before, {after.load_text()} after; "
+          f"CPU calibration {before.calibration_ms:.0f} ms before, {after.calibration_ms:.0f} ms after")
+    for w in warnings:
+        print(f"WARNING: machine busy: {w}; throughput ratios are unreliable, compare CPU µs/msg")
+        _err(f"warning: machine busy: {w}")
     if args.quick:
-        print("(quick: small N and little warm-up, so JIT peers (node) run cold: ratios are indicative; "
-              "judge the targets on a full run)")
-    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        print("(PYTHONDONTWRITEBYTECODE is set: Python processes whose sources have no cached bytecode "
-              "compile them at every start, which inflates (f) for an uninstalled acp_fast)")
-    meta = {"started": started, "elapsed_s": round(elapsed, 1), "quick": args.quick,
-            "calibration_ms": [round(cal0, 1), round(cal1, 1)], "loadavg": [load0, load1],
+        print("(quick: one repetition, small N and little warm-up, so JIT peers (node) run cold: "
+              "ratios are indicative; judge the goals on a full run)")
+    meta = {"command": command, "elapsed_s": round(elapsed, 1), "quick": args.quick,
+            "before": before.to_json(), "after": after.to_json(), "busy": warnings,
             "acp_fast_agent": {"kind": kind, "argv": list(agent_cmd)}, "baseline": pairs_mod.BASELINE}
     if args.json:
-        write_json(args.json, rows, raw, settings, meta)
+        write_json(args.json, rows, raw, config, meta)
         print(f"JSON written to {args.json}")
     if args.png:
         from acp_fast.benchmark.chart import MissingMatplotlib, write_png
 
         try:
             write_png(args.png, rows, title=f"acp-fast bench ({'quick' if args.quick else 'full'}, "
-                                             f"medians of {settings.repeat}; load {load0})")
+                                             f"medians of {config.repeat}; load {before.load_text()})")
         except MissingMatplotlib as exc:
             print(f"chart skipped: {exc}")
             _err(f"--png: chart skipped: {exc}")

@@ -4,7 +4,7 @@ Subcommands are registered by modules with an ``add_parser(subparsers)`` functio
 returns the subparser and sets ``func`` (called with the parsed ``argparse.Namespace``; its
 return value is the exit status):
 
-* ``testy`` - :mod:`acp_fast.cli.testy`, the deterministic test agent on stdio;
+* ``testy`` - :mod:`acp_fast.cli.testy`, serves the test agent :mod:`acp_fast.testy` on stdio;
 * ``version`` - the package version and the active engine twin;
 * ``bench`` - :mod:`acp_fast.cli.bench`, imported lazily and only if it exists (owned by
   the benchmark tooling; nothing here depends on it).
@@ -28,9 +28,9 @@ OPTIONAL_SUBCOMMANDS = ("acp_fast.cli.bench",)
 
 
 def _version(args: Any) -> int:
-    from .. import __version__, _engine
+    from .. import IMPLEMENTATION, __version__
 
-    print(f"acp-fast {__version__} (engine: {_engine.IMPLEMENTATION}, Python {sys.version.split()[0]})")
+    print(f"acp-fast {__version__} (engine: {IMPLEMENTATION}, Python {sys.version.split()[0]})")
     return 0
 
 

@@ -7,8 +7,8 @@ The program lives in the package (``acp_fast/benchmark/client.py``) so that the 
 
     python peers/acpfast/client.py [--v2] [--n N] [--m M] ... [-- agent command...]
 
-Default agent: ``acp-fast testy`` is *not* assumed; without ``-- cmd`` the fallback test agent
-``python -m acp_fast.benchmark.agent`` (``peers/acpfast/agent.py``) is spawned.
+Without ``-- cmd`` the test agent ``acp-fast testy`` (``python -m acp_fast.cli.main testy``) is
+spawned, on the client's ``--loop``.
 """
 
 from __future__ import annotations

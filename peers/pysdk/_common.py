@@ -20,15 +20,38 @@ from typing import Any
 LARGE_CHUNK = 1048576
 
 
-def run(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Runs ``coro`` on uvloop when ``ACP_UVLOOP=1`` and uvloop is installed, else on asyncio."""
-    if os.environ.get("ACP_UVLOOP") == "1":
-        try:
-            import uvloop  # type: ignore[import-not-found]
-        except ImportError:
-            pass
-        else:
-            return uvloop.run(coro)
+LOOPS = ("asyncio", "uvloop")
+
+
+def loop_from_argv(argv: list[str]) -> str | None:
+    """The value of ``--loop asyncio|uvloop`` (or ``--loop=...``) in ``argv``, else ``None``."""
+    for i, a in enumerate(argv):
+        value = argv[i + 1] if a == "--loop" and i + 1 < len(argv) else (a[7:] if a.startswith("--loop=") else None)
+        if value is not None:
+            if value not in LOOPS:
+                raise SystemExit(f"--loop: expected one of {', '.join(LOOPS)}, got {value!r}")
+            return value
+    return None
+
+
+def run(coro: Coroutine[Any, Any, Any], loop: str | None = None) -> Any:
+    """Runs ``coro`` on ``loop`` (``"asyncio"`` or ``"uvloop"``, which must then be installed).
+
+    Without ``loop``: uvloop when ``ACP_UVLOOP=1`` and uvloop is installed, else asyncio.
+    """
+    if loop is None:
+        loop = "asyncio"
+        if os.environ.get("ACP_UVLOOP") == "1":
+            try:
+                import uvloop  # type: ignore[import-not-found]  # noqa: F401
+            except ImportError:
+                pass
+            else:
+                loop = "uvloop"
+    if loop == "uvloop":
+        import uvloop  # type: ignore[import-not-found]
+
+        return uvloop.run(coro)
     return asyncio.run(coro)
 
 
@@ -70,6 +93,7 @@ class ClientArgs:
     chunk: int
     cmd: list[str]
     child_env: dict[str, str]
+    loop: str | None
 
 
 def parse_client_args(argv: list[str], default_agent: list[str]) -> ClientArgs:
@@ -89,6 +113,8 @@ def parse_client_args(argv: list[str], default_agent: list[str]) -> ClientArgs:
     p.add_argument("--permission", action="store_true", help="prompt asks for session/request_permission")
     p.add_argument("--raw-updates", action="store_true", help="accepted for CLI parity; no effect here")
     p.add_argument("--large", action="store_true", help="agent gets ACP_CHUNK=1048576, N defaults to 100")
+    p.add_argument("--loop", choices=LOOPS, default=None,
+                   help="event loop (default: asyncio, or uvloop with ACP_UVLOOP=1)")
     a = p.parse_args(opts)
     child_env = dict(os.environ)
     if a.large and "ACP_CHUNK" not in child_env:
@@ -107,6 +133,7 @@ def parse_client_args(argv: list[str], default_agent: list[str]) -> ClientArgs:
         chunk=int(child_env.get("ACP_CHUNK", "100")),
         cmd=cmd or default_agent,
         child_env=child_env,
+        loop=a.loop,
     )
 
 

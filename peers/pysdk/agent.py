@@ -23,6 +23,9 @@ Env:
   ACP_CHUNK      text size of each chunk in bytes (default 100)
   ACP_UVLOOP=1   run on uvloop (when installed) instead of the default asyncio loop
 
+Options:
+  --loop asyncio|uvloop   the event loop (overrides ACP_UVLOOP; uvloop must be installed)
+
 The SDK has no ``$/cancel_request`` support, so neither has this agent.
 """
 
@@ -49,7 +52,7 @@ from acp.schema import (  # noqa: E402
     ToolCallUpdate,
 )
 
-from _common import process_stats, run  # noqa: E402
+from _common import loop_from_argv, loop_name, process_stats, run  # noqa: E402
 
 DEFAULT_N = int(os.environ.get("ACP_N", "10"))
 CHUNK = int(os.environ.get("ACP_CHUNK", "100"))
@@ -148,7 +151,7 @@ class TestAgent:
         if method == "test/echo":
             return params
         if method == "test/stats":
-            return {**process_stats(), "notesReceived": self._notes_received}
+            return {**process_stats(), "notesReceived": self._notes_received, "loop": loop_name()}
         raise acp.RequestError.method_not_found(f"_{method}")
 
     async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
@@ -161,4 +164,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main())
+    run(main(), loop_from_argv(sys.argv[1:]))

@@ -11,7 +11,7 @@ round trips, then X ``_test/echo`` requests with K in flight, asks the agent for
 Usage:
   python client.py [--n N] [--m M] [--rtt-method echo|prompt|none] [--inflight K]
                    [--inflight-m X] [--warmup W] [--permission] [--raw-updates] [--large]
-                   [-- <agent command> [args...]]
+                   [--loop asyncio|uvloop] [-- <agent command> [args...]]
 
 Notes on SDK defaults this client overrides (documented keyword arguments):
 * ``spawn_agent_process`` gives the child a trimmed environment; the full environment is passed
@@ -196,6 +196,7 @@ async def main(args: ClientArgs) -> dict[str, Any]:
         try:
             stats = await conn.ext_method("test/stats", {})
             out["agentMaxRssKiB"] = stats["maxRssKiB"]
+            out["agentLoop"] = stats.get("loop")
             out["agentCpuMs"] = round((stats["userCpuUs"] + stats["systemCpuUs"]) / 1000)
         except Exception:  # agent without the _test/stats extension
             out["agentMaxRssKiB"] = None
@@ -211,5 +212,6 @@ async def main(args: ClientArgs) -> dict[str, Any]:
 if __name__ == "__main__":
     import json
 
-    result = run(main(parse_client_args(sys.argv[1:], default_python_agent())))
+    args = parse_client_args(sys.argv[1:], default_python_agent())
+    result = run(main(args), args.loop)
     sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")

@@ -1,0 +1,88 @@
+"""The state of the machine around a benchmark run: load average, CPU calibration, busy check.
+
+The shared machine's speed moves between runs; CPU µs per message is robust to that, wall
+throughput is not. :func:`snapshot` is taken before and after the run; :func:`busy_warnings`
+says when the numbers should not be trusted (load average above 0.7 × CPUs, or the
+calibration loop's time drifting by more than 15 % between before and after).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["CALIBRATION_LOOPS", "LOAD_PER_CPU", "MAX_DRIFT", "Snapshot", "busy_warnings", "calibrate", "cpu_count",
+           "snapshot"]
+
+#: iterations of the calibration loop
+CALIBRATION_LOOPS = 3_000_000
+#: load average per CPU above which the machine counts as busy
+LOAD_PER_CPU = 0.7
+#: relative change of the calibration time (before → after) above which the machine counts as busy
+MAX_DRIFT = 0.15
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def calibrate(loops: int = CALIBRATION_LOOPS) -> float:
+    """Milliseconds of wall time for a fixed pure-Python loop: a gauge of the machine's speed
+    *now* (contention on a shared host shows up here); the best of three."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        x = 0
+        for i in range(loops):
+            x += i & 7
+        best = min(best, time.perf_counter() - t0)
+    return best * 1000.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Load average (1, 5, 15 min; ``None`` where unknown), calibration time, time stamp."""
+
+    load: tuple[float, float, float] | None
+    calibration_ms: float
+    at: str
+
+    def load_text(self) -> str:
+        return "n/a" if self.load is None else " ".join(f"{x:.2f}" for x in self.load)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def snapshot() -> Snapshot:
+    """The machine's state now (the calibration runs first, then the load is read)."""
+    cal = calibrate()
+    try:
+        one, five, fifteen = os.getloadavg()
+        load: tuple[float, float, float] | None = (round(one, 2), round(five, 2), round(fifteen, 2))
+    except (AttributeError, OSError):
+        load = None
+    return Snapshot(load, round(cal, 1), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+def busy_warnings(before: Snapshot, after: Snapshot, cpus: int | None = None) -> list[str]:
+    """Why the machine looked busy around the run (empty when it did not)."""
+    cpus = cpus or cpu_count()
+    out = []
+    limit = LOAD_PER_CPU * cpus
+    for name, snap in (("before", before), ("after", after)):
+        if snap.load is not None and snap.load[0] > limit:
+            out.append(f"load average {snap.load[0]:.2f} {name} the run is above {limit:.2f} "
+                       f"({LOAD_PER_CPU:g} × {cpus} CPUs)")
+    if before.calibration_ms > 0:
+        drift = (after.calibration_ms - before.calibration_ms) / before.calibration_ms
+        if abs(drift) > MAX_DRIFT:
+            out.append(f"CPU calibration drifted {drift * 100:+.0f} % ({before.calibration_ms:.0f} → "
+                       f"{after.calibration_ms:.0f} ms; limit ±{MAX_DRIFT * 100:.0f} %)")
+    return out

@@ -1,0 +1,124 @@
+"""Rendering of a run: the results table, the goals table (``tabulate``) and the JSON document."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .pairs import CEILING, PAIRS
+from .suite import Measurement, RunConfig
+from .targets import verdicts
+
+__all__ = ["COLUMNS", "format_value", "goals_table", "results_table", "write_json"]
+
+#: (workload, column header) of the results table, in order
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("stream", "notif/s ↑"),
+    ("stream_cpu_client", "client CPU µs/msg ↓"),
+    ("stream_cpu_agent", "agent CPU µs/msg ↓"),
+    ("stream_cpu_sum", "sum CPU µs/msg ↓"),
+    ("rtt_seq", "seq rt/s ↑"),
+    ("inflight", "64 in flight req/s ↑"),
+    ("large", "1 MiB notif MiB/s ↑"),
+    ("rss_client", "RSS client MiB ↓"),
+    ("rss_agent", "RSS agent MiB ↓"),
+    ("startup", "start-up ms ↓"),
+)
+
+
+def _tabulate(rows: list[list[str]], headers: list[str], align: Sequence[str]) -> str:
+    from tabulate import tabulate
+
+    return str(tabulate(rows, headers=headers, tablefmt="github", colalign=list(align), disable_numparse=True))
+
+
+def format_value(v: float | None) -> str:
+    """A compact cell: thousands separators for rates, one or two decimals for small values."""
+    if v is None:
+        return "—"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def _cell(row: Measurement | None) -> str:
+    if row is None:
+        return "—"
+    cell = format_value(row.median)
+    if row.errors:
+        cell += f" !{len(row.errors)}"
+    return cell
+
+
+def results_table(rows: Sequence[Measurement], config: RunConfig) -> str:
+    """A line per pair and loop, a column per metric (:data:`COLUMNS`; medians of the runs;
+    ``!k``: k runs failed). Skipped pairs and errors are listed under the table."""
+    by_key = {(r.pair, r.loop, r.workload): r for r in rows if not r.skipped}
+    variants: list[tuple[str, str]] = []
+    for r in rows:
+        if not r.skipped and (r.pair, r.loop) not in variants:
+            variants.append((r.pair, r.loop))
+    out: list[str] = []
+    if variants:
+        body = []
+        for pair, loop in variants:
+            p = PAIRS.get(pair)
+            name = f"{pair} — {CEILING}" if p is not None and p.ceiling else pair
+            body.append([name, loop, *(_cell(by_key.get((pair, loop, w))) for w, _ in COLUMNS)])
+        out.append(_tabulate(body, ["pair (client/agent)", "loop", *(h for _, h in COLUMNS)],
+                             ["left", "left", *("right" for _ in COLUMNS)]))
+    else:
+        out.append("(no runnable pair)")
+    out.append("")
+    out.append(
+        f"Medians of {config.repeat} run(s); N={config.n:,} × {config.chunk} B agent_message_chunk, "
+        f"M={config.m:,} sequential _test/echo, {config.inflight_m:,} with {config.inflight} in flight, "
+        f"{config.large_n} × 1 MiB, warm-up {config.warmup}. CPU µs/msg: user+sys CPU of each process "
+        f"during the streaming prompt ÷ N. "
+        + (f"Client on CPU {config.pin[0]}, agent on CPU {config.pin[1]}." if config.pin else "Not pinned (< 2 CPUs).")
+    )
+    for r in rows:
+        if r.skipped:
+            out.append(f"- {r.pair}: {r.skipped}")
+    seen: set[str] = set()
+    for r in rows:
+        for e in r.errors:
+            key = f"{r.pair} [{r.loop}] {e}"
+            if key not in seen:
+                seen.add(key)
+                out.append(f"- {r.pair} [{r.loop}]: {e[:300]}")
+    return "\n".join(out)
+
+
+def goals_table(rows: Sequence[Measurement], loops: Sequence[str]) -> str:
+    """The PASS/MISS table of :data:`~acp_fast.benchmark.targets.GOALS` for each loop."""
+    body = []
+    for v in verdicts(rows, loops):
+        measured = v["shown"] + ("×" if v["unit"] == "×" and v["shown"] != "—" else
+                                 (f" {v['unit']}" if v["shown"] != "—" else ""))
+        goal = f"≥ {v['goal']:g}×" if v["unit"] == "×" else f"≤ {v['goal']:g} {v['unit']}"
+        body.append([v["label"], v["loop"], v["pair"], v["reference"] or "—", measured, goal, v["result"]])
+    return _tabulate(body, ["goal (issue 7 §3)", "loop", "pair", "vs", "measured", "goal", "result"],
+                     ["left", "left", "left", "left", "right", "right", "left"])
+
+
+def write_json(path: str | os.PathLike[str], rows: Sequence[Measurement], raw: Sequence[dict[str, Any]],
+               config: RunConfig, meta: dict[str, Any]) -> None:
+    """Writes ``{"meta", "config", "rows", "goals", "raw"}`` to ``path``."""
+    doc = {
+        "meta": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(), **meta},
+        "config": {k: list(v) if isinstance(v, tuple) else v for k, v in config.__dict__.items()},
+        "rows": [r.to_json() for r in rows],
+        "goals": verdicts(rows, config.loops),
+        "raw": list(raw),
+    }
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

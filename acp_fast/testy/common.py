@@ -1,0 +1,140 @@
+"""What Testy's v1 and v2 variants share: constants, the ONE handler table, the base class.
+
+:data:`REQUESTS` and :data:`NOTIFICATIONS` map every method Testy may serve to the name of
+its handler. A variant (:class:`~acp_fast.testy.v1.TestyV1`, :class:`~acp_fast.testy.v2.TestyV2`)
+serves exactly the methods whose handler it defines; :meth:`TestyBase.builder` registers them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+from typing import Any
+
+from .. import IMPLEMENTATION, __version__
+from ..errors import INVALID_PARAMS, JsonRpcError
+
+__all__ = ["NOTIFICATIONS", "REQUESTS", "TestyBase", "process_stats", "session_id", "text_block",
+           "unknown_session"]
+
+AGENT_NAME = "test-agent"
+AUTH_METHOD = "testy-agent-auth"
+UPDATED_AT = "2026-01-01T00:00:00Z"
+GREETING = "Hello, world!"
+
+#: method -> handler attribute, for requests (a variant without the attribute does not serve it)
+REQUESTS: tuple[tuple[str, str], ...] = (
+    ("initialize", "initialize"),
+    ("authenticate", "authenticate"),
+    ("logout", "logout"),
+    ("session/new", "new_session"),
+    ("session/load", "load_session"),
+    ("session/resume", "resume_session"),
+    ("session/list", "list_sessions"),
+    ("session/delete", "delete_session"),
+    ("session/close", "close_session"),
+    ("session/set_mode", "set_mode"),
+    ("session/set_config_option", "set_config_option"),
+    ("session/prompt", "prompt"),
+    ("_test/echo", "echo"),
+    ("_bench/echo", "echo"),
+    ("_test/stats", "stats"),
+)
+#: method -> handler attribute, for notifications
+NOTIFICATIONS: tuple[tuple[str, str], ...] = (
+    ("session/cancel", "cancel"),
+    ("_test/note", "note"),
+)
+
+
+def text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def session_id(params: Any) -> str:
+    sid = params.get("sessionId") if isinstance(params, dict) else None
+    if not isinstance(sid, str):
+        raise JsonRpcError(INVALID_PARAMS, data="`sessionId` must be a string")
+    return sid
+
+
+def unknown_session(sid: str) -> JsonRpcError:
+    return JsonRpcError(INVALID_PARAMS, data=f"unknown session `{sid}`")
+
+
+def process_stats(notes: int, engine: str = IMPLEMENTATION) -> dict[str, Any]:
+    """The ``_test/stats`` answer (field names of the peers in ``peers/``; ``loop``: the running
+    event loop's kind, so a benchmark can check that both sides ran on the loop it asked for)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        rss = usage.ru_maxrss * 1024
+    try:
+        loop = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
+    except RuntimeError:
+        loop = None
+    return {"maxRssKiB": usage.ru_maxrss, "rssKiB": usage.ru_maxrss, "rssBytes": rss,
+            "userCpuUs": int(usage.ru_utime * 1e6), "systemCpuUs": int(usage.ru_stime * 1e6),
+            "notesReceived": notes, "engine": engine, "loop": loop}
+
+
+class TestyBase:
+    """State and handlers both variants have (one instance per connection).
+
+    Attributes:
+        stream_mode: ``"api"`` (every benchmark chunk built fresh and sent with
+            ``cx.send_session_update``) or ``"preencoded"`` (one line re-sent: a raw ceiling).
+        engine: the engine twin serving the connection (``"c"`` or ``"py"``), for ``_test/stats``.
+    """
+
+    #: the builder factory of the variant (``Agent.builder`` or ``Agent.v2``)
+    version = 0
+
+    def __init__(self, *, stream_mode: str = "api", engine: str = IMPLEMENTATION) -> None:
+        self.stream_mode = stream_mode
+        self.engine = engine
+        self.notes = 0
+        self.next_session = 0
+
+    def builder(self) -> Any:
+        """An ``Agent`` builder with this variant's handlers of the shared table."""
+        from .. import Agent
+
+        b = Agent.v2() if self.version == 2 else Agent.builder()
+        b.with_info(AGENT_NAME, __version__)
+        for method, attr in REQUESTS:
+            fn = getattr(self, attr, None)
+            if fn is not None:
+                b.on_request(method, fn)
+        for method, attr in NOTIFICATIONS:
+            fn = getattr(self, attr, None)
+            if fn is not None:
+                b.on_notification(method, fn)
+        return b
+
+    def echo(self, params: Any, cx: Any) -> Any:
+        return params if params is not None else {}
+
+    def stats(self, params: Any, cx: Any) -> dict[str, Any]:
+        return process_stats(self.notes, self.engine)
+
+    def note(self, params: Any, cx: Any) -> None:
+        self.notes += 1
+
+    def list_sessions(self, params: Any, cx: Any) -> dict[str, Any]:
+        cwd = params.get("cwd") if isinstance(params, dict) else None
+        sessions: dict[str, Any] = getattr(self, "sessions")  # noqa: B009 - defined by the variants
+        return {"sessions": [
+            {"sessionId": sid, "cwd": s.cwd, "title": "Testy session", "updatedAt": UPDATED_AT}
+            for sid, s in sorted(sessions.items())
+            if not s.closed and (cwd is None or s.cwd == cwd)]}
+
+    def _new_cwd(self, params: Any) -> str:
+        cwd = params.get("cwd") if isinstance(params, dict) else None
+        if not isinstance(cwd, str):
+            raise JsonRpcError(INVALID_PARAMS, data="`cwd` must be a string")
+        self.next_session += 1
+        return cwd
