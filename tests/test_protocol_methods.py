@@ -138,7 +138,7 @@ def test_descriptor_runtime_surface() -> None:
     assert repr(methods_v2.session.cancel) == (
         "<notification 'session/cancel' v2: CancelSessionNotification>"
     )
-    same = RequestMethod("session/prompt", 2, "PromptRequest", "PromptResponse")
+    same: RequestMethod[Any, Any] = RequestMethod("session/prompt", 2, "PromptRequest", "PromptResponse")
     assert same == prompt and hash(same) == hash(prompt)
     assert Method("session/prompt", "request", 2, "X", "Y") == prompt  # by name, kind, version
     assert methods_v1.session.prompt != prompt  # another version
@@ -236,6 +236,8 @@ register(methods.session.prompt, prompt)
 register(methods.session.prompt, new_session_result)  # BAD
 register(methods.session.prompt, new_session_params)  # BAD
 register(methods_v1.session.prompt, prompt)  # BAD
+methods.session.prompt = methods.session.prompt  # BAD (Final)
+methods.session.prompt.name = "session/other"  # BAD
 
 # The builder overloads recommended for on_request / on_notification.
 
@@ -328,7 +330,7 @@ def test_mypy_accepts_right_handlers_and_rejects_wrong_ones(tmp_path: Path) -> N
     pytest.importorskip("mypy.api", reason="mypy is not installed (pip install -e '.[test]')")
     source = tmp_path / "typed_example.py"
     source.write_text(TYPED_EXAMPLE)
-    bad = {n for n, line in enumerate(TYPED_EXAMPLE.splitlines(), 1) if line.endswith("# BAD")}
+    bad = {n for n, line in enumerate(TYPED_EXAMPLE.splitlines(), 1) if "# BAD" in line}
     # MYPYPATH: this checkout's acp_fast, not an installed copy.
     env = {**os.environ, "MYPYPATH": str(REPO)}
     proc = subprocess.run(

@@ -17,7 +17,7 @@ Kinds are separate classes so that a request descriptor cannot be passed where a
 notification is expected (and back): ``RequestMethod[P, R]`` and
 ``NotificationMethod[P]`` (a ``Method[P, None]``) share the base :class:`Method`.
 
-Runtime cost is one small object per method: the generated modules import the
+Runtime cost is one small slotted object per method: the generated modules import the
 schema types only under ``TYPE_CHECKING``, and ``params_type`` / ``result_type``
 hold the type *names* (strings), resolvable with
 ``getattr(acp_fast.protocol.types_v2, m.params_type)`` where a class is needed.
@@ -25,7 +25,7 @@ hold the type *names* (strings), resolvable with
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, NoReturn, TypeVar
+from typing import Generic, Literal, TypeVar
 
 __all__ = ["Method", "NotificationMethod", "RequestMethod"]
 
@@ -38,17 +38,11 @@ Kind = Literal["request", "notification"]
 class Method(Generic[P, R]):
     """A typed ACP method: name, kind, version; ``P`` / ``R`` are its params / result types.
 
-    Immutable; equal (and hashed) by ``(name, kind, version)``. ``str()`` is the wire
+    Read-only; equal (and hashed) by ``(name, kind, version)``. ``str()`` is the wire
     method name, so a descriptor works wherever a method name is expected via ``str(m)``.
     """
 
-    __slots__ = ("name", "kind", "version", "params_type", "result_type")
-
-    name: str
-    kind: Kind
-    version: int
-    params_type: str
-    result_type: str | None
+    __slots__ = ("_name", "_kind", "_version", "_params_type", "_result_type")
 
     def __init__(
         self,
@@ -62,18 +56,36 @@ class Method(Generic[P, R]):
             raise ValueError(f"kind must be 'request' or 'notification', not {kind!r}")
         if (kind == "notification") != (result_type is None):
             raise ValueError(f"{name}: a request has a result type, a notification none")
-        setattr_ = object.__setattr__
-        setattr_(self, "name", name)
-        setattr_(self, "kind", kind)
-        setattr_(self, "version", version)
-        setattr_(self, "params_type", params_type)
-        setattr_(self, "result_type", result_type)
+        self._name = name
+        self._kind: Kind = kind
+        self._version = version
+        self._params_type = params_type
+        self._result_type = result_type
 
-    def __setattr__(self, key: str, value: Any) -> NoReturn:
-        raise AttributeError(f"{type(self).__name__} is immutable")
+    @property
+    def name(self) -> str:
+        """The wire method name, e.g. ``"session/prompt"``."""
+        return self._name
 
-    def __delattr__(self, key: str) -> NoReturn:
-        raise AttributeError(f"{type(self).__name__} is immutable")
+    @property
+    def kind(self) -> Kind:
+        """``"request"`` or ``"notification"``."""
+        return self._kind
+
+    @property
+    def version(self) -> int:
+        """The ACP protocol version this descriptor belongs to."""
+        return self._version
+
+    @property
+    def params_type(self) -> str:
+        """Name of the params type in ``acp_fast.protocol.types_v<version>``."""
+        return self._params_type
+
+    @property
+    def result_type(self) -> str | None:
+        """Name of the result type there; ``None`` for a notification."""
+        return self._result_type
 
     def __str__(self) -> str:
         return self.name
@@ -85,13 +97,14 @@ class Method(Generic[P, R]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Method):
             return NotImplemented
-        return (self.name, self.kind, self.version) == (other.name, other.kind, other.version)
+        return (self._name, self._kind, self._version) == (
+            other._name,
+            other._kind,
+            other._version,
+        )
 
     def __hash__(self) -> int:
-        return hash((self.name, self.kind, self.version))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Method, (self.name, self.kind, self.version, self.params_type, self.result_type))
+        return hash((self._name, self._kind, self._version))
 
 
 class RequestMethod(Method[P, R]):
@@ -102,9 +115,6 @@ class RequestMethod(Method[P, R]):
     def __init__(self, name: str, version: int, params_type: str, result_type: str) -> None:
         super().__init__(name, "request", version, params_type, result_type)
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (RequestMethod, (self.name, self.version, self.params_type, self.result_type))
-
 
 class NotificationMethod(Method[P, None]):
     """A notification method: the handler gets ``P`` and answers nothing."""
@@ -114,5 +124,3 @@ class NotificationMethod(Method[P, None]):
     def __init__(self, name: str, version: int, params_type: str) -> None:
         super().__init__(name, "notification", version, params_type, None)
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (NotificationMethod, (self.name, self.version, self.params_type))
