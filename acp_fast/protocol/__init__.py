@@ -8,6 +8,11 @@ Modules:
 - ``errors``: ``WireSurfaceError``.
 - ``types_v1`` / ``types_v2``: generated ``TypedDict`` schema types. They are
   never imported eagerly (start-up budget); import them where you annotate.
+- ``methods``: ``Method`` / ``RequestMethod`` / ``NotificationMethod``, typed
+  method descriptors; ``methods_v1`` / ``methods_v2``: the generated descriptors
+  of each version (``from acp_fast.protocol import methods_v2 as methods``, then
+  ``methods.session.prompt``). Cheap to import (the schema types are imported
+  for type checkers only), but not imported by ``acp_fast`` itself.
 
 The generated modules come from ``scripts/gen_surfaces.py``; see its docstring
 for how to regenerate them.
