@@ -62,11 +62,27 @@ STREAM_N, STREAM_SIZE = 20_000, 1024
 FLOOD_LINES_PER_CHUNK, FLOOD_CHUNKS = 64, 640
 #: Defect 3: 32 MiB of response lines before ``initialize`` (measured today: >= 32 MiB).
 PRE_INIT_CHUNKS = 512
-#: How long a test lets a hostile peer push before it looks; only bounds the test's length
-#: (a bounded agent blocks the peer, an unbounded one has taken everything by then).
+#: How long a test lets a streaming agent run while its client reads nothing before it
+#: looks; only bounds the test's length (a bounded agent is blocked by then, an unbounded
+#: one has grown past the bound whatever the window).
 PUSH_WINDOW = 1.0
+#: A flood counts as blocked (the agent stopped reading) once the writer made no progress
+#: for this long; only bounds the test's length: an agent that keeps reading keeps the
+#: writer moving, so it cannot stop the flood early.
+STALL = 1.5
 
 PAD = "p" * 1000
+
+
+def push_until_blocked(flood: Any) -> None:
+    """Let ``flood`` run until it is all written or the child stopped taking it."""
+    last, since = -1, time.monotonic()
+    while not flood.done:
+        if flood.written_bytes != last:
+            last, since = flood.written_bytes, time.monotonic()
+        elif time.monotonic() - since > STALL:
+            break
+        time.sleep(0.05)
 
 
 def growth_kib(child: RawChild, base_rss: int) -> int:
@@ -164,7 +180,7 @@ def test_d2_request_flood_while_testy_waits_on_permission_is_bounded(engine: Mod
         ask = next(m for m in child.lines if isinstance(m, dict) and m.get("method") == "session/request_permission")
         child.stop_reading()
         flood = child.send_in_background(echo_flood(1000))
-        flood.wait(PUSH_WINDOW)
+        push_until_blocked(flood)
         flood.stop()
         peak_during = growth_kib(child, base)
         child.start_reading()
