@@ -561,10 +561,13 @@ def test_cancellation_races_answer_each_request_exactly_once(engine: ModuleType,
         conn.on_request("work", work)
         conn.on_request("sync", sync_work)
         events: list[tuple[float, bytes]] = []
+        sleepers: list[int] = []
         for i in range(n):
             t = rng.random() * 0.2
             method = "sync" if i % 5 == 0 else "work"
             params = {"d": rng.choice([-1, 0, 0.001, 0.01, 0.05, 10]), "i": i}
+            if params["d"] == 10 and method == "work":
+                sleepers.append(i)
             events.append((t, req(i, method, params)))
             cancel = note("$/cancel_request", {"requestId": i})
             for _ in range(rng.randrange(3)):
@@ -588,6 +591,8 @@ def test_cancellation_races_answer_each_request_exactly_once(engine: ModuleType,
         assert_once(counts, range(n))
         for r in responses(got):
             assert "result" in r or r["error"]["code"] == -32800, r
+        for rid in sleepers:  # the cancellation took effect: none of them waited its 10 s
+            assert next(r for r in responses(got) if r["id"] == rid)["error"]["code"] == -32800
         b.close()
         await asyncio.wait_for(conn.wait_closed(), HANG)
 

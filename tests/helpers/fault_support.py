@@ -164,6 +164,11 @@ class RawChild:
                 self.stderr.extend(line.decode("utf-8", "replace") for line in lines)
                 self._cond.notify_all()
 
+    def clear_lines(self) -> None:
+        """Forget the stdout lines read so far (long runs)."""
+        with self._cond:
+            self.lines.clear()
+
     def wait_for(self, pred: Callable[[], bool], timeout: float = HANG, what: str = "condition") -> None:
         """Wait until ``pred()`` (checked under the lock on every line); AssertionError on hang."""
         deadline = time.monotonic() + timeout
