@@ -47,7 +47,6 @@ from fault_support import (  # noqa: E402
     key,
     note,
     req,
-    responses,
 )
 
 #: Peak-RSS growth (KiB) of the long-lived agent over its warmed-up resident set, across the
@@ -147,7 +146,8 @@ class Soak:
             r = self.rng.random()
             if r < 0.8:
                 ids.append(self.fresh_id())
-                entries.append({"jsonrpc": "2.0", "id": ids[-1], "method": self.rng.choice(METHODS), "params": {"s": 0}})
+                entries.append({"jsonrpc": "2.0", "id": ids[-1], "method": self.rng.choice(METHODS),
+                                "params": {"s": 0}})
             elif r < 0.9:
                 entries.append(json.loads(note("_fault/ignored", {})))
             else:

@@ -307,7 +307,8 @@ JUNK = [b"hello", b"[", b"{", b"{}", b"[]", b"1", b'"s"', b"null", b'{"jsonrpc":
         b"\xff\xfe\x00garbage", b"[[[[[[[[[[", b'{"jsonrpc":"2.0","method":"n","params":3}',
         b'{"jsonrpc":"2.0","id":{},"method":"x"}', b'{"a":1}', b'{"jsonrpc":"2.0","id":11,"method":"x"}garbage']
 #: Lines answered by nothing: blank lines and responses to requests we never sent.
-SILENT = [b"", b"   ", b"\t", b'{"jsonrpc":"2.0","id":10,"result":1}', b'{"jsonrpc":"2.0","id":10,"result":1,"error":{}}']
+SILENT = [b"", b"   ", b"\t", b'{"jsonrpc":"2.0","id":10,"result":1}',
+          b'{"jsonrpc":"2.0","id":10,"result":1,"error":{}}']
 
 
 def test_malformed_flood_answers_each_line_once_and_stays_bounded(engine: ModuleType) -> None:
@@ -450,7 +451,8 @@ def test_handler_fault_answers_exactly_once_and_spares_its_neighbours(
         served, b, got = await _serve(agent, engine)
         # the faulty request in a batch, alone, and before a neighbour in the same read
         b.write(req("bad", "_fault/bad") + req("next", "_fault/echo", {"n": 1})
-                + b"[" + req("in-batch", "_fault/bad")[:-1] + b"," + req("batch-next", "_fault/aecho", {"b": 2})[:-1] + b"]\n")
+                + b"[" + req("in-batch", "_fault/bad")[:-1] + b","
+                + req("batch-next", "_fault/aecho", {"b": 2})[:-1] + b"]\n")
         for _ in range(5):
             await asyncio.sleep(0)
         b.write(req("probe", "_fault/aecho", {}))

@@ -380,7 +380,8 @@ def test_d6_async_request_handler_has_started_when_a_notification_of_the_same_re
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 defect 7: V2Session.wait_idle is not released when the connection closes")
+@pytest.mark.xfail(strict=True,
+                   reason="issue 8 defect 7: V2Session.wait_idle is not released when the connection closes")
 def test_d7_v2_wait_idle_is_released_when_the_agent_dies_mid_turn(engine: ModuleType) -> None:
     async def body() -> Any:
         stream = await spawn(cmd_testy(engine.IMPLEMENTATION, "2"), env=child_env(engine.IMPLEMENTATION))
