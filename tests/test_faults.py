@@ -167,17 +167,26 @@ def test_huge_batch_gets_one_reply_with_one_entry_per_request(engine: ModuleType
 # ---------------------------------------------------------------------------------------
 
 
-def test_eof_with_requests_in_flight_answers_every_one_then_exits(engine: ModuleType) -> None:
+@pytest.mark.parametrize("tail", ["", "half-line"])
+def test_eof_with_requests_in_flight_answers_every_one_then_exits(engine: ModuleType, tail: str) -> None:
+    """The client closes its end right behind its requests (``half-line``: it died in the
+    middle of writing one): every complete request is answered once, the unterminated
+    last line gets its one parse error, and the agent exits cleanly."""
     with RawChild(agent_argv(), child_env(engine.IMPLEMENTATION)) as child:
         child.start_reading()
         ids = list(range(600))
         lines = [req(i, METHODS[i % 3], {"i": i, "s": 0.05}) for i in ids]
         batch = json.dumps([json.loads(req(1000 + i, METHODS[i % 3], {"i": i, "s": 0.05})) for i in range(100)])
-        child.send(b"".join(lines) + batch.encode() + b"\n")
+        cut = req("cut", "_fault/echo", {"i": 0})[:25] if tail else b""
+        child.send(b"".join(lines) + batch.encode() + b"\n" + cut)
         child.close_stdin()  # EOF right behind the requests
         child.wait_eof()
         assert child.proc.wait(HANG) == 0
-        assert_once(count_ids(child.lines), ids + [1000 + i for i in range(100)])
+        counts = count_ids(child.lines)
+        assert_once(counts, ids + [1000 + i for i in range(100)])
+        assert counts[key("cut")] == 0
+        assert counts[key(None)] == (1 if tail else 0)
+        assert len(responses(child.lines)) == len(ids) + 100 + (1 if tail else 0)  # nothing else
 
 
 # ---------------------------------------------------------------------------------------
