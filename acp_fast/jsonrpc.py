@@ -82,7 +82,7 @@ CANCEL_METHOD = "$/cancel_request"
 #: Queued + running handlers above which reading is paused.
 DEFAULT_MAX_BACKLOG = 1024
 #: Bytes waiting for a slow peer above which ``notify``/``request`` raise ``SendBufferFull``.
-DEFAULT_MAX_WRITE_BUFFER = 16 * 1024 * 1024
+DEFAULT_MAX_WRITE_BUFFER = 8 * 1024 * 1024
 #: Queued output handed to the transport at once, without waiting for the loop turn's end.
 _FLUSH_AT = 256 * 1024
 #: While our own requests are pending, the backlog may grow to this multiple of max_backlog.
@@ -226,7 +226,9 @@ class RequestContext:
         """Take over answering: the handler's return value is then ignored.
 
         The returned :class:`Responder` answers exactly once; if it is garbage-collected
-        unanswered, that is logged at error level (and a batch slot gets -32603).
+        unanswered, that is logged at error level and the request is answered -32603
+        (data ``"request handler dropped its responder for `<method>`"``), standalone or
+        in a batch.
         """
         responder = self._deferred() if self._deferred is not None else None
         if responder is None:
@@ -893,7 +895,7 @@ class Connection:
                     if self._reading_paused:
                         self._update_reading()
                     if coro is None and self._task_started and queue:
-                        coro = self._drained_queue()  # let the new handler start first
+                        coro = asyncio.sleep(0)  # one loop turn: the new handler starts first
                 self._task_started = False
         finally:
             self._runner = None
@@ -986,6 +988,9 @@ class Connection:
         logger.error("handler of request %r (%s) dropped its responder without answering", ctx.id, ctx.method)
         if ctx._batch is not None:
             self._fill_dropped(ctx._batch, ctx._slot)
+        else:  # every request gets one answer: the same fallback as a batch slot gets
+            self._send(self._enc_error(ctx.message.id, INTERNAL_ERROR, None,
+                                       f"request handler dropped its responder for `{ctx.method}`"))
         if ctx._registered:
             self._unregister(ctx)
 

@@ -429,12 +429,17 @@ def test_deferred_responder_answers_later_and_second_answer_is_ignored(
     assert "answered twice" in caplog.text
 
 
-def test_dropped_responder_is_reported_and_sends_nothing(engine: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_dropped_responder_is_reported_and_answered_once(engine: Any, caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> None:
         conn, peer = with_peer(engine)
         conn.on_request("forget", lambda ctx: ctx.defer() and None)
         peer.send(req(1, "forget"))
-        await peer.probe()  # protocol.md §1.3.24: an individual request gets nothing
+        # every request gets one answer (the Rust SDK sends none for a standalone request;
+        # acp_fast answers it like a batch slot, protocol.md §2.11)
+        reply = await peer.recv()
+        assert reply["id"] == 1 and reply["error"]["code"] == -32603
+        assert reply["error"]["data"] == "request handler dropped its responder for `forget`"
+        await peer.probe()
 
     with caplog.at_level(logging.ERROR, "acp_fast.jsonrpc"):
         run(main)

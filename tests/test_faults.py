@@ -423,7 +423,7 @@ def _fault_handler(kind: str, is_async: bool) -> Any:
 
 async def _serve(agent: Any, engine: ModuleType) -> tuple[Any, Any, list[Any]]:
     a, b = memory_pair()
-    served = asyncio.ensure_future(agent.connect_to(a, engine=engine))
+    served = asyncio.ensure_future(agent.serve(a, engine=engine))
     got: list[Any] = []
     buf = [b""]
 
@@ -526,9 +526,6 @@ def test_handler_cancelled_from_inside_answers_32800_once(engine: ModuleType) ->
     run(body)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 8 defect 5 (every request gets exactly one response): a standalone request whose "
-    "deferred responder is dropped unanswered is never answered (only a batch slot gets -32603)"))
 def test_dropped_responder_still_answers_once(engine: ModuleType) -> None:
     async def body() -> None:
         conn, b, got = await _raw_agent(engine)

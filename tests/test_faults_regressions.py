@@ -130,7 +130,6 @@ def test_d1_streaming_with_drain_stays_bounded_while_the_client_reads_nothing(en
         assert growth_kib(child, base) <= PEER_FLOOD_BOUND_KIB
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 defect 1: a non-awaiting send loop buffers without limit")
 def test_d1_non_awaiting_send_loop_is_bounded_and_never_drops(engine: ModuleType) -> None:
     """The README pattern without ``drain()``: past a high-water mark the send must raise
     or follow a documented policy; memory stays bounded and nothing is dropped silently
@@ -162,7 +161,6 @@ def echo_flood(first_id: int) -> Any:
         yield b"".join(req(base + j, "_test/echo", {"p": PAD}) for j in range(FLOOD_LINES_PER_CHUNK))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 defect 2: reading is never paused while our request is outstanding")
 def test_d2_request_flood_while_testy_waits_on_permission_is_bounded(engine: ModuleType) -> None:
     """Testy v1 asks ``session/request_permission``; the client does not answer, floods
     echo requests and reads nothing. The agent must stay bounded, and once the client
@@ -208,7 +206,6 @@ def response_flood() -> Any:
                        for j in range(64))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 defect 3: the router buffers all input before the first call")
 def test_d3_responses_before_initialize_are_not_buffered_by_the_router(engine: ModuleType) -> None:
     # The router answers nothing before initialize, so the baseline is a twin testy process,
     # warmed up by an initialize and an echo.
@@ -256,7 +253,6 @@ def _defect5_handler(kind: str, is_async: bool) -> Any:
     return coro if is_async else sync
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 defect 5: exceptions in the answer path escape dispatch")
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("kind", ["str", "items"], ids=["str-raises", "items-raises"])
 def test_d5_every_request_answered_when_str_or_items_raise(engine: ModuleType, kind: str, is_async: bool) -> None:
@@ -274,7 +270,7 @@ def test_d5_every_request_answered_when_str_or_items_raise(engine: ModuleType, k
 
         agent.on_request("_fault/aecho", aecho)
         a, b = memory_pair()
-        served = asyncio.ensure_future(agent.connect_to(a, engine=engine))
+        served = asyncio.ensure_future(agent.serve(a, engine=engine))
         got: list[Any] = []
         buf = [b""]
 
@@ -308,13 +304,12 @@ def test_d5_every_request_answered_when_str_or_items_raise(engine: ModuleType, k
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 defect 6: testy v1 loses a session/cancel read with its prompt")
 def test_d6_testy_v1_cancel_in_the_same_read_as_the_prompt(engine: ModuleType) -> None:
     from acp_fast.cli import testy
 
     async def body() -> None:
         a, b = memory_pair()
-        served = asyncio.ensure_future(testy.build((1,)).connect_to(a, engine=engine))
+        served = asyncio.ensure_future(testy.build((1,)).serve(a, engine=engine))
         got: list[Any] = []
         buf = [b""]
 
@@ -345,7 +340,6 @@ def test_d6_testy_v1_cancel_in_the_same_read_as_the_prompt(engine: ModuleType) -
     run(body)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 defect 6: an async handler's body starts after later notifications")
 def test_d6_async_request_handler_has_started_when_a_notification_of_the_same_read_runs(
         engine: ModuleType) -> None:
     async def body() -> None:
@@ -361,7 +355,7 @@ def test_d6_async_request_handler_has_started_when_a_notification_of_the_same_re
         agent.on_request("_fault/work", work)
         agent.on_notification("_fault/about", lambda params, cx: seen.append(params["job"] in started))
         a, b = memory_pair()
-        served = asyncio.ensure_future(agent.connect_to(a, engine=engine))
+        served = asyncio.ensure_future(agent.serve(a, engine=engine))
         b.attach(lambda d: None, lambda e: None, lambda w: None)
         b.write(b"".join(req(i, "_fault/work", {"job": str(i)}) + json.dumps(
             {"jsonrpc": "2.0", "method": "_fault/about", "params": {"job": str(i)}}).encode() + b"\n"
@@ -380,8 +374,6 @@ def test_d6_async_request_handler_has_started_when_a_notification_of_the_same_re
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="issue 8 defect 7: V2Session.wait_idle is not released when the connection closes")
 def test_d7_v2_wait_idle_is_released_when_the_agent_dies_mid_turn(engine: ModuleType) -> None:
     async def body() -> Any:
         stream = await spawn(cmd_testy(engine.IMPLEMENTATION, "2"), env=child_env(engine.IMPLEMENTATION))

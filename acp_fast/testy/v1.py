@@ -224,6 +224,10 @@ class TestyV1(TestyBase):
                 self.sessions.pop(sid, None)
 
     async def _stream(self, sid: str, session: _Session1, cx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        # One loop turn before streaming: a session/cancel read together with this prompt
+        # is handled first (the connection runs it after this handler started), so a
+        # cancelled stream ends "cancelled" even when it would finish without awaiting.
+        await asyncio.sleep(0)
         if args["permission"]:
             try:
                 outcome = await self._permission(sid, session, cx, "allow", "reject")

@@ -2,7 +2,7 @@
 
 Started as a child process by ``tests/test_faults*.py`` and ``scripts/soak.py``. It runs the
 public stack only: ``Agent.builder()`` (v1, no lifecycle checks, so extension methods work
-without ``initialize``) served on ``connect_stdio`` through ``connect_to``, on the engine
+without ``initialize``) served on ``connect_stdio`` through ``serve``, on the engine
 twin named by ``ACP_FAST_TEST_ENGINE`` (``py`` or ``c``).
 
 Environment knobs:
@@ -127,7 +127,7 @@ async def main() -> None:
     agent = build(os.environ.get("FAULT_V2") == "1")
     max_line = os.environ.get("FAULT_MAX_LINE")
     if max_line is None:
-        await agent.connect_to(connect_stdio(), engine=engine)
+        await agent.serve(connect_stdio(), engine=engine)
         return
     # The builders have no line-limit knob: serve the plain handlers on a Connection.
     conn = Connection(await connect_stdio(), engine=engine, max_line_size=int(max_line))
