@@ -356,3 +356,59 @@ def test_compiled_raw_json_does_not_run_the_pure_decoder(engine_c, monkeypatch):
     assert engine_c.RawJson(b'{"a":[1,"\\u00e9",2.5,null]}').decode_json() == {"a": [1, "é", 2.5, None]}
     with pytest.raises(_strictjson.InvalidJson):
         engine_c.RawJson(b"[1,").decode_json()
+
+
+# ---------------------------------------------------------------------------------------
+# What the connection makes of it (over an in-memory pair, both twins)
+# ---------------------------------------------------------------------------------------
+
+
+def _serve(engine: Any, wire: list[bytes]) -> list[bytes]:
+    """Write ``wire`` to a Connection serving ``echo``; the reply lines up to the probe's."""
+    import asyncio
+
+    from acp_fast.jsonrpc import Connection
+    from acp_fast.transport import memory_pair
+
+    async def main() -> list[bytes]:
+        a, b = memory_pair()
+        conn = Connection(a, engine=engine)
+        conn.on_request("echo", lambda ctx: ctx.params)
+        got: list[bytes] = []
+        done = asyncio.Event()
+        buf = [b""]
+
+        def data(chunk: bytes) -> None:
+            *lines, buf[0] = (buf[0] + chunk).split(b"\n")
+            for line in lines:
+                got.append(line)
+                if b'"probe"' in line:
+                    done.set()
+
+        b.attach(data, lambda exc: done.set(), lambda ok: None)
+        for chunk in wire:
+            b.write(chunk)
+        b.write(b'{"jsonrpc":"2.0","id":"probe","method":"echo","params":[1]}\n')
+        await asyncio.wait_for(done.wait(), 30)
+        return got
+
+    return asyncio.run(main())
+
+
+def test_connection_answers_an_over_large_batch_once_and_goes_on(engine):
+    entry = b'{"jsonrpc":"2.0","id":1,"method":"echo","params":{"x":1}}'
+    *replies, probe = _serve(engine, [_batch(100_000, entry) + b"\n"])
+    assert [json.loads(r) for r in replies] == [
+        {"jsonrpc": "2.0", "id": None,
+         "error": {"code": -32600, "message": "Invalid request",
+                   "data": "batch too large (more than 1024 entries)"}}]
+    assert json.loads(probe) == {"jsonrpc": "2.0", "id": "probe", "result": [1]}
+
+
+def test_connection_echoes_lone_surrogates_as_escapes(engine):
+    # A TS peer's JSON.stringify output for a lone surrogate: answered, not -32700.
+    line = b'{"jsonrpc":"2.0","id":"\\ud800","method":"echo","params":{"t":"a\\udc00b","\\ud83d":1}}\n'
+    reply, _probe = _serve(engine, [line])
+    reply.decode("utf-8")  # valid UTF-8 on the wire
+    assert json.loads(reply) == {"jsonrpc": "2.0", "id": "\ud800", "result": {"t": "a\udc00b", "\ud83d": 1}}
+    assert b"\\ud800" in reply and b"\\udc00" in reply
