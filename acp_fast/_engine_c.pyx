@@ -205,8 +205,10 @@ cdef object _INVALID_REQUEST = INVALID_REQUEST
 cdef tuple _REASON_STRS = _REASONS
 cdef object _DEFAULT_MESSAGES = DEFAULT_MESSAGES
 
-# One parser for decoding lazy payloads on first access (the GIL serialises its use).
+# One parser for decoding lazy payloads on first access and RawJson.decode_json (the GIL
+# serialises its use). Its batch limit is 0: validating a RawJson array builds no entries.
 cdef LineParser* _payload_parser = new LineParser()
+_payload_parser.set_max_batch(0)
 
 
 def _decode_json(data):

@@ -212,9 +212,12 @@ def test_raw_json_decode_json_is_bounded_by_the_ceiling(engine):
     assert _on_small_stack(ok.decode_json) == _on_small_stack(lambda: json.loads(ok))
     with pytest.raises(ValueError):
         engine.RawJson(b"[" * 513 + b"]" * 513).decode_json()
-    for bad in (b"[1,", b"NaN", b"\xff", b"", b"1 2"):
+    for bad in (b"[1,", b"NaN", b"\xff", b"", b"1 2", b'[1,{"a":}]', b'[{"a":1},{"b":[}]', b"\xef\xbb\xbf1"):
         with pytest.raises(_strictjson.InvalidJson):
             engine.RawJson(bad).decode_json()
+    for good in (b"[]", b'[{"a":1},2,{"jsonrpc":"2.0","id":1}]', b" 1\r", b'"\\ud800"',
+                 b"[" + b'{"k":[1,2]},' * 3000 + b"0]"):
+        assert engine.RawJson(good).decode_json() == json.loads(good)
 
 
 # ---------------------------------------------------------------------------------------
