@@ -165,6 +165,14 @@ class Message:
     id: int | str | None
     method: str | None
     error: dict[str, Any] | None
+    _line: bytes
+    _start: int
+    _end: int
+    _ids: int
+    _ide: int
+    _ps: int
+    _pe: int
+    _value: Any
 
     # Spans are byte offsets into ``_line`` (the whole line the message came in); ``_ids``
     # is -1 when the message has no id key, ``_ps`` -1 when it has no payload (params
@@ -280,6 +288,7 @@ class Batch:
     kind = BATCH
 
     entries: list[Message | Malformed]
+    _line: bytes
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("Batch values are made by a Decoder (Decoder.feed), not constructed")
@@ -384,7 +393,7 @@ def _invalid(raw: bytes, reason: str, response_shaped: bool = False) -> Malforme
 def _valid_id(value: Any) -> bool:
     t = type(value)
     if t is int:
-        return _INT64_MIN <= value <= _INT64_MAX
+        return bool(_INT64_MIN <= value <= _INT64_MAX)
     return t is str or value is None
 
 

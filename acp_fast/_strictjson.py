@@ -21,7 +21,7 @@ import json
 import json.scanner
 import math
 import re
-from json.decoder import scanstring as _scanstring
+from json.decoder import scanstring as _scanstring  # type: ignore[attr-defined]
 from typing import Any
 
 __all__ = [
@@ -65,7 +65,7 @@ def _parse_float(s: str) -> float:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_parse_float)
-_scan_once = json.scanner.make_scanner(_DECODER)  # type: ignore[attr-defined]
+_scan_once = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]
 _WS = re.compile(r"[ \t\n\r]*")
 
 
@@ -106,7 +106,8 @@ def depth_exceeds(line: bytes, max_depth: int) -> bool:
 def scan_value(text: str, pos: int) -> tuple[Any, int]:
     """The JSON value starting at ``text[pos]`` and the index after it."""
     try:
-        return _scan_once(text, pos)  # type: ignore[no-any-return]
+        value, end = _scan_once(text, pos)
+        return value, end
     except (InvalidJson, StopIteration, ValueError, RecursionError) as exc:
         raise InvalidJson(str(exc) or "invalid JSON") from None
 
