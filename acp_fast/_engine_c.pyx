@@ -40,7 +40,10 @@ from acp_fast.errors import (
     DecoderClosedError,
     EncodeError,
 )
-from acp_fast._rawjson import RawJson
+from acp_fast._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
+from acp_fast._kinds import check_batch_state, check_message_state
+from acp_fast._rawjson import RawJson, set_decoder
+from acp_fast._strictjson import MAX_DEPTH_LIMIT, InvalidJson
 
 __all__ = [
     "IMPLEMENTATION",
@@ -51,6 +54,8 @@ __all__ = [
     "MALFORMED",
     "DEFAULT_MAX_LINE_SIZE",
     "DEFAULT_MAX_DEPTH",
+    "MAX_DEPTH_LIMIT",
+    "DEFAULT_MAX_BATCH_SIZE",
     "RawJson",
     "Message",
     "Batch",
@@ -70,14 +75,9 @@ __all__ = [
 
 IMPLEMENTATION = "c"
 
-REQUEST = 0
-NOTIFICATION = 1
-RESPONSE = 2
-BATCH = 3
-MALFORMED = 4
-
 DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128
+DEFAULT_MAX_BATCH_SIZE = 1024
 
 # Most bytes one stage 1 run indexes (Decoder.feed): enough to amortise its fixed cost, small
 # enough that the index stays in cache.
@@ -114,6 +114,7 @@ cdef extern from "acp_common.h" namespace "acp_fast":
     enum:
         REASON_INVALID_JSON
         REASON_INVALID_UTF8
+        REASON_BATCH_TOO_LARGE
     const size_t ACP_PADDING
     const char* last_newline(const char* p, size_t n)
 
@@ -143,6 +144,7 @@ cdef extern from "acp_parse.h" namespace "acp_fast":
     cdef cppclass LineParser:
         LineParser() except +
         bint ok()
+        void set_max_batch(size_t n)
         int parse(const char* p, size_t n, bint lazy, int max_depth) except -1
         int index_region(const char* p, size_t n) except -1
         int parse_in_region(size_t off, size_t n, bint lazy, int max_depth) except -1
@@ -190,6 +192,7 @@ _REASONS = (
     "invalid id",
     "invalid params",
     "invalid error object",
+    None,  # REASON_BATCH_TOO_LARGE: the text names the decoder's limit
 )
 
 cdef object _UNSET = object()   # payload not decoded yet (lazy)
@@ -202,8 +205,35 @@ cdef object _INVALID_REQUEST = INVALID_REQUEST
 cdef tuple _REASON_STRS = _REASONS
 cdef object _DEFAULT_MESSAGES = DEFAULT_MESSAGES
 
-# One parser for decoding lazy payloads on first access (the GIL serialises its use).
+# One parser for decoding lazy payloads on first access and RawJson.decode_json (the GIL
+# serialises its use). Its batch limit is 0: validating a RawJson array builds no entries.
 cdef LineParser* _payload_parser = new LineParser()
+_payload_parser.set_max_batch(0)
+
+
+def _decode_json(data):
+    """RawJson.decode_json for the compiled twin: validate, then decode (no pure-twin code).
+
+    Nesting is bounded by MAX_DEPTH_LIMIT; raises InvalidJson (a ValueError) like the strict
+    reader does.
+    """
+    cdef bytes b = bytes(data)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
+    cdef char* copy = _payload_parser.scratch(<size_t>n)
+    if copy == NULL:
+        raise MemoryError()
+    memcpy(copy, PyBytes_AS_STRING(b), <size_t>n)
+    _payload_parser.parse(copy, <size_t>n, True, MAX_DEPTH_LIMIT)
+    cdef int kind = _payload_parser.top.kind
+    cdef int reason = _payload_parser.top.reason
+    _payload_parser.release()
+    if kind == KIND_SKIP or (kind == KIND_MALFORMED and (
+            reason == REASON_INVALID_JSON or reason == REASON_INVALID_UTF8)):
+        raise InvalidJson("invalid JSON")
+    return _payload_parser.decode(PyBytes_AS_STRING(b), <size_t>n)
+
+
+set_decoder(_decode_json)
 
 
 def _simdjson_implementation():
@@ -252,6 +282,16 @@ cdef class Message:
     cdef Py_ssize_t _start, _end, _ids, _ide, _ps, _pe
     cdef object _value
 
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Message values are made by a Decoder (Decoder.feed), not constructed")
+
+    cdef inline int _check(self) except -1:
+        # A Message made with Message.__new__ from Python has no line: refuse it rather than
+        # read through its spans. (Decoders and _restore_message always set a valid state.)
+        if self._line is None:
+            raise ValueError("Message was not made by a Decoder")
+        return 0
+
     def __repr__(self):
         kind = _slot(<PyObject*>self.kind, "kind")
         parts = [_KIND_NAMES[kind]]
@@ -268,6 +308,7 @@ cdef class Message:
     def __reduce__(self):
         # Written out because Cython's automatic pickling reads every field directly (a
         # deleted member slot is NULL) and would pickle the _UNSET marker by value.
+        self._check()
         unset = self._value is _UNSET
         return (_restore_message, (
             _slot(<PyObject*>self.kind, "kind"), _slot(<PyObject*>self.id, "id"),
@@ -281,6 +322,7 @@ cdef class Message:
     cdef object _payload(self):
         cdef object value = self._value
         if value is _UNSET:
+            self._check()
             if self._ps < 0:
                 value = None
             else:
@@ -292,6 +334,7 @@ cdef class Message:
     cdef object _payload_raw(self):
         if self._ps < 0:
             return None
+        self._check()
         return _RawJson(PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._line) + self._ps,
                                                   self._pe - self._ps))
 
@@ -326,6 +369,7 @@ cdef class Message:
     @property
     def raw(self):
         """The message exactly as received (without the line terminator)."""
+        self._check()
         return _RawJson(PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._line) + self._start,
                                                   self._end - self._start))
 
@@ -337,7 +381,8 @@ cdef class Message:
 
 def _restore_message(kind, id, method, error, line, start, end, ids, ide, ps, pe, value,
                      unset):
-    """Unpickle a Message (see Message.__reduce__)."""
+    """Unpickle a Message (see Message.__reduce__); refuses state no decoder makes."""
+    check_message_state(kind, id, method, error, line, start, end, ids, ide, ps, pe)
     cdef Message m = Message.__new__(Message)
     m.kind, m.id, m.method, m.error = kind, id, method, error
     m._line = line
@@ -421,8 +466,18 @@ cdef class Batch:
 
     kind = BATCH
 
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Batch values are made by a Decoder (Decoder.feed), not constructed")
+
+    def __reduce__(self):
+        if self._line is None:
+            raise ValueError("Batch was not made by a Decoder")
+        return (_restore_batch, (self.entries, self._line, self._start, self._end))
+
     @property
     def raw(self):
+        if self._line is None:
+            raise ValueError("Batch was not made by a Decoder")
         return _RawJson(PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._line) + self._start,
                                                   self._end - self._start))
 
@@ -473,6 +528,17 @@ cdef class Malformed:
 
 
 Frame = Union[Message, Batch, Malformed]
+
+
+def _restore_batch(entries, line, start, end):
+    """Unpickle a Batch (see Batch.__reduce__); refuses state no decoder makes."""
+    check_batch_state(entries, line, start, end, (Message, Malformed))
+    cdef Batch b = Batch.__new__(Batch)
+    b.entries = entries
+    b._line = line
+    b._start = start
+    b._end = end
+    return b
 
 
 cdef inline Malformed _new_malformed(object raw, int reason, bint shaped):
@@ -533,7 +599,11 @@ cdef class Decoder:
         lazy: keep ``params``/``result`` as raw JSON, decoded on first access.
         max_line_size: the longest line (bytes before ``\\n``) that is buffered; a longer
             one is discarded up to its newline and reported as a ``Malformed`` frame.
-        max_depth: the deepest container nesting accepted (deeper is invalid JSON).
+        max_depth: the deepest container nesting accepted (deeper is invalid JSON); at most
+            :data:`MAX_DEPTH_LIMIT` (512), a depth this twin's recursive descent walks
+            safely on a 256 KiB thread stack.
+        max_batch_size: the most entries a batch may have; a longer batch is one
+            ``Malformed`` frame (-32600, reason ``"batch too large (more than N entries)"``).
 
     ``feed`` never raises for bad input: every problem of the peer's bytes comes back as a
     :class:`Malformed` frame in its place, and decoding goes on with the next line. The
@@ -550,6 +620,8 @@ cdef class Decoder:
     cdef int _max_depth_c
     cdef object _max_line_size
     cdef object _max_depth
+    cdef object _max_batch_size
+    cdef object _batch_reason
 
     def __cinit__(self, *args, **kwargs):
         self._parser = new LineParser()
@@ -560,16 +632,21 @@ cdef class Decoder:
         del self._buf
 
     def __init__(self, *, lazy=False, max_line_size=DEFAULT_MAX_LINE_SIZE,
-                 max_depth=DEFAULT_MAX_DEPTH):
+                 max_depth=DEFAULT_MAX_DEPTH, max_batch_size=DEFAULT_MAX_BATCH_SIZE):
         if max_line_size < 1:
             raise ValueError("max_line_size must be >= 1")
-        if max_depth < 1:
-            raise ValueError("max_depth must be >= 1")
+        if not 1 <= max_depth <= MAX_DEPTH_LIMIT:
+            raise ValueError(f"max_depth must be between 1 and {MAX_DEPTH_LIMIT}")
+        if max_batch_size < 1:
+            raise ValueError("max_batch_size must be >= 1")
         self._lazy = bool(lazy)
         self._max_line_size = int(max_line_size)
         self._max_depth = int(max_depth)
+        self._max_batch_size = int(max_batch_size)
+        self._batch_reason = f"batch too large (more than {self._max_batch_size} entries)"
         self._max_size = min(self._max_line_size, (<Py_ssize_t>1) << 62)
-        self._max_depth_c = min(self._max_depth, 1 << 30)
+        self._max_depth_c = self._max_depth
+        self._parser.set_max_batch(<size_t>min(self._max_batch_size, (<Py_ssize_t>1) << 62))
         self._buf.clear()
         self._discarding = False
         self._closed = False
@@ -585,6 +662,10 @@ cdef class Decoder:
     @property
     def max_depth(self):
         return self._max_depth
+
+    @property
+    def max_batch_size(self):
+        return self._max_batch_size
 
     @property
     def buffered(self):
@@ -754,7 +835,10 @@ cdef class Decoder:
             else:
                 raw = PyBytes_FromStringAndSize(PyBytes_AS_STRING(owner) + off + top.start,
                                                 top.end - top.start)
-            frames.append(_new_malformed(raw, top.reason, top.response_shaped))
+            if top.reason == REASON_BATCH_TOO_LARGE:
+                frames.append(Malformed(raw, _INVALID_REQUEST, self._batch_reason, False))
+            else:
+                frames.append(_new_malformed(raw, top.reason, top.response_shaped))
         elif kind == KIND_BATCH:
             batch = Batch.__new__(Batch)
             batch._line = owner
@@ -982,6 +1066,7 @@ def forward(message, id=_KEEP):
             raise AttributeError(
                 f"'{type(message).__name__}' object has no attribute '_ensure_spans'")
     m = <Message>message
+    m._check()
     base = PyBytes_AS_STRING(m._line)
     if id is _KEEP:
         out = PyBytes_FromStringAndSize(NULL, m._end - m._start + 1)

@@ -19,10 +19,20 @@ Frames (every frame has an integer ``kind``):
 Decoding policies (identical in both twins, each pinned by a named test):
 
 * JSON is RFC 8259 strict: ``NaN``/``Infinity`` are rejected, a number that overflows a
-  double (``1e400``) is rejected, unpaired UTF-16 surrogate escapes (``"\\ud800"``) are
-  rejected, a UTF-8 BOM is rejected; integers of any size are decoded exactly (``int``).
+  double (``1e400``) is rejected, a UTF-8 BOM is rejected; integers of any size are decoded
+  exactly (``int``). The strict reader itself is :mod:`acp_fast._strictjson`.
+* Unpaired UTF-16 surrogate escapes (``"\\ud800"``, which JavaScript's ``JSON.stringify``
+  writes for a lone surrogate) are accepted as Python's ``json`` accepts them: the ``str``
+  holds the lone surrogate. The encoders write such a character back as the same
+  ``\\udxxx`` escape, so they never emit invalid UTF-8 (``INTEROP.md``).
 * Nesting deeper than ``max_depth`` containers (default 128, the same limit as
-  serde_json's) is rejected as invalid JSON.
+  serde_json's) is rejected as invalid JSON. ``max_depth`` can be raised up to
+  :data:`MAX_DEPTH_LIMIT` (512) and no further: both twins decode that deep without
+  ``RecursionError`` and within a 256 KiB thread stack (the compiled twin's descent is
+  recursive).
+* A batch of more than ``max_batch_size`` entries (default
+  :data:`DEFAULT_MAX_BATCH_SIZE`, 1024) is one ``Malformed`` value (-32600,
+  ``"batch too large (more than N entries)"``), answered with one error, not one per entry.
 * Duplicate *envelope* keys (``jsonrpc``, ``id``, ``method``, ``params``, ``result``,
   ``error``) make the message an invalid envelope; duplicate keys anywhere else: the last
   one wins (as in ``dict``).
@@ -45,9 +55,12 @@ first failing one names the ``reason`` of the :class:`Malformed` value:
    an ``id`` are present, then ``"invalid id"``, then ``"invalid error object"`` (``error``
    must be an object with an int32 ``code`` and a string ``message``).
 
-A line longer than ``max_line_size`` bytes (counted before its ``\\n``) is discarded up to
-its newline without being buffered and surfaces as ``Malformed(raw=b"", code=-32600,
-reason="line too long")`` at the point where it was detected.
+A line longer than ``max_line_size`` bytes (counted before its ``\\n``) is discarded as soon
+as it crosses the limit -- at most ``max_line_size`` bytes of it are ever held
+(:attr:`Decoder.buffered`), never joined into one line -- and the rest of it up to its
+newline is dropped as it arrives. It surfaces once, as ``Malformed(raw=b"", code=-32600,
+reason="line too long")`` at the point where it was detected; the next line decodes
+normally.
 
 Lazy mode decodes only the envelope: ``params``/``result`` stay raw JSON bytes, decoded on
 first access and cached. The whole line is still validated, so lazy and eager modes always
@@ -57,13 +70,23 @@ classify a line the same way.
 from __future__ import annotations
 
 import json
-import math
-import re
 import os
-from json.decoder import scanstring as _scanstring
+import re
 from typing import Any, Iterable, Iterator, List, Union
 
+from ._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
+from ._kinds import check_batch_state, check_message_state
 from ._rawjson import RawJson
+from ._strictjson import MAX_DEPTH_LIMIT
+from ._strictjson import ByteOffsets as _ByteOffsets
+from ._strictjson import InvalidJson as _InvalidJson
+from ._strictjson import Scanned as _Scanned
+from ._strictjson import depth_exceeds as _depth_exceeds
+from ._strictjson import loads_strict as _loads_strict
+from ._strictjson import scan_array_spans as _scan_array_spans
+from ._strictjson import scan_object as _scan_object
+from ._strictjson import skip_ws as _skip_ws
+from ._strictjson import utf8_json as _utf8_json
 from .errors import (
     DEFAULT_MESSAGES,
     INTERNAL_ERROR,
@@ -82,6 +105,8 @@ __all__ = [
     "MALFORMED",
     "DEFAULT_MAX_LINE_SIZE",
     "DEFAULT_MAX_DEPTH",
+    "MAX_DEPTH_LIMIT",
+    "DEFAULT_MAX_BATCH_SIZE",
     "RawJson",
     "Message",
     "Batch",
@@ -101,206 +126,16 @@ __all__ = [
 
 IMPLEMENTATION = "py"
 
-# Frame kinds: plain ints so the compiled twin can use them as C constants.
-REQUEST = 0
-NOTIFICATION = 1
-RESPONSE = 2
-BATCH = 3
-MALFORMED = 4
-
 DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128
+DEFAULT_MAX_BATCH_SIZE = 1024
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
-_ENVELOPE_KEYS = frozenset(("jsonrpc", "id", "method", "params", "result", "error"))
 _UNSET: Any = object()
-
-
-# ---------------------------------------------------------------------------------------
-# Strict JSON decoding on top of the stdlib's C scanner
-# ---------------------------------------------------------------------------------------
-
-
-class _InvalidJson(Exception):
-    pass
-
-
-def _reject_constant(name: str) -> Any:
-    raise _InvalidJson(f"non-standard constant {name}")
-
-
-def _parse_float(s: str) -> float:
-    f = float(s)
-    if math.isinf(f):
-        raise _InvalidJson("number out of range")
-    return f
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_parse_float)
-_scan_once = json.scanner.make_scanner(_DECODER)  # type: ignore[attr-defined]
-_WS = re.compile(r"[ \t\n\r]*")
 _WS_BYTES = b" \t\r\n"
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-_ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
-
-
-def _has_lone_surrogate(line: bytes) -> bool:
-    """Whether the (valid JSON) ``line`` has an unpaired UTF-16 surrogate escape.
-
-    Checked on the bytes, not on the decoded values: a member that a later duplicate key
-    overwrites (``{"a":"\\ud800","a":1}``) must not hide one. Every backslash of a valid
-    JSON text is inside a string, so scanning escapes left to right tokenises them exactly
-    like the string scanner (``\\\\ud800`` is an escaped backslash, then text).
-    """
-    pending = -1  # end of a high surrogate escape waiting for its low half
-    for m in _ESCAPE.finditer(line):
-        hexdigits = m.group(1)
-        if pending >= 0:
-            if hexdigits is not None and m.start() == pending and 0xDC00 <= int(hexdigits, 16) <= 0xDFFF:
-                pending = -1
-                continue
-            return True
-        if hexdigits is None:
-            continue
-        cp = int(hexdigits, 16)
-        if 0xD800 <= cp <= 0xDBFF:
-            pending = m.end()
-        elif 0xDC00 <= cp <= 0xDFFF:
-            return True
-    return pending >= 0
-
-
-def _depth_exceeds(line: bytes, max_depth: int) -> bool:
-    """Whether the container nesting of ``line`` goes deeper than ``max_depth``.
-
-    Strategy: counting brackets is one C call; only a line with more brackets than the limit
-    pays for the exact scan (which skips brackets inside strings).
-    """
-    if line.count(b"[") + line.count(b"{") <= max_depth:
-        return False
-    depth = 0
-    in_string = False
-    escaped = False
-    for c in line:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == 0x5C:  # backslash
-                escaped = True
-            elif c == 0x22:
-                in_string = False
-        elif c == 0x22:
-            in_string = True
-        elif c == 0x5B or c == 0x7B:
-            depth += 1
-            if depth > max_depth:
-                return True
-        elif c == 0x5D or c == 0x7D:
-            depth -= 1
-    return False
-
-
-def _loads_strict(text: str) -> Any:
-    """``json.loads`` with the engine's policies; raises ``_InvalidJson``."""
-    try:
-        end = _WS.match(text, 0).end()  # type: ignore[union-attr]
-        value, end = _scan_once(text, end)
-        end = _WS.match(text, end).end()  # type: ignore[union-attr]
-    except (_InvalidJson, StopIteration, ValueError, RecursionError) as exc:
-        raise _InvalidJson(str(exc)) from None
-    if end != len(text):
-        raise _InvalidJson("extra data")
-    return value
-
-
-class _Scanned:
-    """Top-level members of one JSON object with their spans (str indices)."""
-
-    __slots__ = ("members", "duplicate")
-
-    def __init__(self) -> None:
-        self.members: dict[str, tuple[Any, int, int]] = {}
-        self.duplicate = False
-
-
-def _scan_value(text: str, pos: int) -> tuple[Any, int]:
-    try:
-        return _scan_once(text, pos)  # type: ignore[no-any-return]
-    except (_InvalidJson, StopIteration, ValueError, RecursionError) as exc:
-        raise _InvalidJson(str(exc)) from None
-
-
-def _skip_ws(text: str, pos: int) -> int:
-    return _WS.match(text, pos).end()  # type: ignore[union-attr]
-
-
-def _scan_object(text: str, pos: int) -> tuple[_Scanned, int]:
-    """Scan the object starting at ``text[pos] == "{"``; returns members and end index."""
-    out = _Scanned()
-    members = out.members
-    pos = _skip_ws(text, pos + 1)
-    if text.startswith("}", pos):
-        return out, pos + 1
-    while True:
-        if not text.startswith('"', pos):
-            raise _InvalidJson("expected key")
-        try:
-            key, pos = _scanstring(text, pos + 1, True)
-        except ValueError as exc:
-            raise _InvalidJson(str(exc)) from None
-        pos = _skip_ws(text, pos)
-        if not text.startswith(":", pos):
-            raise _InvalidJson("expected ':'")
-        start = _skip_ws(text, pos + 1)
-        value, end = _scan_value(text, start)
-        if key in members and key in _ENVELOPE_KEYS:
-            out.duplicate = True
-        members[key] = (value, start, end)
-        pos = _skip_ws(text, end)
-        if text.startswith(",", pos):
-            pos = _skip_ws(text, pos + 1)
-            continue
-        if text.startswith("}", pos):
-            return out, pos + 1
-        raise _InvalidJson("expected ',' or '}'")
-
-
-def _scan_array_spans(text: str, pos: int) -> tuple[list[tuple[Any, int, int]], int]:
-    """Scan the array at ``text[pos] == "["``; returns ``(value, start, end)`` per element."""
-    items: list[tuple[Any, int, int]] = []
-    pos = _skip_ws(text, pos + 1)
-    if text.startswith("]", pos):
-        return items, pos + 1
-    while True:
-        value, end = _scan_value(text, pos)
-        items.append((value, pos, end))
-        pos = _skip_ws(text, end)
-        if text.startswith(",", pos):
-            pos = _skip_ws(text, pos + 1)
-            continue
-        if text.startswith("]", pos):
-            return items, pos + 1
-        raise _InvalidJson("expected ',' or ']'")
-
-
-class _ByteOffsets:
-    """Maps str indices of a decoded line back to byte offsets (identity for ASCII)."""
-
-    __slots__ = ("text", "ascii")
-
-    def __init__(self, text: str, nbytes: int) -> None:
-        self.text = text
-        self.ascii = len(text) == nbytes
-
-    def __call__(self, i: int) -> int:
-        if self.ascii or i <= 0:
-            return i
-        return len(self.text[:i].encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -330,11 +165,29 @@ class Message:
     id: int | str | None
     method: str | None
     error: dict[str, Any] | None
+    _line: bytes
+    _start: int
+    _end: int
+    _ids: int
+    _ide: int
+    _ps: int
+    _pe: int
+    _value: Any
 
     # Spans are byte offsets into ``_line`` (the whole line the message came in); ``_ids``
     # is -1 when the message has no id key, ``_ps`` -1 when it has no payload (params
     # absent or null; error responses), and -2 while spans are not computed yet (eager
     # mode computes them only when first needed).
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Message values are made by a Decoder (Decoder.feed), not constructed")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        self._ensure_spans()
+        unset = self._value is _UNSET
+        return (_restore_message, (
+            self.kind, self.id, self.method, self.error, self._line, self._start, self._end,
+            self._ids, self._ide, self._ps, self._pe, None if unset else self._value, unset))
 
     def __repr__(self) -> str:
         name = {REQUEST: "request", NOTIFICATION: "notification", RESPONSE: "response"}[self.kind]
@@ -435,6 +288,13 @@ class Batch:
     kind = BATCH
 
     entries: list[Message | Malformed]
+    _line: bytes
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Batch values are made by a Decoder (Decoder.feed), not constructed")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore_batch, (self.entries, self._line, 0, len(self._line)))
 
     @property
     def raw(self) -> RawJson:
@@ -489,6 +349,43 @@ class Malformed:
 Frame = Union[Message, Batch, Malformed]
 
 
+def _restore_message(kind: Any, id: Any, method: Any, error: Any, line: Any, start: Any,
+                     end: Any, ids: Any, ide: Any, ps: Any, pe: Any, value: Any,
+                     unset: Any) -> Message:
+    """Unpickle a Message (see Message.__reduce__); refuses state no decoder makes."""
+    check_message_state(kind, id, method, error, line, start, end, ids, ide, ps, pe)
+    m = Message.__new__(Message)
+    m.kind, m.id, m.method, m.error = kind, id, method, error
+    m._line, m._start, m._end, m._ids, m._ide, m._ps, m._pe = line, start, end, ids, ide, ps, pe
+    m._value = _UNSET if unset else value
+    return m
+
+
+def _restore_batch(entries: Any, line: Any, start: Any, end: Any) -> Batch:
+    """Unpickle a Batch (see Batch.__reduce__); refuses state no decoder makes."""
+    check_batch_state(entries, line, start, end, (Message, Malformed))
+    if (start, end) != (0, len(line)):
+        raise ValueError("Batch span out of range")
+    b = Batch.__new__(Batch)
+    b.entries = entries
+    b._line = line
+    return b
+
+
+def _check_limits(max_line_size: Any, max_depth: Any, max_batch_size: Any) -> None:
+    """The Decoder's argument checks (shared wording with the compiled twin)."""
+    if max_line_size < 1:
+        raise ValueError("max_line_size must be >= 1")
+    if not 1 <= max_depth <= MAX_DEPTH_LIMIT:
+        raise ValueError(f"max_depth must be between 1 and {MAX_DEPTH_LIMIT}")
+    if max_batch_size < 1:
+        raise ValueError("max_batch_size must be >= 1")
+
+
+def _batch_too_large(limit: int) -> str:
+    return f"batch too large (more than {limit} entries)"
+
+
 def _invalid(raw: bytes, reason: str, response_shaped: bool = False) -> Malformed:
     return Malformed(raw, INVALID_REQUEST, reason, response_shaped)
 
@@ -496,7 +393,7 @@ def _invalid(raw: bytes, reason: str, response_shaped: bool = False) -> Malforme
 def _valid_id(value: Any) -> bool:
     t = type(value)
     if t is int:
-        return _INT64_MIN <= value <= _INT64_MAX
+        return bool(_INT64_MIN <= value <= _INT64_MAX)
     return t is str or value is None
 
 
@@ -566,7 +463,12 @@ class Decoder:
         lazy: keep ``params``/``result`` as raw JSON, decoded on first access.
         max_line_size: the longest line (bytes before ``\\n``) that is buffered; a longer
             one is discarded up to its newline and reported as a ``Malformed`` frame.
-        max_depth: the deepest container nesting accepted (deeper is invalid JSON).
+        max_depth: the deepest container nesting accepted (deeper is invalid JSON); at most
+            :data:`MAX_DEPTH_LIMIT` (512), a depth both twins decode on any thread's stack.
+        max_batch_size: the most entries a batch may have; a longer batch is one
+            ``Malformed`` frame (-32600, reason ``"batch too large (more than N entries)"``)
+            instead of one entry per element, so that neither the frame nor its reply grow
+            with the peer's array.
 
     ``feed`` never raises for bad input: every problem of the peer's bytes comes back as a
     :class:`Malformed` frame in its place, and decoding goes on with the next line. The
@@ -574,7 +476,8 @@ class Decoder:
     ``TypeError`` for a non-bytes argument).
     """
 
-    __slots__ = ("_lazy", "_max_line_size", "_max_depth", "_buf", "_discarding", "_closed")
+    __slots__ = ("_lazy", "_max_line_size", "_max_depth", "_max_batch_size", "_buf",
+                 "_discarding", "_closed")
 
     def __init__(
         self,
@@ -582,14 +485,13 @@ class Decoder:
         lazy: bool = False,
         max_line_size: int = DEFAULT_MAX_LINE_SIZE,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     ) -> None:
-        if max_line_size < 1:
-            raise ValueError("max_line_size must be >= 1")
-        if max_depth < 1:
-            raise ValueError("max_depth must be >= 1")
+        _check_limits(max_line_size, max_depth, max_batch_size)
         self._lazy = bool(lazy)
         self._max_line_size = int(max_line_size)
         self._max_depth = int(max_depth)
+        self._max_batch_size = int(max_batch_size)
         self._buf = bytearray()
         self._discarding = False
         self._closed = False
@@ -605,6 +507,10 @@ class Decoder:
     @property
     def max_depth(self) -> int:
         return self._max_depth
+
+    @property
+    def max_batch_size(self) -> int:
+        return self._max_batch_size
 
     @property
     def buffered(self) -> int:
@@ -648,13 +554,15 @@ class Decoder:
                 else:
                     buf += data[start:] if start else data
                 return frames
-            line = bytes(buf) + data[start:nl]
-            buf.clear()
-            start = nl + 1
-            if len(line) > max_size:
+            if len(buf) + nl - start > max_size:
+                # Checked before joining: the over-long line is never copied.
+                buf.clear()
                 frames.append(_invalid(b"", "line too long"))
             else:
+                line = bytes(buf) + data[start:nl]
+                buf.clear()
                 self._line(line, frames)
+            start = nl + 1
         parts = data[start:].split(b"\n") if start else data.split(b"\n")
         tail = parts.pop()
         for line in parts:
@@ -718,8 +626,6 @@ class Decoder:
 
     def _line_eager(self, line: bytes, text: str) -> Frame:
         obj = _loads_strict(text)
-        if b"\\u" in line and _SURROGATE_ESCAPE.search(line) and _has_lone_surrogate(line):
-            raise _InvalidJson("lone surrogate")
         if _maybe_duplicate_envelope(line):
             # Counting says an envelope key may repeat: decide with the exact scanner.
             scanned, _ = _scan_object(text, _skip_ws(text, 0))
@@ -739,15 +645,16 @@ class Decoder:
             scanned, end = _scan_object(text, pos)
             if _skip_ws(text, end) != len(text):
                 raise _InvalidJson("extra data")
-            self._check_surrogates(line)
             return self._message_from_scan(scanned, line, 0, len(line), _ByteOffsets(text, len(line)))
         if text.startswith("[", pos):
-            items, end = _scan_array_spans(text, pos)
+            limit = self._max_batch_size
+            items, count, end = _scan_array_spans(text, pos, limit)
             if _skip_ws(text, end) != len(text):
                 raise _InvalidJson("extra data")
-            self._check_surrogates(line)
-            if not items:
+            if not count:
                 return _invalid(line, "empty batch")
+            if count > limit:
+                return _invalid(line, _batch_too_large(limit))
             off = _ByteOffsets(text, len(line))
             batch = Batch.__new__(Batch)
             batch._line = line
@@ -764,13 +671,7 @@ class Decoder:
             batch.entries = entries
             return batch
         _loads_strict(text)  # validates; any other JSON value is not an object
-        self._check_surrogates(line)
         return _invalid(line, "not an object")
-
-    @staticmethod
-    def _check_surrogates(line: bytes) -> None:
-        if b"\\u" in line and _SURROGATE_ESCAPE.search(line) and _has_lone_surrogate(line):
-            raise _InvalidJson("lone surrogate")
 
     def _message_from_scan(
         self, scanned: _Scanned, line: bytes, start: int, end: int, off: _ByteOffsets
@@ -851,7 +752,7 @@ def _dumps_with_raw(obj: Any) -> bytes:
     text = json.JSONEncoder(
         separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=default
     ).encode(obj)
-    out = text.encode("utf-8")
+    out = _utf8_json(text)
     for i, raw in enumerate(raws):
         out = out.replace(f'"\\u0000{nonce}:{i}"'.encode(), raw, 1)
     return out
@@ -869,17 +770,19 @@ def encode_value(obj: Any) -> bytes:
 
     Output is byte-identical to ``json.dumps(obj, separators=(",", ":"),
     ensure_ascii=False, allow_nan=False)`` encoded as UTF-8 when ``obj`` holds no
-    ``RawJson``.
+    ``RawJson`` and no lone surrogate; a lone surrogate (``"\\ud800"``), which UTF-8 cannot
+    carry, is written as its ``\\udxxx`` escape (what ``json.dumps`` writes with
+    ``ensure_ascii=True``), so the output is always valid UTF-8.
 
     Raises:
-        EncodeError: unsupported type, NaN/Infinity, lone surrogate, circular or too
-            deep structure, ``RawJson`` with a newline.
+        EncodeError: unsupported type, NaN/Infinity, circular or too deep structure,
+            ``RawJson`` with a newline.
     """
     if type(obj) is RawJson:
         _check_raw(obj)
         return bytes(obj)
     try:
-        return _dumps_fast(obj).encode("utf-8")
+        return _utf8_json(_dumps_fast(obj))
     except _HasRaw:
         pass
     except (TypeError, ValueError, RecursionError) as exc:

@@ -1,14 +1,24 @@
 """``RawJson``: the one raw-JSON bytes type shared by both engine twins.
 
-It lives in a module of its own so that the compiled twin can use it without importing the
-pure-Python twin (and its ``json``/``re`` machinery) at start-up.
+It lives in a module of its own so that either twin can use it without importing the other.
+It imports neither twin: :meth:`RawJson.decode_json` uses the strict reader
+(:mod:`acp_fast._strictjson`) unless the compiled twin, when it loads, installs its own
+decoder with :func:`set_decoder` (both follow the same rules).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["RawJson"]
+__all__ = ["RawJson", "set_decoder"]
+
+_decoder: Callable[[bytes], Any] | None = None
+
+
+def set_decoder(decoder: Callable[[bytes], Any] | None) -> None:
+    """Install the function :meth:`RawJson.decode_json` calls (``None``: the strict reader)."""
+    global _decoder
+    _decoder = decoder
 
 
 class RawJson(bytes):
@@ -23,10 +33,19 @@ class RawJson(bytes):
     __slots__ = ()
 
     def decode_json(self) -> Any:
-        """Decode the value with the engine's strict JSON rules (those of ``Decoder``)."""
-        from ._engine_py import _loads_strict
+        """Decode the value with the engine's strict JSON rules (those of ``Decoder``).
 
-        return _loads_strict(self.decode("utf-8"))
+        Nesting is bounded by ``MAX_DEPTH_LIMIT`` (512).
+
+        Raises:
+            ValueError: (``acp_fast._strictjson.InvalidJson``) the bytes are not valid JSON.
+        """
+        decoder = _decoder
+        if decoder is None:
+            from ._strictjson import loads_bytes
+
+            return loads_bytes(bytes(self))
+        return decoder(bytes(self))
 
     def __repr__(self) -> str:
         return f"RawJson({bytes(self)!r})"

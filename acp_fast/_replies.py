@@ -13,7 +13,7 @@ never drift between the twins. The rules are ``notes/protocol.md`` §1.3 and §2
   -32603 fallback so its siblings are not stranded.
 
 This module imports nothing from the engines (they import it), and encodes its few error
-lines itself.
+lines itself (a lone surrogate in an echoed method or id is written as its escape).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from ._kinds import MALFORMED as _MALFORMED
+from ._kinds import REQUEST as _REQUEST
+from ._strictjson import utf8_json
 from .errors import DEFAULT_MESSAGES, INTERNAL_ERROR, PARSE_ERROR
 
 __all__ = ["BatchReply", "error_reply", "MAX_ECHOED_LINE"]
@@ -29,18 +32,14 @@ __all__ = ["BatchReply", "error_reply", "MAX_ECHOED_LINE"]
 #: huge bad line cannot make an equally huge reply.
 MAX_ECHOED_LINE = 4096
 
-# Frame kinds, mirrored from the engines (asserted equal by the tests).
-_REQUEST = 0
-_MALFORMED = 4
-
 
 def _error_line(code: int, data: Any, ident: Any = None) -> bytes:
     error: dict[str, Any] = {"code": code, "message": DEFAULT_MESSAGES.get(code, "Error")}
     if data is not None:
         error["data"] = data
-    return json.dumps(
+    return utf8_json(json.dumps(
         {"jsonrpc": "2.0", "id": ident, "error": error}, separators=(",", ":"), ensure_ascii=False
-    ).encode("utf-8") + b"\n"
+    )) + b"\n"
 
 
 def error_reply(malformed: Any) -> bytes | None:

@@ -35,7 +35,7 @@ __all__ = [
 
 #: Invalid JSON (including invalid UTF-8 and over-deep nesting).
 PARSE_ERROR = -32700
-#: Valid JSON that is not a valid JSON-RPC envelope; empty batch; over-long line.
+#: Valid JSON that is not a valid JSON-RPC envelope; empty or over-large batch; over-long line.
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
@@ -148,10 +148,10 @@ class DecoderClosedError(AcpFastError):
 class EncodeError(AcpFastError, TypeError, ValueError):
     """Local misuse: a value JSON cannot represent was given to an encoder.
 
-    Raised for unsupported types, NaN/Infinity, strings that are not valid Unicode
-    (lone surrogates), nesting beyond the encoder's depth limit, and ``RawJson`` values
-    that contain a newline. It is both a ``TypeError`` and a ``ValueError`` so code
-    written against ``json.dumps`` keeps catching it.
+    Raised for unsupported types, NaN/Infinity, nesting beyond the encoder's depth limit,
+    and ``RawJson`` values that contain a newline (a lone surrogate in a ``str`` is not an
+    error: it is written as its ``\\udxxx`` escape). It is both a ``TypeError`` and a
+    ``ValueError`` so code written against ``json.dumps`` keeps catching it.
     """
 
 

@@ -40,6 +40,7 @@ enum Reason : int {
   REASON_ID = 9,
   REASON_PARAMS = 10,
   REASON_ERROR_OBJECT = 11,
+  REASON_BATCH_TOO_LARGE = 12,  // the text names the decoder's limit (set by the Cython layer)
 };
 
 // Readable bytes simdjson needs after the end of a document (simdjson::SIMDJSON_PADDING;

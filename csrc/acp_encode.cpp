@@ -84,7 +84,8 @@ struct Path {
 
 template <typename CharT>
 int write_chars(Writer& w, const CharT* s, Py_ssize_t n) {
-  // Pass 1: exact output size (and unpaired surrogates, which UTF-8 cannot carry).
+  // Pass 1: exact output size. A lone surrogate, which UTF-8 cannot carry, is written as
+  // its "\\udxxx" escape (json.dumps with ensure_ascii=True does the same).
   size_t out = 2;
   for (Py_ssize_t i = 0; i < n; i++) {
     uint32_t c = s[i];
@@ -94,14 +95,7 @@ int write_chars(Writer& w, const CharT* s, Py_ssize_t n) {
     } else if (c < 0x800) {
       out += 2;
     } else if (c < 0x10000) {
-      if (c >= 0xD800 && c <= 0xDFFF) {
-        PyErr_Format(g_encode_error,
-                     "'utf-8' codec can't encode character '\\u%04x' in position %zd: "
-                     "surrogates not allowed",
-                     unsigned(c), i);
-        return -1;
-      }
-      out += 3;
+      out += (c >= 0xD800 && c <= 0xDFFF) ? 6 : 3;
     } else {
       out += 4;
     }
@@ -131,6 +125,14 @@ int write_chars(Writer& w, const CharT* s, Py_ssize_t n) {
     } else if (c < 0x800) {
       *o++ = char(0xC0 | (c >> 6));
       *o++ = char(0x80 | (c & 0x3F));
+    } else if (c >= 0xD800 && c <= 0xDFFF) {
+      o[0] = '\\';
+      o[1] = 'u';
+      o[2] = kHex[c >> 12];
+      o[3] = kHex[(c >> 8) & 0xF];
+      o[4] = kHex[(c >> 4) & 0xF];
+      o[5] = kHex[c & 0xF];
+      o += 6;
     } else if (c < 0x10000) {
       *o++ = char(0xE0 | (c >> 12));
       *o++ = char(0x80 | ((c >> 6) & 0x3F));

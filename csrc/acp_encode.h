@@ -71,7 +71,7 @@ void encode_init(PyObject* rawjson_type, PyObject* encode_error);
 // into EncodeError like the pure twin's encode_value does.
 int write_value(Writer& w, PyObject* obj);
 
-// Appends the JSON string of a str (exact or subclass); -1 + EncodeError for lone surrogates.
+// Appends the JSON string of a str (exact or subclass); a lone surrogate becomes its escape.
 int write_str(Writer& w, PyObject* str);
 
 // Appends a decimal int64.

@@ -6,8 +6,8 @@
 // byte of every scalar. Our own "stage 2" below walks that index once, checking the JSON
 // grammar with a recursive descent (so nothing is skipped unchecked, in lazy mode too) and
 // every scalar: number grammar and range (acp_values: scan_number), literal spelling, and
-// string escapes (acp_values: unescape, which refuses bad escapes and unpaired surrogates
-// like the pure twin does). It records what the envelope needs (kind, typed id, method,
+// string escapes (acp_values: unescape, which refuses bad escapes and keeps unpaired
+// surrogates like json.loads and the pure twin do). It records what the envelope needs (kind, typed id, method,
 // error object, spans of the id and of params/result) and, in eager mode, builds the Python
 // objects directly. Values nobody asked for (lazy payloads, unknown members) are only
 // validated, by the iterative skip_value(); escapes are validated once per line
@@ -58,9 +58,10 @@ const char* active_simdjson_implementation() {
 namespace {
 
 // Hard cap on nesting whatever max_depth says, so that the recursive descent cannot exhaust
-// the C stack. (The pure twin fails far earlier, with RecursionError, near Python's
-// recursion limit.)
-constexpr int kMaxNesting = 10000;
+// the C stack: MAX_DEPTH_LIMIT of the Python layer (acp_fast/_strictjson.py), which the
+// Decoder enforces too. 512 levels of value()/object() fit a 256 KiB thread stack with
+// room to spare, in sanitizer builds as well (tests/test_engine_limits.py).
+constexpr int kMaxNesting = 512;
 
 enum EnvKey : int { K_JSONRPC = 0, K_ID, K_METHOD, K_PARAMS, K_RESULT, K_ERROR, K_NONE = -1 };
 
@@ -838,9 +839,17 @@ class TokenWalker final : public WalkerBase {
         return WALK_OK;
       }
       bool more = true;
+      size_t count = 0;
+      const size_t limit = max_batch;
       while (more) {
         if (pos_ >= n_) return WALK_INVALID;
         uint32_t first = pos_;
+        if (++count > limit) {
+          // Too many entries: validate the rest of the line, build nothing more.
+          if ((w = value(1, nullptr))) return w;
+          if ((w = next_or_close(']', more))) return w;
+          continue;
+        }
         Entry ent;
         if (buf_[idx_[first]] == '{') {
           if (max_depth_ < 2) return WALK_INVALID;
@@ -858,6 +867,12 @@ class TokenWalker final : public WalkerBase {
         if ((w = next_or_close(']', more))) return w;
       }
       if (!at_line_end()) return WALK_INVALID;
+      if (count > limit) {
+        entries.clear();
+        top.kind = KIND_MALFORMED;
+        top.reason = REASON_BATCH_TOO_LARGE;
+        return WALK_OK;
+      }
       top.kind = KIND_BATCH;
       return WALK_OK;
     }

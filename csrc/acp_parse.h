@@ -86,6 +86,9 @@ inline PyObject* take_or_none(PyObject*& slot) {
 class WalkerBase {
  public:
   virtual ~WalkerBase() = default;
+  // The most entries a batch may have: past it the rest of the array is only validated and
+  // the line is REASON_BATCH_TOO_LARGE (no entry is built for it).
+  size_t max_batch = SIZE_MAX;
   // Returns 0, or -1 with a Python exception set (memory errors only).
   virtual int parse(const char* p, size_t n, bool lazy, int max_depth, Entry& top,
                     std::vector<Entry>& entries) = 0;
@@ -106,6 +109,11 @@ class LineParser {
 
   // False when the walker could not be created (out of memory).
   bool ok() const { return impl_ != nullptr; }
+
+  // See WalkerBase::max_batch.
+  void set_max_batch(size_t n) {
+    if (impl_) impl_->max_batch = n;
+  }
 
   // p[0..n) with SIMDJSON_PADDING readable bytes after p + n. Returns 0 (result in
   // top/entries, top.kind tells what it is) or -1 with a Python exception set.

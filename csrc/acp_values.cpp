@@ -84,7 +84,9 @@ PyObject* make_str_uncached(const char* s, size_t n) {
     std::memcpy(PyUnicode_1BYTE_DATA(u), s, n);
     return u;
   }
-  return PyUnicode_DecodeUTF8(s, Py_ssize_t(n), nullptr);
+  // "surrogatepass": the 3-byte form of a lone surrogate comes only from a "\\udxxx" escape
+  // (see unescape); valid UTF-8 decodes exactly as with the strict handler.
+  return PyUnicode_DecodeUTF8(s, Py_ssize_t(n), "surrogatepass");
 }
 
 PyObject* make_str(const char* s, size_t n) {
@@ -198,15 +200,16 @@ Walk unescape(const char* s, size_t n, std::string_view& view, PaddedBuffer& buf
         int32_t cp = hex4(p);
         if (cp < 0) return WALK_INVALID;
         p += 4;
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          if (end - p < 6 || p[0] != '\\' || p[1] != 'u') return WALK_INVALID;
+        if (cp >= 0xD800 && cp <= 0xDBFF && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
           int32_t lo = hex4(p + 2);
-          if (lo < 0xDC00 || lo > 0xDFFF) return WALK_INVALID;
-          p += 6;
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-          return WALK_INVALID;
+          if (lo >= 0xDC00 && lo <= 0xDFFF) {  // a pair: one code point
+            p += 6;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }  // else a lone high surrogate; the next escape is read on its own
         }
+        // A lone surrogate (like json.loads, which keeps it in the str) is written in the
+        // 3-byte form that make_str decodes with "surrogatepass"; stage 1 has refused such
+        // bytes in the input, so only an escape can produce them.
         o = put_utf8(o, uint32_t(cp));
         break;
       }
@@ -239,14 +242,8 @@ Walk validate_escapes(const char* s, size_t n) {
         int32_t cp = hex4(p);
         if (cp < 0) return WALK_INVALID;
         p += 4;
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          if (end - p < 6 || p[0] != '\\' || p[1] != 'u') return WALK_INVALID;
-          int32_t lo = hex4(p + 2);
-          if (lo < 0xDC00 || lo > 0xDFFF) return WALK_INVALID;
-          p += 6;
-        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-          return WALK_INVALID;
-        }
+        // Surrogates, paired or not, are accepted (see unescape); a following escape is
+        // checked on its own by the loop.
         break;
       }
       default:

@@ -22,14 +22,14 @@ PyObject* make_str_uncached(const char* s, size_t n);
 
 // The content of a JSON string (the bytes between its quotes; stage 1 has checked UTF-8,
 // control characters and where the string ends). Unescapes it like json.loads, refusing
-// bad escapes and unpaired surrogates (json.loads accepts those, the pure twin then
-// rejects the line): `view` is the raw bytes when there is no backslash, else the
+// bad escapes and keeping unpaired surrogate escapes (in the 3-byte "surrogatepass" form
+// make_str decodes): `view` is the raw bytes when there is no backslash, else the
 // unescaped bytes in `buf` (valid until buf is used again). s + n must be followed by at
 // least 8 readable bytes (the line's padding).
 Walk unescape(const char* s, size_t n, std::string_view& view, PaddedBuffer& buf);
 
-// Whether every backslash escape in s[0..n) is one json.loads accepts and no UTF-16
-// surrogate escape is unpaired; nothing is copied. Used once per line (escapes are rare):
+// Whether every backslash escape in s[0..n) is one json.loads accepts (unpaired UTF-16
+// surrogate escapes included); nothing is copied. Used once per line (escapes are rare):
 // every backslash of a valid JSON text is inside a string, so scanning the whole line left
 // to right tokenises escapes exactly like scanning each string, and a backslash outside a
 // string makes the line invalid anyway. WALK_OK or WALK_INVALID.

@@ -43,7 +43,8 @@ def test_identity_with_pure_twin():
     assert C.BatchReply is _replies.BatchReply
     assert C.error_reply is _replies.error_reply
     for name in ("REQUEST", "NOTIFICATION", "RESPONSE", "BATCH", "MALFORMED",
-                 "DEFAULT_MAX_LINE_SIZE", "DEFAULT_MAX_DEPTH"):
+                 "DEFAULT_MAX_LINE_SIZE", "DEFAULT_MAX_DEPTH", "MAX_DEPTH_LIMIT",
+                 "DEFAULT_MAX_BATCH_SIZE"):
         assert getattr(C, name) == getattr(P, name)
     walker, stage1 = C._simdjson_implementation()
     assert isinstance(walker, str) and isinstance(stage1, str)
@@ -133,10 +134,11 @@ def test_padding_path_matches_pure_twin():
             assert [bytes(f.params_raw) for f in c] == [bytes(f.params_raw) for f in p]
 
 
-def test_deep_nesting_beyond_the_cap_is_invalid_not_a_crash():
-    d = C.Decoder(max_depth=10**9)
-    (f,) = d.feed(b"[" * 200000 + b"]" * 200000 + b"\n")
-    assert (f.kind, f.reason) == (C.MALFORMED, "invalid JSON")
+def test_deep_nesting_far_beyond_the_cap_is_invalid_not_a_crash():
+    d = C.Decoder(max_depth=C.MAX_DEPTH_LIMIT)
+    for lazy_line in (b"[" * 200000 + b"]" * 200000, b'{"a":' * 200000 + b"1" + b"}" * 200000):
+        (f,) = d.feed(lazy_line + b"\n")
+        assert (f.kind, f.reason) == (C.MALFORMED, "invalid JSON")
 
 
 def test_reentrant_encoder():

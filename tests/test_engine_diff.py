@@ -572,7 +572,7 @@ def test_cross_twin_round_trip(twin_pair, ident, method, params, result, lazy, d
 
 
 BAD_ENC = st.one_of(
-    st.sampled_from([math.nan, math.inf, -math.inf, "\ud800", "a\udfff", object(), {1, 2}, b"x", 1j]),
+    st.sampled_from([math.nan, math.inf, -math.inf, object(), {1, 2}, b"x", 1j]),
 )
 
 

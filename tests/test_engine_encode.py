@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -290,9 +291,6 @@ BAD_VALUES = [
     pytest.param(b"x", id="bytes"),
     pytest.param(1 + 2j, id="complex"),
     pytest.param({(1, 2): 3}, id="tuple-key"),
-    pytest.param("\ud800", id="lone-surrogate"),
-    pytest.param({"k": ["ok", "\udfff"]}, id="nested-lone-surrogate"),
-    pytest.param({"\ud800": 1}, id="lone-surrogate-key"),
     pytest.param(_circular_list(), id="circular-list"),
     pytest.param(_circular_dict(), id="circular-dict"),
     pytest.param(_too_deep(), id="too-deep"),
@@ -310,11 +308,26 @@ def test_encode_error_is_type_and_value_error(engine, errors, value):
         assert isinstance(info.value, errors.AcpFastError)
 
 
-def test_lone_surrogate_in_method_or_id_rejected(engine, errors):
-    with pytest.raises(errors.EncodeError):
-        engine.encode_request(1, "m\ud800")
-    with pytest.raises(errors.EncodeError):
-        engine.encode_result("\udc00", 1)
+@pytest.mark.parametrize(
+    "value",
+    ["\ud800", "a\udfffb", ["ok", {"k": "\udc00\ud800"}], {"\ud800": 1}, "\ud83d\ude00 \U0001f600 é"],
+    ids=["lone-high", "lone-low", "nested-reversed", "key", "pair-as-two-chars"],
+)
+def test_lone_surrogate_is_written_as_its_escape(engine, value):
+    # UTF-8 cannot carry a lone surrogate: it is written as the escape json.dumps(...,
+    # ensure_ascii=True) writes, everything else as UTF-8 (ensure_ascii=False).
+    out = engine.encode_value(value)
+    text = out.decode("utf-8")  # valid UTF-8
+    assert json.loads(text) == json.loads(json.dumps(value))
+    assert re.search(r"\\ud[89a-f][0-9a-f]{2}", text)
+    assert "é" in text or "é" not in json.dumps(value, ensure_ascii=False)
+
+
+def test_lone_surrogate_in_method_or_id_is_escaped(engine):
+    assert engine.encode_request(1, "m\ud800") == b'{"jsonrpc":"2.0","id":1,"method":"m\\ud800"}\n'
+    assert engine.encode_result("\udc00", 1) == b'{"jsonrpc":"2.0","id":"\\udc00","result":1}\n'
+    assert engine.encode_error(1, 5, "\ud800", ["\udfff"]) == (
+        b'{"jsonrpc":"2.0","id":1,"error":{"code":5,"message":"\\ud800","data":["\\udfff"]}}\n')
 
 
 def test_encode_error_with_rawjson_sibling(engine, errors):

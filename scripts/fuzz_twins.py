@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""Differential fuzz of the engine twins (``acp_fast._engine_py`` vs ``acp_fast._engine_c``).
+
+Decoding: random traffic (valid messages of every kind, batches, random JSON values with
+every sort of string -- lone surrogate escapes included --, mutations of valid lines:
+flipped, deleted and inserted bytes, truncations, invalid UTF-8, deep nesting around
+``max_depth``, lines around ``max_line_size``, blank and CRLF lines) is decoded by both twins,
+eager and lazy, fed whole, byte by byte and split at random points; every way must give the
+same frames (kind, ids, methods, payloads decoded and raw, ``forward`` output, error replies,
+batch replies).
+
+Encoding: random Python values (lone surrogates, big ints, floats, nested containers,
+non-str keys, ``RawJson``) go through both twins' ``encode_value``/``encode_result``; the
+output must equal ``json.dumps(..., separators=(",", ":"), ensure_ascii=False,
+allow_nan=False)`` as UTF-8 with lone surrogates written as ``\\udxxx`` escapes, be valid
+UTF-8, and decode back (with both twins) to an equal value; values ``json.dumps`` refuses
+must raise ``EncodeError`` in both.
+
+Usage: python scripts/fuzz_twins.py --seed 1 --count 20000
+Prints one summary line; exits 1 on the first divergences (with a reproducer), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from acp_fast import _engine_c as C  # noqa: E402
+from acp_fast import _engine_py as P  # noqa: E402
+from acp_fast._strictjson import utf8_json  # noqa: E402
+from acp_fast.errors import EncodeError  # noqa: E402
+
+TWINS = (("py", P), ("c", C))
+
+
+# ---------------------------------------------------------------------------------------
+# Random JSON text and values
+# ---------------------------------------------------------------------------------------
+
+_ESCAPES = ['\\"', "\\\\", "\\/", "\\b", "\\f", "\\n", "\\r", "\\t", "\\u0041", "\\u00e9",
+            "\\u2028", "\\ud83d\\ude00", "\\ud800", "\\udc00", "\\uDBFF", "\\udc00\\ud800",
+            "\\ud800\\u0041", "\\u0000", "\\u001f"]
+_CHARS = ["a", "z", " ", "é", "漢", "😀", "\u2028", "\x7f", "id", "method", "2.0"]
+
+
+class Gen:
+    def __init__(self, rng: random.Random) -> None:
+        self.r = rng
+
+    def string_text(self) -> str:
+        r = self.r
+        parts = []
+        for _ in range(r.randint(0, 6)):
+            parts.append(r.choice(_ESCAPES) if r.random() < 0.35 else r.choice(_CHARS))
+        return '"' + "".join(parts) + '"'
+
+    def number_text(self) -> str:
+        r = self.r
+        return r.choice([
+            "0", "-0", "1", "-1", str(r.randint(-10**6, 10**6)), str(2**63 - 1), str(-2**63),
+            str(2**63), str(r.randint(10**20, 10**25)), "1.5", "-0.0", "1e3", "1E-3", "2.5e+10",
+            "1e308", "1e400", "-1e400", "0.1", "123456789012345678901234567890.5",
+            "01", "1.", ".5", "-", "1e", "+1", "NaN", "Infinity",
+        ])
+
+    def value_text(self, depth: int = 0) -> str:
+        r = self.r
+        k = r.random()
+        if depth > 4 or k < 0.45:
+            return r.choice([self.string_text, self.number_text,
+                             lambda: r.choice(["true", "false", "null"])])()
+        if k < 0.75:
+            return "[" + ",".join(self.value_text(depth + 1) for _ in range(r.randint(0, 4))) + "]"
+        members = [f"{self.string_text()}:{self.value_text(depth + 1)}" for _ in range(r.randint(0, 4))]
+        return "{" + ",".join(members) + "}"
+
+    def ws(self) -> str:
+        return self.r.choice(["", "", "", " ", "\t", " \r "])
+
+    def envelope(self) -> str:
+        r = self.r
+        ident = r.choice(["1", "0", "-5", '"a"', '"\\ud800"', "null", "1.5", "true", str(2**63),
+                          "[1]", str(r.randint(0, 10**6))])
+        method = r.choice(['"m"', '"session/prompt"', '"é"', '"\\udc00"', "1", "null"])
+        payload = self.value_text(1)
+        shape = r.randint(0, 9)
+        members: list[str] = []
+        if r.random() < 0.95:
+            members.append('"jsonrpc":' + r.choice(['"2.0"'] * 8 + ['"1.0"', "2", '"2.0 "']))
+        if shape <= 3:  # request / notification
+            if shape <= 2:
+                members.append(f'"id":{ident}')
+            members.append(f'"method":{method}')
+            if r.random() < 0.8:
+                members.append('"params":' + r.choice([payload, "{}", "[]", "null", "3"]))
+        elif shape <= 6:  # result
+            members.append(f'"id":{ident}')
+            members.append(f'"result":{payload}')
+        elif shape <= 8:  # error
+            members.append(f'"id":{ident}')
+            code = r.choice(["-32601", "1", "1.5", '"x"', str(2**31)])
+            members.append('"error":{"code":' + code + ',"message":' + r.choice(['"no"', "1"])
+                           + (',"data":' + payload if r.random() < 0.5 else "") + "}")
+        else:  # odd
+            members += [f'"id":{ident}', f'"method":{method}', f'"result":{payload}']
+        if r.random() < 0.15:
+            members.append(self.string_text() + ":" + self.value_text(2))
+        if r.random() < 0.05:
+            members.append(r.choice(members))  # a duplicate key
+        r.shuffle(members)
+        sep = "," + self.ws()
+        return "{" + self.ws() + sep.join(m.replace(":", self.ws() + ":" + self.ws(), 1) for m in members) + "}"
+
+    def line(self, max_depth: int, max_line: int) -> bytes:
+        r = self.r
+        k = r.random()
+        if k < 0.45:
+            text = self.envelope()
+        elif k < 0.6:
+            text = "[" + ",".join(self.envelope() if r.random() < 0.8 else self.value_text(1)
+                                  for _ in range(r.randint(0, 6))) + "]"
+        elif k < 0.67:
+            text = self.value_text()
+        elif k < 0.72:
+            d = r.randint(max(1, max_depth - 2), max_depth + 2)
+            inner = "[" * (d - 1) + "]" * (d - 1)
+            text = '{"jsonrpc":"2.0","method":"deep","params":' + (inner or "null") + "}"
+        elif k < 0.75:
+            pad = max(0, max_line - 40 + r.randint(-3, 3))
+            text = '{"jsonrpc":"2.0","method":"long","params":["' + "x" * pad + '"]}'
+        elif k < 0.78:
+            text = r.choice(["", " ", "\t", "\r"])
+        else:
+            text = self.envelope()
+        data = text.encode("utf-8", "surrogatepass")
+        if k >= 0.78:
+            data = self.mutate(data)
+        if r.random() < 0.05:
+            data += b"\r"
+        return data.replace(b"\n", b" ") if b"\n" in data else data
+
+    def mutate(self, data: bytes) -> bytes:
+        r = self.r
+        b = bytearray(data)
+        for _ in range(r.randint(1, 3)):
+            op = r.randint(0, 5)
+            i = r.randint(0, len(b)) if b else 0
+            if op == 0 and b:
+                b[min(i, len(b) - 1)] = r.randint(0, 255)
+            elif op == 1 and b:
+                del b[min(i, len(b) - 1)]
+            elif op == 2:
+                b[i:i] = bytes([r.choice(b'{}[],:"\\ \x00\xff\xc3\xed\xa0\x80')])
+            elif op == 3:
+                b = b[:i]
+            elif op == 4:
+                b[i:i] = r.choice([b"\\ud800", b"\\u", b'"', b"\xef\xbb\xbf", b"\xed\xa0\x80", b"1e999"])
+            else:
+                b[i:i] = b[i:i + r.randint(1, 8)]
+        return bytes(b)
+
+    def value(self, depth: int = 0) -> Any:
+        r = self.r
+        k = r.random()
+        if depth > 4 or k < 0.5:
+            return r.choice([
+                lambda: "".join(r.choice(["a", "é", "😀", "\ud800", "\udfff", "\n", '"', "\\",
+                                          "\x00", "\u2028", "\ud83d\ude00"])
+                                for _ in range(r.randint(0, 5))),
+                lambda: r.randint(-2**70, 2**70), lambda: r.randint(-100, 100),
+                lambda: r.choice([0.0, -0.0, 1.5, 1e300, 5e-324, 0.1, r.random() * 1e10]),
+                lambda: r.choice([True, False, None]),
+                lambda: r.choice([math.nan, math.inf, object(), b"x", {1, 2}]) if r.random() < 0.05 else 1,
+                lambda: P.RawJson(r.choice([b"1", b'{"a":[1,2]}', b'"x"', b" [ ] "])),
+            ])()
+        if k < 0.75:
+            return [self.value(depth + 1) for _ in range(r.randint(0, 4))]
+        keys = [r.choice(["k", "é", "\ud800", 1, 2.5, True, None, "k2"]) for _ in range(r.randint(0, 4))]
+        return {k: self.value(depth + 1) for k in keys}
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------------------
+
+
+def _norm(v: Any) -> Any:
+    """A comparable form keeping types apart (1 / 1.0 / True, -0.0 / 0.0)."""
+    t = type(v)
+    if t is dict:
+        return ("d", tuple((_norm(k), _norm(x)) for k, x in v.items()))
+    if t is list:
+        return ("l", tuple(_norm(x) for x in v))
+    if t is float:
+        return ("f", repr(v))
+    return (t.__name__, v)
+
+
+def _raw(x: Any) -> Any:
+    return None if x is None else bytes(x)
+
+
+def describe(engine: Any, f: Any) -> Any:
+    kind = f.kind
+    if kind == engine.MALFORMED:
+        return ("M", bytes(f.raw), f.code, f.reason, f.response_shaped, engine.error_reply(f))
+    if kind == engine.BATCH:
+        reply = engine.BatchReply(f)
+        reply.fill_dropped()
+        return ("B", bytes(f.raw), tuple(describe(engine, e) for e in f), reply.encode())
+    raws = (_raw(f.params_raw), _raw(f.result_raw))
+    return (kind, _norm(f.id), _norm(f.method), _norm(f.error), raws, _norm(f.params),
+            _norm(f.result), bytes(f.raw), engine.forward(f),
+            engine.forward(f, "z\ud800") if kind != engine.NOTIFICATION else None)
+
+
+def decode_all(engine: Any, data: bytes, cuts: list[int], lazy: bool, kw: dict[str, int]) -> Any:
+    dec = engine.Decoder(lazy=lazy, **kw)
+    frames: list[Any] = []
+    prev = 0
+    for cut in cuts + [len(data)]:
+        frames += dec.feed(data[prev:cut])
+        assert dec.buffered <= kw["max_line_size"] + 1
+        prev = cut
+    frames += dec.feed_eof()
+    return [describe(engine, f) for f in frames]
+
+
+# ---------------------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------------------
+
+
+def _has_raw(v: Any) -> bool:
+    if isinstance(v, P.RawJson):
+        return True
+    if type(v) is list:
+        return any(_has_raw(x) for x in v)
+    if type(v) is dict:
+        return any(_has_raw(x) for x in v.values())
+    return False
+
+
+def _strip_raw(v: Any) -> Any:
+    if isinstance(v, P.RawJson):
+        return json.loads(v)
+    if type(v) is list:
+        return [_strip_raw(x) for x in v]
+    if type(v) is dict:
+        return {k: _strip_raw(x) for k, x in v.items()}
+    return v
+
+
+def expected_encoding(v: Any) -> bytes | None:
+    try:
+        text = json.dumps(v, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return utf8_json(text)
+
+
+def check_encoders(value: Any) -> str | None:
+    if _has_raw(value):
+        outs = []
+        for name, eng in TWINS:
+            try:
+                outs.append(eng.encode_value(value))
+            except EncodeError as exc:
+                outs.append(("error", type(exc).__name__))
+        if outs[0] != outs[1]:
+            return f"RawJson encoding differs: {outs!r}"
+        if isinstance(outs[0], bytes):
+            plain = expected_encoding(_strip_raw(value))
+            if plain is not None and json.loads(outs[0]) != json.loads(plain):
+                return f"RawJson splice changes the value: {outs[0]!r}"
+        return None
+    want = expected_encoding(value)
+    for name, eng in TWINS:
+        for call, wrap in ((eng.encode_value, lambda b: b),
+                           (lambda v: eng.encode_result(7, v),
+                            lambda b: b'{"jsonrpc":"2.0","id":7,"result":' + b + b"}\n")):
+            try:
+                got = call(value)
+            except EncodeError:
+                if want is not None:
+                    return f"{name}: EncodeError for a value json.dumps encodes: {value!r}"
+                continue
+            if want is None:
+                return f"{name}: encoded a value json.dumps refuses: {value!r} -> {got!r}"
+            if got != wrap(want):
+                return f"{name}: {got!r} != {wrap(want)!r} for {value!r}"
+            got.decode("utf-8")  # never invalid UTF-8
+    if want is not None:
+        (m,) = P.Decoder().feed(b'{"jsonrpc":"2.0","id":1,"result":' + want + b"}\n")
+        (mc,) = C.Decoder().feed(b'{"jsonrpc":"2.0","id":1,"result":' + want + b"}\n")
+        expect = json.loads(want)
+        if _norm(m.result) != _norm(expect) or _norm(mc.result) != _norm(expect):
+            return f"round trip differs for {value!r}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--count", type=int, default=2000, help="decoder inputs (and as many encoder values)")
+    ap.add_argument("--show", type=int, default=3, help="divergences to print in full")
+    args = ap.parse_args(argv)
+    rng = random.Random(args.seed)
+    gen = Gen(rng)
+    t0 = time.monotonic()
+    lines_total = frames_total = divergences = 0
+    failures: list[str] = []
+    for i in range(args.count):
+        max_depth = rng.choice([P.DEFAULT_MAX_DEPTH, 3, 8, rng.randint(1, 12)])
+        max_line = rng.choice([P.DEFAULT_MAX_LINE_SIZE, 200, rng.randint(20, 400)])
+        kw = {"max_depth": max_depth, "max_line_size": max_line,
+              "max_batch_size": rng.choice([P.DEFAULT_MAX_BATCH_SIZE, 2, 4])}
+        lines = [gen.line(max_depth, max_line) for _ in range(rng.randint(1, 8))]
+        data = b"\n".join(lines) + (b"\n" if rng.random() < 0.9 else b"")
+        lines_total += len(lines)
+        ways = {"whole": []}
+        if len(data) <= 4096:
+            ways["bytewise"] = list(range(1, len(data)))
+        ways["random"] = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(1, 6)))) \
+            if len(data) > 1 else []
+        reference = None
+        for lazy in (False, True):
+            for name, eng in TWINS:
+                for way, cuts in ways.items():
+                    try:
+                        got = decode_all(eng, data, cuts, lazy, kw)
+                    except Exception as exc:  # noqa: BLE001 - any exception is a finding
+                        got = ("raised", repr(exc))
+                    if reference is None:
+                        reference = got
+                        frames_total += len(got) if isinstance(got, list) else 0
+                    elif got != reference:
+                        divergences += 1
+                        if len(failures) < args.show:
+                            failures.append(
+                                f"input #{i} ({name}, lazy={lazy}, {way}, {kw}):\n  data={data!r}\n"
+                                f"  got={got!r}\n  reference={reference!r}")
+        value = gen.value()
+        problem = check_encoders(value)
+        if problem:
+            divergences += 1
+            if len(failures) < args.show:
+                failures.append(f"encoder, value #{i}: {problem}")
+    dt = time.monotonic() - t0
+    for f in failures:
+        print(f, file=sys.stderr)
+    print(f"fuzz_twins: seed={args.seed} inputs={args.count} lines={lines_total} frames={frames_total} "
+          f"encoder_values={args.count} divergences={divergences} ({dt:.1f}s)")
+    return 1 if divergences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

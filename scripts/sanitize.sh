@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Build the compiled engine with AddressSanitizer + UndefinedBehaviorSanitizer
+# (ACP_FAST_SANITIZE=1, see setup.py) in a temporary copy of the checkout, then run the
+# engine and connection tests against it. Exits non-zero on any test failure and on any
+# sanitizer report (ASan aborts the process; UBSan is made to halt on its first report, and
+# the output is searched for reports as well).
+#
+# Usage: scripts/sanitize.sh [pytest args...]   (default: the engine and connection tests)
+# Env:   PYTHON (default: python3), KEEP_SANITIZE_DIR=1 keeps the temporary copy.
+#
+# CPython itself is not instrumented, so libasan is preloaded and leak detection is off
+# (the interpreter keeps memory alive at exit on purpose). PYTHONMALLOC=malloc routes
+# Python objects through malloc, so ASan sees overflows of Python buffers too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$(pwd)"
+PYTHON="${PYTHON:-python3}"
+
+libasan="$("${CC:-gcc}" -print-file-name=libasan.so)"
+if [ ! -e "$libasan" ]; then
+    echo "sanitize.sh: libasan not found (install the compiler's sanitizer runtime)" >&2
+    exit 2
+fi
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/acp-fast-sanitize.XXXXXX")"
+cleanup() { if [ -z "${KEEP_SANITIZE_DIR:-}" ]; then rm -rf "$work"; else echo "kept $work"; fi; }
+trap cleanup EXIT
+
+# The checkout's files (tracked and new, not ignored): no build outputs, no node_modules.
+git ls-files -z --cached --others --exclude-standard -- . ':!:peers/ts/node_modules' \
+    | xargs -0 -r cp -P --parents -t "$work"
+rm -f "$work"/acp_fast/*.so "$work"/acp_fast/_engine_c.cpp
+
+echo "=== sanitizer build (ASan + UBSan) in $work ==="
+build() {
+    if [ -z "${ACP_FAST_SANITIZE_ISOLATED:-}" ] && "$PYTHON" -c "import Cython, simdjson, setuptools" 2>/dev/null; then
+        # The build requirements are installed here: build in place.
+        ACP_FAST_SANITIZE=1 "$PYTHON" setup.py -q build_ext --inplace
+    else
+        # Otherwise let pip build a wheel with the pinned [build-system] requirements in an
+        # isolated environment, and take the extension out of it.
+        ACP_FAST_SANITIZE=1 "$PYTHON" -m pip wheel -q --no-deps -w wheel .
+        "$PYTHON" - <<'PY'
+import glob, zipfile
+(whl,) = glob.glob("wheel/*.whl")
+with zipfile.ZipFile(whl) as z:
+    names = [n for n in z.namelist() if n.startswith("acp_fast/_engine_c") and n.endswith(".so")]
+    assert len(names) == 1, names
+    z.extract(names[0], ".")
+PY
+    fi
+}
+(cd "$work" && build >build.log 2>&1) || {
+    tail -40 "$work/build.log" >&2
+    exit 1
+}
+
+so="$(ls "$work"/acp_fast/_engine_c*.so)"
+if ! ldd "$so" | grep -q libasan || ! ldd "$so" | grep -q libubsan; then
+    echo "sanitize.sh: $so is not linked against libasan/libubsan (ACP_FAST_SANITIZE ignored?)" >&2
+    exit 1
+fi
+
+if [ "$#" -eq 0 ]; then
+    set -- tests/test_engine_batch.py tests/test_engine_c_specific.py tests/test_engine_diff.py \
+        tests/test_engine_encode.py tests/test_engine_envelope.py tests/test_engine_framing.py \
+        tests/test_engine_limits.py tests/test_connection.py
+fi
+
+log="$work/sanitize.log"
+echo "=== tests under ASan/UBSan: $* ==="
+status=0
+(
+    cd "$work"
+    export LD_PRELOAD="$libasan"
+    export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:detect_stack_use_after_return=0"
+    export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"
+    export PYTHONMALLOC=malloc
+    "$PYTHON" - <<'PY'
+import acp_fast, acp_fast._engine_c as c
+assert acp_fast.IMPLEMENTATION == "c", acp_fast.IMPLEMENTATION
+assert c.__file__.startswith(__import__("os").getcwd()), c.__file__
+print("sanitized engine:", c.__file__)
+PY
+    "$PYTHON" -m pytest -q -p no:cacheprovider "$@"
+) 2>&1 | tee "$log" || status=$?
+
+
+if grep -qE "ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|SUMMARY: (Address|UndefinedBehavior)Sanitizer" "$log"; then
+    echo "sanitize.sh: sanitizer report(s) above" >&2
+    exit 1
+fi
+if [ "$status" -ne 0 ]; then
+    echo "sanitize.sh: tests failed (exit $status)" >&2
+    exit "$status"
+fi
+echo "sanitize.sh: clean (no ASan/UBSan report)"
