@@ -8,6 +8,8 @@ twin.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._engine import (
     BATCH,
     IMPLEMENTATION,
@@ -36,6 +38,20 @@ __version__ = "0.1.0"
 
 # The API layer (roles, sessions) is imported on first use only: ``import acp_fast`` must
 # stay cheap (start-up budget), so these names resolve through ``__getattr__`` below.
+# Type checkers see them directly.
+if TYPE_CHECKING:  # pragma: no cover
+    from .roles import (
+        AcpConnection,
+        Agent,
+        Client,
+        Context,
+        Proxy,
+        Request,
+        SentRequest,
+        SessionUpdate,
+        run_agent_stdio,
+    )
+    from .transport import spawn
 _LAZY = {
     "Agent": "roles",
     "Client": "roles",

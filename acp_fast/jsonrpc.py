@@ -53,6 +53,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Literal, TypeVar
 
 from . import _engine
+from ._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from .errors import (
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
@@ -90,8 +91,8 @@ _READ_AHEAD = 64
 #: Longest ``data`` string of the -32603 answer for a handler's unexpected exception.
 _MAX_ERROR_DATA = 200
 
-# Frame kinds; every engine twin must use these values (checked in Connection.__init__).
-_REQUEST, _NOTIFICATION, _RESPONSE, _BATCH, _MALFORMED = 0, 1, 2, 3, 4
+# Frame kinds, defined once in acp_fast._kinds (both engine twins use them; checked below).
+_REQUEST, _NOTIFICATION, _RESPONSE, _BATCH, _MALFORMED = REQUEST, NOTIFICATION, RESPONSE, BATCH, MALFORMED
 
 _T = TypeVar("_T")
 _CoroutineType = types.CoroutineType
@@ -452,7 +453,8 @@ class Connection:
         decoder: Any = None,
     ) -> None:
         eng: Any = engine if engine is not None else _engine
-        if (eng.REQUEST, eng.NOTIFICATION, eng.RESPONSE, eng.BATCH, eng.MALFORMED) != (0, 1, 2, 3, 4):
+        if (eng.REQUEST, eng.NOTIFICATION, eng.RESPONSE, eng.BATCH, eng.MALFORMED) != (
+                REQUEST, NOTIFICATION, RESPONSE, BATCH, MALFORMED):
             raise ValueError(f"engine {eng.__name__} uses unexpected frame kinds")
         if on_invalid is None:
             on_invalid = stream.default_on_invalid  # type: ignore[assignment]

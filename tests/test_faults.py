@@ -140,11 +140,16 @@ def test_ten_thousand_concurrent_requests_each_answered_once(engine: ModuleType)
         assert growth_kib(child, base) <= FLOOD_BOUND_KIB
 
 
+#: Requests in the largest batch the engine takes whole (its default max_batch_size is 1024
+#: entries: these 1000 requests plus 10 notifications and 10 malformed entries).
+BATCH_N = 1000
+
+
 def test_huge_batch_gets_one_reply_with_one_entry_per_request(engine: ModuleType) -> None:
     with RawChild(agent_argv(), child_env(engine.IMPLEMENTATION)) as child:
         base = warm_rss(child)
         entries: list[Any] = []
-        for i in range(CONCURRENT):
+        for i in range(BATCH_N):
             entries.append(json.loads(req(i, METHODS[i % 4], {"i": i, "s": 0.01})))
             if i % 100 == 0:  # notifications and a malformed entry ride along
                 entries.append(json.loads(note("_fault/ignored", {"i": i})))
@@ -156,9 +161,23 @@ def test_huge_batch_gets_one_reply_with_one_entry_per_request(engine: ModuleType
         replies = [m for m in child.lines if isinstance(m, list)]
         assert len(replies) == 1, "one batch, one reply"
         counts = count_ids(replies)
-        assert_once(counts, range(CONCURRENT))
-        assert counts[key(None)] == CONCURRENT // 100  # one error per malformed entry
-        assert len(replies[0]) == CONCURRENT + CONCURRENT // 100  # nothing for notifications
+        assert_once(counts, range(BATCH_N))
+        assert counts[key(None)] == BATCH_N // 100  # one error per malformed entry
+        assert len(replies[0]) == BATCH_N + BATCH_N // 100  # nothing for notifications
+        assert growth_kib(child, base) <= BATCH_BOUND_KIB
+
+
+def test_over_large_batch_gets_one_error_and_the_connection_survives(engine: ModuleType) -> None:
+    """Batch amplification: 10^6 tiny entries get one -32600, not one reply each."""
+    with RawChild(agent_argv(), child_env(engine.IMPLEMENTATION)) as child:
+        base = warm_rss(child)
+        child.send(b"[" + b",".join([b"7"] * 1_000_000) + b"]\n")
+        child.send(req("after", "_fault/echo", {"after": True}))
+        child.response("after")
+        errors = [m for m in child.lines if isinstance(m, dict) and m.get("id") is None and "error" in m]
+        assert len(errors) == 1 and errors[0]["error"]["code"] == -32600
+        assert "batch too large" in errors[0]["error"]["data"]
+        assert not any(isinstance(m, list) for m in child.lines)
         assert growth_kib(child, base) <= BATCH_BOUND_KIB
 
 

@@ -248,7 +248,7 @@ def run_pairs(
                     raw.append(record)
                     for m in METRICS:
                         if m.step == step.name:
-                            measured[(*v.key, m.workload)].errors.append(f"r{rep}: {err}")
+                            measured[v.key + (m.workload,)].errors.append(f"r{rep}: {err}")
                     if on_done:
                         on_done(label, f"FAILED: {err[:200]}")
                     continue
@@ -260,7 +260,7 @@ def run_pairs(
                     if m.step == step.name:
                         value = m.extract(inv)
                         if value is not None:
-                            measured[(*v.key, m.workload)].runs.append(value)
+                            measured[v.key + (m.workload,)].runs.append(value)
                 if on_done:
                     on_done(label, _summary(step, inv))
     for row in measured.values():
