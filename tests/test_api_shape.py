@@ -284,3 +284,48 @@ def test_the_router_keeps_nothing_of_responses_sent_before_initialize(engine: Mo
         await asyncio.wait_for(served, 5)
 
     run(body)
+
+
+def test_typed_method_descriptors_register_like_names(engine: ModuleType) -> None:
+    from acp_fast.protocol import methods_v1, methods_v2
+
+    async def body() -> None:
+        agent = Agent.v2().on_request(methods_v2.session.new, lambda p, cx: {"sessionId": p["cwd"]})
+        assert "session/new" in agent.table().requests
+        with pytest.raises(ValueError, match="ACP v1 method"):
+            agent.on_request(methods_v1.session.new, lambda p, cx: {})
+        with pytest.raises(ValueError, match="is a notification"):
+            agent.on_request(methods_v2.session.cancel, lambda p, cx: {})  # type: ignore[call-overload]
+        async with Client.v2().connect(serve_in_memory(agent, engine), engine=engine) as conn:
+            await conn.initialize()
+            assert (await conn.build_session("/typed")).session.session_id == "/typed"
+
+    run(body)
+
+
+def test_mypy_checks_handlers_against_typed_descriptors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``on_request(methods.session.prompt, fn)`` type-checks fn's params and result."""
+    mypy_api = pytest.importorskip("mypy.api", reason="mypy is in the test extra")
+    source = tmp_path / "typed_handlers.py"
+    source.write_text(
+        "from acp_fast import Agent\n"
+        "from acp_fast.protocol import methods_v2 as methods\n"
+        "from acp_fast.protocol.types_v2 import NewSessionRequest, NewSessionResponse\n"
+        "from acp_fast.roles import Context\n"
+        "def good(params: NewSessionRequest, cx: Context) -> NewSessionResponse:\n"
+        "    return {'sessionId': params['cwd']}\n"
+        "def bad(params: NewSessionRequest, cx: Context) -> int:\n"
+        "    return 1\n"
+        "Agent.v2().on_request(methods.session.new, good)\n"
+        "Agent.v2().on_request(methods.session.new, bad)  # BAD\n"
+        "Agent.v2().on_request(methods.session.cancel, good)  # BAD\n"
+    )
+    import acp_fast
+
+    monkeypatch.setenv("MYPYPATH", str(Path(acp_fast.__file__).resolve().parent.parent))  # the acp_fast under test
+    out, err, _status = mypy_api.run(["--strict", "--no-incremental", "--follow-imports=silent",
+                                      "--cache-dir", str(tmp_path / "cache"), str(source)])
+    assert "Cannot find implementation" not in out, out + err
+    flagged = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
+    bad_lines = {i for i, text in enumerate(source.read_text().splitlines(), 1) if "# BAD" in text}
+    assert flagged == bad_lines, out

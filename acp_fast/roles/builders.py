@@ -21,9 +21,11 @@ from typing import Any, Literal, TypeVar, Union, overload
 from .. import transport as _transport
 from ..jsonrpc import Connection
 from ..protocol import negotiation as nego
+from ..protocol.methods import Method, NotificationMethod, RequestMethod
 from ..protocol.surface import WireSurface
 from .connection import AcpConnection
 from .proxy import ProxyConnection
+from .context import Context
 from .table import Handler, HandlerTable, Main, UpdateHandler
 
 __all__ = [
@@ -40,6 +42,13 @@ __all__ = [
 _T = TypeVar("_T")
 _B = TypeVar("_B", bound="Builder")
 _F = TypeVar("_F", bound=Callable[..., Any])
+_P = TypeVar("_P")
+_R = TypeVar("_R")
+
+#: A typed request handler: ``fn(params: P, cx) -> R`` (or an awaitable of ``R``).
+TypedRequestHandler = Callable[[_P, Context], Union[_R, Awaitable[_R]]]
+#: A typed notification handler: ``fn(params: P, cx)``.
+TypedNotificationHandler = Callable[[_P, Context], Union[None, Awaitable[None]]]
 
 #: A stream, or an awaitable of one (``spawn(...)``, ``connect_tcp(...)``).
 Transport = Union[_transport.Stream, Awaitable[_transport.Stream]]
@@ -96,8 +105,19 @@ class Builder:
 
     # -- registering ----------------------------------------------------------------------
 
-    def _method(self, name: str, kind: str) -> str:
-        """A method name, or the method whose params type is the schema type ``name``."""
+    def _method(self, name: str | Method[Any, Any], kind: str) -> str:
+        """A method name, a typed descriptor (``acp_fast.protocol.methods_v2.session.prompt``),
+        or the method whose params type is the schema type ``name``.
+
+        Raises:
+            ValueError: a descriptor of another kind or version, or an unknown type name.
+        """
+        if isinstance(name, Method):
+            if name.kind != kind:
+                raise ValueError(f"{name!r} is a {name.kind}, not a {kind}")
+            if name.version != self.version:
+                raise ValueError(f"{name!r} is an ACP v{name.version} method; this builder is v{self.version}")
+            return name.name
         if not name[:1].isupper():
             return name
         surface = WireSurface.for_version(self.version)
@@ -108,25 +128,45 @@ class Builder:
         raise ValueError(f"no ACP v{self.version} {kind} has params type {name!r}")
 
     @overload
+    def on_request(self: _B, method: RequestMethod[_P, _R], fn: TypedRequestHandler[_P, _R]) -> _B: ...
+
+    @overload
+    def on_request(self, method: RequestMethod[_P, _R], fn: None = None
+                   ) -> Callable[[TypedRequestHandler[_P, _R]], TypedRequestHandler[_P, _R]]: ...
+
+    @overload
     def on_request(self: _B, method: str, fn: Handler) -> _B: ...
 
     @overload
     def on_request(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
 
-    def on_request(self, method: str, fn: Handler | None = None) -> Any:
-        """Handle requests ``method`` (a method name or a schema type name such as
-        ``"PromptRequest"``) with ``fn(params, cx)``; without ``fn``, a decorator.
+    def on_request(self, method: str | RequestMethod[Any, Any], fn: Handler | None = None) -> Any:
+        """Handle requests ``method`` with ``fn(params, cx)``; without ``fn``, a decorator.
 
+        ``method`` is a typed descriptor (``methods.session.prompt`` from
+        ``acp_fast.protocol.methods_v1``/``methods_v2``: the handler's params and result are
+        then type-checked), a method name, or a schema type name such as ``"PromptRequest"``.
         ``fn`` returns the result (or an awaitable of it); raising
         :class:`~acp_fast.errors.JsonRpcError` answers with that error.
 
         Example:
+            >>> from acp_fast.protocol import methods_v2 as methods
             >>> agent = Agent.v2().on_request("session/new", lambda p, cx: {"sessionId": "s"})
-            >>> @agent.on_request("PromptRequest")
+            >>> @agent.on_request(methods.session.prompt)
             ... async def prompt(params, cx):
             ...     return {"messageId": "m1"}
+
+        Raises:
+            ValueError: a descriptor of another version or kind, or an unknown type name.
         """
         return self._register(self._requests, method, "request", fn)
+
+    @overload
+    def on_notification(self: _B, method: NotificationMethod[_P], fn: TypedNotificationHandler[_P]) -> _B: ...
+
+    @overload
+    def on_notification(self, method: NotificationMethod[_P], fn: None = None
+                        ) -> Callable[[TypedNotificationHandler[_P]], TypedNotificationHandler[_P]]: ...
 
     @overload
     def on_notification(self: _B, method: str, fn: Handler) -> _B: ...
@@ -134,7 +174,7 @@ class Builder:
     @overload
     def on_notification(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
 
-    def on_notification(self, method: str, fn: Handler | None = None) -> Any:
+    def on_notification(self, method: str | NotificationMethod[Any], fn: Handler | None = None) -> Any:
         """Handle notifications ``method`` with ``fn(params, cx)``; as :meth:`on_request`."""
         return self._register(self._notifications, method, "notification", fn)
 
@@ -154,7 +194,8 @@ class Builder:
         self._on_update = fn
         return self
 
-    def _register(self, table: dict[str, Handler], name: str, kind: str, fn: Handler | None) -> Any:
+    def _register(self, table: dict[str, Handler], name: str | Method[Any, Any], kind: str,
+                  fn: Handler | None) -> Any:
         method = self._method(name, kind)
         if fn is None:
             def decorator(f: _F) -> _F:
