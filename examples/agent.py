@@ -15,18 +15,21 @@ its insertion receipt ``{"messageId"}`` and the turn ends with an idle ``state_u
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import acp_fast  # noqa: F401
 except ImportError:  # running from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from acp_fast import Agent, run_agent_stdio
+from acp_fast import Agent, Context, run_agent_stdio
+from acp_fast.protocol import methods_v1, methods_v2
+
+if TYPE_CHECKING:
+    from acp_fast.protocol import types_v1, types_v2
 
 ids = itertools.count(1)
 
@@ -42,17 +45,20 @@ def reply(prompt: list[Any]) -> list[str]:
 v1 = Agent.builder().with_info("example-agent", "1.0")
 
 
-@v1.on_request("session/new")
-def new_session_v1(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+def new_session_v1(params: types_v1.NewSessionRequest, cx: Context) -> types_v1.NewSessionResponse:
     return {"sessionId": f"s{next(ids)}"}
 
 
-@v1.on_request("session/prompt")
-async def prompt_v1(params: dict[str, Any], cx: Any) -> dict[str, Any]:
-    for word in reply(params["prompt"]):
+async def prompt_v1(params: types_v1.PromptRequest, cx: Context) -> types_v1.PromptResponse:
+    for word in reply(list(params["prompt"])):
         cx.send_session_update(params["sessionId"], {
             "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": word}})
+        await cx.drain()  # backpressure: waits only while the client is not reading
     return {"stopReason": "end_turn"}  # v1: the response ends the turn
+
+
+v1.on_request(methods_v1.session.new, new_session_v1)  # typed: params and result are checked
+v1.on_request(methods_v1.session.prompt, prompt_v1)
 
 
 # -- v2 ------------------------------------------------------------------------------------
@@ -60,12 +66,14 @@ async def prompt_v1(params: dict[str, Any], cx: Any) -> dict[str, Any]:
 v2 = Agent.v2().with_info("example-agent", "1.0")
 
 
-@v2.on_request("session/new")
-def new_session_v2(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+def new_session_v2(params: types_v2.NewSessionRequest, cx: Context) -> types_v2.NewSessionResponse:
     return {"sessionId": f"s{next(ids)}"}
 
 
-async def turn_v2(cx: Any, session_id: str, message_id: str, prompt: list[Any]) -> None:
+v2.on_request(methods_v2.session.new, new_session_v2)
+
+
+async def turn_v2(cx: Context, session_id: str, message_id: str, prompt: list[Any]) -> None:
     send = cx.send_session_update
     send(session_id, {"sessionUpdate": "user_message", "messageId": message_id, "content": prompt})
     send(session_id, {"sessionUpdate": "state_update", "state": "running"})
@@ -73,19 +81,18 @@ async def turn_v2(cx: Any, session_id: str, message_id: str, prompt: list[Any]) 
     for word in reply(prompt):
         send(session_id, {"sessionUpdate": "agent_message_chunk", "messageId": answer_id,
                           "content": {"type": "text", "text": word}})
+        await cx.drain()
     send(session_id, {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"})
 
 
-tasks: set[asyncio.Task[None]] = set()
-
-
-@v2.on_request("session/prompt")
-def prompt_v2(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+def prompt_v2(params: types_v2.PromptRequest, cx: Context) -> types_v2.PromptResponse:
     message_id = f"m{next(ids)}"
-    task = asyncio.ensure_future(turn_v2(cx, params["sessionId"], message_id, params["prompt"]))
-    tasks.add(task)
-    task.add_done_callback(tasks.discard)
+    # the turn runs on after the answer: a task the connection owns (cancelled when it closes)
+    cx.start_task(turn_v2(cx, params["sessionId"], message_id, list(params["prompt"])))
     return {"messageId": message_id}  # v2: the insertion receipt, sent before the updates
+
+
+v2.on_request(methods_v2.session.prompt, prompt_v2)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,8 @@ try:
 except ImportError:  # running from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from acp_fast import Client, JsonRpcError
-from acp_fast.transport import spawn
+from acp_fast import AcpConnection, Client, Context, JsonRpcError, SessionUpdate, spawn
+from acp_fast.roles import V2Session
 
 
 def default_agent() -> list[str]:
@@ -43,16 +43,17 @@ async def run(command: list[str], prompt: str, cwd: str) -> str | None:
     client = Client.v2().with_info("example-client-v2", "1.0")
 
     @client.on_session_update
-    def on_update(update: Any, cx: Any) -> None:
+    def on_update(update: SessionUpdate, cx: Context) -> None:
         payload = update.payload
         if update.kind == "agent_message_chunk" and payload.get("content", {}).get("type") == "text":
             sys.stdout.write(payload["content"]["text"])
             sys.stdout.flush()
 
-    async def main(cx: Any) -> str | None:
+    async def main(cx: AcpConnection) -> str | None:
         await cx.initialize()
         opened = await cx.build_session(cwd=cwd)
         session = opened.session
+        assert isinstance(session, V2Session)  # a v2 connection opens v2 sessions
         epoch = session.idle_epoch
         receipt = await session.send_prompt(prompt)  # the insertion receipt, not the end
         print(f"[prompt accepted: {receipt.get('messageId')}]", file=sys.stderr)

@@ -30,8 +30,7 @@ try:
 except ImportError:  # running from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from acp_fast import Client, JsonRpcError
-from acp_fast.transport import spawn
+from acp_fast import AcpConnection, Client, Context, JsonRpcError, SessionUpdate, spawn
 
 
 def default_agent() -> list[str]:
@@ -53,7 +52,7 @@ async def run(command: list[str], prompt: str, choose: str, cwd: str) -> tuple[i
     asked = []
 
     @client.on_request("session/request_permission")
-    async def on_permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+    async def on_permission(params: dict[str, Any], cx: Context) -> dict[str, Any]:
         asked.append(params)
         title = params.get("toolCall", {}).get("title") or params.get("title")
         await asyncio.sleep(0)  # stand-in for asking a user; the connection keeps reading
@@ -62,12 +61,12 @@ async def run(command: list[str], prompt: str, choose: str, cwd: str) -> tuple[i
         return answer
 
     @client.on_session_update
-    def on_update(update: Any, cx: Any) -> None:
+    def on_update(update: SessionUpdate, cx: Context) -> None:
         content = update.payload.get("content")
         if update.kind == "agent_message_chunk" and isinstance(content, dict) and content.get("type") == "text":
             sys.stdout.write(content["text"][:80] + "\n")
 
-    async def main(cx: Any) -> str:
+    async def main(cx: AcpConnection) -> str:
         await cx.initialize({"clientCapabilities": {}})
         session = (await cx.build_session(cwd)).session
         result = await session.send_prompt(prompt)
