@@ -1,37 +1,18 @@
 """acp_fast: a fast Agent Client Protocol (ACP) transport for Python.
 
-The engine (framing, classification, encoding) comes in two twins with one API: a compiled
-one (Cython over C++ with simdjson) and a pure-Python one. ``acp_fast.IMPLEMENTATION`` says
-which is active (``"c"`` or ``"py"``); set ``ACP_FAST_NO_EXTENSIONS=1`` to force the pure
-twin.
+The builder API is here: ``Agent``, ``Client``, ``Proxy``, ``run_agent_stdio``, ``spawn`` and
+what handlers see (``Context``, ``SessionUpdate``, ``Request``), plus the one exception
+hierarchy (``AcpFastError``). The sans-IO engine (framing, classification, encoding) is in
+:mod:`acp_fast.engine`, in two twins with one API: a compiled one (Cython over C++ with
+simdjson) and a pure-Python one. ``acp_fast.IMPLEMENTATION`` says which is active (``"c"`` or
+``"py"``); set ``ACP_FAST_NO_EXTENSIONS=1`` to force the pure twin.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._engine import (
-    BATCH,
-    IMPLEMENTATION,
-    MALFORMED,
-    NOTIFICATION,
-    REQUEST,
-    RESPONSE,
-    Batch,
-    BatchReply,
-    Decoder,
-    Malformed,
-    Message,
-    RawJson,
-    encode_batch,
-    encode_error,
-    encode_notification,
-    encode_request,
-    encode_result,
-    encode_value,
-    error_reply,
-    forward,
-)
+from .engine import IMPLEMENTATION
 from .errors import AcpFastError, DecoderClosedError, EncodeError, JsonRpcError, SendBufferFull
 
 __version__ = "0.1.0"
@@ -79,25 +60,6 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "__version__",
     "IMPLEMENTATION",
-    "REQUEST",
-    "NOTIFICATION",
-    "RESPONSE",
-    "BATCH",
-    "MALFORMED",
-    "RawJson",
-    "Message",
-    "Batch",
-    "Malformed",
-    "Decoder",
-    "BatchReply",
-    "encode_request",
-    "encode_notification",
-    "encode_result",
-    "encode_error",
-    "encode_batch",
-    "encode_value",
-    "forward",
-    "error_reply",
     "AcpFastError",
     "DecoderClosedError",
     "EncodeError",

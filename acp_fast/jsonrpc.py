@@ -1,7 +1,7 @@
 """JSON-RPC 2.0 connection: the dispatch layer between a transport and ACP semantics.
 
 A :class:`Connection` sits on one :class:`~acp_fast.transport.Stream` and one engine twin
-(``acp_fast._engine_py`` or ``acp_fast._engine_c``; the selected ``acp_fast._engine`` by
+(``acp_fast._engine_py`` or ``acp_fast._engine_c``; the selected ``acp_fast.engine`` by
 default). It owns the rules of ``notes/protocol.md`` §1-4: the typed-id pending table, method
 dispatch, batch reply slots, ``$/cancel_request`` in both directions, EOF semantics and
 coalesced writes. It knows nothing about ACP methods.
@@ -52,7 +52,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Literal, TypeVar
 
-from . import _engine
+from . import engine as _engine
 from ._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from .errors import (
     INTERNAL_ERROR,
@@ -419,7 +419,7 @@ class Connection:
     Args:
         stream: the byte stream (from :mod:`acp_fast.transport`); the connection attaches
             to it at once and owns it from then on.
-        engine: the engine twin module (default: the selected ``acp_fast._engine``).
+        engine: the engine twin module (default: the selected ``acp_fast.engine``).
         on_invalid: what to do with a line that is not JSON-RPC at all (a banner an agent
             prints on stdout): ``"reply"`` answers the JSON-RPC error, ``"skip"`` logs and
             skips it. Default: the stream's ``default_on_invalid`` (``"skip"`` for a child

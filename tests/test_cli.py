@@ -51,7 +51,7 @@ def test_testy_help_in_a_process() -> None:
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    from acp_fast import __version__, _engine
+    from acp_fast import __version__, engine as _engine
 
     assert cli.main(["version"]) == 0
     assert capsys.readouterr().out.strip().startswith(f"acp-fast {__version__} (engine: {_engine.IMPLEMENTATION}")

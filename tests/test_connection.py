@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from acp_fast import _engine
+from acp_fast import engine as _engine
 from acp_fast.errors import JsonRpcError
 from acp_fast.jsonrpc import Connection, RequestContext
 from acp_fast.transport import Stream, memory_pair

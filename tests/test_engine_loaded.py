@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import acp_fast
-import acp_fast._engine
+import acp_fast.engine
 import acp_fast._replies
 import acp_fast.errors
 from acp_fast import _compat
@@ -22,17 +22,16 @@ KIND_NAMES = ("REQUEST", "NOTIFICATION", "RESPONSE", "BATCH", "MALFORMED")
 @pytest.mark.c_extension
 @pytest.mark.skipif(_compat.NO_EXTENSIONS, reason="ACP_FAST_NO_EXTENSIONS is set: the pure twin is expected")
 def test_compiled_twin_is_active():
-    assert acp_fast._engine.IMPLEMENTATION == "c"
+    assert acp_fast.engine.IMPLEMENTATION == "c"
     assert acp_fast.IMPLEMENTATION == "c"
-    assert acp_fast.Decoder is acp_fast._engine.Decoder
-    assert acp_fast.Decoder.__module__ == "acp_fast._engine_c"
+    assert acp_fast.engine.Decoder.__module__ == "acp_fast._engine_c"
 
 
 @pytest.mark.skipif(not _compat.NO_EXTENSIONS, reason="only when ACP_FAST_NO_EXTENSIONS is set")
 def test_pure_twin_is_active_when_extensions_are_disabled():
-    assert acp_fast._engine.IMPLEMENTATION == "py"
+    assert acp_fast.engine.IMPLEMENTATION == "py"
     assert acp_fast.IMPLEMENTATION == "py"
-    assert acp_fast.Decoder.__module__ == "acp_fast._engine_py"
+    assert acp_fast.engine.Decoder.__module__ == "acp_fast._engine_py"
 
 
 def test_implementation_tag(engine, engine_impl):
@@ -100,8 +99,9 @@ def test_decoder_signature(engine):
         engine.Decoder(True)  # keyword-only
 
 
-def test_package_exports_the_active_twin():
-    active = acp_fast._engine
+def test_engine_namespace_holds_the_primitives_and_the_top_level_does_not():
     for name in ("Decoder", "Message", "Batch", "Malformed", "RawJson", "encode_request", "forward",
                  "BatchReply", "error_reply"):
-        assert getattr(acp_fast, name) is getattr(active, name)
+        assert name in acp_fast.engine.__all__
+        assert not hasattr(acp_fast, name), name  # engine primitives live in acp_fast.engine
+    assert acp_fast.IMPLEMENTATION == acp_fast.engine.IMPLEMENTATION

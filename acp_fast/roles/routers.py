@@ -18,7 +18,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from .. import _engine
+from .. import engine as _engine
 from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection
 from ..protocol import negotiation as nego

@@ -7,7 +7,7 @@ Two ways, chosen per agent (``acp-fast testy --stream api|preencoded``):
   update dict is built with fresh text (the chunk index, padded to S bytes) and sent with
   ``cx.send_session_update``, through the write guard; backpressure through ``cx.drain()``.
 * :func:`stream_preencoded` (``preencoded``) sends the first update through the write guard,
-  encodes its params once (``acp_fast.RawJson``) and re-sends that line: a raw ceiling of the
+  encodes its params once (``acp_fast.engine.RawJson``) and re-sends that line: a raw ceiling of the
   write path, not what an agent does, never used in a comparison.
 
 Both drain every ~256 KiB of text (:func:`drain_every`) and then yield once, so that a
@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from .. import RawJson, encode_value
+from ..engine import RawJson, encode_value
 
 __all__ = ["STREAM_MODES", "drain_every", "stream", "stream_preencoded", "stream_updates"]
 

@@ -1,6 +1,6 @@
 """Transports: asyncio ``Protocol`` glue between byte streams and one :class:`Connection`.
 
-This is the I/O layer, between the sans-IO engine (``acp_fast._engine``) and the JSON-RPC
+This is the I/O layer, between the sans-IO engine (``acp_fast.engine``) and the JSON-RPC
 connection (``acp_fast.jsonrpc``). It knows bytes, pipes, sockets, processes and event
 loops; it knows nothing about JSON-RPC. Every helper returns a :class:`Stream`, which a
 :class:`~acp_fast.jsonrpc.Connection` consumes. One module per idea:
