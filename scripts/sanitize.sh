@@ -56,7 +56,10 @@ PY
 }
 
 so="$(ls "$work"/acp_fast/_engine_c*.so)"
-if ! ldd "$so" | grep -q libasan || ! ldd "$so" | grep -q libubsan; then
+# (ldd's output is captured first: with pipefail, `ldd | grep -q` fails at random when grep
+# exits before ldd has written everything and ldd dies of SIGPIPE)
+linked="$(ldd "$so")"
+if ! grep -q libasan <<<"$linked" || ! grep -q libubsan <<<"$linked"; then
     echo "sanitize.sh: $so is not linked against libasan/libubsan (ACP_FAST_SANITIZE ignored?)" >&2
     exit 1
 fi
