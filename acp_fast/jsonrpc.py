@@ -422,8 +422,9 @@ class Connection:
         engine: the engine twin module (default: the selected ``acp_fast.engine``).
         on_invalid: what to do with a line that is not JSON-RPC at all (a banner an agent
             prints on stdout): ``"reply"`` answers the JSON-RPC error, ``"skip"`` logs and
-            skips it. Default: the stream's ``default_on_invalid`` (``"skip"`` for a child
-            process's stdout, ``"reply"`` otherwise). Batch entries are always answered.
+            skips it. Default: ``"skip"`` on a stream that reads a child process's stdout
+            (``stream.reads_child_stdout``), ``"reply"`` otherwise. Batch entries are always
+            answered.
         lazy: decode ``params``/``result`` only on access (``Decoder(lazy=True)``).
         max_line_size: the engine's line limit (default: the engine's default).
         max_backlog: queued + running handlers above which reading is paused.
@@ -457,7 +458,9 @@ class Connection:
                 REQUEST, NOTIFICATION, RESPONSE, BATCH, MALFORMED):
             raise ValueError(f"engine {eng.__name__} uses unexpected frame kinds")
         if on_invalid is None:
-            on_invalid = stream.default_on_invalid  # type: ignore[assignment]
+            # the connection's policy: a child's stdout may carry banners (skip them, logged);
+            # everywhere else the peer is told (-32700/-32600 replies)
+            on_invalid = "skip" if getattr(stream, "reads_child_stdout", False) else "reply"
         if on_invalid not in ("reply", "skip"):
             raise ValueError(f"on_invalid must be 'reply' or 'skip', not {on_invalid!r}")
         self._engine = eng

@@ -9,7 +9,9 @@ API (seed 000) in Python form. One idea per module:
 ``api``             the role namespaces ``Agent`` / ``Client`` / ``Proxy``, ``run_agent_stdio``
 ``builders``        the builders: register handlers; ``serve`` / ``connect`` / ``connect_with``
 ``table``           the frozen :class:`HandlerTable` a builder hands each connection
-``context``         what handlers see: ``Context``, ``SessionUpdate``, request handles
+``context``         request handles (``Request``, ``SentRequest``) and ``Peer``
+``_hot_py``         what handlers see, ``Context`` and ``SessionUpdate``, and the per-method
+                    dispatchers: the hot path's one source (compiled as ``_hot_c``)
 ``connection``      ``AcpConnection``: guard, negotiation, read gate, write guard, hot path
 ``proxy``           ``ProxyConnection``: ``_proxy/successor`` routing and forwarding
 ``routers``         first-frame routers (``Agent.protocol_router()``, ``Proxy.protocol_router()``)
@@ -48,7 +50,8 @@ from .api import Agent, Client, Proxy, run_agent_stdio
 from .builders import AgentBuilder, Builder, ClientBuilder, EngineChoice, ProxyBuilder, Transport
 from .connection import AcpConnection, InitializeHooks
 from .connector import ClientConnector
-from .context import Context, Request, SentRequest, SessionUpdate
+from ._hot import Context, SessionUpdate
+from .context import Peer, Request, SentRequest
 from .proxy import ProxyConnection
 from .routers import AgentRouter, ProxyRouter
 from .sessions import OpenedSession, SessionState, StopReason, V1Session, V2Session
@@ -69,6 +72,7 @@ __all__ = [
     "HandlerTable",
     "InitializeHooks",
     "OpenedSession",
+    "Peer",
     "Proxy",
     "ProxyBuilder",
     "ProxyConnection",

@@ -21,8 +21,7 @@ from ..jsonrpc import RequestContext, Responder
 from ..protocol.surface import KnownVariant, SessionUpdateView
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .connection import AcpConnection
-    from .context import Request
+    from .context import Peer, Request
 
 __all__ = ["Context", "NotificationHandler", "RequestHandler", "SessionUpdate", "UpdateDispatcher"]
 
@@ -89,7 +88,7 @@ class Context:
 
     __slots__ = ("connection", "message", "request")
 
-    def __init__(self, connection: AcpConnection, request: RequestContext | None, message: Any) -> None:
+    def __init__(self, connection: Peer, request: RequestContext | None, message: Any) -> None:
         self.connection = connection
         self.request = request
         self.message = message

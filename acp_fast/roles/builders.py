@@ -25,7 +25,7 @@ from ..protocol.methods import Method, NotificationMethod, RequestMethod
 from ..protocol.surface import WireSurface
 from .connection import AcpConnection
 from .proxy import ProxyConnection
-from .context import Context
+from ._hot import Context
 from .table import Handler, HandlerTable, Main, UpdateHandler
 
 __all__ = [

@@ -29,7 +29,8 @@ from ..protocol.gate import make_known
 from ..protocol.guard import InitializationGuard
 from ..protocol.surface import KnownVariant, WireSurface
 from ._hot import NotificationHandler, RequestHandler, UpdateDispatcher
-from .context import Context, Request, SentRequest, SessionUpdate
+from ._hot import Context, SessionUpdate
+from .context import Request, SentRequest
 from .sessions import OpenedSession, SessionStates, build_session, resume_session
 from .table import Handler, HandlerTable
 

@@ -1,29 +1,27 @@
-"""What a handler sees: :class:`Context`, :class:`SessionUpdate`, and request handles.
+"""The lowest layer of the builder API: request handles and what a handler's peer offers.
 
-Every handler of the builder API is called as ``fn(params, cx)`` (``session/update``
-handlers as ``fn(update, cx)``); ``cx`` is a :class:`Context`. These objects are made once
-per message on the hot path, so they are plain ``__slots__`` classes whose ``__init__`` only
-stores what it is given; everything else is computed when read.
+What a handler sees, ``Context`` and ``SessionUpdate``, lives in :mod:`acp_fast.roles._hot_py`
+(the hot path's one source, compiled as ``_hot_c`` when built); this module holds the types
+they refer to, so that nothing here imports the connection:
 
-``Context`` and ``SessionUpdate`` live in :mod:`acp_fast.roles._hot_py` (the hot path's one
-source, compiled as ``_hot_c`` when built) and are re-exported here.
-
-One request handle: every ``send_request`` returns an object of the :class:`Request`
+* :class:`Peer`: the connection surface a ``Context`` and the session helpers use (an
+  :class:`~acp_fast.roles.AcpConnection` is one);
+* one request handle: every ``send_request`` returns an object of the :class:`Request`
 protocol (``id``, ``method``, ``done()``, ``cancel()``, ``detach()``, ``await``), either the
 connection's :class:`~acp_fast.jsonrpc.PendingRequest` or a :class:`SentRequest` (a request
-whose result is checked or mapped: ``initialize``, session set-up).
+  whose result is checked or mapped: ``initialize``, session set-up).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ..jsonrpc import PendingRequest
-from ._hot import Context, SessionUpdate
+from ..protocol.guard import InitializationGuard
 
-__all__ = ["Context", "Request", "SentRequest", "SessionUpdate"]
+__all__ = ["Peer", "Request", "SentRequest"]
 
 _T = TypeVar("_T")
 _T_co = TypeVar("_T_co", covariant=True)
@@ -109,3 +107,33 @@ class SentRequest(Generic[_T]):
 
     def __repr__(self) -> str:
         return f"<SentRequest id={self.id} method={self.method!r} done={self.done()}>"
+
+
+class Peer(Protocol):
+    """What a handler's ``cx.connection`` offers (an ``AcpConnection`` or ``ProxyConnection``)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def guard(self) -> InitializationGuard: ...
+
+    @property
+    def manages_initialize(self) -> bool: ...
+
+    def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
+                     timeout: float | None = None) -> Request[Any]: ...
+
+    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool: ...
+
+    def send_session_update(self, session_id: str, update: dict[str, Any], *,
+                            passthrough: bool = False, **fields: Any) -> bool: ...
+
+    async def drain(self) -> None: ...
+
+    def start_task(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]: ...
+
+    def send_to_successor(self, method: str, params: Any = None, *, passthrough: bool = False,
+                          timeout: float | None = None) -> Request[Any]: ...
+
+    def notify_successor(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool: ...

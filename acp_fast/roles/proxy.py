@@ -18,7 +18,8 @@ from ..jsonrpc import CANCEL_METHOD, RequestContext
 from ..protocol import negotiation as nego
 from ..protocol.guard import PROXY_DATA, InitializationGuard
 from .connection import INITIALIZE, PROXY_INITIALIZE, SESSION_UPDATE, AcpConnection
-from .context import Context, Request, SentRequest
+from ._hot import Context
+from .context import Request, SentRequest
 from .table import HandlerTable
 
 __all__ = ["SUCCESSOR", "ProxyConnection"]

@@ -37,17 +37,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .connection import AcpConnection
     from .context import Request, SentRequest
+
+_T = TypeVar("_T")
 
 __all__ = [
     "IDLE",
     "REQUIRES_ACTION",
     "RUNNING",
     "OpenedSession",
+    "SessionPeer",
     "SessionState",
     "SessionStates",
     "StopReason",
@@ -212,6 +215,24 @@ class SessionStates:
             state.close(error)
 
 
+class SessionPeer(Protocol):
+    """What the session helpers need of a client connection (an ``AcpConnection`` is one)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def sessions(self) -> SessionStates: ...
+
+    def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
+                     timeout: float | None = None) -> Request[Any]: ...
+
+    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool: ...
+
+    def mapped_request(self, method: str, params: Any, fn: Callable[[Any], _T], *,
+                       settle: bool = False) -> SentRequest[_T]: ...
+
+
 class V2Session:
     """Command handle of one v2 session: its id and the connection, nothing else.
 
@@ -221,7 +242,7 @@ class V2Session:
 
     __slots__ = ("connection", "session_id")
 
-    def __init__(self, session_id: str, connection: AcpConnection) -> None:
+    def __init__(self, session_id: str, connection: SessionPeer) -> None:
         self.session_id = session_id
         self.connection = connection
 
@@ -313,7 +334,7 @@ def _setup_params(cwd: str, mcp_servers: Sequence[Any] | None, fields: dict[str,
 
 
 def build_session(
-    connection: AcpConnection, cwd: str, *, mcp_servers: Sequence[Any] | None = None, **fields: Any
+    connection: SessionPeer, cwd: str, *, mcp_servers: Sequence[Any] | None = None, **fields: Any
 ) -> SentRequest[OpenedSession]:
     """Publish ``session/new``; resolves to an :class:`OpenedSession`.
 
@@ -337,7 +358,7 @@ def build_session(
 
 
 def resume_session(
-    connection: AcpConnection,
+    connection: SessionPeer,
     session_id: str,
     cwd: str,
     *,
@@ -377,7 +398,7 @@ class V1Session:
 
     __slots__ = ("connection", "session_id")
 
-    def __init__(self, session_id: str, connection: AcpConnection) -> None:
+    def __init__(self, session_id: str, connection: SessionPeer) -> None:
         self.session_id = session_id
         self.connection = connection
 
@@ -395,6 +416,6 @@ class V1Session:
         return f"V1Session({self.session_id!r})"
 
 
-def _require_v2(connection: AcpConnection, what: str) -> None:
+def _require_v2(connection: SessionPeer, what: str) -> None:
     if connection.version < 2:
         raise TypeError(f"{what} needs a v2 connection (Client.v2())")

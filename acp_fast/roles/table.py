@@ -8,8 +8,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .connection import AcpConnection
-    from .context import Context, SessionUpdate
+    from ._hot import Context, SessionUpdate
 
 __all__ = ["Handler", "HandlerTable", "Main", "UpdateHandler"]
 
@@ -17,8 +16,8 @@ __all__ = ["Handler", "HandlerTable", "Main", "UpdateHandler"]
 Handler = Callable[[Any, "Context"], Any]
 #: ``fn(update, cx)`` for ``session/update``.
 UpdateHandler = Callable[["SessionUpdate", "Context"], Any]
-#: ``main(connection)`` of a client implementation.
-Main = Callable[["AcpConnection"], Awaitable[Any]]
+#: ``main(connection)`` of a client implementation (it gets the ``AcpConnection``).
+Main = Callable[[Any], Awaitable[Any]]
 
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})

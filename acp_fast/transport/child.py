@@ -88,7 +88,7 @@ class ChildStream(Stream):
         returncode: the exit status once it exited, else ``None``.
     """
 
-    default_on_invalid = "skip"
+    reads_child_stdout = True
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 A :class:`Stream` is the one interface the JSON-RPC connection (``acp_fast.jsonrpc``) sees:
 ``attach(on_data, on_eof, on_writable)``, ``write``, ``pause_reading`` / ``resume_reading``,
 ``close`` / ``wait_closed``, ``writing_paused``, ``get_extra_info`` and the
-``default_on_invalid`` attribute. The other modules of this package only decide which
+``reads_child_stdout`` fact (the connection bases its policy for non-JSON-RPC lines on it). The other modules of this package only decide which
 asyncio transports feed it (pipes, sockets, a child process, threads, memory).
 
 Reading is ``Protocol``-based (never ``readline()``): each ``data_received`` chunk goes to
@@ -54,12 +54,11 @@ class Stream:
     and write-buffer pressure goes to ``on_writable``.
 
     Attributes:
-        default_on_invalid: the policy a connection on this stream should use for lines
-            that are not JSON-RPC: ``"reply"`` when we are the agent side (stdio, sockets,
-            memory), ``"skip"`` when we read an agent's stdout (:func:`spawn`).
+        reads_child_stdout: True when this stream reads a child process's stdout
+            (:func:`spawn`), where an agent may print banners that are not JSON-RPC.
     """
 
-    default_on_invalid = "reply"
+    reads_child_stdout = False
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
