@@ -427,6 +427,7 @@ class Connection:
             answered.
         lazy: decode ``params``/``result`` only on access (``Decoder(lazy=True)``).
         max_line_size: the engine's line limit (default: the engine's default).
+        max_batch_size: the engine's batch limit (default: the engine's default, 1024).
         max_backlog: queued + running handlers above which reading is paused.
         max_write_buffer: bytes waiting for a slow peer above which :meth:`notify` and
             :meth:`request` raise :class:`~acp_fast.errors.SendBufferFull`.
@@ -448,6 +449,7 @@ class Connection:
         on_invalid: Literal["reply", "skip"] | None = None,
         lazy: bool = False,
         max_line_size: int | None = None,
+        max_batch_size: int | None = None,
         max_backlog: int = DEFAULT_MAX_BACKLOG,
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
         attach: bool = True,
@@ -469,6 +471,8 @@ class Connection:
         kwargs: dict[str, Any] = {"lazy": lazy}
         if max_line_size is not None:
             kwargs["max_line_size"] = max_line_size
+        if max_batch_size is not None:
+            kwargs["max_batch_size"] = max_batch_size
         self._decoder = decoder if decoder is not None else eng.Decoder(**kwargs)
         self._enc_request = eng.encode_request
         self._enc_notification = eng.encode_notification

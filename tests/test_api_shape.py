@@ -329,3 +329,19 @@ def test_mypy_checks_handlers_against_typed_descriptors(tmp_path: Path, monkeypa
     flagged = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
     bad_lines = {i for i, text in enumerate(source.read_text().splitlines(), 1) if "# BAD" in text}
     assert flagged == bad_lines, out
+
+
+def test_connection_passes_its_batch_limit_to_the_engine(engine: ModuleType) -> None:
+    async def body() -> None:
+        a, b = memory_pair()
+        server = Connection(a, engine=engine, max_batch_size=3)
+        server.on_request("x", lambda ctx: 1)
+        peer = RawPeer(b)
+        b.write(b"[" + b",".join(b'{"jsonrpc":"2.0","id":%d,"method":"x"}' % i for i in range(4)) + b"]\n")
+        reply = await peer.recv()
+        assert reply["id"] is None and reply["error"]["code"] == -32600
+        b.write(b"[" + b",".join(b'{"jsonrpc":"2.0","id":%d,"method":"x"}' % i for i in range(3)) + b"]\n")
+        assert [r["id"] for r in await peer.recv()] == [0, 1, 2]
+        server.close()
+
+    run(body)
