@@ -227,3 +227,31 @@ def decode_one(decode: Callable[..., list[Any]]) -> Callable[..., Any]:
         return frames[0]
 
     return run
+
+
+# ---------------------------------------------------------------------------------------
+# The ACP JSON Schemas (for the generated-code reproducibility tests)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def schema_dir() -> "Path":
+    """The pinned ACP schemas (``v1/``, ``v2/``): ``ACP_FAST_SCHEMA_DIR``, else the copy the
+    pinned TypeScript SDK package ships (``scripts/install_peers.sh`` installs it), else a
+    ``shared/acp-schema`` beside the checkout. Missing: a skip that says how to get them,
+    or a failure when the peers are required (``ACP_FAST_REQUIRE_PEERS=1``, as in CI)."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = os.environ.get("ACP_FAST_SCHEMA_DIR")
+    candidates = [Path(env)] if env else []
+    candidates.append(repo / "peers" / "ts" / "node_modules" / "@agentclientprotocol" / "sdk" / "schema")
+    candidates.append(repo.parent / "shared" / "acp-schema")
+    for candidate in candidates:
+        if (candidate / "v1" / "schema.json").is_file():
+            return candidate
+    why = ("ACP schemas not available: run scripts/install_peers.sh (the pinned TS SDK ships them) "
+           "or set ACP_FAST_SCHEMA_DIR")
+    if os.environ.get("ACP_FAST_REQUIRE_PEERS"):
+        pytest.fail(why)
+    pytest.skip(why)

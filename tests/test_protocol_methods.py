@@ -394,15 +394,6 @@ def test_generator_refuses_clashing_names(generator: ModuleType, monkeypatch: py
         generator.render_methods({}, 2)
 
 
-@pytest.fixture(scope="module")
-def schema_dir() -> Path:
-    env = os.environ.get("ACP_FAST_SCHEMA_DIR")
-    candidates = [Path(env)] if env else []
-    candidates.append(REPO.parent / "shared" / "acp-schema")
-    for candidate in candidates:
-        if (candidate / "v1" / "schema.json").is_file():
-            return candidate
-    pytest.skip("ACP schemas not available (set ACP_FAST_SCHEMA_DIR or provide ../shared/acp-schema)")
 
 
 def test_generator_check_flags_a_stale_method_module(
