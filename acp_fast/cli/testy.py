@@ -13,13 +13,9 @@ from .loops import LOOPS, run
 __all__ = ["add_parser", "main"]
 
 
-def _engine_module(name: str) -> Any:
-    """The engine twin to pass to ``serve`` (``None``: the active one)."""
-    if name == "auto":
-        return None
-    import importlib
-
-    return importlib.import_module(f"acp_fast._engine_{name}")
+def _engine_choice(name: str) -> str | None:
+    """The engine twin to pass to ``serve`` by name (``None``: the active one)."""
+    return None if name == "auto" else name
 
 
 def add_parser(subparsers: Any) -> Any:
@@ -57,7 +53,7 @@ def main(args: Any) -> int:
     from ..transport import connect_stdio
 
     endpoint = build(versions, stream_mode=getattr(args, "stream_mode", "api"))
-    engine = _engine_module(args.engine)
+    engine = _engine_choice(args.engine)
 
     async def serve() -> None:
         await endpoint.serve(await connect_stdio(), engine=engine)

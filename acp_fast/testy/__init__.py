@@ -97,8 +97,11 @@ class Endpoint:
         """An ``Agent`` builder (one version) or ``Agent.protocol_router()`` (both)."""
         from .. import Agent
 
-        kw = {"stream_mode": self.stream_mode,
-              "engine": IMPLEMENTATION if engine is None else engine.IMPLEMENTATION}
+        if engine is None:
+            name = IMPLEMENTATION
+        else:
+            name = engine if isinstance(engine, str) else engine.IMPLEMENTATION
+        kw = {"stream_mode": self.stream_mode, "engine": name}
         if self.versions == (1,):
             return TestyV1(**kw).builder()
         router = Agent.protocol_router()
@@ -109,7 +112,8 @@ class Endpoint:
         return router
 
     async def serve(self, transport: Any, *, engine: Any = None) -> None:
-        """Serve one connection on ``transport`` (``engine``: an engine twin module, default the active one)."""
+        """Serve one connection on ``transport`` (``engine``: ``"c"``, ``"py"``, a twin module,
+        or ``None`` for the active one)."""
         await self.build(engine).serve(transport, engine=engine)
 
 
