@@ -7,10 +7,17 @@ from typing import TYPE_CHECKING
 from .._compat import NO_EXTENSIONS
 
 __all__ = ["IMPLEMENTATION", "Context", "NotificationHandler", "RequestHandler", "SessionUpdate",
-           "UpdateDispatcher"]
+           "UpdateDispatcher", "UpdateSender"]
 
 if TYPE_CHECKING or NO_EXTENSIONS:
-    from ._hot_py import Context, NotificationHandler, RequestHandler, SessionUpdate, UpdateDispatcher
+    from ._hot_py import (
+        Context,
+        NotificationHandler,
+        RequestHandler,
+        SessionUpdate,
+        UpdateDispatcher,
+        UpdateSender,
+    )
 
     IMPLEMENTATION = "py"
 else:
@@ -21,10 +28,18 @@ else:
             RequestHandler,
             SessionUpdate,
             UpdateDispatcher,
+            UpdateSender,
         )
 
         IMPLEMENTATION = "c"
     except ImportError:  # pragma: no cover - only when the extension was not built
-        from ._hot_py import Context, NotificationHandler, RequestHandler, SessionUpdate, UpdateDispatcher
+        from ._hot_py import (
+            Context,
+            NotificationHandler,
+            RequestHandler,
+            SessionUpdate,
+            UpdateDispatcher,
+            UpdateSender,
+        )
 
         IMPLEMENTATION = "py"

@@ -32,3 +32,8 @@ cdef class UpdateDispatcher:
     cdef public object fallback
     cdef public object event_type
     cdef public object context_type
+
+cdef class UpdateSender:
+    cdef public object known
+    cdef public object notify
+    cdef public object slow

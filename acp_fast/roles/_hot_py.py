@@ -23,11 +23,13 @@ from ..protocol.surface import KnownVariant, SessionUpdateView
 if TYPE_CHECKING:  # pragma: no cover
     from .context import Peer, Request
 
-__all__ = ["Context", "NotificationHandler", "RequestHandler", "SessionUpdate", "UpdateDispatcher"]
+__all__ = ["Context", "NotificationHandler", "RequestHandler", "SessionUpdate", "UpdateDispatcher",
+           "UpdateSender"]
 
 _T = TypeVar("_T")
 
 _STATE_UPDATE = "state_update"
+_SESSION_UPDATE = "session/update"
 
 
 class SessionUpdate:
@@ -164,7 +166,7 @@ class Context:
         """See :meth:`AcpConnection.send_session_update`."""
         if passthrough or fields:
             return self.connection.send_session_update(session_id, update, passthrough=passthrough, **fields)
-        return self.connection.send_session_update(session_id, update)  # the hot path: no kwargs
+        return self.connection.update_sender(session_id, update)  # the hot path (see UpdateSender)
 
     async def drain(self) -> None:
         """Wait while the peer is not reading what we send (see :meth:`AcpConnection.drain`)."""
@@ -276,3 +278,22 @@ class UpdateDispatcher:
         if self.fallback is not None:
             return self.fallback(params, context)
         return None
+
+
+class UpdateSender:
+    """``send_session_update(session_id, update)`` once the connection is ready: the write
+    guard's compiled check of the variant (``known``), then the JSON-RPC connection's
+    ``notify``. Anything the fast check does not accept goes to ``slow`` (the full write
+    guard, which raises ``WireSurfaceError`` for what the version does not define)."""
+
+    __slots__ = ("known", "notify", "slow")
+
+    def __init__(self, known: Any, notify: Any, slow: Any) -> None:
+        self.known = known
+        self.notify = notify
+        self.slow = slow
+
+    def __call__(self, session_id: Any, update: Any) -> Any:
+        if self.known(update) is not None:
+            return self.notify(_SESSION_UPDATE, {"sessionId": session_id, "update": update})
+        return self.slow(session_id, update)

@@ -28,7 +28,7 @@ from ..protocol import negotiation as nego
 from ..protocol.gate import make_known
 from ..protocol.guard import InitializationGuard
 from ..protocol.surface import KnownVariant, WireSurface
-from ._hot import NotificationHandler, RequestHandler, UpdateDispatcher
+from ._hot import NotificationHandler, RequestHandler, UpdateDispatcher, UpdateSender
 from ._hot import Context, SessionUpdate
 from .context import Request, SentRequest
 from .sessions import OpenedSession, SessionStates, build_session, resume_session
@@ -106,6 +106,9 @@ class AcpConnection:
         self._notification_ok = self.surface.methods_of_kind("notification")
         self._notify = conn.notify
         self._out_fast = False
+        #: ``update_sender(session_id, update)``: ``send_session_update`` without options;
+        #: the guarded path until ready, then the compiled fast path (``_hot_py.UpdateSender``)
+        self.update_sender: Callable[[str, Any], bool] = self._send_update_guarded
         self._installed = False
         self._background: set[asyncio.Task[Any]] = set()
         conn.on_any_request(self._on_request)
@@ -182,7 +185,7 @@ class AcpConnection:
 
     def _became_ready(self) -> None:
         if self._hooks is None or self._initialize_sent:
-            self._out_fast = True
+            self._out_ready()
         if self._installed:
             return
         self._installed = True
@@ -381,11 +384,18 @@ class AcpConnection:
                 negotiated version, unless ``passthrough`` (forwarding a received update).
             SendBufferFull: the write buffer is over its limit (await :meth:`drain`).
         """
-        if self._out_fast and not fields and (passthrough or self._known(update) is not None):
-            # the fast path: the read gate's precompiled check of the variant
-            return self._notify(SESSION_UPDATE, {"sessionId": session_id, "update": update})
+        if not fields and not passthrough:
+            return self.update_sender(session_id, update)
         return self.send_notification(
             SESSION_UPDATE, {"sessionId": session_id, "update": update, **fields}, passthrough=passthrough)
+
+    def _send_update_guarded(self, session_id: str, update: Any) -> bool:
+        return self.send_notification(SESSION_UPDATE, {"sessionId": session_id, "update": update})
+
+    def _out_ready(self) -> None:
+        """Outgoing traffic may take the fast paths from now on (guard ready, first rule met)."""
+        self._out_fast = True
+        self.update_sender = UpdateSender(self._known, self._notify, self._send_update_guarded)
 
     def _check_update_out(self, update: Any) -> None:
         if self._known(update) is None:
