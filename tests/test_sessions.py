@@ -228,3 +228,64 @@ def test_session_helpers_check_the_connection_version(engine: ModuleType) -> Non
         await Client.v2().connect_with(serve_in_memory(roles_agent.v2_agent({}), engine), v2_main, engine=engine)
 
     run(body)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cancel_active_work_does_the_clients_part(engine: ModuleType, version: int) -> None:
+    """Seed 000: cancel_active_work sends session/cancel, answers every pending permission
+    request of that session (and no other) with the cancelled outcome exactly once, and
+    marks the session's unfinished tool calls cancelled."""
+    async def body() -> None:
+        a, b = memory_pair()
+        peer = RawPeer(a)
+        release = asyncio.Event()
+        client = Client.builder() if version == 1 else Client.v2()
+
+        @client.on_request("session/request_permission")
+        async def ask_the_user(params: Any, cx: Any) -> Any:
+            await release.wait()  # the user has not decided yet
+            return {"outcome": {"outcome": "selected", "optionId": "allow"}}
+
+        async def main(conn: Any) -> Any:
+            init = asyncio.ensure_future(conn.initialize())
+            req = await peer.recv()
+            result = {"protocolVersion": version}
+            result.update({"info": {"name": "a", "version": "1"}, "capabilities": {}} if version == 2
+                          else {"agentInfo": {"name": "a", "version": "1"}, "agentCapabilities": {}})
+            peer.send({"jsonrpc": "2.0", "id": req["id"], "result": result})
+            await init
+            setup = conn.build_session("/tmp")
+            req = await peer.recv()
+            peer.send({"jsonrpc": "2.0", "id": req["id"], "result": {"sessionId": "s"}})
+            session = (await setup).session
+            for call, status in (("t1", None), ("t2", "in_progress"), ("t3", "completed")):
+                kind = "tool_call" if version == 1 else "tool_call_update"  # v2 has no tool_call
+                update = {"sessionUpdate": kind, "toolCallId": call, "title": call}
+                if status:
+                    update["status"] = status
+                peer.send({"jsonrpc": "2.0", "method": "session/update",
+                           "params": {"sessionId": "s", "update": update}})
+            option = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]
+            call = {"toolCallId": "t1"}
+            for rid, sid in ((101, "s"), (102, "s"), (103, "other")):
+                params = {"sessionId": sid, "toolCall": call, "options": option}
+                if version == 2:
+                    params = {"sessionId": sid, "title": "ok?", "options": option}
+                peer.send({"jsonrpc": "2.0", "id": rid, "method": "session/request_permission", "params": params})
+            await asyncio.sleep(0.05)
+            assert session.cancel_active_work() is True
+            seen = [await peer.recv() for _ in range(3)]
+            assert seen[0] == {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s"}}
+            answers = {m["id"]: m["result"] for m in seen[1:]}
+            assert answers == {101: {"outcome": {"outcome": "cancelled"}}, 102: {"outcome": {"outcome": "cancelled"}}}
+            states = conn.sessions.get("s").tool_calls
+            assert states == {"t1": "cancelled", "t2": "cancelled", "t3": "completed"}
+            release.set()  # the user decides late: only the other session's request is answered
+            late = await peer.recv()
+            assert late["id"] == 103 and late["result"]["outcome"]["outcome"] == "selected"
+            await asyncio.sleep(0.05)
+            assert peer.lines.empty()  # 101 and 102 were answered exactly once
+
+        await client.connect_with(b, main, engine=engine)
+
+    run(body)

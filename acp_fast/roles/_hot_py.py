@@ -29,6 +29,8 @@ __all__ = ["Context", "NotificationHandler", "RequestHandler", "SessionUpdate", 
 _T = TypeVar("_T")
 
 _STATE_UPDATE = "state_update"
+#: known updates that change the client's tracked session state
+_TRACKED = frozenset({"state_update", "tool_call", "tool_call_update"})
 _SESSION_UPDATE = "session/update"
 
 
@@ -233,8 +235,9 @@ class UpdateDispatcher:
 
     A known update (the fast path ``known(update)`` returns its variant) becomes a
     ``SessionUpdate`` carrying the variant; anything else goes through ``classify`` (the
-    full read gate) and carries its view. Known ``state_update`` payloads are applied to
-    the session states (``apply_state``) before the handler sees them. The handler is
+    full read gate) and carries its view. Known ``state_update``, ``tool_call`` and
+    ``tool_call_update`` payloads are applied to the session states (``apply_state``)
+    before the handler sees them. The handler is
     ``on_update(event, cx)``, else ``fallback(params, cx)`` (a plain notification handler).
     """
 
@@ -265,12 +268,12 @@ class UpdateDispatcher:
         if variant is not None:
             kind = variant.kind
             event = self.event_type(session_id, kind, update, params, variant)
-            if kind == _STATE_UPDATE:
+            if kind in _TRACKED:
                 self.apply_state(session_id, update)
         else:
             view = self.classify(update)
             event = self.event_type(session_id, view.kind, update, params, view)
-            if view.kind == _STATE_UPDATE and view.known:
+            if view.kind in _TRACKED and view.known:
                 self.apply_state(session_id, update)
         context = self.context_type(self.connection, None, message)
         if self.on_update is not None:

@@ -43,6 +43,7 @@ _T = TypeVar("_T")
 INITIALIZE = "initialize"
 PROXY_INITIALIZE = "_proxy/initialize"
 SESSION_UPDATE = "session/update"
+PERMISSION = "session/request_permission"
 STATE_UPDATE = "state_update"
 
 
@@ -191,7 +192,9 @@ class AcpConnection:
         self._installed = True
         raw = self.raw
         for method, fn in self.table.requests.items():
-            if method != INITIALIZE and method != PROXY_INITIALIZE:
+            if method == PERMISSION and self.role == "client":
+                raw.on_request(method, self._permission_handler(fn))
+            elif method != INITIALIZE and method != PROXY_INITIALIZE:
                 raw.on_request(method, self._request_handler(fn))
         for method, fn in self.table.notifications.items():
             if method != SESSION_UPDATE:
@@ -206,6 +209,20 @@ class AcpConnection:
 
     def _request_handler(self, fn: Handler) -> Callable[[RequestContext], Any]:
         return RequestHandler(self, fn, Context)
+
+    def _permission_handler(self, fn: Handler) -> Callable[[RequestContext], Any]:
+        """``session/request_permission`` on a client: tracked per session, so that
+        ``cancel_active_work`` can answer it with the cancelled outcome (seed 000)."""
+        handle = self._request_handler(fn)
+
+        def tracked(rctx: RequestContext) -> Any:
+            params = rctx.message.params
+            session_id = params.get("sessionId") if type(params) is dict else None
+            if type(session_id) is str:
+                self.sessions.get(session_id).track_permission(rctx)
+            return handle(rctx)
+
+        return tracked
 
     def _notification_handler(self, fn: Handler) -> Callable[[Any], Any]:
         return NotificationHandler(self, fn, Context)

@@ -103,28 +103,52 @@ class StopReason:
         return f"StopReason({self.kind!r}" + (f", error={self.error!r})" if self.error else ")")
 
 
+#: ``tool_call`` statuses after which a tool call is finished (its status stays as reported).
+FINISHED_TOOL_CALL = frozenset({"completed", "failed"})
+#: The client-side status of a tool call that was unfinished when its work was cancelled.
+CANCELLED = "cancelled"
+#: The outcome a pending permission request gets when its session's work is cancelled.
+PERMISSION_CANCELLED = {"outcome": {"outcome": "cancelled"}}
+
+
 class SessionState:
-    """Foreground state of one v2 session, as last reported by the agent.
+    """What the client knows of one session, from the agent's known updates.
 
     Attributes:
         state: ``"idle"`` (the default for a new session), ``"running"``,
-            ``"requires_action"`` or another (future) string.
+            ``"requires_action"`` or another (future) string (v2 ``state_update``).
         stop_reason: the stop reason of the last idle update that carried one.
         idle_epoch: how many times the session went from non-idle to idle (a repeated
             idle snapshot is not a new completion).
+        tool_calls: ``toolCallId -> status`` from ``tool_call`` / ``tool_call_update``
+            (``"pending"`` until a status is reported; ``"cancelled"`` once the client
+            cancelled the work while it was unfinished).
     """
 
-    __slots__ = ("_closed", "_waiters", "idle_epoch", "state", "stop_reason")
+    __slots__ = ("_closed", "_permissions", "_waiters", "idle_epoch", "state", "stop_reason", "tool_calls")
 
     def __init__(self) -> None:
         self.state = IDLE
         self.stop_reason: StopReason | None = None
         self.idle_epoch = 0
+        self.tool_calls: dict[str, str] = {}
         self._waiters: list[tuple[int, asyncio.Future[StopReason | None]]] = []
+        self._permissions: list[Any] = []  # in-flight session/request_permission contexts
         self._closed: BaseException | None = None
 
     def apply(self, update: dict[str, Any]) -> None:
-        """Apply one known ``state_update`` payload."""
+        """Apply one known ``state_update``, ``tool_call`` or ``tool_call_update`` payload."""
+        kind = update.get("sessionUpdate")
+        if kind == "tool_call" or kind == "tool_call_update":
+            call_id = update.get("toolCallId")
+            if type(call_id) is str:
+                status = update.get("status")
+                if type(status) is str:
+                    if self.tool_calls.get(call_id) != CANCELLED:  # a cancelled call stays cancelled
+                        self.tool_calls[call_id] = status
+                else:
+                    self.tool_calls.setdefault(call_id, "pending")
+            return
         state = update.get("state")
         if type(state) is not str:
             return
@@ -171,6 +195,27 @@ class SessionState:
         self._waiters.append((after, fut))
         return await fut
 
+    def track_permission(self, request: Any) -> None:
+        """Remember an in-flight ``session/request_permission`` (a jsonrpc ``RequestContext``)."""
+        self._permissions = [r for r in self._permissions if not r.answered]
+        self._permissions.append(request)
+
+    def cancel_work(self) -> int:
+        """The client cancelled this session's active work (seed 000): answer every pending
+        permission request with the cancelled outcome, exactly once (a handler's later answer
+        is dropped), and mark unfinished tool calls ``"cancelled"``. Returns how many
+        permission requests it answered."""
+        answered = 0
+        pending, self._permissions = self._permissions, []
+        for request in pending:
+            if not request.answered:
+                request.defer().respond(dict(PERMISSION_CANCELLED))
+                answered += 1
+        for call_id, status in self.tool_calls.items():
+            if status not in FINISHED_TOOL_CALL:
+                self.tool_calls[call_id] = CANCELLED
+        return answered
+
     def close(self, error: BaseException) -> None:
         """The connection ended: every waiter (now and later) fails with ``error``."""
         self._closed = error
@@ -202,6 +247,7 @@ class SessionStates:
         return state
 
     def apply(self, session_id: Any, update: dict[str, Any]) -> None:
+        """Apply a known update that changes the tracked state (see :meth:`SessionState.apply`)."""
         if type(session_id) is str:
             self.get(session_id).apply(update)
 
@@ -275,12 +321,16 @@ class V2Session:
         return await self.state.wait_idle(after)
 
     def cancel_active_work(self, **fields: Any) -> bool:
-        """Send the session-wide ``session/cancel`` notification.
+        """Send the session-wide ``session/cancel`` notification, and do the client's part.
 
-        Completion of cancelled foreground work is an idle update with stop reason
-        ``cancelled``; cancelling an idle session need not produce one.
+        Every pending ``session/request_permission`` of this session (and no other) is
+        answered with the cancelled outcome, once; unfinished tool calls are marked
+        ``"cancelled"`` in :attr:`state`. Completion of cancelled foreground work is an idle
+        update with stop reason ``cancelled``; cancelling an idle session need not produce one.
         """
-        return self.connection.send_notification("session/cancel", {"sessionId": self.session_id, **fields})
+        sent = self.connection.send_notification("session/cancel", {"sessionId": self.session_id, **fields})
+        self.state.cancel_work()
+        return sent
 
     def set_config_option(self, config_id: str, value: Any, **fields: Any) -> Request[Any]:
         """``session/set_config_option``; resolves to the authoritative replacement set."""
@@ -409,8 +459,14 @@ class V1Session:
             "session/prompt", {"sessionId": self.session_id, "prompt": blocks, **fields})
 
     def cancel_active_work(self, **fields: Any) -> bool:
-        """Send ``session/cancel``; the pending prompt then ends with ``cancelled``."""
-        return self.connection.send_notification("session/cancel", {"sessionId": self.session_id, **fields})
+        """Send ``session/cancel``; the pending prompt then ends with ``cancelled``.
+
+        As on v2, pending permission requests of this session get the cancelled outcome
+        (once) and unfinished tool calls are marked ``"cancelled"``.
+        """
+        sent = self.connection.send_notification("session/cancel", {"sessionId": self.session_id, **fields})
+        self.connection.sessions.get(self.session_id).cancel_work()
+        return sent
 
     def __repr__(self) -> str:
         return f"V1Session({self.session_id!r})"
