@@ -289,3 +289,42 @@ def test_cancel_active_work_does_the_clients_part(engine: ModuleType, version: i
         await client.connect_with(b, main, engine=engine)
 
     run(body)
+
+
+def test_fork_session_opens_the_new_session_with_the_complete_response(engine: ModuleType) -> None:
+    """Seed 000 (unstable): fork publishes session/fork and the handle uses the new id."""
+    from acp_fast import testy
+    from acp_fast.errors import JsonRpcError
+
+    async def body() -> None:
+        a, b = memory_pair()
+        served = asyncio.ensure_future(testy.build((2,)).serve(a, engine=engine))
+        seen: list[tuple[str, str]] = []
+        client = Client.v2()
+        client.on_session_update(lambda u, cx: seen.append((u.session_id, u.kind)))
+
+        async def main(conn: Any) -> None:
+            init = await conn.initialize()
+            assert "fork" in init["capabilities"]["session"]
+            source = (await conn.build_session("/tmp")).session
+            epoch = source.idle_epoch
+            await source.send_prompt("hello")
+            await source.wait_idle(after=epoch)
+            opened = await source.fork("/tmp")
+            fork = opened.session
+            assert isinstance(fork, V2Session) and fork.session_id != source.session_id
+            assert opened.response == {"sessionId": fork.session_id}
+            seen.clear()
+            resumed = await conn.resume_session(fork.session_id, "/tmp", replay_from={"type": "start"})
+            assert resumed.session == fork
+            # the fork's replay is the source's history (user message, agent message), then
+            # the state snapshot, all under the new id
+            assert seen == [(fork.session_id, "user_message"), (fork.session_id, "agent_message"),
+                            (fork.session_id, "state_update")]
+            with pytest.raises(JsonRpcError):
+                await conn.fork_session("no-such-session", "/tmp")
+
+        await client.connect_with(b, main, engine=engine)
+        await asyncio.wait_for(served, 5)
+
+    run(body)

@@ -379,7 +379,7 @@ def test_v2_prompt_lifecycle(engine: ModuleType) -> None:
         w = await memory(engine)
         init = await w.result("initialize", v2_init())
         assert init == {"protocolVersion": 2, "info": {"name": "test-agent", "version": init["info"]["version"]},
-                        "capabilities": {"session": {}}}
+                        "capabilities": {"session": {"fork": {}}}}
         sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
         assert sid == "testy-v2-session-1"
         reply, before = await w.call("session/prompt", text_prompt(sid, "echo hello"))

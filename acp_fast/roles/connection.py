@@ -31,7 +31,7 @@ from ..protocol.surface import KnownVariant, WireSurface
 from ._hot import NotificationHandler, RequestHandler, UpdateDispatcher, UpdateSender
 from ._hot import Context, SessionUpdate
 from .context import Request, SentRequest
-from .sessions import OpenedSession, SessionStates, build_session, resume_session
+from .sessions import OpenedSession, SessionStates, build_session, fork_session, resume_session
 from .table import Handler, HandlerTable
 
 __all__ = ["INITIALIZE", "PROXY_INITIALIZE", "SESSION_UPDATE", "AcpConnection", "InitializeHooks"]
@@ -500,6 +500,11 @@ class AcpConnection:
     def resume_session(self, session_id: str, cwd: str, **kwargs: Any) -> SentRequest[OpenedSession]:
         """v2 ``session/resume`` -> :class:`~acp_fast.roles.sessions.OpenedSession`."""
         return resume_session(self, session_id, cwd, **kwargs)
+
+    def fork_session(self, session_id: str, cwd: str, **kwargs: Any) -> SentRequest[OpenedSession]:
+        """v2 ``session/fork`` (unstable) -> :class:`~acp_fast.roles.sessions.OpenedSession`
+        of the new session (see :func:`~acp_fast.roles.sessions.fork_session`)."""
+        return fork_session(self, session_id, cwd, **kwargs)
 
     # -- proxies only -------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ __all__ = [
     "V1Session",
     "V2Session",
     "build_session",
+    "fork_session",
     "resume_session",
 ]
 
@@ -332,6 +333,10 @@ class V2Session:
         self.state.cancel_work()
         return sent
 
+    def fork(self, cwd: str, **kwargs: Any) -> SentRequest[OpenedSession]:
+        """``session/fork`` of this session (unstable): see :func:`fork_session`."""
+        return fork_session(self.connection, self.session_id, cwd, **kwargs)
+
     def set_config_option(self, config_id: str, value: Any, **fields: Any) -> Request[Any]:
         """``session/set_config_option``; resolves to the authoritative replacement set."""
         params = {"sessionId": self.session_id, "configId": config_id, "value": value, **fields}
@@ -436,6 +441,32 @@ def resume_session(
         return OpenedSession(V2Session(session_id, connection), result)
 
     return connection.mapped_request("session/resume", params, opened, settle=True)
+
+
+def fork_session(
+    connection: SessionPeer,
+    session_id: str,
+    cwd: str,
+    *,
+    mcp_servers: Sequence[Any] | None = None,
+    **fields: Any,
+) -> SentRequest[OpenedSession]:
+    """Publish v2 ``session/fork`` (unstable) of ``session_id``; resolves to an
+    :class:`OpenedSession` whose handle uses the **new** session id the response allocates,
+    with the complete ``ForkSessionResponse``.
+
+    Raises:
+        TypeError: ``connection`` does not speak v2.
+    """
+    _require_v2(connection, "fork_session")
+    params = {"sessionId": session_id, **_setup_params(cwd, mcp_servers, fields)}
+
+    def opened(result: Any) -> OpenedSession:
+        new_id = result["sessionId"]
+        connection.sessions.get(new_id)  # default idle unless already reported
+        return OpenedSession(V2Session(new_id, connection), result)
+
+    return connection.mapped_request("session/fork", params, opened)
 
 
 class V1Session:

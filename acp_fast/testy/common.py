@@ -31,6 +31,7 @@ REQUESTS: tuple[tuple[str, str], ...] = (
     ("session/new", "new_session"),
     ("session/load", "load_session"),
     ("session/resume", "resume_session"),
+    ("session/fork", "fork_session"),
     ("session/list", "list_sessions"),
     ("session/delete", "delete_session"),
     ("session/close", "close_session"),

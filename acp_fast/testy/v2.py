@@ -48,7 +48,7 @@ class TestyV2(TestyBase):
 
     def initialize(self, params: Any, cx: Any) -> dict[str, Any]:
         return {"protocolVersion": 2, "info": {"name": AGENT_NAME, "version": __version__},
-                "capabilities": {"session": {}}}
+                "capabilities": {"session": {"fork": {}}}}
 
     def _get(self, params: Any) -> tuple[str, _Session2]:
         sid = session_id(params)
@@ -79,6 +79,16 @@ class TestyV2(TestyBase):
         # the current-state snapshot, after any replay and before the response (seed 000)
         cx.send_session_update(sid, {"sessionUpdate": "state_update", "state": "idle"})
         return {}
+
+    def fork_session(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``session/fork`` (unstable): a new session with a copy of the source's history
+        (replayable with ``session/resume``), in the requested cwd."""
+        _sid, source = self._get(params)
+        cwd = self._new_cwd(params)
+        sid = f"testy-v2-session-{self.next_session}"
+        fork = self.sessions[sid] = _Session2(cwd)
+        fork.history = list(source.history)
+        return {"sessionId": sid}
 
     def close_session(self, params: Any, cx: Any) -> Any:
         sid = session_id(params)
