@@ -556,3 +556,30 @@ def test_bad_versions_argument_exits_2() -> None:
     proc = subprocess.run(check=False, args=[sys.executable, "-m", "acp_fast.cli.main", "testy", "--versions", "3"],
                           capture_output=True, text=True, cwd=REPO, timeout=30, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and "invalid --versions" in proc.stderr
+
+
+def test_auth_status_is_answered_while_authentication_is_required(engine: Any) -> None:
+    """Seed 004 I6: auth/status is exempt from auth_required (Testy --require-auth)."""
+    from acp_fast import Client
+    from acp_fast.errors import JsonRpcError
+    from acp_fast.transport import memory_pair
+
+    async def body() -> None:
+        a, b = memory_pair()
+        served = asyncio.ensure_future(testy.build((1,), require_auth=True).serve(a, engine=engine))
+
+        async def main(conn: Any) -> None:
+            await conn.initialize()
+            assert await conn.send_request("auth/status", {}) == {"state": "unauthenticated"}
+            with pytest.raises(JsonRpcError) as info:
+                await conn.build_session("/tmp")
+            assert info.value.code == -32000
+            await conn.send_request("authenticate", {"methodId": "testy-agent-auth"})
+            status = await conn.send_request("auth/status", {})
+            assert status["state"] == "authenticated"
+            assert (await conn.build_session("/tmp")).session.session_id
+
+        await Client.builder().connect_with(b, main, engine=engine)
+        await asyncio.wait_for(served, 5)
+
+    asyncio.run(body())

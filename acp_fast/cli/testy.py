@@ -37,6 +37,8 @@ def add_parser(subparsers: Any) -> Any:
     parser.add_argument("--stream", choices=STREAM_MODES, default="api", dest="stream_mode",
                         help="how benchmark chunks are sent: api (a fresh update per chunk through "
                              "cx.send_session_update, default) or preencoded (one line re-sent: a raw ceiling)")
+    parser.add_argument("--require-auth", action="store_true",
+                        help="v1: answer -32000 auth_required until `authenticate` (auth/status stays answered)")
     parser.add_argument("--log-level", default=os.environ.get("ACP_FAST_LOG", "WARNING"),
                         help="stderr log level (default: WARNING, or $ACP_FAST_LOG)")
     parser.set_defaults(func=main)
@@ -52,7 +54,8 @@ def main(args: Any) -> int:
     logging.basicConfig(level=str(args.log_level).upper(), format="testy: %(levelname)s %(name)s: %(message)s")
     from ..transport import connect_stdio
 
-    endpoint = build(versions, stream_mode=getattr(args, "stream_mode", "api"))
+    endpoint = build(versions, stream_mode=getattr(args, "stream_mode", "api"),
+                     require_auth=getattr(args, "require_auth", False))
     engine = _engine_choice(args.engine)
 
     async def serve() -> None:

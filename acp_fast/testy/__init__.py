@@ -87,11 +87,13 @@ __all__ = ["NOTIFICATIONS", "REQUESTS", "STREAM_MODES", "Endpoint", "TestyV1", "
 class Endpoint:
     """Serves Testy: every connection gets fresh state (:meth:`serve`)."""
 
-    def __init__(self, versions: Sequence[int] = (1, 2), *, stream_mode: str = "api") -> None:
+    def __init__(self, versions: Sequence[int] = (1, 2), *, stream_mode: str = "api",
+                 require_auth: bool = False) -> None:
         if stream_mode not in STREAM_MODES:
             raise ValueError(f"unknown stream mode {stream_mode!r}; expected one of {', '.join(STREAM_MODES)}")
         self.versions = tuple(versions)
         self.stream_mode = stream_mode
+        self.require_auth = require_auth
 
     def build(self, engine: Any = None) -> Any:
         """An ``Agent`` builder (one version) or ``Agent.protocol_router()`` (both)."""
@@ -101,12 +103,13 @@ class Endpoint:
             name = IMPLEMENTATION
         else:
             name = engine if isinstance(engine, str) else engine.IMPLEMENTATION
-        kw = {"stream_mode": self.stream_mode, "engine": name}
+        kw: dict[str, Any] = {"stream_mode": self.stream_mode, "engine": name}
+        v1 = {**kw, "require_auth": self.require_auth}  # v1 has authenticate; v2 Testy has no login
         if self.versions == (1,):
-            return TestyV1(**kw).builder()
+            return TestyV1(**v1).builder()
         router = Agent.protocol_router()
         if 1 in self.versions:
-            router.with_v1(TestyV1(**kw).builder())
+            router.with_v1(TestyV1(**v1).builder())
         if 2 in self.versions:
             router.with_v2(TestyV2(**kw).builder())
         return router
@@ -117,7 +120,7 @@ class Endpoint:
         await self.build(engine).serve(transport, engine=engine)
 
 
-def build(versions: Sequence[int] = (1, 2), *, stream_mode: str = "api") -> Endpoint:
+def build(versions: Sequence[int] = (1, 2), *, stream_mode: str = "api", require_auth: bool = False) -> Endpoint:
     """A Testy endpoint for ``versions``; ``await build().serve(stream)`` serves one
     connection (each connection gets its own state)."""
-    return Endpoint(versions, stream_mode=stream_mode)
+    return Endpoint(versions, stream_mode=stream_mode, require_auth=require_auth)

@@ -13,7 +13,7 @@ import resource
 from typing import Any
 
 from .. import IMPLEMENTATION, __version__
-from ..errors import INVALID_PARAMS, JsonRpcError
+from ..errors import AUTH_REQUIRED, INVALID_PARAMS, JsonRpcError
 
 __all__ = ["NOTIFICATIONS", "REQUESTS", "TestyBase", "process_stats", "session_id", "text_block",
            "unknown_session"]
@@ -28,6 +28,7 @@ REQUESTS: tuple[tuple[str, str], ...] = (
     ("initialize", "initialize"),
     ("authenticate", "authenticate"),
     ("logout", "logout"),
+    ("auth/status", "auth_status"),
     ("session/new", "new_session"),
     ("session/load", "load_session"),
     ("session/resume", "resume_session"),
@@ -43,6 +44,9 @@ REQUESTS: tuple[tuple[str, str], ...] = (
     ("_test/stats", "stats"),
 )
 #: method -> handler attribute, for notifications
+#: methods served before ``authenticate`` when Testy requires authentication (seed 004 I6)
+AUTH_EXEMPT = frozenset({"initialize", "authenticate", "logout", "auth/status"})
+
 NOTIFICATIONS: tuple[tuple[str, str], ...] = (
     ("session/cancel", "cancel"),
     ("_test/note", "note"),
@@ -94,9 +98,12 @@ class TestyBase:
     #: the builder factory of the variant (``Agent.builder`` or ``Agent.v2``)
     version = 0
 
-    def __init__(self, *, stream_mode: str = "api", engine: str = IMPLEMENTATION) -> None:
+    def __init__(self, *, stream_mode: str = "api", engine: str = IMPLEMENTATION,
+                 require_auth: bool = False) -> None:
         self.stream_mode = stream_mode
         self.engine = engine
+        self.require_auth = require_auth
+        self.authenticated = False
         self.notes = 0
         self.next_session = 0
 
@@ -109,12 +116,29 @@ class TestyBase:
         for method, attr in REQUESTS:
             fn = getattr(self, attr, None)
             if fn is not None:
+                if self.require_auth and method not in AUTH_EXEMPT:
+                    fn = self._authenticated_only(fn)
                 b.on_request(method, fn)
         for method, attr in NOTIFICATIONS:
             fn = getattr(self, attr, None)
             if fn is not None:
                 b.on_notification(method, fn)
         return b
+
+    def _authenticated_only(self, fn: Any) -> Any:
+        """``--require-auth``: -32000 auth_required until ``authenticate`` succeeded."""
+        def gated(params: Any, cx: Any) -> Any:
+            if not self.authenticated:
+                raise JsonRpcError(AUTH_REQUIRED, data="authenticate first (Testy runs with --require-auth)")
+            return fn(params, cx)
+        return gated
+
+    def auth_status(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``auth/status`` (unstable): always answered, even while authentication is
+        required (seed 004 I6: it is exempt from ``auth_required``)."""
+        if self.authenticated:
+            return {"state": "authenticated", "accounts": [{"label": "testy", "active": True}]}
+        return {"state": "unauthenticated" if self.require_auth else "not_required"}
 
     def echo(self, params: Any, cx: Any) -> Any:
         return params if params is not None else {}

@@ -58,7 +58,6 @@ class TestyV1(TestyBase):
         super().__init__(**kwargs)
         self.sessions: dict[str, _Session1] = {}
         self.next_message = 0
-        self.authenticated = False
         self.client_caps: dict[str, Any] = {}
 
     # -- lifecycle --------------------------------------------------------------------
