@@ -121,6 +121,25 @@ def test_sdk_agent_process_on_dropin_driven_by_acp_fast_client(engine: ModuleTyp
     run(body)
 
 
+def test_sdk_agent_process_on_dropin_answers_what_the_stock_sdk_drops(engine: ModuleType) -> None:
+    """The stock SDK logs and ignores a bad line and a batch; on the drop-in both are answered."""
+
+    async def body() -> None:
+        stream = await spawn([sys.executable, HELPER, "--engine", engine.IMPLEMENTATION], env=child_env(), cwd=REPO)
+        peer = RawPeer(stream)
+        peer.send_raw(b"{not json")
+        peer.send([{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init_v1()},
+                   {"jsonrpc": "2.0", "id": 2, "method": "_test/echo", "params": {"b": True}}])
+        assert (await peer.recv())["error"]["code"] == -32700
+        reply = await peer.recv()
+        assert [r["id"] for r in reply] == [1, 2] and reply[1]["result"] == {"b": True}
+        stream.close()
+        await stream.wait_closed()
+        assert stream.returncode == 0, stream.stderr_tail.decode(errors="replace")
+
+    run(body)
+
+
 def test_bad_json_is_answered_on_the_wire_and_the_agent_lives_on(engine: ModuleType) -> None:
     async def body() -> None:
         t = InProcessAgent(engine)
