@@ -121,11 +121,14 @@ def test_sdk_agent_process_on_dropin_driven_by_acp_fast_client(engine: ModuleTyp
     run(body)
 
 
-def test_sdk_agent_process_on_dropin_answers_what_the_stock_sdk_drops(engine: ModuleType) -> None:
-    """The stock SDK logs and ignores a bad line and a batch; on the drop-in both are answered."""
+@pytest.mark.parametrize("switch", [pytest.param([], id="acp.run_agent+stdio_transport"),
+                                    pytest.param(["--run-agent"], id="compat.run_agent")])
+def test_sdk_agent_process_on_dropin_answers_what_the_stock_sdk_drops(engine: ModuleType, switch: list[str]) -> None:
+    """The stock SDK logs and ignores a bad line and dies on a batch; on the drop-in both are answered."""
 
     async def body() -> None:
-        stream = await spawn([sys.executable, HELPER, "--engine", engine.IMPLEMENTATION], env=child_env(), cwd=REPO)
+        stream = await spawn([sys.executable, HELPER, "--engine", engine.IMPLEMENTATION, *switch], env=child_env(),
+                             cwd=REPO)
         peer = RawPeer(stream)
         peer.send_raw(b"{not json")
         peer.send([{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init_v1()},
@@ -367,3 +370,33 @@ def test_receive_timeout_and_close(engine: ModuleType) -> None:
             await transport.send({"jsonrpc": "2.0", "method": "late"})
 
     run(body)
+
+
+def test_helpers_keep_the_sdk_parameters(engine: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    from acp_fast.compat import acp_sdk
+    from acp_fast.compat.acp_sdk import connect
+
+    async def body() -> None:
+        with pytest.raises(TypeError, match="unsupported transport_kwargs"):
+            async with spawn_agent_process(RecordingClient(), sys.executable, transport_kwargs={"bogus": 1}):
+                pass
+        # receive_timeout moves to the transport (the SDK's Connection ignores it for a Transport);
+        # limit becomes the line bound; the child gets the SDK's trimmed environment plus env
+        async with spawn_agent_process(RecordingClient(), sys.executable, "-c", "import time; time.sleep(30)",
+                                       env={"ACP_DROPIN_PROBE": "1"}, receive_timeout=12.5,
+                                       transport_kwargs={"limit": 4096, "shutdown_timeout": 0.2},
+                                       transport_options={"engine": engine}) as (conn, process):
+            transport = conn._conn._transport
+            assert isinstance(transport, StreamTransport)
+            assert transport._receive_timeout == 12.5 and transport._decoder.max_line_size == 4096
+            with open(f"/proc/{process.pid}/environ", "rb") as f:
+                environ = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            assert environ[b"ACP_DROPIN_PROBE"] == b"1" and b"PYTHONPATH" not in environ
+        assert process.returncode is not None  # killed after the 0.2 s grace
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    run(body)
+    monkeypatch.setattr(acp_sdk, "TESTED_SDK_VERSIONS", ("0.0.0",))
+    monkeypatch.setattr(connect, "_warned_version", [])
+    with pytest.warns(RuntimeWarning, match="tested with agent-client-protocol 0.0.0"):
+        connect.check_sdk_version()

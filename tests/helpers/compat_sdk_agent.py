@@ -1,7 +1,9 @@
 """The Python SDK test agent of ``peers/pysdk/agent.py``, unchanged, served on the acp_fast drop-in.
 
 Only the last line differs from that peer's ``main``: ``acp.run_agent(agent,
-stdio_transport())`` instead of ``acp.run_agent(agent)``. ``--engine py|c`` picks the twin.
+stdio_transport())`` instead of ``acp.run_agent(agent)``; with ``--run-agent`` it is the
+other one-line switch, ``acp_fast.compat.acp_sdk.run_agent(agent)`` (the compiled twin
+then). ``--engine py|c`` picks the twin.
 """
 
 from __future__ import annotations
@@ -37,9 +39,12 @@ def engine_from_argv(argv: list[str]) -> Any:
 async def main(argv: list[str]) -> None:
     import acp
 
-    from acp_fast.compat.acp_sdk import stdio_transport
+    from acp_fast.compat.acp_sdk import run_agent, stdio_transport
 
     agent = load_test_agent()()
+    if "--run-agent" in argv:
+        await run_agent(cast(acp.Agent, agent), transport_options={"engine": engine_from_argv(argv)})
+        return
     await acp.run_agent(cast(acp.Agent, agent), stdio_transport(engine=engine_from_argv(argv)))
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from .connect import (
     ChildProcess,
+    check_sdk_version,
     run_agent,
     spawn_agent_process,
     spawn_client_process,
@@ -51,6 +52,7 @@ __all__ = [
     "TESTED_SDK_VERSIONS",
     "ChildProcess",
     "StreamTransport",
+    "check_sdk_version",
     "run_agent",
     "spawn_agent_process",
     "spawn_client_process",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import warnings
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +28,7 @@ from .transport import StreamTransport
 
 __all__ = [
     "ChildProcess",
+    "check_sdk_version",
     "run_agent",
     "spawn_agent_process",
     "spawn_client_process",
@@ -104,6 +106,34 @@ class ChildProcess:
         return f"<ChildProcess pid={self._stream.pid} returncode={self._stream.returncode}>"
 
 
+_warned_version: list[str] = []
+
+
+def check_sdk_version() -> str:
+    """The installed SDK's version; warns once (``RuntimeWarning``) if it is not a tested one."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import TESTED_SDK_VERSIONS
+
+    try:
+        installed = version("agent-client-protocol")
+    except PackageNotFoundError:  # pragma: no cover - acp importable from a source tree
+        return "unknown"
+    if installed not in TESTED_SDK_VERSIONS and installed not in _warned_version:
+        _warned_version.append(installed)
+        warnings.warn(f"acp_fast.compat.acp_sdk is tested with agent-client-protocol "
+                      f"{', '.join(TESTED_SDK_VERSIONS)}, not {installed}", RuntimeWarning, stacklevel=3)
+    return installed
+
+
+def _options(transport_options: Mapping[str, Any] | None, connection_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Transport options; ``receive_timeout`` moves here (the SDK ignores it for a Transport)."""
+    options = dict(transport_options or {})
+    if "receive_timeout" in connection_kwargs:
+        options.setdefault("receive_timeout", connection_kwargs.pop("receive_timeout"))
+    return options
+
+
 _TRANSPORT_KWARGS = frozenset(("stderr", "limit", "shutdown_timeout"))
 
 
@@ -161,8 +191,9 @@ async def spawn_agent_process(
     """
     import acp
 
+    check_sdk_version()
     transport, process = await spawn_transport(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs,
-                                               **dict(transport_options or {}))
+                                               **_options(transport_options, connection_kwargs))
     conn = acp.connect_to_agent(to_client, transport, **connection_kwargs)
     try:
         yield conn, process
@@ -184,8 +215,9 @@ async def spawn_client_process(
     """``acp.spawn_client_process`` on acp_fast: yields ``(AgentSideConnection, ChildProcess)``."""
     from acp.core import AgentSideConnection  # as the SDK's own spawn_client_process
 
+    check_sdk_version()
     transport, process = await spawn_transport(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs,
-                                               **dict(transport_options or {}))
+                                               **_options(transport_options, connection_kwargs))
     conn = AgentSideConnection(to_agent, transport, **connection_kwargs)
     try:
         yield conn, process
@@ -212,12 +244,11 @@ async def run_agent(
     """
     import acp
 
+    check_sdk_version()
     if input_stream is None and output_stream is None:
-        options = dict(transport_options or {})
+        options = _options(transport_options, connection_kwargs)
         if stdio_buffer_limit_bytes is not None:
             options.setdefault("max_line_size", stdio_buffer_limit_bytes)
-        if "receive_timeout" in connection_kwargs:
-            options.setdefault("receive_timeout", connection_kwargs.pop("receive_timeout"))
         input_stream = stdio_transport(**options)
     elif stdio_buffer_limit_bytes is not None:
         connection_kwargs["stdio_buffer_limit_bytes"] = stdio_buffer_limit_bytes

@@ -168,9 +168,10 @@ class StreamTransport:
             raise ConnectionError("Transport closed")
         line = self._encode(message)
         if self._batch_slots and "method" not in message:
-            line = self._batch_response(message, line)
-            if line is None:
+            reply = self._batch_response(message, line)
+            if reply is None:  # held for its batch's reply array
                 return
+            line = reply
         self._queue(line)
         if stream.writing_paused:
             await self._wait_writable(stream)
@@ -240,7 +241,7 @@ class StreamTransport:
             opening = self._opening = loop.create_future()
             factory: Any = self._source
             try:
-                stream = await factory()
+                stream: Stream = await factory()
             except BaseException as exc:
                 opening.set_exception(exc)
                 opening.exception()  # retrieved: the raise below reports it
