@@ -4,7 +4,7 @@
   v1 client, in a real process and in-process over memory streams (wire-level checks:
   bad JSON answered with -32700, batches unpacked and answered as one array, long lines);
 * an SDK client on the drop-in (``spawn_agent_process``) driving ``acp-fast testy``;
-* SDK client and SDK agent both on the drop-in over TCP;
+* SDK client and SDK agent both on the drop-in over TCP and Unix sockets (10 MiB each way);
 * the transport alone: coalesced writes, backpressure, receive bounds, timeouts, close.
 
 Everything runs on both engine twins.
@@ -30,8 +30,13 @@ from compat_sdk_agent import load_test_agent  # noqa: E402
 from roles_support import RawPeer  # noqa: E402
 
 from acp_fast import Client, JsonRpcError  # noqa: E402
-from acp_fast.compat.acp_sdk import StreamTransport, spawn_agent_process, tcp_transport  # noqa: E402
-from acp_fast.transport import memory_pair, serve_tcp, spawn  # noqa: E402
+from acp_fast.compat.acp_sdk import (  # noqa: E402
+    StreamTransport,
+    spawn_agent_process,
+    tcp_transport,
+    unix_transport,
+)
+from acp_fast.transport import memory_pair, serve_tcp, serve_unix, spawn  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 HELPER = str(Path(__file__).parent / "helpers" / "compat_sdk_agent.py")
@@ -254,7 +259,9 @@ def test_sdk_client_on_dropin_drives_testy(engine: ModuleType) -> None:
     run(body)
 
 
-def test_sdk_client_and_sdk_agent_both_on_dropin_over_tcp(engine: ModuleType) -> None:
+@pytest.mark.parametrize("family", ["tcp", "unix"])
+def test_sdk_client_and_sdk_agent_both_on_dropin_over_sockets(engine: ModuleType, family: str,
+                                                             tmp_path: Path) -> None:
     async def body() -> None:
         served: list[Any] = []
 
@@ -262,16 +269,23 @@ def test_sdk_client_and_sdk_agent_both_on_dropin_over_tcp(engine: ModuleType) ->
             served.append(asyncio.current_task())
             await acp.run_agent(load_test_agent()(), StreamTransport(stream, engine=engine))
 
-        server = await serve_tcp(on_stream)
-        port = server.sockets[0].getsockname()[1]
+        if family == "tcp":
+            server = await serve_tcp(on_stream)
+            transport = tcp_transport("127.0.0.1", server.sockets[0].getsockname()[1], engine=engine)
+        else:
+            path = tmp_path / "agent.sock"
+            server = await serve_unix(on_stream, path)
+            transport = unix_transport(path, engine=engine)
         client = RecordingClient()
-        conn = acp.connect_to_agent(client, tcp_transport("127.0.0.1", port, engine=engine))
+        conn = acp.connect_to_agent(client, transport)
         init = await conn.initialize(protocol_version=1)
         assert init.agent_info.name == "pysdk-test-agent"
         session = await conn.new_session(cwd=str(REPO))
         response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("permission 25")])
         assert response.stop_reason == "end_turn"
         assert client.texts()[0] == "permission:allow" and len(client.texts()) == 26
+        big = {"blob": "m" * (10 * 1024 * 1024)}  # a 10 MiB message each way
+        assert await conn.ext_method("test/echo", big) == big
         await conn.close()
         await served[0]  # the agent sees EOF: run_agent returns
         server.close()
