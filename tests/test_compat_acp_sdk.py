@@ -414,3 +414,24 @@ def test_helpers_keep_the_sdk_parameters(engine: ModuleType, monkeypatch: pytest
     monkeypatch.setattr(connect, "_warned_version", [])
     with pytest.warns(RuntimeWarning, match="tested with agent-client-protocol 0.0.0"):
         connect.check_sdk_version()
+
+
+@pytest.mark.parametrize("on_invalid", [None, "reply"])
+def test_a_childs_banner_is_skipped_unless_told_to_reply(engine: ModuleType, on_invalid: str | None) -> None:
+    async def body() -> None:
+        a, b = memory_pair()
+        a.reads_child_stdout = True  # as a spawned agent's stdout
+        transport = StreamTransport(a, engine=engine, on_invalid=on_invalid)  # type: ignore[arg-type]
+        peer = RawPeer(b)
+        peer.send_raw(b"Starting my-agent v1.2 ...")
+        peer.notify("n", {"k": 1})
+        assert await transport.receive() == {"jsonrpc": "2.0", "method": "n", "params": {"k": 1}}
+        await transport.send({"jsonrpc": "2.0", "method": "marker"})
+        first = await peer.recv()
+        if on_invalid is None:
+            assert first == {"jsonrpc": "2.0", "method": "marker"}  # nothing answered the banner
+        else:
+            assert first["error"]["code"] == -32700 and (await peer.recv())["method"] == "marker"
+        await transport.close()
+
+    run(body)
