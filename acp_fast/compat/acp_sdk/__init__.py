@@ -1,0 +1,63 @@
+"""The official Python SDK (``agent-client-protocol``, import ``acp``) on acp_fast: the transport drop-in.
+
+Tested with the SDK versions in :data:`TESTED_SDK_VERSIONS`. The SDK's documented seam is
+its message-level ``Transport`` (``acp._transport.Transport``), which ``acp.run_agent``,
+``acp.connect_to_agent``, ``AgentSideConnection``, ``ClientSideConnection`` and
+``Connection`` accept in place of a stream pair. The switch is one line:
+
+* an agent on stdio::
+
+      await acp.run_agent(MyAgent(), stdio_transport())
+      # or: from acp_fast.compat.acp_sdk import run_agent   (same call as acp.run_agent)
+
+* a client starting its agent (the SDK's ``spawn_agent_process`` takes no transport, so
+  this one has the same parameters and yields ``(ClientSideConnection, ChildProcess)``)::
+
+      async with spawn_agent_process(MyClient(), "my-agent", "--flag") as (conn, process):
+
+* sockets: ``acp.connect_to_agent(MyClient(), tcp_transport(host, port))``, and
+  ``StreamTransport(stream)`` around any acp_fast stream (``serve_tcp``, ``memory_pair``).
+
+What changes for the user is the wire handling (:mod:`.transport`): bounded lines that
+never raise ``LimitOverrunError``, -32700/-32600 answered on the wire, batches unpacked and
+answered as one array, coalesced writes with backpressure, ``"params": null`` omitted.
+Everything above the transport (the SDK's ``Connection``, its Task per message, pydantic
+models, the ``Agent``/``Client`` interfaces) is the SDK's own and unchanged.
+
+Importing this package does not import ``acp``; the helpers that need it import it when
+called.
+"""
+
+from __future__ import annotations
+
+from .connect import (
+    ChildProcess,
+    check_sdk_version,
+    run_agent,
+    spawn_agent_process,
+    spawn_client_process,
+    spawn_transport,
+    stdio_transport,
+    tcp_transport,
+    unix_transport,
+)
+from .transport import DEFAULT_FLUSH_SIZE, DEFAULT_MAX_PENDING, StreamTransport
+
+#: The ``agent-client-protocol`` releases this drop-in is tested with.
+TESTED_SDK_VERSIONS = ("0.12.1",)
+
+__all__ = [
+    "DEFAULT_FLUSH_SIZE",
+    "DEFAULT_MAX_PENDING",
+    "TESTED_SDK_VERSIONS",
+    "ChildProcess",
+    "StreamTransport",
+    "check_sdk_version",
+    "run_agent",
+    "spawn_agent_process",
+    "spawn_client_process",
+    "spawn_transport",
+    "stdio_transport",
+    "tcp_transport",
+    "unix_transport",
+]

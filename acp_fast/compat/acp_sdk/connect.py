@@ -1,0 +1,257 @@
+"""Ready-made transports (stdio, sockets), the child-process context managers and ``run_agent``.
+
+Each ``*_transport()`` returns a :class:`~.transport.StreamTransport` at once (no ``await``):
+its stream is opened on first use inside the running loop, so it fits the SDK's calls as
+an argument::
+
+    await acp.run_agent(MyAgent(), stdio_transport())
+    conn = acp.connect_to_agent(MyClient(), tcp_transport("127.0.0.1", 8765))
+
+The SDK's ``spawn_agent_process`` / ``spawn_client_process`` take no transport, so their
+equivalents live here with the same parameters; ``run_agent`` here is the SDK's with the
+stdio default switched to acp_fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import warnings
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from ...transport import ChildStream, connect_stdio, connect_tcp, connect_unix, spawn
+from .transport import StreamTransport
+
+__all__ = [
+    "ChildProcess",
+    "check_sdk_version",
+    "run_agent",
+    "spawn_agent_process",
+    "spawn_client_process",
+    "spawn_transport",
+    "stdio_transport",
+    "tcp_transport",
+    "unix_transport",
+]
+
+
+def stdio_transport(**options: Any) -> StreamTransport:
+    """This process's stdin/stdout (the agent's side); ``options`` go to :class:`StreamTransport`.
+
+    Regular files, ``/dev/null`` and closed descriptors work too (see
+    :func:`acp_fast.transport.connect_stdio`).
+    """
+    return StreamTransport(connect_stdio, **options)
+
+
+def tcp_transport(host: str, port: int, **options: Any) -> StreamTransport:
+    """A TCP connection to ``host:port``, made on first use (no authentication on either end).
+
+    For the accepting side, wrap each stream of :func:`acp_fast.transport.serve_tcp` in
+    :class:`StreamTransport`.
+    """
+    return StreamTransport(lambda: connect_tcp(host, port), **options)
+
+
+def unix_transport(path: str | os.PathLike[str], **options: Any) -> StreamTransport:
+    """A Unix-domain stream socket connection to ``path``, made on first use."""
+    return StreamTransport(lambda: connect_unix(path), **options)
+
+
+class ChildProcess:
+    """The child of :func:`spawn_agent_process`: the part of ``asyncio.subprocess.Process`` it needs.
+
+    ``pid``, ``returncode``, ``await wait()``, ``send_signal``, ``terminate``, ``kill``; the
+    child's stderr is drained for you (``stderr_tail`` holds its newest bytes), so there is
+    no ``stdin``/``stdout``/``stderr`` stream to read (the connection owns stdin/stdout).
+    """
+
+    def __init__(self, stream: ChildStream) -> None:
+        self._stream = stream
+
+    @property
+    def pid(self) -> int:
+        assert self._stream.pid is not None
+        return self._stream.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._stream.returncode
+
+    @property
+    def stderr_tail(self) -> bytes:
+        return self._stream.stderr_tail
+
+    async def wait(self) -> int:
+        """Wait for the child to exit; returns its exit status."""
+        await asyncio.shield(self._stream._exited)
+        assert self._stream.returncode is not None
+        return self._stream.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self._stream.returncode is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __repr__(self) -> str:
+        return f"<ChildProcess pid={self._stream.pid} returncode={self._stream.returncode}>"
+
+
+_warned_version: list[str] = []
+
+
+def check_sdk_version() -> str:
+    """The installed SDK's version; warns once (``RuntimeWarning``) if it is not a tested one."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import TESTED_SDK_VERSIONS
+
+    try:
+        installed = version("agent-client-protocol")
+    except PackageNotFoundError:  # pragma: no cover - acp importable from a source tree
+        return "unknown"
+    if installed not in TESTED_SDK_VERSIONS and installed not in _warned_version:
+        _warned_version.append(installed)
+        warnings.warn(f"acp_fast.compat.acp_sdk is tested with agent-client-protocol "
+                      f"{', '.join(TESTED_SDK_VERSIONS)}, not {installed}", RuntimeWarning, stacklevel=3)
+    return installed
+
+
+def _options(transport_options: Mapping[str, Any] | None, connection_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Transport options; ``receive_timeout`` moves here (the SDK ignores it for a Transport)."""
+    options = dict(transport_options or {})
+    if "receive_timeout" in connection_kwargs:
+        options.setdefault("receive_timeout", connection_kwargs.pop("receive_timeout"))
+    return options
+
+
+_TRANSPORT_KWARGS = frozenset(("stderr", "limit", "shutdown_timeout"))
+
+
+async def spawn_transport(
+    command: str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    transport_kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> tuple[StreamTransport, ChildProcess]:
+    """Start ``command *args`` with the SDK's environment rules; a transport over its stdio.
+
+    The child's environment is what the SDK's ``spawn_stdio_transport`` gives it: the
+    SDK's ``default_environment()`` (``HOME``, ``PATH``, ``SHELL``, ... only) with ``env``
+    over it. ``transport_kwargs`` takes the SDK's keys: ``limit`` (the line limit, here a
+    bound that never raises), ``shutdown_timeout`` (seconds the child gets after its stdin
+    is closed before its process group is killed; the SDK's default 2.0); ``stderr`` is
+    accepted and ignored (stderr is always drained; see :attr:`ChildProcess.stderr_tail`).
+    ``options`` go to :class:`StreamTransport`.
+    """
+    from acp.transports import default_environment
+
+    extra = dict(transport_kwargs or {})
+    unknown = set(extra) - _TRANSPORT_KWARGS
+    if unknown:
+        raise TypeError(f"unsupported transport_kwargs: {sorted(unknown)}")
+    merged = default_environment()
+    if env:
+        merged.update(env)
+    limit = extra.get("limit")
+    if limit is not None:
+        options.setdefault("max_line_size", limit)
+    stream = await spawn([command, *args], env=merged, inherit_env=False, cwd=cwd,
+                         grace=float(extra.get("shutdown_timeout", 2.0)))
+    return StreamTransport(stream, **options), ChildProcess(stream)
+
+
+@asynccontextmanager
+async def spawn_agent_process(
+    to_client: Any,
+    command: str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    transport_kwargs: Mapping[str, Any] | None = None,
+    transport_options: Mapping[str, Any] | None = None,
+    **connection_kwargs: Any,
+) -> AsyncIterator[tuple[Any, ChildProcess]]:
+    """``acp.spawn_agent_process`` on acp_fast: yields ``(ClientSideConnection, ChildProcess)``.
+
+    Same parameters as the SDK's; ``transport_options`` go to :class:`StreamTransport`.
+    On exit the connection is closed, then the child's stdin; it gets
+    ``shutdown_timeout`` seconds to exit before its whole process group is killed.
+    """
+    import acp
+
+    check_sdk_version()
+    transport, process = await spawn_transport(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs,
+                                               **_options(transport_options, connection_kwargs))
+    conn = acp.connect_to_agent(to_client, transport, **connection_kwargs)
+    try:
+        yield conn, process
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def spawn_client_process(
+    to_agent: Any,
+    command: str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    transport_kwargs: Mapping[str, Any] | None = None,
+    transport_options: Mapping[str, Any] | None = None,
+    **connection_kwargs: Any,
+) -> AsyncIterator[tuple[Any, ChildProcess]]:
+    """``acp.spawn_client_process`` on acp_fast: yields ``(AgentSideConnection, ChildProcess)``."""
+    from acp.core import AgentSideConnection  # as the SDK's own spawn_client_process
+
+    check_sdk_version()
+    transport, process = await spawn_transport(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs,
+                                               **_options(transport_options, connection_kwargs))
+    conn = AgentSideConnection(to_agent, transport, **connection_kwargs)
+    try:
+        yield conn, process
+    finally:
+        await conn.close()
+
+
+async def run_agent(
+    agent: Any,
+    input_stream: Any = None,
+    output_stream: Any = None,
+    *,
+    use_unstable_protocol: bool = False,
+    stdio_buffer_limit_bytes: int | None = None,
+    transport_options: Mapping[str, Any] | None = None,
+    **connection_kwargs: Any,
+) -> None:
+    """``acp.run_agent`` with acp_fast's stdio: the same call, the same parameters.
+
+    Without streams it serves the agent on :func:`stdio_transport`
+    (``stdio_buffer_limit_bytes`` becomes its line limit; default: the engine's 64 MiB
+    bound; ``receive_timeout`` is honoured by the transport). Given streams or a
+    transport, it is exactly the SDK's ``run_agent``.
+    """
+    import acp
+
+    check_sdk_version()
+    if input_stream is None and output_stream is None:
+        options = _options(transport_options, connection_kwargs)
+        if stdio_buffer_limit_bytes is not None:
+            options.setdefault("max_line_size", stdio_buffer_limit_bytes)
+        input_stream = stdio_transport(**options)
+    elif stdio_buffer_limit_bytes is not None:
+        connection_kwargs["stdio_buffer_limit_bytes"] = stdio_buffer_limit_bytes
+    await acp.run_agent(agent, input_stream, output_stream, use_unstable_protocol=use_unstable_protocol,
+                        **connection_kwargs)
+

@@ -1,0 +1,83 @@
+"""Interop of an SDK agent on the acp_fast drop-in with clients nobody here wrote.
+
+The agent is ``peers/pysdk/agent.py``'s, unchanged, served by ``tests/helpers/compat_sdk_agent.py``
+on ``stdio_transport()``; the clients are the official SDKs' benchmark clients of ``peers/``
+(``ts/client.mjs`` on the TypeScript SDK, ``pysdk/client.py`` on the stock Python SDK).
+
+Skipped when the peer is not installed (``bash scripts/install_peers.sh``), except when
+``CI=true`` or ``ACP_FAST_REQUIRE_PEERS=1``: then a missing peer fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytest.importorskip("acp", reason="the official Python SDK (agent-client-protocol) is not installed")
+
+REPO = Path(__file__).resolve().parent.parent
+HELPER = str(Path(__file__).parent / "helpers" / "compat_sdk_agent.py")
+TS_CLIENT = REPO / "peers" / "ts" / "client.mjs"
+TS_SDK = REPO / "peers" / "ts" / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
+PY_CLIENT = REPO / "peers" / "pysdk" / "client.py"
+
+
+def _missing(reason: str) -> None:
+    flag = os.environ.get("ACP_FAST_REQUIRE_PEERS")
+    required = flag not in ("", "0") if flag is not None else os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    if required:
+        pytest.fail(f"{reason} (install the peers with: bash scripts/install_peers.sh)", pytrace=False)
+    pytest.skip(f"{reason}; install the peers with: bash scripts/install_peers.sh")
+
+
+def json_line(argv: list[str], **extra_env: str) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    for name in ("ACP_N", "ACP_CHUNK"):
+        env.pop(name, None)
+    env.update(extra_env)
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, cwd=REPO, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and lines, (
+        f"{argv} exited {proc.returncode}\nstdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-2000:]}")
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+def agent(engine: ModuleType) -> list[str]:
+    return [sys.executable, HELPER, "--engine", engine.IMPLEMENTATION]
+
+
+def test_ts_client_drives_sdk_agent_on_dropin(engine: ModuleType) -> None:
+    node = shutil.which("node")
+    if node is None or not TS_SDK.is_file():
+        _missing("node or the TypeScript SDK in peers/ts/node_modules is missing")
+    out = json_line([str(node), str(TS_CLIENT), "--n", "200", "--permission", "--m", "30", "--inflight", "8",
+                     "--inflight-m", "60", "--", *agent(engine)], ACP_CHUNK="64")
+    assert out["protocolVersion"] == 1 and out["agentInfo"]["name"] == "pysdk-test-agent"
+    assert out["permissionRequests"] == 1 and out["updatesReceived"] == 201 and out["updatesOk"]
+    assert out["textBytes"] == 200 * 64 + len("permission:allow") and out["textOk"]
+    assert out["stopReason"] == "end_turn" and out["agentExit"] == 0
+
+
+def test_ts_client_gets_1mib_chunks_from_sdk_agent_on_dropin(engine: ModuleType) -> None:
+    node = shutil.which("node")
+    if node is None or not TS_SDK.is_file():
+        _missing("node or the TypeScript SDK in peers/ts/node_modules is missing")
+    out = json_line([str(node), str(TS_CLIENT), "--large", "--n", "4", "--m", "0", "--", *agent(engine)])
+    assert out["chunkSize"] == 1048576 and out["textBytes"] == 4 * 1048576 and out["textOk"]
+
+
+def test_stock_sdk_client_drives_sdk_agent_on_dropin(engine: ModuleType) -> None:
+    out = json_line([sys.executable, str(PY_CLIENT), "--n", "150", "--permission", "--m", "20", "--inflight", "4",
+                     "--inflight-m", "40", "--", *agent(engine)], ACP_CHUNK="50")
+    assert out["agentInfo"]["name"] == "pysdk-test-agent" and out["updatesReceived"] == 151 and out["updatesOk"]
+    assert out["textOk"] and out["stopReason"] == "end_turn" and out["agentExit"] == 0
