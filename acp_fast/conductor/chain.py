@@ -552,7 +552,12 @@ class Conductor:
     # -- component exit ------------------------------------------------------------------
 
     async def _component_ended(self, hop: _Hop) -> None:
-        """A component closed its output: fail what it owes, then end the whole chain."""
+        """A component closed its output: fail what it owes, then end the whole chain.
+
+        Its pending requests fail with -32603 (data: which component, its exit status and
+        stderr tail), and so does every request upstream still waits for elsewhere in the
+        chain, since nothing will answer it once the chain is down. Never a restart.
+        """
         status = ""
         tail = ""
         stream = hop.stream
@@ -572,5 +577,11 @@ class Conductor:
         for src, sid, _ in pending.values():
             if not src.ended:
                 self._error(src, sid, error)
+                src.incoming.pop(sid, None)
+        up = self._up  # the chain ends: whatever upstream still waits for fails the same way
+        if up is not None and not up.ended:
+            for sid in list(up.incoming):
+                self._error(up, sid, error)
+            up.incoming.clear()
         self._flush()
         self._finish()

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -85,3 +86,52 @@ def text_prompt(sid: str, text: str) -> dict[str, Any]:
 
 def updates(msgs: list[Any]) -> list[dict[str, Any]]:
     return [m["params"]["update"] for m in msgs if m.get("method") == "session/update"]
+
+
+class LinePeer(RawPeer):
+    """A :class:`RawPeer` that also keeps each raw line: ``recv_raw`` gives ``(obj, bytes)``."""
+
+    def _data(self, data: bytes) -> None:
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            if line.strip():
+                self.lines.put_nowait((json.loads(line), line))
+
+    async def recv_raw(self) -> tuple[Any, bytes]:
+        item = await self.lines.get()
+        if item is EOFError:
+            raise EOFError("peer closed the stream")
+        return item  # type: ignore[no-any-return]
+
+    async def recv(self) -> Any:
+        return (await self.recv_raw())[0]
+
+
+class Scripted:
+    """A chain component served in-process whose far end the test drives as raw lines.
+
+    The conductor starts it like any builder (``serve(stream, engine=...)``); ``starts``
+    counts how often, ``await peer()`` gives the :class:`LinePeer` once started, and
+    ``close()`` ends it as if the component exited.
+    """
+
+    def __init__(self) -> None:
+        self.starts = 0
+        self._peer: LinePeer | None = None
+
+    async def serve(self, stream: Any, engine: Any = None) -> None:
+        self.starts += 1
+        self._peer = LinePeer(stream)
+        await self._peer.eof
+
+    async def peer(self) -> LinePeer:
+        import asyncio
+
+        while self._peer is None:
+            await asyncio.sleep(0.005)
+        return self._peer
+
+    def close(self) -> None:
+        assert self._peer is not None
+        self._peer.stream.close()
