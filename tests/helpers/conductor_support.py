@@ -2,7 +2,7 @@
 
 * :class:`Wire` is a raw JSON-line client over a :class:`roles_support.RawPeer`: ``call``
   returns ``(response, messages before it)``;
-* :func:`testy_cmd` / :func:`proxy_cmd` are component specs for ``acp-fast testy`` and the
+* :func:`cmd_testy` / :func:`proxy_cmd` are component specs for ``acp-fast testy`` and the
   example proxies as child processes (the engine twin chosen by ``--engine`` / env);
 * :func:`component_env` makes the children import this checkout.
 """
@@ -30,7 +30,7 @@ def component_env(engine: ModuleType) -> dict[str, str]:
     return env
 
 
-def testy_cmd(engine: ModuleType, *args: str) -> list[str]:
+def cmd_testy(engine: ModuleType, *args: str) -> list[str]:
     return [sys.executable, "-m", "acp_fast.cli.main", "testy", "--engine", engine.IMPLEMENTATION, *args]
 
 
