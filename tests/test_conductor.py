@@ -379,12 +379,17 @@ def test_component_exit_fails_pending_and_ends_the_chain(engine: ModuleType) -> 
         conductor, client, comps, _ = await start(engine, 1)
         await init_chain(client, comps)
         proxy = await comps[0].peer()
+        agent = await comps[1].peer()
         client.send(req("turn", "session/prompt", {"sessionId": "s", "prompt": []}))
-        await proxy.recv()
-        comps[1].close()  # the agent goes away; the proxy still holds the turn
-        reply = await client.recv()
-        assert reply["id"] == "turn" and reply["error"]["code"] == -32603
-        assert reply["error"]["data"].startswith("Agent exited")
+        got = await proxy.recv()
+        proxy.send(req("env", "_proxy/successor", {"method": "session/prompt", "params": got["params"]}))
+        await agent.recv()
+        comps[1].close()  # the agent goes away with the proxy's request pending
+        failed = await proxy.recv()  # the agent's pending requests fail where they came from
+        assert failed["id"] == "env" and failed["error"]["code"] == -32603
+        assert failed["error"]["data"].startswith("Agent exited")
+        reply = await client.recv()  # and so does what upstream still waits for
+        assert reply["id"] == "turn" and reply["error"] == failed["error"]
         await client.closed()  # the whole chain ends; no restart
         await proxy.closed()
         await conductor.__aexit__(None, None, None)
@@ -429,5 +434,43 @@ def test_trace_records_each_hop_message_once_unwrapped(engine: ModuleType, tmp_p
         assert request["id"] == response["id"] == a["id"] and response["payload"] == {"sessionId": "s1"}
         assert events[8]["session"] == "s1" and events[8]["protocol"] == "acp"
         assert all(isinstance(e["ts"], float) for e in events)
+
+    run(body)
+
+
+# ---------------------------------------------------------------------------------------
+# proxy mode: a nested chain (§8.4.29)
+# ---------------------------------------------------------------------------------------
+
+
+def test_proxy_mode_routes_the_last_proxy_to_the_parent(engine: ModuleType) -> None:
+    async def body() -> None:
+        conductor, parent, comps, _ = await start(engine, 0, mode="proxy")
+        reply = await parent.request(1, "initialize", v2_init())  # a proxy-mode chain wants the proxy method
+        assert reply["error"]["data"] == "expected `_proxy/initialize` request"
+        await conductor.__aexit__(None, None, None)
+
+        conductor, parent, comps, _ = await start(engine, 0, mode="proxy")
+        parent.send(req("i", "proxy/initialize", v2_init()))  # the parent uses the spec spelling
+        proxy = await comps[0].peer()
+        got = await proxy.recv()
+        assert got["method"] == "_proxy/initialize"  # the emitted (default) spelling
+        proxy.send(req("f", "_proxy/successor", {"method": "initialize", "params": got["params"]}))
+        up = await parent.recv()  # to the parent, wrapped in the parent's own spelling
+        assert up["method"] == "proxy/successor" and up["params"]["method"] == "initialize"
+        parent.send(ok(up["id"], INIT_V2_RESULT))
+        assert await proxy.recv() == ok("f", INIT_V2_RESULT)
+        proxy.send(ok(got["id"], INIT_V2_RESULT))
+        assert await parent.recv() == ok("i", INIT_V2_RESULT)
+        # plain from the parent: to proxy 0; wrapped from the parent (its successor): to the
+        # last proxy, wrapped again, envelope _meta dropped
+        parent.send(req(2, "session/new", {"cwd": "/"}))
+        got = await proxy.recv()
+        assert got["method"] == "session/new"
+        parent.send(note("proxy/successor", {"method": "session/update", "params": {"u": 1}, "_meta": {"hop": 1}}))
+        assert await proxy.recv() == note("_proxy/successor", {"method": "session/update", "params": {"u": 1}})
+        proxy.send(note("_proxy/successor", {"method": "_vendor/x", "params": {"_meta": {"keep": True}}}))
+        assert await parent.recv() == note("proxy/successor", {"method": "_vendor/x", "params": {"_meta": {"keep": True}}})
+        await conductor.__aexit__(None, None, None)
 
     run(body)

@@ -176,3 +176,13 @@ def test_conductor_cli_driven_by_an_acp_fast_client(engine: ModuleType, tmp_path
         assert prompts == [("Client", "Proxy(0)"), ("Proxy(0)", "Agent")]
 
     run(body)
+
+
+def test_nested_chain_conductor_in_proxy_mode(engine: ModuleType) -> None:
+    async def body() -> None:
+        inner = [sys.executable, "-m", "acp_fast.cli.main", "conductor", "proxy",
+                 shlex.join(proxy_cmd()), shlex.join(proxy_cmd())]
+        async with Conductor([inner, cmd_testy(engine)], env=component_env(engine), engine=engine) as upstream:
+            await v2_turns(Wire(RawPeer(upstream)))
+
+    run(body)

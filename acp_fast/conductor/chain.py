@@ -160,8 +160,7 @@ class Conductor:
             self._tracer = Tracer(self._trace_path)
         up = _Hop(-1, "Client", upstream, self._eng, self._succ_name)
         self._up = up
-        upstream.attach(lambda data: self._on_data(up, data), lambda exc: self._on_eof(up, exc),
-                        lambda w: self._on_writable(up, w))
+        self._attach(up)
         try:
             await self._done
         finally:
@@ -214,6 +213,11 @@ class Conductor:
         task.add_done_callback(self._tasks.discard)
 
     # -- stream callbacks ----------------------------------------------------------------
+
+    def _attach(self, hop: _Hop) -> None:
+        assert hop.stream is not None
+        hop.stream.attach(lambda data: self._on_data(hop, data), lambda exc: self._on_eof(hop, exc),
+                          lambda writable: self._on_writable(hop, writable))
 
     def _on_data(self, hop: _Hop, data: bytes) -> None:
         frames = hop.decoder.feed(data)
@@ -536,10 +540,7 @@ class Conductor:
             self._finish()
             return
         for hop in self._comps:
-            h = hop
-            assert h.stream is not None
-            h.stream.attach(lambda data, h=h: self._on_data(h, data), lambda exc, h=h: self._on_eof(h, exc),
-                            lambda w, h=h: self._on_writable(h, w))
+            self._attach(hop)
         self._state = _READY
         self._deliver(up, msg, True, names.INITIALIZE, params_raw, 0, False, None)
         backlog, self._backlog = self._backlog, []

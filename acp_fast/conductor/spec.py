@@ -73,7 +73,8 @@ async def start_component(spec: ComponentSpec, *, env: Mapping[str, str] | None 
     """Start one component: spawn a child (own process group) or serve a builder in memory."""
     if _is_builder(spec):
         near, far = memory_pair()
-        task = asyncio.get_running_loop().create_task(spec.serve(far, engine=engine))
+        builder: Any = spec
+        task = asyncio.get_running_loop().create_task(builder.serve(far, engine=engine))
         return Started(near, task)
     stream = await spawn(spec, env=dict(env) if env else None)
     return Started(stream, None, True)
