@@ -106,6 +106,12 @@ class Conductor:
         trace: a path for JSONL trace events (see :mod:`acp_fast.conductor.trace`).
         env: environment variables added for every spawned component.
         engine: the engine module (tests pass a twin; default: the selected one).
+
+    Attributes:
+        exit_error: why the chain ended when a component exited (its name, exit status and
+            stderr tail), else ``None``.
+
+    A conductor serves one upstream connection, once.
     """
 
     def __init__(self, components: Sequence[ComponentSpec], *, mode: str = "agent",
@@ -120,7 +126,7 @@ class Conductor:
         self.mode = mode
         self.name = name
         self.proxy_methods = proxy_methods
-        self._init_name, self._succ_name = names.SPELLINGS[proxy_methods]
+        self._succ_name = names.SPELLINGS[proxy_methods][1]
         self._trace_path = trace
         self._env = dict(env or {})
         self._eng: Any = engine or _default_engine

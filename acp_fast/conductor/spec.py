@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Union
 
 from ..transport import Stream, memory_pair, parse_command, spawn
 
-__all__ = ["Component", "ComponentSpec", "Started", "describe", "start_component", "validate"]
+__all__ = ["ComponentSpec", "Started", "describe", "start_component", "validate"]
 
 ComponentSpec = Union[str, Sequence[str], Any]
 
@@ -58,14 +58,6 @@ class Started:
     stream: Stream
     task: asyncio.Task[None] | None = None
     is_child: bool = False
-
-
-@dataclass
-class Component:
-    """A component spec with its per-chain options."""
-
-    spec: ComponentSpec
-    env: Mapping[str, str] = field(default_factory=dict)
 
 
 async def start_component(spec: ComponentSpec, *, env: Mapping[str, str] | None = None,
