@@ -186,3 +186,20 @@ def test_nested_chain_conductor_in_proxy_mode(engine: ModuleType) -> None:
             await v2_turns(Wire(RawPeer(upstream)))
 
     run(body)
+
+
+def test_backpressure_keeps_a_streaming_chain_moving(engine: ModuleType) -> None:
+    """A long stream fills the pipes both ways; a proxy whose stdin is full must still be read
+    (pausing it too deadlocked the chain: it stops reading while its own stdout is full)."""
+
+    async def body() -> None:
+        chain = [proxy_cmd(), cmd_testy(engine)]
+        async with Conductor(chain, env=component_env(engine), engine=engine) as upstream:
+            w = Wire(RawPeer(upstream))
+            await w.result("initialize", v2_init())
+            sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+            idle, seen = await v2_turn(w, sid, "stream 20000 chunks of 64 bytes")
+            assert idle["params"]["update"]["stopReason"] == "end_turn"
+            assert len(chunks(seen)) == 20000
+
+    run(body)

@@ -245,17 +245,25 @@ class Conductor:
             self._spawn_task(self._component_ended(hop))
 
     def _on_writable(self, hop: _Hop, writable: bool) -> None:
+        """Backpressure: while any hop's write buffer is over its high-water mark, stop
+        reading from every *writable* hop (what they send could only pile up here).
+
+        Strategy: a hop that is not reading our writes keeps being read. A component that
+        stops reading its stdin usually does so because its own stdout is full; pausing it
+        too would deadlock the pair, so reading it is what lets it drain.
+        """
         if writable == hop.writable:
             return
         hop.writable = writable
         self._blocked += -1 if writable else 1
-        pause = self._blocked > 0
+        blocked = self._blocked > 0
         for h in (self._up, *self._comps):
-            if h is not None and h.stream is not None and not h.ended:
-                if pause:
-                    h.stream.pause_reading()
-                elif self._state != _STARTING or h is not self._up:
-                    h.stream.resume_reading()
+            if h is None or h.stream is None or h.ended:
+                continue
+            if blocked and h.writable:
+                h.stream.pause_reading()
+            elif self._state != _STARTING or h is not self._up:
+                h.stream.resume_reading()
 
     # -- output --------------------------------------------------------------------------
 
