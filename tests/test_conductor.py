@@ -161,6 +161,11 @@ def test_v1_chain_initializes_proxies_then_agent(engine: ModuleType) -> None:
         conductor, client, comps, _ = await start(engine, 2)
         await init_chain(client, comps, v1_init(), {"protocolVersion": 1, "agentCapabilities": {}})
         assert conductor.version == 1
+        # a repeated initialize is forwarded into the chain (renamed for the first proxy);
+        # whether it is accepted is the components' decision (§8.3.16)
+        client.send(req(9, "initialize", v1_init()))
+        got = await (await comps[0].peer()).recv()
+        assert got["method"] == "_proxy/initialize" and got.get("params") == v1_init(), got
         await conductor.__aexit__(None, None, None)
 
     run(body)

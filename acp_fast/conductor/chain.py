@@ -159,7 +159,11 @@ class Conductor:
     # -- running -------------------------------------------------------------------------
 
     async def serve(self, upstream: Stream) -> None:
-        """Serve the chain on ``upstream`` until it ends (upstream EOF or a component exit)."""
+        """Serve the chain on ``upstream`` until it ends (upstream EOF or a component exit).
+
+        Upstream EOF ends the chain at once: every component's input is closed, each child
+        gets the transport's grace period to exit, then its process group is killed.
+        """
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
         if self._trace_path is not None:
@@ -425,7 +429,8 @@ class Conductor:
         if method == names.INITIALIZE and not leftward:
             if not wrapped and pos < n:  # a proxy is initialized with the proxy method
                 method = names.proxy_initialize_for(dst.succ)
-                verbatim = None
+                if verbatim is not None:  # renamed: the params bytes are kept, not the line
+                    params_raw, verbatim = verbatim.params_raw, None
             elif pos >= n and not wrapped:
                 check = self._version  # the agent must answer the pinned version
         if verbatim is not None and wrapped:
