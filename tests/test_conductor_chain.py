@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +28,9 @@ from roles_support import RawPeer, run, v1_init, v2_init
 from acp_fast import Client, SessionUpdate
 from acp_fast.conductor import Conductor
 from acp_fast.transport import spawn
+
+
+MARKER = "crash-agent: giving up mid-turn"
 
 
 def is_idle(m: Any) -> bool:
@@ -98,10 +102,10 @@ def test_chain_against_testy(engine: ModuleType, n_proxies: int, version: int) -
     run(body)
 
 
-def test_component_crash_mid_turn_fails_the_turn_and_ends_the_chain(engine: ModuleType) -> None:
+def test_component_crash_mid_turn_fails_the_turn_and_ends_the_chain(engine: ModuleType, tmp_path: Path) -> None:
     async def body() -> None:
         crash = [sys.executable, str(HELPERS / "conductor_crash_agent.py")]
-        conductor = Conductor([proxy_cmd(), crash], env=component_env(engine), engine=engine)
+        conductor = Conductor([proxy_cmd(), crash], env=component_env(engine), engine=engine, debug_dir=tmp_path)
         async with conductor as upstream:
             w = Wire(RawPeer(upstream))
             await w.result("initialize", v1_init())
@@ -110,12 +114,21 @@ def test_component_crash_mid_turn_fails_the_turn_and_ends_the_chain(engine: Modu
             assert chunks(seen) == ["about to crash"]  # what was sent before the crash arrives
             error = reply["error"]
             assert error["code"] == -32603 and error["data"].startswith("Agent exited with status 3")
-            assert "crash-agent: giving up mid-turn" in error["data"]  # the stderr tail
+            assert MARKER in error["data"]  # the stderr tail
             await w.peer.closed()  # the chain ends: no restart
             proxy_pid = conductor._comps[0].stream.pid  # type: ignore[union-attr]
         with pytest.raises(ProcessLookupError):  # the proxy's process group is gone too
             os.killpg(proxy_pid, 0)
         assert conductor.exit_error is not None and "status 3" in conductor.exit_error
+        # --debug: every line each component read, wrote and logged
+        assert conductor.debug is not None and conductor.debug.path.parent == tmp_path
+        lines = conductor.debug.path.read_text().splitlines()
+        assert lines[1].startswith("component 0: ") and "passthrough.py" in lines[1]
+        entries = [line.split(" ", 3) for line in lines[4:]]
+        assert {(label, arrow) for label, arrow, _, _ in entries} >= {
+            ("C", "←"), ("C", "→"), ("0", "→"), ("0", "←"), ("1", "→"), ("1", "←"), ("1", "!")}
+        assert any(e[:2] == ["1", "!"] and e[3] == MARKER for e in entries)  # the agent's stderr
+        assert all(e[2].startswith("+") and e[2].endswith("ms") for e in entries)
 
     run(body)
 
@@ -203,3 +216,22 @@ def test_backpressure_keeps_a_streaming_chain_moving(engine: ModuleType) -> None
             assert len(chunks(seen)) == 20000
 
     run(body)
+
+
+def test_cli_with_piped_input_answers_everything_before_exiting(engine: ModuleType) -> None:
+    """Upstream EOF ends the chain only once every request upstream sent is answered."""
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": v1_init()},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}},
+        {"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": text_prompt("testy-session-1", "echo piped")},
+    ]
+    env = {**os.environ, **component_env(engine)}
+    command = [sys.executable, "-m", "acp_fast.cli.main", "conductor", "agent", shlex.join(proxy_cmd()),
+               shlex.join(cmd_testy(engine))]
+    proc = subprocess.run(command, input="".join(json.dumps(m) + "\n" for m in lines), capture_output=True,
+                          text=True, env=env, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    answers = {m["id"]: m for m in out if "id" in m and "method" not in m}
+    assert sorted(answers) == [1, 2, 3] and answers[3]["result"] == {"stopReason": "end_turn"}, out
+    assert chunks(out) == ["piped"]

@@ -1,6 +1,7 @@
 """``acp-fast conductor``: run a proxy chain on stdio (protocol.md §8.7; :mod:`acp_fast.conductor`).
 
-    acp-fast conductor [--trace PATH] [--proxy-methods underscore|spec] agent "PROXY"… "AGENT"
+    acp-fast conductor [--trace PATH] [--debug [--debug-dir DIR]] [--proxy-methods underscore|spec]
+                       agent "PROXY"… "AGENT"
     acp-fast conductor [...] proxy "PROXY"…
 
 Each component is one shell-quoted argument: shell words with leading ``NAME=value``
@@ -14,6 +15,7 @@ ended because a component exited, else 0.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import sys
@@ -34,6 +36,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--proxy-methods", choices=PROXY_METHODS, default="underscore",
                    help="proxy-method spelling emitted: underscore (_proxy/*, default; what acp_fast "
                         "and the Rust SDK proxies accept) or spec (proxy/*); both are accepted")
+    p.add_argument("--debug", action="store_true",
+                   help="log every component's stdin/stdout/stderr lines to <debug-dir>/<YYYYmmdd-HHMMSS>.log")
+    p.add_argument("--debug-dir", default=".", metavar="DIR", help="folder of the --debug log (default: .)")
     p.add_argument("-n", "--name", default="conductor", help="name used in logs (default: conductor)")
     p.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (default: auto)")
     p.add_argument("--log-level", default=os.environ.get("ACP_FAST_LOG", "WARNING"),
@@ -55,13 +60,18 @@ def main(args: Any) -> int:
                         format=f"{args.name}: %(levelname)s %(name)s: %(message)s")
     try:
         conductor = Conductor(args.components, mode=args.mode, proxy_methods=args.proxy_methods,
-                              trace=args.trace, name=args.name)
+                              trace=args.trace, name=args.name,
+                              debug_dir=args.debug_dir if args.debug else None)
     except (ValueError, TypeError) as exc:
         print(f"acp-fast conductor: {exc}", file=sys.stderr)
         return 2
 
     async def serve() -> None:
-        await conductor.serve(await connect_stdio())
+        task = asyncio.ensure_future(conductor.serve(await connect_stdio()))
+        await asyncio.sleep(0)
+        if conductor.debug is not None:
+            print(f"{args.name}: debug log: {conductor.debug.path}", file=sys.stderr)
+        await task
 
     run(serve(), loop=args.loop)
     return 1 if conductor.exit_error else 0

@@ -27,6 +27,7 @@ against the ACP schema (that is the endpoints' job).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,7 @@ from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, JsonRpcErr
 from ..protocol import negotiation as nego
 from ..transport import Stream, memory_pair
 from . import names
+from .debug import DebugLog
 from .spec import ComponentSpec, Started, describe, start_component, validate
 from .trace import Tracer
 
@@ -56,6 +58,10 @@ BAD_ENVELOPE = "invalid successor envelope"
 
 # hop states
 _NEW, _STARTING, _READY, _FAILED, _DONE = range(5)
+
+
+def _label(hop: _Hop) -> str:
+    return "C" if hop.index < 0 else str(hop.index)
 
 
 class _Hop:
@@ -104,6 +110,8 @@ class Conductor:
         proxy_methods: the spelling emitted before a component uses one
             (``"underscore"``: ``_proxy/*``, default; ``"spec"``: ``proxy/*``).
         trace: a path for JSONL trace events (see :mod:`acp_fast.conductor.trace`).
+        debug_dir: a folder for a debug log of every component's stdin/stdout/stderr
+            lines (see :mod:`acp_fast.conductor.debug`); ``None``: no log.
         env: environment variables added for every spawned component.
         engine: the engine module (tests pass a twin; default: the selected one).
 
@@ -117,7 +125,7 @@ class Conductor:
     def __init__(self, components: Sequence[ComponentSpec], *, mode: str = "agent",
                  proxy_methods: str = "underscore", trace: Any = None,
                  env: Mapping[str, str] | None = None, engine: ModuleType | None = None,
-                 name: str = "conductor") -> None:
+                 name: str = "conductor", debug_dir: Any = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if proxy_methods not in names.SPELLINGS:
@@ -144,8 +152,11 @@ class Conductor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._done: asyncio.Future[None] | None = None
         self._tracer: Tracer | None = None
+        self._debug_dir = debug_dir
+        self.debug: DebugLog | None = None
         self._cm_task: asyncio.Task[None] | None = None
         self._cm_stream: Stream | None = None
+        self._up_eof = False
         self.exit_error: str | None = None
 
     def __repr__(self) -> str:
@@ -168,6 +179,8 @@ class Conductor:
         self._done = loop.create_future()
         if self._trace_path is not None:
             self._tracer = Tracer(self._trace_path)
+        if self._debug_dir is not None:
+            self.debug = DebugLog(self._debug_dir, [describe(s) for s in self.specs])
         up = _Hop(-1, "Client", upstream, self._eng, self._succ_name)
         self._up = up
         self._attach(up)
@@ -186,6 +199,7 @@ class Conductor:
                         tb: TracebackType | None) -> None:
         if self._cm_stream is not None:
             self._cm_stream.close()
+        self._finish()  # leaving the block ends the chain now (no drain of pending requests)
         if self._cm_task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._cm_task), 10)
@@ -211,6 +225,8 @@ class Conductor:
             task.cancel()
         if self._tracer is not None:
             self._tracer.close()
+        if self.debug is not None:
+            self.debug.close()
 
     def _finish(self) -> None:
         self._state = _DONE
@@ -230,23 +246,45 @@ class Conductor:
                           lambda writable: self._on_writable(hop, writable))
 
     def _on_data(self, hop: _Hop, data: bytes) -> None:
+        if self.debug is not None:
+            self.debug.log(_label(hop), "←", data)
         frames = hop.decoder.feed(data)
         if frames:
             self._frames(hop, frames)
             self._flush()
 
     def _on_eof(self, hop: _Hop, exc: BaseException | None) -> None:
-        if hop.ended:
+        if hop.ended or (hop is self._up and self._up_eof):
             return
         frames = hop.decoder.feed_eof()
         if frames:
             self._frames(hop, frames)
-        hop.ended = True
         if hop is self._up:
-            self._flush()
-            self._finish()
+            self._upstream_ended()
         else:
+            hop.ended = True
             self._spawn_task(self._component_ended(hop))
+
+    def _upstream_ended(self) -> None:
+        """Upstream EOF: as a connection does after EOF, the requests sent upstream fail
+        (-32603 "Incoming transport closed") and the chain ends once every request upstream
+        sent has been answered (its output may still be read: ``… | acp-fast conductor``)."""
+        self._up_eof = True
+        up = self._up
+        assert up is not None
+        pending, up.pending = up.pending, {}
+        for src, sid, _ in pending.values():
+            if not src.ended:
+                self._error(src, sid, JsonRpcError(INTERNAL_ERROR, "Incoming transport closed",
+                                                   {"reason": "incoming_transport_closed"}))
+                src.incoming.pop(sid, None)
+        self._flush()
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        up = self._up
+        if self._up_eof and self._state != _STARTING and (up is None or not up.incoming):
+            self._finish()
 
     def _on_writable(self, hop: _Hop, writable: bool) -> None:
         """Backpressure: while any hop's write buffer is over its high-water mark, stop
@@ -284,7 +322,10 @@ class Conductor:
         for hop in dirty:
             out, hop.out = hop.out, []
             if out and hop.stream is not None:
-                hop.stream.write(out[0] if len(out) == 1 else b"".join(out))
+                data = out[0] if len(out) == 1 else b"".join(out)
+                if self.debug is not None:
+                    self.debug.log(_label(hop), "→", data)
+                hop.stream.write(data)
 
     def _error(self, hop: _Hop, rid: Any, error: JsonRpcError) -> None:
         if self._tracer is not None:
@@ -493,8 +534,12 @@ class Conductor:
                 nego.check_negotiated_version(msg.result, check)
             except JsonRpcError as exc:
                 self._error(src, sid, exc)
+                if self._up_eof and src is self._up:
+                    self._maybe_finish()
                 return
         self._emit(src, self._eng.forward(msg, id=sid))
+        if self._up_eof and src is self._up:
+            self._maybe_finish()
 
     # -- initialization ------------------------------------------------------------------
 
@@ -548,7 +593,10 @@ class Conductor:
                 name = "Agent" if (self.mode == "agent" and i == n - 1) else f"Proxy({i})"
                 hop = _Hop(i, name, None, self._eng, self._succ_name)
                 self._comps.append(hop)
-                hop.started = await start_component(spec, env=self._env, engine=self._eng)
+                on_stderr = None
+                if self.debug is not None:
+                    on_stderr = functools.partial(self.debug.log, str(i), "!")
+                hop.started = await start_component(spec, env=self._env, engine=self._eng, on_stderr=on_stderr)
                 hop.stream = hop.started.stream
         except Exception as exc:  # spawn failure: the chain fails to start
             logger.warning("conductor: the chain failed to start: %s", exc)
@@ -566,8 +614,9 @@ class Conductor:
         if backlog:
             self._frames(up, backlog)
         self._flush()
-        if self._blocked == 0 and up.stream is not None:
+        if self._blocked == 0 and up.stream is not None and not self._up_eof:
             up.stream.resume_reading()
+        self._maybe_finish()
 
     # -- component exit ------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ A component is one of:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -61,12 +61,15 @@ class Started:
 
 
 async def start_component(spec: ComponentSpec, *, env: Mapping[str, str] | None = None,
-                          engine: Any = None) -> Started:
-    """Start one component: spawn a child (own process group) or serve a builder in memory."""
+                          engine: Any = None, on_stderr: Callable[[bytes], None] | None = None) -> Started:
+    """Start one component: spawn a child (own process group) or serve a builder in memory.
+
+    ``on_stderr`` sees a child's stderr chunks (the transport keeps the tail either way).
+    """
     if _is_builder(spec):
         near, far = memory_pair()
         builder: Any = spec
         task = asyncio.get_running_loop().create_task(builder.serve(far, engine=engine))
         return Started(near, task)
-    stream = await spawn(spec, env=dict(env) if env else None)
+    stream = await spawn(spec, env=dict(env) if env else None, on_stderr=on_stderr)
     return Started(stream, None, True)
