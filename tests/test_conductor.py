@@ -403,6 +403,31 @@ def test_component_exit_fails_pending_and_ends_the_chain(engine: ModuleType) -> 
     run(body)
 
 
+def test_upstream_eof_drains_then_ends(engine: ModuleType) -> None:
+    """After upstream EOF (write side still open), requests sent upstream fail and the chain
+    ends once every upstream request is answered."""
+
+    async def body() -> None:
+        conductor, client, comps, up = await start(engine, 0)
+        await init_chain(client, comps)
+        agent = await comps[0].peer()
+        agent.send(req("ask", "session/request_permission", {"sessionId": "s"}))
+        assert (await client.recv())["method"] == "session/request_permission"
+        client.send(req(5, "session/prompt", {"sessionId": "s", "prompt": []}))
+        got = await agent.recv()
+        up._wt.write_eof()  # half-close: the client stops sending, still reads
+        failed = await agent.recv()
+        assert failed["id"] == "ask" and failed["error"]["code"] == -32603
+        assert failed["error"]["data"] == {"reason": "incoming_transport_closed"}
+        agent.send(ok(got["id"], {"stopReason": "end_turn"}))
+        assert await client.recv() == ok(5, {"stopReason": "end_turn"})  # still answered
+        await client.closed()  # then the chain ends
+        await agent.closed()
+        await conductor.__aexit__(None, None, None)
+
+    run(body)
+
+
 # ---------------------------------------------------------------------------------------
 # trace (§8.7.38)
 # ---------------------------------------------------------------------------------------
