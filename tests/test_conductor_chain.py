@@ -235,3 +235,32 @@ def test_cli_with_piped_input_answers_everything_before_exiting(engine: ModuleTy
     answers = {m["id"]: m for m in out if "id" in m and "method" not in m}
     assert sorted(answers) == [1, 2, 3] and answers[3]["result"] == {"stopReason": "end_turn"}, out
     assert chunks(out) == ["piped"]
+
+
+def live_children() -> list[int]:
+    """Pids of this process's children that are not zombies (Linux ``/proc``)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_ending_while_the_chain_starts_leaves_no_process(engine: ModuleType) -> None:
+    async def body() -> None:
+        before = set(live_children())
+        conductor = Conductor([proxy_cmd(), proxy_cmd(), cmd_testy(engine)], env=component_env(engine), engine=engine)
+        async with conductor as upstream:
+            RawPeer(upstream).send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": v2_init()})
+            while not any(h.stream is not None for h in conductor._comps):  # mid-start
+                await asyncio.sleep(0.001)
+        assert set(live_children()) - before == set()
+
+    run(body)

@@ -150,6 +150,7 @@ class Conductor:
         self._backlog: list[Any] = []
         self._env_decoder = self._eng.Decoder(lazy=True)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._start_task: asyncio.Task[None] | None = None
         self._done: asyncio.Future[None] | None = None
         self._tracer: Tracer | None = None
         self._debug_dir = debug_dir
@@ -208,6 +209,10 @@ class Conductor:
                 await self._cm_task
 
     async def _shutdown(self) -> None:
+        start = self._start_task
+        if start is not None and not start.done():  # no component may appear after this
+            start.cancel()
+            await asyncio.gather(start, return_exceptions=True)
         self._flush()
         for hop in self._comps:
             if hop.stream is not None:
@@ -583,7 +588,7 @@ class Conductor:
             raw = self._eng.RawJson(self._eng.encode_value(dict(params, protocolVersion=self._version)))
         self._state = _STARTING
         up.stream.pause_reading()  # type: ignore[union-attr]
-        self._spawn_task(self._start(up, msg, raw))
+        self._start_task = asyncio.get_running_loop().create_task(self._start(up, msg, raw))
 
     async def _start(self, up: _Hop, msg: Any, params_raw: Any) -> None:
         try:
@@ -598,6 +603,8 @@ class Conductor:
                     on_stderr = functools.partial(self.debug.log, str(i), "!")
                 hop.started = await start_component(spec, env=self._env, engine=self._eng, on_stderr=on_stderr)
                 hop.stream = hop.started.stream
+                if self._state == _DONE:  # ended while starting: shutdown closes what started
+                    return
         except Exception as exc:  # spawn failure: the chain fails to start
             logger.warning("conductor: the chain failed to start: %s", exc)
             self._fail_error = JsonRpcError(INTERNAL_ERROR, data=f"failed to start the chain: {exc}")
