@@ -1,0 +1,78 @@
+"""``--trace PATH``: one JSON object per line per hop message (protocol.md §8.7.38).
+
+Records (``ts`` = monotonic seconds since the conductor started)::
+
+    {"type":"request","ts","protocol":"acp","from","to","id","method","session"?,"params"}
+    {"type":"response","ts","from","to","id","is_error","payload"}
+    {"type":"notification","ts","protocol":"acp","from","to","method","session"?,"params"}
+
+Component names are ``Client``, ``Proxy(i)``, ``Agent`` (and ``Successor`` for a
+proxy-mode conductor's parent side). The trace is idealized: successor envelopes are
+unwrapped to the message they carry, and each message is recorded once, for the hop it
+travels. A request's ``id`` is the id the conductor allocated on the receiving component's
+connection, and its response carries the same ``id``, so the pair correlates within a hop
+(ids are per hop and need not be numbers). Requests the conductor answers itself are
+recorded as a response ``from: "Conductor"``. The file is truncated when the conductor starts
+and written line-buffered (flushed per event). Tracing decodes params, so it costs what the
+pass-through path otherwise avoids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import IO, Any
+
+__all__ = ["Tracer"]
+
+
+def _value(raw: Any) -> Any:
+    if raw is None:
+        return None
+    try:
+        return raw.decode_json() if hasattr(raw, "decode_json") else raw
+    except ValueError:
+        return None
+
+
+def _session(params: Any) -> Any:
+    if type(params) is dict:
+        sid = params.get("sessionId")
+        if type(sid) is str:
+            return sid
+    return None
+
+
+class Tracer:
+    """Writes trace events to ``path`` (truncated on open)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._file: IO[str] = open(path, "w", encoding="utf-8", buffering=1)
+        self._t0 = time.monotonic()
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if not self._file.closed:
+            self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def call(self, src: str, dst: str, rid: Any, method: str, params_raw: Any, is_request: bool) -> None:
+        params = _value(params_raw)
+        record: dict[str, Any] = {"type": "request" if is_request else "notification",
+                                  "ts": time.monotonic() - self._t0, "protocol": "acp",
+                                  "from": src, "to": dst}
+        if is_request:
+            record["id"] = rid
+        record["method"] = method
+        session = _session(params)
+        if session is not None:
+            record["session"] = session
+        record["params"] = params
+        self._write(record)
+
+    def response(self, src: str, dst: str, rid: Any, error: Any, result_raw: Any) -> None:
+        self._write({"type": "response", "ts": time.monotonic() - self._t0, "from": src, "to": dst,
+                     "id": rid, "is_error": error is not None,
+                     "payload": error if error is not None else _value(result_raw)})
+
+    def close(self) -> None:
+        self._file.close()
