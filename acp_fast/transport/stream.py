@@ -193,7 +193,8 @@ class Stream:
                 transport.pause_reading()
         if write:
             self._wt = transport
-            transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
+            if not transport.is_closing():  # closed before connection_made ran (uvloop raises)
+                transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
 
     def _eof(self, exc: BaseException | None) -> None:
         if self._eof_reported:
