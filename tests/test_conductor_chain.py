@@ -89,11 +89,13 @@ async def v2_turns(w: Wire) -> None:
 
 
 @pytest.mark.parametrize("version", [1, 2])
-@pytest.mark.parametrize("n_proxies", [0, 1, 3])
-def test_chain_against_testy(engine: ModuleType, n_proxies: int, version: int) -> None:
+@pytest.mark.parametrize(("n_proxies", "spelling"), [(0, "underscore"), (1, "underscore"), (3, "underscore"),
+                                                     (1, "spec")])
+def test_chain_against_testy(engine: ModuleType, n_proxies: int, spelling: str, version: int) -> None:
+    """``spec``: the conductor speaks ``proxy/*`` to acp_fast proxies, which answer in kind."""
     async def body() -> None:
         chain = [proxy_cmd()] * n_proxies + [cmd_testy(engine)]
-        conductor = Conductor(chain, env=component_env(engine), engine=engine)
+        conductor = Conductor(chain, env=component_env(engine), engine=engine, proxy_methods=spelling)
         async with conductor as upstream:
             w = Wire(RawPeer(upstream))
             await (v1_turns(w) if version == 1 else v2_turns(w))

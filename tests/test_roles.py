@@ -928,6 +928,31 @@ def test_proxy_rejects_plain_initialize_and_forwards_proxy_initialize(engine: Mo
     run(body)
 
 
+def test_proxy_answers_the_spec_spelling_in_that_spelling(engine: ModuleType) -> None:
+    """``proxy/initialize`` (the spec spelling) is accepted, by the builder and the router, and
+    the successor is then addressed as ``proxy/successor``; both envelopes are read."""
+    async def body() -> None:
+        for served in (Proxy.v2(), Proxy.protocol_router().with_v2(Proxy.v2())):
+            conductor = RawPeer(serve_in_memory(served, engine))
+            conductor.send({"jsonrpc": "2.0", "id": 1, "method": "proxy/initialize", "params": v2_init()})
+            wrapped = await conductor.recv()
+            assert wrapped["method"] == "proxy/successor" and wrapped["params"]["method"] == "initialize"
+            conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "result": {
+                "protocolVersion": 2, "info": {"name": "agent", "version": "1"}}})
+            assert (await conductor.recv())["id"] == 1
+            conductor.send({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/"}})
+            wrapped = await conductor.recv()
+            assert wrapped["method"] == "proxy/successor"
+            conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "result": {"sessionId": "s"}})
+            assert (await conductor.recv())["result"] == {"sessionId": "s"}
+            for envelope in ("proxy/successor", "_proxy/successor"):  # either spelling is read
+                update = {"sessionId": "s", "update": {"sessionUpdate": "_vendor", "via": envelope}}
+                conductor.notify(envelope, {"method": "session/update", "params": update})
+                assert (await conductor.recv())["params"] == update
+
+    run(body)
+
+
 def test_proxy_cancellation_is_hop_local(engine: ModuleType) -> None:
     async def body() -> None:
         conductor = RawPeer(serve_in_memory(Proxy.builder(), engine))

@@ -42,6 +42,9 @@ _T = TypeVar("_T")
 
 INITIALIZE = "initialize"
 PROXY_INITIALIZE = "_proxy/initialize"
+#: the spec spelling of ``_proxy/initialize`` (accepted too; a proxy answers in the spelling used)
+PROXY_INITIALIZE_SPEC = "proxy/initialize"
+_INITIALIZES = frozenset({INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC})
 SESSION_UPDATE = "session/update"
 PERMISSION = "session/request_permission"
 STATE_UPDATE = "state_update"
@@ -103,7 +106,7 @@ class AcpConnection:
         self._session_update = UpdateDispatcher(
             self, self._known, self.surface.classify_session_update, self.sessions.apply,
             table.on_update, table.notifications.get(SESSION_UPDATE), SessionUpdate, Context)
-        self._request_ok = self.surface.methods_of_kind("request") - {INITIALIZE, PROXY_INITIALIZE}
+        self._request_ok = self.surface.methods_of_kind("request") - _INITIALIZES
         self._notification_ok = self.surface.methods_of_kind("notification")
         self._notify = conn.notify
         self._out_fast = False
@@ -194,7 +197,7 @@ class AcpConnection:
         for method, fn in self.table.requests.items():
             if method == PERMISSION and self.role == "client":
                 raw.on_request(method, self._permission_handler(fn))
-            elif method != INITIALIZE and method != PROXY_INITIALIZE:
+            elif method not in _INITIALIZES:
                 raw.on_request(method, self._request_handler(fn))
         for method, fn in self.table.notifications.items():
             if method != SESSION_UPDATE:
@@ -232,16 +235,20 @@ class AcpConnection:
     def _on_request(self, rctx: RequestContext) -> Any:
         method = rctx.message.method
         guard = self.guard
-        if method == INITIALIZE or method == PROXY_INITIALIZE or not guard.ready:
+        if method in _INITIALIZES or not guard.ready:
             error = guard.check_incoming_request(method)
             if error is not None:
                 raise error
-            if self.manages_initialize and method == guard.init_method:
+            if self.manages_initialize and self._initializes(method):
                 return self._incoming_initialize(rctx)
         fn = self.table.requests.get(method)
         if fn is not None:
             return fn(rctx.message.params, Context(self, rctx, rctx.message))
         return self._unhandled_request(rctx, method)
+
+    def _initializes(self, method: str) -> bool:
+        """Whether an incoming ``method`` is this side's initializing request."""
+        return method == self.guard.init_method
 
     def _unhandled_request(self, rctx: RequestContext, method: str) -> Any:
         raise JsonRpcError.method_not_found(method)
@@ -350,7 +357,7 @@ class AcpConnection:
         """
         if self._out_fast and method in self._request_ok:
             return self.raw.request(method, params, timeout=timeout)
-        if method == INITIALIZE or method == PROXY_INITIALIZE:
+        if method in _INITIALIZES:
             self._refuse_initialize(method)
             if method == INITIALIZE and self.role == "client":
                 return self.initialize(params)

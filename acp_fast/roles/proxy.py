@@ -17,16 +17,20 @@ from ..errors import INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import CANCEL_METHOD, RequestContext
 from ..protocol import negotiation as nego
 from ..protocol.guard import PROXY_DATA, InitializationGuard
-from .connection import INITIALIZE, PROXY_INITIALIZE, SESSION_UPDATE, AcpConnection
+from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC, SESSION_UPDATE, AcpConnection
 from ._hot import Context
 from .context import Request, SentRequest
 from .table import HandlerTable
 
-__all__ = ["SUCCESSOR", "ProxyConnection"]
+__all__ = ["SUCCESSOR", "SUCCESSOR_SPEC", "ProxyConnection"]
 
 logger = logging.getLogger("acp_fast.roles")
 
 SUCCESSOR = "_proxy/successor"
+#: the spec spelling (``proxy/*``): accepted too, and used towards a predecessor that
+#: initialized this proxy with ``proxy/initialize``
+SUCCESSOR_SPEC = "proxy/successor"
+_SUCCESSORS = (SUCCESSOR, SUCCESSOR_SPEC)
 _PROXY_SEND_DATA = (
     "proxy initialization must be sent as a logical `initialize` message to the successor; "
     "`_proxy/successor` wrapping is applied by connection routing"
@@ -51,6 +55,8 @@ class ProxyConnection(AcpConnection):
     """
 
     role = "proxy"
+    #: the successor envelope's spelling: the one of the predecessor's initialize
+    _successor = SUCCESSOR
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         return InitializationGuard(self.version, "unchecked", proxy=table.guarded)
@@ -60,8 +66,15 @@ class ProxyConnection(AcpConnection):
 
     def _became_ready(self) -> None:
         super()._became_ready()
-        self.raw.on_request(SUCCESSOR, self._from_successor_request)
-        self.raw.on_notification(SUCCESSOR, self._from_successor_notification)
+        for name in _SUCCESSORS:
+            self.raw.on_request(name, self._from_successor_request)
+            self.raw.on_notification(name, self._from_successor_notification)
+
+    def _initializes(self, method: str) -> bool:
+        if method == PROXY_INITIALIZE_SPEC or method == PROXY_INITIALIZE:
+            self._successor = SUCCESSOR_SPEC if method == PROXY_INITIALIZE_SPEC else SUCCESSOR
+            return True
+        return False
 
     # -- incoming from the predecessor ---------------------------------------------------
 
@@ -78,14 +91,14 @@ class ProxyConnection(AcpConnection):
         return self.send_to_successor(INITIALIZE, dict(seen))
 
     def _unhandled_request(self, rctx: RequestContext, method: str) -> Any:
-        if method == SUCCESSOR:
+        if method in _SUCCESSORS:
             return self._from_successor_request(rctx)
         return self._forward_request(rctx, method, rctx.message.params, to_successor=True)
 
     def _unhandled_notification(self, msg: Any, method: str) -> Any:
         if method == CANCEL_METHOD:  # hop-local
             return None
-        if method == SUCCESSOR:
+        if method in _SUCCESSORS:
             return self._from_successor_notification(msg)
         self.notify_successor(method, msg.params, passthrough=True)
         return None
@@ -111,7 +124,7 @@ class ProxyConnection(AcpConnection):
             params = dict(params or {}, protocolVersion=self.version)
         if params is not None:
             inner["params"] = params
-        pending = self.raw.request(SUCCESSOR, inner, timeout=timeout)
+        pending = self.raw.request(self._successor, inner, timeout=timeout)
         if method != INITIALIZE:
             return pending
 
@@ -135,13 +148,13 @@ class ProxyConnection(AcpConnection):
         inner: dict[str, Any] = {"method": method}
         if params is not None:
             inner["params"] = params
-        return self.raw.notify(SUCCESSOR, inner)
+        return self.raw.notify(self._successor, inner)
 
     # -- incoming from the successor -----------------------------------------------------
 
     def _from_successor_request(self, rctx: RequestContext) -> Any:
         method, params = _unwrap(rctx.message.params)
-        if method in (INITIALIZE, PROXY_INITIALIZE):
+        if method in (INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC):
             raise JsonRpcError(INVALID_REQUEST, data=PROXY_DATA)
         fn = self.table.successor_requests.get(method)
         if fn is not None:

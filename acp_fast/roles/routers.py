@@ -24,7 +24,7 @@ from ..jsonrpc import Connection
 from ..protocol import negotiation as nego
 from ..transport import Stream
 from .builders import Builder, EngineChoice, Transport, open_stream, resolve_engine
-from .connection import INITIALIZE, PROXY_INITIALIZE
+from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC
 
 __all__ = ["AgentRouter", "ProxyRouter"]
 
@@ -134,6 +134,8 @@ class _Router:
 
     role = "agent"
     init_method = INITIALIZE
+    #: the spellings of the initializing request this router accepts
+    init_methods: tuple[str, ...] = (INITIALIZE,)
     first_request = "first ACP request must be initialize"
     first_message = "first ACP message must be an initialize request"
 
@@ -163,7 +165,7 @@ class _Router:
         if kind == engine.NOTIFICATION:
             return "reject", None  # nothing to answer: the connection just closes
         if kind == engine.REQUEST:
-            if frame.method != self.init_method:
+            if frame.method not in self.init_methods:
                 return "reject", _encode_error(engine, frame.id, JsonRpcError(INVALID_REQUEST, data=self.first_request))
             try:
                 version, params = self._select(frame.params)
@@ -177,7 +179,7 @@ class _Router:
             e.kind == engine.MALFORMED and e.response_shaped))), None)
         if first is None:
             return None
-        if first.kind == engine.REQUEST and first.method == self.init_method:
+        if first.kind == engine.REQUEST and first.method in self.init_methods:
             try:
                 version, params = self._select(first.params)
             except JsonRpcError as exc:
@@ -247,6 +249,7 @@ class ProxyRouter(_Router):
 
     role = "proxy"
     init_method = PROXY_INITIALIZE
+    init_methods = (PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC)  # both spellings (protocol.md §8)
     first_request = "first ACP proxy request must be `_proxy/initialize`"
     first_message = "first ACP proxy message must be an `_proxy/initialize` request"
 
