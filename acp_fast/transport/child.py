@@ -143,6 +143,11 @@ class ChildStream(Stream):
         except (ProcessLookupError, PermissionError):
             pass
 
+    async def wait_exit(self) -> int | None:
+        """Wait until the child process exited; returns its exit status."""
+        await asyncio.shield(self._exited)
+        return self.returncode
+
     def _process_exited(self) -> None:
         self.returncode = self._proc.get_returncode()
         if self.returncode:

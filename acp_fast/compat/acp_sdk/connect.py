@@ -88,7 +88,7 @@ class ChildProcess:
 
     async def wait(self) -> int:
         """Wait for the child to exit; returns its exit status."""
-        await asyncio.shield(self._stream._exited)
+        await self._stream.wait_exit()
         assert self._stream.returncode is not None
         return self._stream.returncode
 
