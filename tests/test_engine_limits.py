@@ -30,7 +30,7 @@ from acp_fast import _kinds, _rawjson, _strictjson
 
 NOTE = b'{"jsonrpc":"2.0","method":"n"}'
 REQ = b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":[1,"x"]}}'
-PKG = Path(__file__).resolve().parent.parent / "acp_fast"
+PKG = Path(_kinds.__file__).resolve().parent  # the acp_fast under test (checkout or installed)
 
 
 def _too_long(engine: Any, f: Any) -> bool:
