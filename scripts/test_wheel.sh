@@ -5,8 +5,9 @@
 # Usage: scripts/test_wheel.sh PYTHON WHEEL SDIST [pytest args...]
 #   PYTHON  the interpreter the venv is made from (e.g. ~/.pyenv/versions/3.12.1/bin/python3)
 #   WHEEL   the wheel to install (its [test] extra and the pinned Python SDK peer come too)
-#   SDIST   the sdist the tests are taken from (unpacked to a temporary folder; its acp_fast/
-#           sources are removed there, so nothing can shadow the installed package)
+#   SDIST   the sdist the tests are taken from (unpacked to a temporary folder; the .py files
+#           of its acp_fast/ are removed there: what is left (.pyx/.pxd/.pyi, read by source
+#           tests) is no package, so the installed regular package is always the one imported)
 # Env: ACP_FAST_NO_EXTENSIONS (passed on: the pure twin), KEEP_WHEEL_TEST_DIR=1.
 #
 # "No compiler": gcc/g++/cc/c++/clang (and the target-prefixed names) are shadowed on PATH
@@ -38,10 +39,10 @@ VPY="$work/venv/bin/python"
 "$VPY" -m pip install -q "${WHEEL}[test]"
 "$VPY" -m pip install -q "agent-client-protocol==0.12.1"
 
-# The tests, from the sdist, without the package sources.
+# The tests, from the sdist, without the package's Python sources.
 mkdir "$work/src"
 tar xzf "$SDIST" -C "$work/src" --strip-components=1
-rm -rf "$work/src/acp_fast"
+find "$work/src/acp_fast" -name '*.py' -delete
 if [ -d "$ROOT/peers/ts/node_modules" ]; then ln -s "$ROOT/peers/ts/node_modules" "$work/src/peers/ts/node_modules"; fi
 
 cd "$work/src"
