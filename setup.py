@@ -8,6 +8,13 @@ Knobs (environment variables):
 * ``ACP_FAST_SIMDJSON_DIR=DIR`` take ``simdjson.h``/``simdjson.cpp`` from DIR instead of the
   installed ``pysimdjson`` build requirement.
 
+The extensions are only set up for commands that build (``build_ext``, ``bdist_wheel``,
+``editable_wheel``...): metadata and sdist commands (``egg_info``, ``dist_info``, ``sdist``)
+need neither Cython nor pysimdjson, and the sdist ships the ``.pyx``/``.pxd``/C++ sources
+(see MANIFEST.in), never generated C/C++ (which would embed build paths). The in-tree
+backend (``build_backend/acp_fast_backend.py``) asks for Cython and pysimdjson only when
+the extensions are built.
+
 When extensions are wanted, a failure to find simdjson or to compile is an error: the build
 never silently falls back to pure Python.
 """
@@ -99,8 +106,21 @@ def extensions() -> list[Extension]:
     return cythonize([ext, gate, hot], compiler_directives=directives, annotate=False, quiet=True)
 
 
+# The commands that compile (setuptools' PEP 517 backend runs them in-process with these
+# names in sys.argv); any other (egg_info, dist_info, sdist, ...) only writes metadata or the
+# sdist and must not need Cython or pysimdjson.
+BUILD_COMMANDS = frozenset({"build", "build_ext", "bdist", "bdist_wheel", "bdist_egg", "editable_wheel",
+                            "develop", "install"})
+
+
+def builds_code(argv: list[str]) -> bool:
+    return bool(BUILD_COMMANDS.intersection(argv))
+
+
 if NO_EXTENSIONS:
     print("*** acp_fast: pure-Python build (ACP_FAST_NO_EXTENSIONS set) ***", file=sys.stderr)
+    setup(ext_modules=[])
+elif not builds_code(sys.argv[1:]):
     setup(ext_modules=[])
 else:
     print("*** acp_fast: accelerated build (Cython + C++ + simdjson) ***", file=sys.stderr)

@@ -21,6 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
+import package_path  # noqa: E402
 import roles_agent  # noqa: E402
 from roles_support import RawPeer, run, serve_in_memory  # noqa: E402
 
@@ -322,7 +323,8 @@ def test_mypy_checks_handlers_against_typed_descriptors(tmp_path: Path, monkeypa
     )
     import acp_fast
 
-    monkeypatch.setenv("MYPYPATH", str(Path(acp_fast.__file__).resolve().parent.parent))  # the acp_fast under test
+    if not package_path.INSTALLED:  # the checkout under test (mypy finds an installed one itself)
+        monkeypatch.setenv("MYPYPATH", str(package_path.PACKAGE_ROOT))
     out, err, _status = mypy_api.run(["--strict", "--no-incremental", "--follow-imports=silent",
                                       "--cache-dir", str(tmp_path / "cache"), str(source)])
     assert "Cannot find implementation" not in out, out + err

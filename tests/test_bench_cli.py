@@ -24,6 +24,9 @@ from acp_fast.benchmark.machine import Snapshot, busy_warnings
 from acp_fast.benchmark.suite import Measurement
 from acp_fast.benchmark.targets import Goal, format_measured, verdicts
 
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+from package_path import pythonpath  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTY = f"{sys.executable} -m acp_fast.cli.main testy"
 TINY = ["--repeat", "1", "--n", "40", "--m", "5", "--inflight", "4", "--inflight-m", "12",
@@ -32,7 +35,7 @@ TINY = ["--repeat", "1", "--n", "40", "--m", "5", "--inflight", "4", "--inflight
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
     return env
 
 

@@ -12,11 +12,25 @@ import sys
 
 import pytest
 
-C = pytest.importorskip("acp_fast._engine_c")
-from acp_fast import _engine_py as P  # noqa: E402
-from acp_fast import _replies  # noqa: E402
+from acp_fast import _engine_py as P
+from acp_fast import _replies
 
-pytestmark = pytest.mark.c_extension
+try:
+    import acp_fast._engine_c as C
+except ImportError as exc:  # an ERROR in every test below (never a skip): see the fixture
+    C = None
+    _C_IMPORT_ERROR: ImportError | None = exc
+else:
+    _C_IMPORT_ERROR = None
+
+pytestmark = pytest.mark.c_extension  # deselected with --no-c-extensions / ACP_FAST_NO_EXTENSIONS=1
+
+
+@pytest.fixture(autouse=True)
+def _compiled_twin_is_importable() -> None:
+    """The compiled twin is expected whenever these tests are selected: its absence errors."""
+    if _C_IMPORT_ERROR is not None:
+        raise _C_IMPORT_ERROR
 
 
 def _msg(i: int, text: str = "hello") -> bytes:

@@ -30,7 +30,8 @@ from acp_fast import _kinds, _rawjson, _strictjson
 
 NOTE = b'{"jsonrpc":"2.0","method":"n"}'
 REQ = b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":[1,"x"]}}'
-PKG = Path(__file__).resolve().parent.parent / "acp_fast"
+PKG = Path(_kinds.__file__).resolve().parent  # the acp_fast under test (checkout or installed)
+SRC = Path(__file__).resolve().parent.parent  # the source tree: csrc/ and the .pyx sources
 
 
 def _too_long(engine: Any, f: Any) -> bool:
@@ -323,12 +324,12 @@ def test_frame_kinds_are_defined_once(engine):
         assert getattr(engine, name) == getattr(_kinds, name)
     assert (_kinds.REQUEST, _kinds.NOTIFICATION, _kinds.RESPONSE, _kinds.BATCH, _kinds.MALFORMED) == (0, 1, 2, 3, 4)
     # The C++ half mirrors them as an enum with the very same numbers.
-    header = (PKG.parent / "csrc" / "acp_common.h").read_text()
+    header = (SRC / "csrc" / "acp_common.h").read_text()
     for name in _kinds.__all__:
         assert re.search(rf"\bKIND_{name} = {getattr(_kinds, name)},", header), name
     # No other engine module assigns them (the compiled twin imports them too).
     for path in ("_engine_py.py", "_engine_c.pyx", "_replies.py", "_rawjson.py", "_strictjson.py"):
-        text = (PKG / path).read_text()
+        text = (SRC / "acp_fast" / path if path.endswith(".pyx") else PKG / path).read_text()
         for name in _kinds.__all__:
             assert not re.search(rf"^(cdef \w+ )?_?{name}\s*=", text, re.M), (path, name)
 

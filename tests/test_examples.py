@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+from package_path import pythonpath  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 TESTY = [sys.executable, "-m", "acp_fast.cli.main", "testy"]
@@ -20,7 +23,7 @@ AGENT = [sys.executable, str(EXAMPLES / "agent.py")]
 
 def example(engine: ModuleType, name: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
     env.pop("ACP_FAST_NO_EXTENSIONS", None)
     if engine.IMPLEMENTATION == "py":
         env["ACP_FAST_NO_EXTENSIONS"] = "1"

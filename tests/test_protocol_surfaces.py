@@ -38,6 +38,7 @@ from acp_fast.protocol.surface import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+PROTOCOL_PKG = Path(gen.__file__).resolve().parent  # acp_fast/protocol of the package under test
 
 
 @pytest.fixture(scope="module")
@@ -657,7 +658,7 @@ def test_generator_reproduces_committed_modules(schema_dir, tmp_path) -> None:
     )
     for name in generator.GENERATED:
         fresh = (tmp_path / name).read_bytes()
-        committed = (REPO / "acp_fast" / "protocol" / name).read_bytes()
+        committed = (PROTOCOL_PKG / name).read_bytes()
         assert fresh == committed, (
             f"{name} is stale: run python scripts/gen_surfaces.py"
         )

@@ -20,6 +20,9 @@ import pytest
 from acp_fast import Client, spawn
 from acp_fast.roles import V1Session, V2Session
 
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+from package_path import pythonpath  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")
 BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
@@ -35,6 +38,7 @@ def _block(marker: str) -> str:
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
     return env
 
 

@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
+from package_path import pythonpath
 from roles_support import REPO, RawPeer, run, serve_in_memory, v1_init, v2_init
 
 from acp_fast import testy
@@ -89,7 +90,7 @@ async def memory(engine: ModuleType, versions: tuple[int, ...] = (1, 2), stream_
 
 async def child(engine: ModuleType, *args: str, env: dict[str, str] | None = None) -> tuple[Wire, Any]:
     stream = await spawn([sys.executable, "-m", "acp_fast.cli.main", "testy", "--engine",
-                          engine.IMPLEMENTATION, *args], env={"PYTHONPATH": str(REPO), **(env or {})})
+                          engine.IMPLEMENTATION, *args], env={"PYTHONPATH": pythonpath(""), **(env or {})})
     return Wire(RawPeer(stream)), stream
 
 

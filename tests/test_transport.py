@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-import acp_fast
 from acp_fast.errors import JsonRpcError
 from acp_fast.jsonrpc import Connection, RequestContext
 from acp_fast.transport import (
@@ -41,9 +40,11 @@ from acp_fast.transport import (
 from acp_fast.transport.child import _child_env
 from acp_fast.transport.stream import _DuplexProtocol
 
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+from package_path import pythonpath  # noqa: E402
+
 HANG_GUARD = 30  # seconds; only stops a hung test, never asserts speed
 HELPER = Path(__file__).parent / "helpers" / "echo_agent.py"
-REPO = Path(acp_fast.__file__).resolve().parent.parent
 
 
 def run(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
@@ -54,8 +55,7 @@ def run(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
 
 
 def agent_env(engine: Any, **extra: str) -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path, "ACP_FAST_TEST_ENGINE": engine.IMPLEMENTATION, **extra}
+    return {"PYTHONPATH": pythonpath(), "ACP_FAST_TEST_ENGINE": engine.IMPLEMENTATION, **extra}
 
 
 async def start_agent(engine: Any, *, on_invalid: Any = None, grace: float = 1.0,

@@ -27,9 +27,11 @@ from acp_fast.transport import Stream
 from acp_fast.transport.stdio import _ThreadReadTransport
 from acp_fast.transport.stream import _ReadPipeProtocol
 
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+from package_path import pythonpath  # noqa: E402
+
 HANG_GUARD = 30  # seconds; only stops a hung test, never asserts speed
 HELPERS = Path(__file__).parent / "helpers"
-REPO = Path(acp_fast.__file__).resolve().parent.parent
 CLOSED_STDOUT_WARNING = b"stdout is closed: discarding this process's output"
 
 
@@ -45,8 +47,7 @@ LOOPS = ["asyncio", pytest.param("uvloop", marks=pytest.mark.skipif(_uvloop_miss
 
 
 def _env(engine: Any, **extra: str) -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, "ACP_FAST_TEST_ENGINE": engine.IMPLEMENTATION, **extra}
+    return {**os.environ, "PYTHONPATH": pythonpath(), "ACP_FAST_TEST_ENGINE": engine.IMPLEMENTATION, **extra}
 
 
 def _agent_argv(loop: str) -> list[str]:

@@ -19,9 +19,9 @@ __all__ = ["Known", "compiled_available", "make_known"]
 Known = Callable[[Any], "KnownVariant | None"]
 
 try:
-    from ._gate_c import Gate as _Gate  # type: ignore[import-not-found]
+    from ._gate_c import Gate as _Gate  # typed by _gate_c.pyi
 except ImportError:  # pure-Python install
-    _Gate = None
+    _Gate = None  # type: ignore[assignment, misc]
 
 _CACHE: dict[tuple[int, bool, bool], Known] = {}
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from package_path import pythonpath
+
 HELPERS = Path(__file__).resolve().parent
 REPO = HELPERS.parent.parent
 FAULT_AGENT = HELPERS / "fault_agent.py"
@@ -31,7 +33,7 @@ HANG = 30.0  # seconds; only turns a hang into a failure
 
 def child_env(engine_tag: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = pythonpath()
     env["ACP_FAST_TEST_ENGINE"] = engine_tag
     env.update(extra)
     return env

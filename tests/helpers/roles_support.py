@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from acp_fast.transport import Stream, memory_pair, spawn
+from package_path import pythonpath
 
 HELPERS = Path(__file__).resolve().parent
 REPO = HELPERS.parent.parent
@@ -34,8 +35,7 @@ def run(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
 
 
 def agent_env(engine: ModuleType) -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path, "ACP_FAST_TEST_ENGINE": engine.IMPLEMENTATION}
+    return {"PYTHONPATH": pythonpath(), "ACP_FAST_TEST_ENGINE": engine.IMPLEMENTATION}
 
 
 _SERVERS: set[asyncio.Task[Any]] = set()

@@ -12,6 +12,9 @@ from types import ModuleType
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "helpers"))
+from package_path import pythonpath  # noqa: E402
+
 REPO = HERE.parent.parent
 PEERS_TS = REPO / "peers" / "ts"
 PEERS_PY = REPO / "peers" / "pysdk"
@@ -27,7 +30,7 @@ def fast_testy(engine: ModuleType, *args: str) -> list[str]:
 
 def env(**extra: str) -> dict[str, str]:
     out = dict(os.environ)
-    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), out.get("PYTHONPATH")) if p)
+    out["PYTHONPATH"] = pythonpath(out.get("PYTHONPATH"))
     out["ACP_PEERS_TS"] = str(PEERS_TS)
     for name in ("ACP_N", "ACP_CHUNK", "ACP_PIPELINE"):
         out.pop(name, None)

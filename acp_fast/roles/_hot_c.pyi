@@ -1,0 +1,9 @@
+# The compiled hot path is acp_fast/roles/_hot_py.py compiled unchanged (with _hot_c.pxd):
+# its types are the pure source's.
+from acp_fast.roles._hot_py import Context as Context
+from acp_fast.roles._hot_py import NotificationHandler as NotificationHandler
+from acp_fast.roles._hot_py import RequestHandler as RequestHandler
+from acp_fast.roles._hot_py import SessionUpdate as SessionUpdate
+from acp_fast.roles._hot_py import UpdateDispatcher as UpdateDispatcher
+
+__all__ = ["Context", "NotificationHandler", "RequestHandler", "SessionUpdate", "UpdateDispatcher"]
