@@ -5,5 +5,6 @@ from acp_fast.roles._hot_py import NotificationHandler as NotificationHandler
 from acp_fast.roles._hot_py import RequestHandler as RequestHandler
 from acp_fast.roles._hot_py import SessionUpdate as SessionUpdate
 from acp_fast.roles._hot_py import UpdateDispatcher as UpdateDispatcher
+from acp_fast.roles._hot_py import UpdateSender as UpdateSender
 
-__all__ = ["Context", "NotificationHandler", "RequestHandler", "SessionUpdate", "UpdateDispatcher"]
+__all__ = ["Context", "NotificationHandler", "RequestHandler", "SessionUpdate", "UpdateDispatcher", "UpdateSender"]
