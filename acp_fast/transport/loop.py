@@ -2,7 +2,7 @@
 
 uvloop is a dependency of the package wherever it installs (CPython, not Windows), because
 it roughly doubles sequential round trips. Every blocking runner of acp_fast
-(``Builder.serve_stdio``, ``run_agent_stdio``, ``acp-fast testy``, the benchmark's peers)
+(``run_agent_stdio``, ``acp-fast testy``, ``acp-fast conductor``, the benchmark's peers)
 goes through :func:`run`, so one choice applies everywhere:
 
 * the ``loop`` argument of :func:`run` / :func:`new_event_loop`, when given;
