@@ -58,7 +58,6 @@ from .errors import (
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
-    EncodeError,
     JsonRpcError,
     SendBufferFull,
 )

@@ -27,7 +27,7 @@ from ..jsonrpc import Connection, PendingRequest, RequestContext
 from ..protocol import negotiation as nego
 from ..protocol.gate import make_known
 from ..protocol.guard import InitializationGuard
-from ..protocol.surface import KnownVariant, WireSurface
+from ..protocol.surface import WireSurface
 from ._hot import NotificationHandler, RequestHandler, UpdateDispatcher, UpdateSender
 from ._hot import Context, SessionUpdate
 from .context import Request, SentRequest
@@ -47,7 +47,6 @@ PROXY_INITIALIZE_SPEC = "proxy/initialize"
 _INITIALIZES = frozenset({INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC})
 SESSION_UPDATE = "session/update"
 PERMISSION = "session/request_permission"
-STATE_UPDATE = "state_update"
 
 
 def _is_awaitable_result(value: Any) -> bool:

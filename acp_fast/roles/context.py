@@ -15,7 +15,7 @@ connection's :class:`~acp_fast.jsonrpc.PendingRequest` or a :class:`SentRequest`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ..jsonrpc import PendingRequest

@@ -133,7 +133,6 @@ class _Router:
     """First-frame selection shared by the agent and proxy routers (protocol.md §2.17, §6.4)."""
 
     role = "agent"
-    init_method = INITIALIZE
     #: the spellings of the initializing request this router accepts
     init_methods: tuple[str, ...] = (INITIALIZE,)
     first_request = "first ACP request must be initialize"
@@ -248,7 +247,6 @@ class ProxyRouter(_Router):
     """``Proxy.protocol_router()``: exact v1/v2 match on ``_proxy/initialize`` (§6.7)."""
 
     role = "proxy"
-    init_method = PROXY_INITIALIZE
     init_methods = (PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC)  # both spellings (protocol.md §8)
     first_request = "first ACP proxy request must be `_proxy/initialize`"
     first_message = "first ACP proxy message must be an `_proxy/initialize` request"

@@ -14,7 +14,6 @@ stdio default switched to acp_fast.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import warnings
