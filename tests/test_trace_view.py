@@ -434,6 +434,15 @@ def test_filters_from_the_fragment_change_the_visible_set(real_trace: Path, chro
     assert len(shown) == 3 and all(e["is_error"] and e["payload"]["code"] == -32602 for e in shown)
 
 
+def test_an_empty_trace_renders_an_empty_diagram(chromium: str, tmp_path: Path) -> None:
+    trace = tmp_path / "empty.jsons"
+    trace.write_text("", encoding="utf-8")
+    page = tmp_path / "empty.html"
+    assert cli.main(["trace", "view", str(trace), "-o", str(page)]) == 0
+    dom = Dom(browser(chromium, tmp_path, page))
+    assert dom.root.get("data-rendered") == "true" and dom.root.get("data-visible") == "0" and not dom.msgs
+
+
 def test_selection_fills_the_detail_pane_and_bridges_the_pair(real_trace: Path, chromium: str,
                                                                tmp_path: Path) -> None:
     events, _ = load_events(real_trace)

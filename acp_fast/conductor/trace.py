@@ -14,7 +14,9 @@ connection, and its response carries the same ``id``, so the pair correlates wit
 (ids are per hop and need not be numbers). Requests the conductor answers itself are
 recorded as a response ``from: "Conductor"``. The file is truncated when the conductor starts
 and written line-buffered (flushed per event). Tracing decodes params, so it costs what the
-pass-through path otherwise avoids.
+pass-through path otherwise avoids. Look at a trace with ``acp-fast trace view PATH -o
+trace.html`` (a sequence diagram per session) or ``acp-fast trace summary PATH``
+(:mod:`.trace_view`).
 """
 
 from __future__ import annotations
