@@ -461,6 +461,13 @@ def test_selection_fills_the_detail_pane_and_bridges_the_pair(real_trace: Path, 
     assert json.loads(dom.detail_json) == events[pair]
     assert "Proxy(1)" not in dom.lanes and dom.indices()
     assert all("Proxy(1)" not in (m["data-from"], m["data-to"]) for m in dom.msgs)
+    # the arrow keys step through the visible rows (here: the next one not touching Proxy(1))
+    driven = with_script(page, """
+        document.querySelector('#lane-filter input[data-name="Proxy(1)"]').click();
+        document.getElementById("scroller").dispatchEvent(new KeyboardEvent("keydown", {key: "ArrowDown"}));""")
+    after = next(i for i, e in enumerate(events) if "Proxy(1)" not in (e["from"], e["to"]))
+    dom = Dom(browser(chromium, tmp_path, driven, size=TALL))
+    assert json.loads(dom.detail_json) == events[after] and "sel" in dom.classes(after)
 
 
 def test_screenshot_of_a_real_trace(real_trace: Path, chromium: str, tmp_path: Path) -> None:
