@@ -383,3 +383,28 @@ def test_client_proc_readings() -> None:
     assert client._tree_cpu(None) is None and client._peak_rss_kib(None) is None
     per = client._tree_per_msg((0, 0), (2_000_000, 5_000_000), 1000, 2)
     assert per == {"streamChildCpuUsPerMsg": 2.0, "streamTreeCpuUsPerMsg": 5.0, "streamChildCpuUsPerHop": 1.0}
+
+
+def test_failing_chain_and_direct_pairs_record_errors() -> None:
+    """A run that fails is recorded on the rows of its pair's metrics only: a direct pair has no
+    chain rows to record it on, a chain pair's conductor rows carry it too."""
+    from acp_fast.benchmark.chains import ChainPair, conductor_command
+    from acp_fast.benchmark.pairs import Pair
+    from acp_fast.benchmark.suite import RunConfig, run_pairs
+
+    dead = (sys.executable, "-c", "import sys; sys.exit(3)")
+    client = (sys.executable, "-m", "acp_fast.benchmark.client")
+    env = {"PYTHONPATH": pythonpath(os.environ.get("PYTHONPATH"))}
+    direct = Pair("fast/dead", client, dead, env=env, py_client=True)
+    chain = ChainPair("fast/conductor-0p/dead", (*client, "--hops", "1"), conductor_command(0, dead), env=env,
+                      py_client=True, py_agent=True, proxies=0, agent=dead, agent_takes_loop=False)
+    config = RunConfig(repeat=1, n=5, m=1, inflight_m=2, large_n=1, warmup=0, timeout_s=60.0, loops=("asyncio",))
+    rows, raw = run_pairs([direct, chain], config)
+    assert len(raw) == 4 and all("error" in rec for rec in raw)
+    by_pair: dict[str, dict[str, Measurement]] = {}
+    for row in rows:
+        by_pair.setdefault(row.pair, {})[row.workload] = row
+    assert "rss_conductor" not in by_pair["fast/dead"] and by_pair["fast/dead"]["stream"].errors
+    for w in ("stream", "stream_cpu_conductor_hop", "rss_conductor", "large_rss_conductor"):
+        row = by_pair["fast/conductor-0p/dead"][w]
+        assert row.errors and not row.runs and row.median is None, (w, row)

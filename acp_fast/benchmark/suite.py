@@ -14,10 +14,11 @@ sides on the same loop), with client and agent pinned to different CPUs when the
 Variants are interleaved inside each repetition (r1: all variants, r2: all variants, ...), so
 slow drifts of the shared machine's load spread over all of them instead of hitting one.
 Every metric is reported as a :class:`Measurement` ``{pair, loop, workload, unit, runs: [...],
-median}`` (median of the R runs that succeeded). Pairs through a conductor (:mod:`.chains`) also
-get the metrics marked ``chain_only``: the conductor's CPU per notification per hop, the whole
-agent side's CPU per notification and the conductor's peak RSS. The client's own checks (every notification received, every text byte
-counted, every echo answered with its params) must pass, otherwise the run counts as failed.
+median}`` (median of the R runs that succeeded). The client's own checks (every notification
+received, every text byte counted, every echo answered with its params) must pass, otherwise
+the run counts as failed. Pairs through a conductor (:mod:`.chains`) also get the metrics
+marked ``chain_only``: the conductor's CPU per notification per hop, the whole agent side's
+CPU per notification and the conductor's peak RSS.
 """
 
 from __future__ import annotations
