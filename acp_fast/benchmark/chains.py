@@ -32,7 +32,15 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .pairs import ACP_FAST, ACP_FAST_COMPILED, PAIRS, Pair, Variant, _acp_env, acp_fast_agent
+from .pairs import (
+    ACP_FAST,
+    ACP_FAST_COMPILED,
+    PAIRS,
+    Pair,
+    Variant,
+    _acp_env,
+    acp_fast_agent,
+)
 
 __all__ = ["CHAIN_PROXIES", "DIRECT", "ChainPair", "chain_name", "conductor_command", "register_chain_pairs"]
 
