@@ -5,7 +5,8 @@ loops when uvloop imports, CPUs pinned), the skip line of a peer that is not ins
 ``--peers`` folder), the message when the bench extra is missing, the ``--agent`` probe against
 a tiny v1-only agent (exercising the connector's v2 → v1 fallback) and Testy (v2), the PNG chart
 (when matplotlib is installed), the goals' PASS/MISS logic and the precision of its verdicts,
-the busy-machine warning.
+the busy-machine warning; the proxy-chain rows (the client → ``acp-fast conductor`` with 0
+and 1 pass-through proxies → Testy, the conductor's CPU and RSS read by the client from /proc).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def test_suite_json_rows_and_skip_line(tmp_path: Path) -> None:
     assert "ts/ts: skipped: ts not installed" in r.stderr
     assert "- pysdk/pysdk: skipped: pysdk not installed" in r.stdout
     assert "acp_fast agent: acp-fast testy (public API" in r.stdout
-    assert "| goal (issue 7 §3)" in r.stdout and "Load average (1/5/15 min):" in r.stdout
+    assert "| goal (issues 7 §3, 10)" in r.stdout and "Load average (1/5/15 min):" in r.stdout
     assert "Command: acp-fast bench --pairs" in r.stdout
     doc = json.loads(out.read_text())
     assert set(doc) >= {"meta", "config", "rows", "raw", "goals"}
@@ -286,3 +287,124 @@ def test_spawned_stream_uses_the_write_water_marks() -> None:
             await stream.wait_closed()
 
     assert asyncio.run(main()) == (64 * 1024, 256 * 1024)
+
+
+# -- proxy chains through acp-fast conductor (acp_fast.benchmark.chains) -------------------------
+
+
+def test_chain_rows(tmp_path: Path) -> None:
+    pytest.importorskip("psutil")
+    pytest.importorskip("tabulate")
+    pytest.importorskip("tqdm")
+    pytest.importorskip("acp_fast._engine_c")  # the chain rows run on the compiled twin
+    from acp_fast.benchmark.chains import chain_name
+
+    out = tmp_path / "bench.json"
+    chains = [chain_name(0), chain_name(1)]
+    r = _bench("--pairs", ",".join(["acp_fast/acp_fast", *chains]), "--loops", "asyncio", "--json", str(out), *TINY)
+    assert r.returncode == 0, r.stderr
+    assert "| proxy chain" in r.stdout and "of acp_fast/acp_fast" in r.stdout
+    doc = json.loads(out.read_text())
+    rows = {(row["pair"], row["workload"]): row for row in doc["rows"]}
+    chain_metrics = {"stream_cpu_conductor_hop", "stream_cpu_chain", "rss_conductor", "large_rss_conductor"}
+    # the direct pair has no conductor: no chain rows for it (not even empty ones)
+    assert not {w for (p, w) in rows if p == "acp_fast/acp_fast"} & chain_metrics
+    for k, name in enumerate(chains):
+        hops = (1, 2)[k]
+        for w in chain_metrics | {"stream", "stream_cpu_agent", "rtt_seq", "inflight", "large"}:
+            row = rows[(name, w)]
+            assert "errors" not in row and len(row["runs"]) == 1 and row["median"] > 0, (name, row)
+        assert 5 < rows[(name, "rss_conductor")]["median"] < 200  # MiB: the conductor's own VmHWM
+        main = next(rec for rec in doc["raw"] if rec["pair"] == name and rec["step"] == "main")
+        res, argv = main["result"], main["argv"]
+        assert res["hops"] == hops and res["updatesOk"] and res["textOk"]
+        assert res["agentLoop"] == "asyncio"  # Testy behind the chain ran on the row's loop
+        assert res["streamChildCpuUsPerHop"] == pytest.approx(res["streamChildCpuUsPerMsg"] / hops, abs=0.002)
+        # agent side = conductor + proxies + agent: more than the conductor and Testy alone
+        assert res["streamTreeCpuUsPerMsg"] > res["streamChildCpuUsPerMsg"]
+        assert rows[(name, "stream_cpu_conductor_hop")]["median"] == res["streamChildCpuUsPerHop"]
+        # the conductor, each proxy and Testy all got the loop flag inside their specs
+        assert argv[argv.index("--") + 1:].count("--loop") == 1 and " ".join(argv).count("--loop asyncio") == 3 + k
+        assert argv.count("acp_fast.conductor.passthrough") == 0  # inside one shell-quoted component each
+        assert " ".join(argv).count("-m acp_fast.conductor.passthrough --loop asyncio") == k
+    goals = {g["label"]: g for g in doc["goals"]}
+    g = goals["streaming through the conductor, 1 pass-through proxy, vs direct"]
+    assert g["result"] in ("PASS", "MISS") and g["reference"] == "acp_fast/acp_fast"
+    assert g["measured"] == pytest.approx(rows[(chains[1], "stream")]["median"]
+                                          / rows[("acp_fast/acp_fast", "stream")]["median"])
+    for label in ("conductor CPU per forwarded notification per hop, 1 proxy", "conductor peak RSS, 1 proxy"):
+        assert goals[label]["result"] in ("PASS", "MISS"), goals[label]
+    assert goals["conductor peak RSS, 3 proxies"]["result"] == "n/a"  # not measured in this run
+
+
+def test_chain_pairs_listed_and_in_the_default_run(tmp_path: Path) -> None:
+    from acp_fast.benchmark import pairs
+    from acp_fast.benchmark.chains import CHAIN_PROXIES, ChainPair, chain_name
+
+    r = _bench("--list", "--peers", str(tmp_path))
+    assert r.returncode == 0
+    for k in CHAIN_PROXIES:
+        assert chain_name(k) in r.stdout and chain_name(k) in pairs.DEFAULT_PAIRS
+        p = pairs.PAIRS[chain_name(k)]
+        assert isinstance(p, ChainPair) and p.hops == k + 1
+        (v,) = p.variants(["uvloop"])
+        assert v.client_cmd[-2:] == ("--loop", "uvloop") and f"--hops {k + 1}" in " ".join(v.client_cmd)
+        assert v.agent_cmd[v.agent_cmd.index("conductor") + 1:][:3] == ("--loop", "uvloop", "agent")
+        assert v.agent_cmd[-1].endswith("testy --loop uvloop") and len(v.agent_cmd) == 8 + k
+    assert "pass-through proxies" in r.stdout
+
+
+def test_client_proc_readings() -> None:
+    """The client's /proc helpers: a grandchild is found, the tree's CPU includes it, VmHWM is read."""
+    import time
+
+    from acp_fast.benchmark import client
+
+    code = "import subprocess,sys,time; p=subprocess.Popen([sys.executable,'-c','import time\\nt=time.process_time()\\nwhile time.process_time()-t<0.3: pass\\ntime.sleep(30)']); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        kids: list[int] = []
+        for _ in range(200):
+            kids = client._descendants(parent.pid)
+            cpu = client._tree_cpu(parent.pid)
+            if kids and cpu is not None and cpu[1] - cpu[0] > 250_000_000:
+                break
+            time.sleep(0.05)
+        assert len(kids) == 1
+        own, total = cpu  # type: ignore[misc]
+        assert total - own > 250_000_000  # the grandchild's 0.3 s of CPU, in ns
+        rss = client._peak_rss_kib(parent.pid)
+        assert rss is not None and 1000 < rss < 200_000
+    finally:
+        for pid in client._descendants(parent.pid):
+            os.kill(pid, 9)
+        parent.kill()
+        parent.wait()
+    assert client._tree_cpu(None) is None and client._peak_rss_kib(None) is None
+    per = client._tree_per_msg((0, 0), (2_000_000, 5_000_000), 1000, 2)
+    assert per == {"streamChildCpuUsPerMsg": 2.0, "streamTreeCpuUsPerMsg": 5.0, "streamChildCpuUsPerHop": 1.0}
+
+
+def test_failing_chain_and_direct_pairs_record_errors() -> None:
+    """A run that fails is recorded on the rows of its pair's metrics only: a direct pair has no
+    chain rows to record it on, a chain pair's conductor rows carry it too."""
+    from acp_fast.benchmark.chains import ChainPair, conductor_command
+    from acp_fast.benchmark.pairs import Pair
+    from acp_fast.benchmark.suite import RunConfig, run_pairs
+
+    dead = (sys.executable, "-c", "import sys; sys.exit(3)")
+    client = (sys.executable, "-m", "acp_fast.benchmark.client")
+    env = {"PYTHONPATH": pythonpath(os.environ.get("PYTHONPATH"))}
+    direct = Pair("fast/dead", client, dead, env=env, py_client=True)
+    chain = ChainPair("fast/conductor-0p/dead", (*client, "--hops", "1"), conductor_command(0, dead), env=env,
+                      py_client=True, py_agent=True, proxies=0, agent=dead, agent_takes_loop=False)
+    config = RunConfig(repeat=1, n=5, m=1, inflight_m=2, large_n=1, warmup=0, timeout_s=60.0, loops=("asyncio",))
+    rows, raw = run_pairs([direct, chain], config)
+    assert len(raw) == 4 and all("error" in rec for rec in raw)
+    by_pair: dict[str, dict[str, Measurement]] = {}
+    for row in rows:
+        by_pair.setdefault(row.pair, {})[row.workload] = row
+    assert "rss_conductor" not in by_pair["fast/dead"] and by_pair["fast/dead"]["stream"].errors
+    for w in ("stream", "stream_cpu_conductor_hop", "rss_conductor", "large_rss_conductor"):
+        row = by_pair["fast/conductor-0p/dead"][w]
+        assert row.errors and not row.runs and row.median is None, (w, row)

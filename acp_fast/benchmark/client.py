@@ -6,13 +6,25 @@ Same command line and the same one JSON line as ``peers/ts/client.mjs`` and
 
     python -m acp_fast.benchmark.client [--v2] [--n N] [--m M] [--rtt-method echo|prompt|none]
         [--inflight K] [--inflight-m X] [--warmup W] [--permission] [--raw-updates] [--large]
-        [--loop auto|asyncio|uvloop] [-- agent command...]
+        [--loop auto|asyncio|uvloop] [--hops H] [-- agent command...]
 
 Every ``session/update`` goes through the read gate (``on_session_update``; ``--raw-updates``
 is accepted for CLI parity and has no effect); the text of every ``agent_message_chunk`` is read and its length summed (``textBytes``), every echo is
 checked. ``sdk`` is ``"acp_fast"``, ``engine`` the active engine twin (``"c"`` or ``"py"``;
 ``ACP_FAST_NO_EXTENSIONS=1`` selects the pure one), ``loop`` the event loop. Without an
 agent command ``acp-fast testy`` is spawned (on the same ``--loop``).
+
+Beyond the contract, the client measures the process it spawned (the *child*) and that
+child's descendants from ``/proc`` (Linux; the fields are ``null`` elsewhere), so that a
+process between the client and the agent, such as ``acp-fast conductor`` and its proxies,
+is measured too: ``streamChildCpuUsPerMsg`` is the child's own CPU time (every thread's
+``/proc/PID/task/TID/schedstat`` run time, nanosecond resolution) during the streaming
+prompt ÷ N; ``streamTreeCpuUsPerMsg`` the same for the child and all its descendants (with
+a conductor: conductor + proxies + agent); ``childMaxRssKiB`` the child's peak RSS
+(``VmHWM`` of ``/proc/PID/status``, read before the connection closes; the kernel resets it
+at ``execve``, so unlike ``ru_maxrss`` it is the child's own peak). ``--hops H`` says that
+the child forwards every notification H times (a conductor with k proxies: k + 1) and adds
+``streamChildCpuUsPerHop`` = ``streamChildCpuUsPerMsg`` ÷ H.
 """
 
 from __future__ import annotations
@@ -51,6 +63,7 @@ class Args(argparse.Namespace):
     cmd: list[str]
     env: dict[str, str]
     loop: str
+    hops: int
 
 
 def parse_args(argv: list[str]) -> Args:
@@ -73,6 +86,9 @@ def parse_args(argv: list[str]) -> Args:
                    help="accepted for CLI parity with the peers; no effect (updates go through on_session_update)")
     p.add_argument("--large", action="store_true")
     p.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (default: auto, uvloop when installed)")
+    p.add_argument("--hops", type=int, default=0,
+                   help="the spawned process forwards each notification H times (a conductor with k proxies: "
+                        "k + 1); reports its CPU per notification per hop")
     a = p.parse_args(opts, namespace=Args())
     env: dict[str, str] = {}
     if a.large and "ACP_CHUNK" not in os.environ:
@@ -157,6 +173,89 @@ async def _cpu(cx: Any) -> tuple[float, float | None]:
     return time.process_time() * 1e6, agent
 
 
+# -- the spawned process and its descendants, from /proc (Linux) --------------------------------
+
+
+def _task_cpu_ns(pid: int) -> int | None:
+    """Run time of every thread of ``pid`` in ns (``schedstat``), ``None`` when unreadable."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    total = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def _descendants(pid: int) -> list[int]:
+    """The pids under ``pid`` (children, their children, ...), from the ppid of every /proc entry."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _tree_cpu(pid: int | None) -> tuple[int, int] | None:
+    """``(child ns, child + descendants ns)`` of CPU time, or ``None`` without /proc."""
+    if pid is None:
+        return None
+    own = _task_cpu_ns(pid)
+    if own is None:
+        return None
+    total = own
+    for d in _descendants(pid):
+        total += _task_cpu_ns(d) or 0
+    return own, total
+
+
+def _peak_rss_kib(pid: int | None) -> int | None:
+    """``VmHWM`` of ``pid`` in KiB (its own peak RSS since exec), ``None`` when unreadable."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _tree_per_msg(a: tuple[int, int] | None, b: tuple[int, int] | None, n: int, hops: int) -> dict[str, Any]:
+    if a is None or b is None or n <= 0:
+        return {"streamChildCpuUsPerMsg": None, "streamTreeCpuUsPerMsg": None}
+    child = (b[0] - a[0]) / 1000.0 / n
+    out: dict[str, Any] = {"streamChildCpuUsPerMsg": round(child, 3),
+                           "streamTreeCpuUsPerMsg": round((b[1] - a[1]) / 1000.0 / n, 3)}
+    if hops > 0:
+        out["streamChildCpuUsPerHop"] = round(child / hops, 3)
+    return out
+
+
 def _cpu_per_msg(a: tuple[float, float | None], b: tuple[float, float | None], n: int) -> dict[str, Any]:
     if n <= 0:
         return {}
@@ -196,6 +295,7 @@ async def run(args: Args) -> dict[str, Any]:
 
     t_spawn = perf()
     stream = await spawn(args.cmd, env=args.env, on_stderr=on_stderr)
+    child_pid: int | None = getattr(stream, "pid", None)
     out: dict[str, Any] = {}
 
     async def main(cx: Any) -> dict[str, Any]:
@@ -256,9 +356,11 @@ async def run(args: Args) -> dict[str, Any]:
         if args.n > 0 or args.permission:
             text = f"{'permission ' if args.permission else ''}stream {args.n} chunks"
             cpu0 = await _cpu(cx)
+            tree0 = _tree_cpu(child_pid)
             tp0 = perf()
             stop = await turn(text)
             tp1 = perf()
+            tree1 = _tree_cpu(child_pid)
             cpu1 = await _cpu(cx)
             secs = tp1 - tp0
             expected = args.n + (1 if args.permission else 0)
@@ -275,6 +377,7 @@ async def run(args: Args) -> dict[str, Any]:
                 notificationsPerSec=round(args.n / secs) if args.n > 0 else None,
                 textMiBPerSec=round(st.text_bytes / 1048576 / secs, 2) if args.n > 0 else None,
                 **_cpu_per_msg(cpu0, cpu1, args.n),
+                **_tree_per_msg(tree0, tree1, args.n, args.hops),
             )
 
         if args.m > 0 and args.rtt_method != "none":
@@ -291,6 +394,9 @@ async def run(args: Args) -> dict[str, Any]:
         out["agentMaxRssKiB"] = None if stats is None else stats.get("maxRssKiB")
         out["agentLoop"] = None if stats is None else stats.get("loop")
         out["agentCpuMs"] = None if stats is None else round((stats["userCpuUs"] + stats["systemCpuUs"]) / 1000)
+        out["childMaxRssKiB"] = _peak_rss_kib(child_pid)
+        if args.hops > 0:
+            out["hops"] = args.hops
         ru = resource.getrusage(resource.RUSAGE_SELF)
         out["clientMaxRssKiB"] = ru.ru_maxrss
         out["clientCpuMs"] = round((ru.ru_utime + ru.ru_stime) * 1000)

@@ -19,6 +19,8 @@ through the public API, ``cx.send_session_update`` with fresh text per chunk):
 ``pysdk/acp_fast``, ``ts/acp_fast``      each official SDK client fed by the acp_fast agent
 ``acp_fast/acp_fast-preencoded``         raw ceiling: Testy re-sends one pre-encoded line
                                          (:data:`CEILING`; never in a comparison)
+``acp_fast/conductor-1p/acp_fast``, ...  through ``acp-fast conductor`` with 0, 1, 3
+                                         pass-through proxies (:mod:`.chains`)
 ``acp_fast-v2/acp_fast-v2``, ...         draft ACP v2 and other extra pairs (``--list``)
 =======================================  ==============================================
 
@@ -318,7 +320,9 @@ def acp_fast_agent() -> tuple[str, tuple[str, ...]]:
 #: The pairs ``acp-fast bench`` runs by default.
 DEFAULT_PAIRS = ("acp_fast/acp_fast", "acp_fast-pure/acp_fast-pure", "pysdk/pysdk", "ts/ts",
                  "acp_fast/pysdk", "pysdk/acp_fast", "acp_fast/ts", "ts/acp_fast",
-                 "acp_fast/acp_fast-preencoded")
+                 "acp_fast/acp_fast-preencoded",
+                 # proxy chains (.chains)
+                 "acp_fast/conductor-0p/acp_fast", "acp_fast/conductor-1p/acp_fast", "acp_fast/conductor-3p/acp_fast")
 #: The reference pair of the ratios in the results table.
 BASELINE = "pysdk/pysdk"
 #: The raw-ceiling row's label (Testy re-sending one pre-encoded line).
@@ -399,6 +403,10 @@ def _register_builtin_pairs() -> None:
                   description="Python SDK client, TypeScript SDK agent")
     register_pair("ts/pysdk", ts_client, py_agent, requires=[TS_PEER, PYSDK_PEER], py_agent=True,
                   description="TypeScript SDK client, Python SDK agent")
+    # proxy chains through acp-fast conductor: their own module
+    from .chains import register_chain_pairs
+
+    register_chain_pairs()
 
 
 _register_builtin()

@@ -14,8 +14,11 @@ sides on the same loop), with client and agent pinned to different CPUs when the
 Variants are interleaved inside each repetition (r1: all variants, r2: all variants, ...), so
 slow drifts of the shared machine's load spread over all of them instead of hitting one.
 Every metric is reported as a :class:`Measurement` ``{pair, loop, workload, unit, runs: [...],
-median}`` (median of the R runs that succeeded). The client's own checks (every notification received, every text byte
-counted, every echo answered with its params) must pass, otherwise the run counts as failed.
+median}`` (median of the R runs that succeeded). The client's own checks (every notification
+received, every text byte counted, every echo answered with its params) must pass, otherwise
+the run counts as failed. Pairs through a conductor (:mod:`.chains`) also get the metrics
+marked ``chain_only``: the conductor's CPU per notification per hop, the whole agent side's
+CPU per notification and the conductor's peak RSS.
 """
 
 from __future__ import annotations
@@ -102,6 +105,11 @@ def _client_rss(inv: Invocation) -> float | None:
     return _kib_to_mib(v)
 
 
+def _child_rss(inv: Invocation) -> float | None:
+    # VmHWM of the spawned process (the conductor in chain rows), read by the client: exact, no sampling
+    return _kib_to_mib(inv.result.get("childMaxRssKiB"))
+
+
 def _cpu_sum(inv: Invocation) -> float | None:
     c, a = inv.result.get("streamClientCpuUsPerMsg"), inv.result.get("streamAgentCpuUsPerMsg")
     return None if c is None or a is None else round(float(c) + float(a), 2)
@@ -132,6 +140,11 @@ class Metric:
     better: str  #: "higher" or "lower"
     extract: Callable[[Invocation], float | None]
     label: str
+    chain_only: bool = False  #: only measured for pairs through a conductor (:mod:`.chains`)
+
+    def applies(self, pair: Pair) -> bool:
+        """Whether ``pair`` reports this metric (chain metrics: pairs with ``hops``)."""
+        return not self.chain_only or getattr(pair, "hops", None) is not None
 
 
 METRICS: tuple[Metric, ...] = (
@@ -154,6 +167,15 @@ METRICS: tuple[Metric, ...] = (
     Metric("large_rss_client", "large", "MiB", "lower", _client_rss, "(e) client peak RSS, 1 MiB frames"),
     Metric("large_rss_agent", "large", "MiB", "lower", _agent_rss, "(e) agent peak RSS, 1 MiB frames"),
     Metric("startup", "main", "ms", "lower", _field("startupMs"), "(f) spawn → initialize response"),
+    # chains (.chains): the conductor is the process the client spawns, measured by the client from /proc
+    Metric("stream_cpu_conductor_hop", "main", "µs/msg/hop", "lower", _field("streamChildCpuUsPerHop"),
+           "(a) conductor CPU per forwarded notification per hop", chain_only=True),
+    Metric("stream_cpu_chain", "main", "µs/msg", "lower", _field("streamTreeCpuUsPerMsg"),
+           "(a) agent side CPU per notification: conductor + proxies + agent", chain_only=True),
+    Metric("rss_conductor", "main", "MiB", "lower", _child_rss, "(e) conductor peak RSS, streaming run",
+           chain_only=True),
+    Metric("large_rss_conductor", "large", "MiB", "lower", _child_rss, "(e) conductor peak RSS, 1 MiB frames",
+           chain_only=True),
 )
 
 
@@ -220,6 +242,7 @@ def run_pairs(
                                            better=m.better)
         for v in runnable
         for m in METRICS
+        if m.applies(v.pair)
     }
     raw: list[dict[str, Any]] = []
     for rep in range(1, config.repeat + 1):
@@ -247,7 +270,7 @@ def run_pairs(
                     record["error"] = err
                     raw.append(record)
                     for m in METRICS:
-                        if m.step == step.name:
+                        if m.step == step.name and m.applies(v.pair):
                             measured[v.key + (m.workload,)].errors.append(f"r{rep}: {err}")
                     if on_done:
                         on_done(label, f"FAILED: {err[:200]}")
@@ -257,7 +280,7 @@ def run_pairs(
                               pinned=inv.pinned)
                 raw.append(record)
                 for m in METRICS:
-                    if m.step == step.name:
+                    if m.step == step.name and m.applies(v.pair):
                         value = m.extract(inv)
                         if value is not None:
                             measured[v.key + (m.workload,)].runs.append(value)

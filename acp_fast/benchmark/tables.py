@@ -14,7 +14,7 @@ from .pairs import CEILING, PAIRS
 from .suite import Measurement, RunConfig
 from .targets import verdicts
 
-__all__ = ["COLUMNS", "format_value", "goals_table", "results_table", "write_json"]
+__all__ = ["CHAIN_COLUMNS", "COLUMNS", "chains_table", "format_value", "goals_table", "results_table", "write_json"]
 
 #: (workload, column header) of the results table, in order
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -28,6 +28,16 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("rss_client", "RSS client MiB ↓"),
     ("rss_agent", "RSS agent MiB ↓"),
     ("startup", "start-up ms ↓"),
+)
+
+
+#: (workload, column header) of the proxy-chain table, after the pair's throughput and its share of direct
+CHAIN_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("stream_cpu_conductor_hop", "conductor CPU µs/msg/hop ↓"),
+    ("stream_cpu_chain", "agent side CPU µs/msg ↓"),
+    ("stream_cpu_agent", "agent CPU µs/msg ↓"),
+    ("rss_conductor", "RSS conductor MiB ↓"),
+    ("large_rss_conductor", "RSS conductor, 1 MiB frames ↓"),
 )
 
 
@@ -84,6 +94,9 @@ def results_table(rows: Sequence[Measurement], config: RunConfig) -> str:
         f"during the streaming prompt ÷ N. "
         + (f"Client on CPU {config.pin[0]}, agent on CPU {config.pin[1]}." if config.pin else "Not pinned (< 2 CPUs).")
     )
+    chains = chains_table(rows)
+    if chains:
+        out.extend(["", chains])
     for r in rows:
         if r.skipped:
             out.append(f"- {r.pair}: {r.skipped}")
@@ -97,6 +110,38 @@ def results_table(rows: Sequence[Measurement], config: RunConfig) -> str:
     return "\n".join(out)
 
 
+def chains_table(rows: Sequence[Measurement]) -> str:
+    """The proxy-chain rows (pairs with ``hops``, :mod:`.chains`): throughput, its share of the
+    direct pair's on the same loop, the conductor's CPU per notification per hop, the whole agent
+    side's CPU per notification and the conductor's peak RSS; ``""`` without chain rows."""
+    from .chains import DIRECT
+
+    by_key = {(r.pair, r.loop, r.workload): r for r in rows if not r.skipped}
+    variants: list[tuple[str, str]] = []
+    for r in rows:
+        p = PAIRS.get(r.pair)
+        if not r.skipped and getattr(p, "hops", None) is not None and (r.pair, r.loop) not in variants:
+            variants.append((r.pair, r.loop))
+    if not variants:
+        return ""
+    body = []
+    for pair, loop in variants:
+        stream = by_key.get((pair, loop, "stream"))
+        direct = by_key.get((DIRECT, loop, "stream"))
+        share = "—"
+        if stream is not None and direct is not None and stream.median and direct.median:
+            share = f"{100.0 * stream.median / direct.median:.0f} %"
+        body.append([pair, loop, str(getattr(PAIRS.get(pair), "hops", "?")), _cell(stream), share,
+                     *(_cell(by_key.get((pair, loop, w))) for w, _ in CHAIN_COLUMNS)])
+    table = _tabulate(body, ["proxy chain", "loop", "hops", "notif/s ↑", f"of {DIRECT}",
+                             *(h for _, h in CHAIN_COLUMNS)],
+                      ["left", "left", "right", "right", "right", *("right" for _ in CHAIN_COLUMNS)])
+    return (table + "\n\nProxy chains: the client spawns `acp-fast conductor agent PROXY… AGENT`; hops = proxies + 1 "
+            "(conductor forwards per notification). Conductor CPU and RSS are the client's /proc readings of the "
+            "process it spawned (CPU: thread run time during the streaming prompt; RSS: VmHWM); agent side = "
+            "conductor + proxies + agent. The chain shares the agent's CPU when pinned.")
+
+
 def goals_table(rows: Sequence[Measurement], loops: Sequence[str]) -> str:
     """The PASS/MISS table of :data:`~acp_fast.benchmark.targets.GOALS` for each loop."""
     body = []
@@ -105,7 +150,7 @@ def goals_table(rows: Sequence[Measurement], loops: Sequence[str]) -> str:
                                  (f" {v['unit']}" if v["shown"] != "—" else ""))
         goal = f"≥ {v['goal']:g}×" if v["unit"] == "×" else f"≤ {v['goal']:g} {v['unit']}"
         body.append([v["label"], v["loop"], v["pair"], v["reference"] or "—", measured, goal, v["result"]])
-    return _tabulate(body, ["goal (issue 7 §3)", "loop", "pair", "vs", "measured", "goal", "result"],
+    return _tabulate(body, ["goal (issues 7 §3, 10)", "loop", "pair", "vs", "measured", "goal", "result"],
                      ["left", "left", "left", "left", "right", "right", "left"])
 
 

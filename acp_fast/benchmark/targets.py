@@ -1,4 +1,5 @@
-"""The performance goals of issue 7 §3 and their PASS/MISS verdicts from one run's medians.
+"""The performance goals of issue 7 §3 and issue 10 (proxy chains) and their PASS/MISS verdicts
+from one run's medians.
 
 Only public-API pairs take part (never the raw ceiling). A goal is either a ratio of two
 pairs' medians of one workload (``higher``-is-better metrics: pair ÷ reference; ``lower``:
@@ -51,6 +52,17 @@ GOALS: tuple[Goal, ...] = (
     Goal("agent peak RSS, compiled", "acp_fast/acp_fast", "rss_agent", 30.0),
     Goal("client peak RSS, pure twin", "acp_fast-pure/acp_fast-pure", "rss_client", 30.0),
     Goal("agent peak RSS, pure twin", "acp_fast-pure/acp_fast-pure", "rss_agent", 30.0),
+    # issue 10: proxy chains through acp-fast conductor (.chains), against the direct pair
+    Goal("streaming through the conductor, 1 pass-through proxy, vs direct", "acp_fast/conductor-1p/acp_fast",
+         "stream", 0.5, "acp_fast/acp_fast"),
+    Goal("streaming through the conductor, 3 pass-through proxies, vs direct", "acp_fast/conductor-3p/acp_fast",
+         "stream", 0.25, "acp_fast/acp_fast"),
+    Goal("conductor CPU per forwarded notification per hop, 1 proxy", "acp_fast/conductor-1p/acp_fast",
+         "stream_cpu_conductor_hop", 1.0),
+    Goal("conductor CPU per forwarded notification per hop, 3 proxies", "acp_fast/conductor-3p/acp_fast",
+         "stream_cpu_conductor_hop", 1.0),
+    Goal("conductor peak RSS, 1 proxy", "acp_fast/conductor-1p/acp_fast", "rss_conductor", 30.0),
+    Goal("conductor peak RSS, 3 proxies", "acp_fast/conductor-3p/acp_fast", "rss_conductor", 30.0),
 )
 
 
