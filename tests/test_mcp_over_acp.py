@@ -19,6 +19,7 @@ pytest.importorskip("mcp")
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
+from mcp.server.mcpserver import Context as McpContext
 from mcp.server.mcpserver import MCPServer
 from roles_support import run, serve_in_memory
 
@@ -353,3 +354,58 @@ def test_core_imports_nothing_from_mcp_unless_used() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_progress_notifications_and_cancellation_cross_the_binding(engine: ModuleType) -> None:
+    """A tool's progress reaches the agent's progress callback as an mcp/message
+    notification; cancelling the agent's call sends $/cancel_request, the provider cancels
+    the tool and answers -32800, and the server's active request is gone."""
+    async def body() -> None:
+        cancelled = asyncio.Event()
+        server = MCPServer("slow")
+
+        @server.tool()
+        async def slow(ctx: McpContext) -> str:
+            await ctx.report_progress(1, 2, "half way")
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return "never"
+
+        agent = Agent.v2()
+        seen: dict[str, Any] = {}
+        agent.on_request("session/new", lambda p, cx: seen.update(decl=p["mcpServers"][0], conn=cx.connection)
+                         or {"sessionId": "s"})
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            sent = cx.build_session("/tmp", with_mcp_servers=[server])
+            await sent
+            progress: list[Any] = []
+            got_progress = asyncio.Event()
+
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                progress.append((value, total, message))
+                got_progress.set()
+
+            async with acp_mcp.open_mcp_session(seen["conn"], seen["decl"]) as session:
+                call = asyncio.ensure_future(session.call_tool("slow", {}, progress_callback=on_progress))
+                await got_progress.wait()
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+                await asyncio.wait_for(cancelled.wait(), 10)
+                host = sent.mcp.hosts[0]
+                while host._active:  # the provider answered -32800 and forgot the request
+                    await asyncio.sleep(0.01)
+                # the server still serves after a cancelled call
+                tools = await session.list_tools()
+            return progress, [t.name for t in tools.tools]
+
+        progress, tools = await Client.v2().connect_with(serve_in_memory(agent, engine), main, engine=engine)
+        assert progress == [(1.0, 2.0, "half way")]
+        assert tools == ["slow"]
+
+    run(body)
