@@ -409,3 +409,138 @@ def test_progress_notifications_and_cancellation_cross_the_binding(engine: Modul
         assert tools == ["slow"]
 
     run(body)
+
+
+# -- the compatibility polyfill (acp_fast.conductor.mcp_polyfill) ---------------------------
+
+
+def http_agent(record: dict[str, Any]) -> Any:
+    """A v2 agent with HTTP MCP servers only: it uses each ``http`` declaration through the
+    mcp package's streamable HTTP client."""
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    agent = Agent.v2()
+    agent.on_request("initialize", lambda p, cx: {
+        "protocolVersion": 2, "info": {"name": "http-agent", "version": "0"},
+        "capabilities": {"session": {"mcp": {"http": {}}}}})
+
+    def new_session(params: Any, cx: Context) -> Any:
+        record["setup"] = params
+        return {"sessionId": "s1"}
+
+    async def prompt(params: Any, cx: Context) -> Any:
+        out = []
+        for decl in record["setup"]["mcpServers"]:
+            if decl["type"] != "http" or not decl["url"].startswith("http://127.0.0.1:"):
+                continue
+            async with streamable_http_client(decl["url"]) as (read, write), ClientSession(read, write) as session:
+                await session.discover()
+                tools = await session.list_tools()
+                called = await session.call_tool("add", {"a": 2, "b": 40})
+                out.append((decl["name"], [t.name for t in tools.tools], called.structured_content))
+        record["results"] = out
+        return {"messageId": "m1"}
+
+    agent.on_request("session/new", new_session)
+    agent.on_request("session/prompt", prompt)
+    return agent
+
+
+@pytest.mark.parametrize("component", ["in-process", "child"])
+def test_polyfill_bridges_acp_declarations_to_http_for_agents_without_the_capability(
+        engine: ModuleType, component: str) -> None:
+    """The polyfill in front of an agent without the acp transport (in process, and as the
+    ``python -m acp_fast.conductor.mcp_polyfill`` component): each native declaration
+    becomes an HTTP one, in place, that reaches the client's MCP server."""
+    from roles_support import agent_env
+
+    from acp_fast.conductor import Conductor, mcp_polyfill
+
+    polyfill: Any = (mcp_polyfill.router() if component == "in-process"
+                     else [sys.executable, "-m", "acp_fast.conductor.mcp_polyfill"])
+
+    async def body() -> None:
+        record: dict[str, Any] = {}
+        stdio = {"type": "stdio", "name": "fs", "command": "/bin/true", "args": [], "env": []}
+        extra = {"additionalDirectories": ["/a"], "_meta": {"k": 1}}
+
+        async def main(cx: Any) -> Any:
+            init = await cx.initialize()
+            sent = cx.build_session("/tmp", mcp_servers=[stdio], with_mcp_servers=[tools_server()], **extra)
+            await sent
+            await (await sent).session.send_prompt("go")
+            return init, sent.mcp.declarations
+
+        async with Conductor([polyfill, http_agent(record)], engine=engine, env=agent_env(engine)) as upstream:
+            init, declared = await Client.v2().connect_with(upstream, main, engine=engine)
+
+        # the client sees the capability the polyfill provides; the agent has http only
+        assert init["capabilities"]["session"]["mcp"] == {"http": {}, "acp": {}}
+        setup = record["setup"]
+        fs, bridged = setup["mcpServers"]
+        assert fs == stdio  # other declarations unchanged, in place
+        assert bridged["type"] == "http" and bridged["name"] == "tools" and bridged["headers"] == []
+        assert bridged["url"].endswith("/mcp/" + declared[0]["serverId"])
+        assert _without_servers(setup) == json.dumps({"cwd": "/tmp", **extra})
+        assert record["results"] == [("tools", ["add"], {"result": 42})]
+
+    run(body)
+
+
+def test_polyfill_passes_declarations_through_to_agents_with_the_capability(engine: ModuleType) -> None:
+    from acp_fast.conductor import Conductor, mcp_polyfill
+
+    async def body() -> None:
+        rec = Recorder()
+        agent = rec.agent().on_request("initialize", lambda p, cx: {
+            "protocolVersion": 2, "info": {"name": "native", "version": "0"},
+            "capabilities": {"session": {"mcp": {"acp": {}}}}})
+
+        async def main(cx: Any) -> Any:
+            init = await cx.initialize()
+            sent = cx.build_session("/tmp", with_mcp_servers=[tools_server()])
+            opened = await sent
+            await opened.session.send_prompt("go")
+            return init, sent.mcp.declarations
+
+        async with Conductor([mcp_polyfill.router(), agent], engine=engine) as upstream:
+            init, declared = await Client.v2().connect_with(upstream, main, engine=engine)
+
+        assert init["capabilities"] == {"session": {"mcp": {"acp": {}}}}
+        assert rec.setups[0][1] == {"cwd": "/tmp", "mcpServers": declared}
+        assert rec.results == [[("tools", ["add"], {"result": 42}, ["42"])]]
+
+    run(body)
+
+
+def test_polyfill_v1_rewrites_capability_and_declarations(engine: ModuleType) -> None:
+    """v1 (from _proxy/initialize): ``mcpCapabilities.acp`` is advertised upstream and an
+    ``acp`` declaration becomes an ``http`` one with the v1-required ``headers``."""
+    from acp_fast.conductor import Conductor, mcp_polyfill
+
+    async def body() -> None:
+        seen: dict[str, Any] = {}
+        agent = Agent.builder()
+        agent.on_request("initialize", lambda p, cx: {
+            "protocolVersion": 1, "agentInfo": {"name": "v1", "version": "0"},
+            "agentCapabilities": {"mcpCapabilities": {"http": True, "sse": False}}})
+        agent.on_request("session/new", lambda p, cx: seen.update(setup=p) or {"sessionId": "s"})
+        http = {"type": "http", "name": "h", "url": "http://x/", "headers": []}
+        acp = {"type": "acp", "name": "tools", "serverId": "srv-1"}
+
+        async def main(cx: Any) -> Any:
+            init = await cx.initialize()
+            await cx.build_session("/tmp", mcp_servers=[acp, http])
+            return init
+
+        async with Conductor([mcp_polyfill.router(), agent], engine=engine) as upstream:
+            init = await Client.builder().connect_with(upstream, main, engine=engine)
+
+        assert init["agentCapabilities"]["mcpCapabilities"] == {"http": True, "sse": False, "acp": True}
+        bridged, kept = seen["setup"]["mcpServers"]
+        assert kept == http
+        assert bridged["type"] == "http" and bridged["name"] == "tools" and bridged["headers"] == []
+        assert bridged["url"].startswith("http://127.0.0.1:") and bridged["url"].endswith("/mcp/srv-1")
+
+    run(body)
