@@ -41,7 +41,7 @@ def build() -> Any:
                     called = await session.call_tool("add", {"a": 2, "b": 40})
                     out.append({"name": declaration["name"], "tools": [t.name for t in tools.tools],
                                 "call": called.model_dump(mode="json", by_alias=True, exclude_none=True)})
-            except Exception as exc:  # reported, so that the test shows it
+            except Exception as exc:  # noqa: BLE001 -- reported, so that the test shows it
                 out.append({"name": declaration["name"], "error": repr(exc)})
         cx.connection.send_session_update(session_id, {
             "sessionUpdate": "agent_message_chunk", "messageId": "a1",
