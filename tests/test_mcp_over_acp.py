@@ -544,3 +544,35 @@ def test_polyfill_v1_rewrites_capability_and_declarations(engine: ModuleType) ->
         assert bridged["url"].startswith("http://127.0.0.1:") and bridged["url"].endswith("/mcp/srv-1")
 
     run(body)
+
+
+def test_bad_servers_fail_early_and_a_failed_runner_answers_backend_failed(engine: ModuleType) -> None:
+    """Not a server: TypeError before anything is published. A factory that raises: the
+    runner stops and every mcp/message for it is answered -33002 (never left pending)."""
+    async def body() -> None:
+        agent = Agent.v2()
+        seen: dict[str, Any] = {}
+        agent.on_request("session/new", lambda p, cx: seen.update(p=p, conn=cx.connection) or {"sessionId": "s"})
+
+        def broken() -> Any:
+            raise RuntimeError("no server today")
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            with pytest.raises(TypeError, match="not an mcp Server"):
+                cx.build_session("/tmp", with_mcp_servers=["not a server"])
+            assert acp_mcp.attachments(cx) == {}
+            await cx.build_session("/tmp", with_mcp_servers=[acp_mcp.McpServer(broken, "broken")])
+            (decl,) = seen["p"]["mcpServers"]
+            codes = []
+            for n in range(2):
+                with pytest.raises(JsonRpcError) as err:
+                    await seen["conn"].send_request("mcp/message", {
+                        "serverId": decl["serverId"], "requestId": f"r{n}", "method": "tools/list"})
+                codes.append(err.value.code)
+            return decl, codes
+
+        decl, codes = await Client.v2().connect_with(serve_in_memory(agent, engine), main, engine=engine)
+        assert decl["name"] == "broken" and codes == [-33002, -33002]
+
+    run(body)

@@ -119,6 +119,14 @@ class McpServer:
     def of(cls, value: Any) -> McpServer:
         return value if isinstance(value, McpServer) else cls(value)
 
+    def check(self) -> None:
+        """Raise ``TypeError`` unless ``server`` is an ``mcp`` server or a callable."""
+        from mcp.server.lowlevel import Server
+        from mcp.server.mcpserver import MCPServer
+
+        if not isinstance(self.server, (Server, MCPServer)) and not callable(self.server):
+            raise TypeError(f"not an mcp Server, MCPServer or a factory of one: {self.server!r}")
+
     def resolve(self) -> tuple[Any, str]:
         """The low-level ``mcp`` server to run and the declared name."""
         from mcp.server.lowlevel import Server
@@ -177,6 +185,7 @@ class McpServerHost:
         import anyio
         from mcp.shared.message import SessionMessage
 
+        spec.check()
         self.spec = spec
         self.server_id = server_id
         self.name = _declared_name(spec)
@@ -260,6 +269,8 @@ class McpServerHost:
 
         if self._closed:
             raise _error(SERVER_UNAVAILABLE, f"no MCP server registered for serverId {self.server_id!r}")
+        if self._task is not None and self._task.done():
+            raise _error(BACKEND_FAILED, f"MCP server {self.server_id!r} stopped")
         if request_id in self._active:
             raise _error(INVALID_PARAMS, f"MCP request {request_id!r} is already active on {self.server_id!r}")
         if len(self._active) >= MAX_ACTIVE_REQUESTS:
@@ -429,8 +440,11 @@ def attach_for_setup(
     """
     if connection.version < 2:
         raise TypeError("MCP-over-ACP session attachments need a v2 connection (Client.v2())")
+    specs = [McpServer.of(server) for server in servers]
+    for spec in specs:
+        spec.check()
     routes = _routes(connection)
-    attachment = McpAttachment(routes, [routes.add(McpServer.of(server)) for server in servers])
+    attachment = McpAttachment(routes, [routes.add(spec) for spec in specs])
     try:
         sent = publish([*(mcp_servers or ()), *attachment.declarations])
     except BaseException:
