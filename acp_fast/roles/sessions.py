@@ -436,6 +436,8 @@ def resume_session(
 
     Args:
         replay_from: e.g. ``{"type": "start"}``; ``None`` omits ``replayFrom``.
+        with_mcp_servers: MCP servers to serve over ACP for this session, attached before
+            the request is published (see :func:`build_session`).
 
     Raises:
         TypeError: ``connection`` does not speak v2.
@@ -465,7 +467,8 @@ def fork_session(
 ) -> SentRequest[OpenedSession]:
     """Publish v2 ``session/fork`` (unstable) of ``session_id``; resolves to an
     :class:`OpenedSession` whose handle uses the **new** session id the response allocates,
-    with the complete ``ForkSessionResponse``.
+    with the complete ``ForkSessionResponse``. ``with_mcp_servers``: as in
+    :func:`build_session`.
 
     Raises:
         TypeError: ``connection`` does not speak v2.
