@@ -17,6 +17,8 @@ API (seed 000) in Python form. One idea per module:
 ``routers``         first-frame routers (``Agent.protocol_router()``, ``Proxy.protocol_router()``)
 ``connector``       the client protocol connector (v2 first, v1 fallback)
 ``sessions``        client session helpers (``build_session``, ``V2Session``, ``V1Session``)
+``mcp``             MCP-over-ACP (unstable): ``with_mcp_servers=`` on session setup, a proxy's
+                    ``with_mcp_server``, an agent's ``open_mcp_session`` (the ``mcp`` extra)
 ==================  ========================================================================
 
 Handlers are registered by method name or by schema type name and get ``(params, cx)``;
@@ -52,6 +54,7 @@ from .connection import AcpConnection, InitializeHooks
 from .connector import ClientConnector
 from ._hot import Context, SessionUpdate
 from .context import Peer, Request, SentRequest
+from .mcp import McpServer, acp_mcp_servers, open_mcp_session
 from .proxy import ProxyConnection
 from .routers import AgentRouter, ProxyRouter
 from .sessions import OpenedSession, SessionState, StopReason, V1Session, V2Session
@@ -71,6 +74,7 @@ __all__ = [
     "Handler",
     "HandlerTable",
     "InitializeHooks",
+    "McpServer",
     "OpenedSession",
     "Peer",
     "Proxy",
@@ -86,5 +90,7 @@ __all__ = [
     "UpdateHandler",
     "V1Session",
     "V2Session",
+    "acp_mcp_servers",
+    "open_mcp_session",
     "run_agent_stdio",
 ]

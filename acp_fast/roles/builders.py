@@ -299,6 +299,29 @@ class ProxyBuilder(Builder):
 
     role = "proxy"
     _connection_type = ProxyConnection
+    _mcp_server: Any = None
+
+    def with_mcp_server(self: _B, server: Any, name: str | None = None) -> _B:
+        """Serve one MCP server (MCP-over-ACP) on every connection of this proxy.
+
+        Each connection gives it one connection-scoped server id and adds its declaration
+        (``{"type": "acp", …}``) to the ``mcpServers`` of every ``session/new``,
+        ``session/resume`` and ``session/fork`` it sends to its successor; nothing else in
+        those requests changes. ``server``: an ``mcp`` ``Server`` / ``MCPServer`` or a
+        factory of one (see :mod:`acp_fast.roles.mcp`).
+        """
+        from .mcp import McpServer
+
+        self._mcp_server = McpServer(server, name)  # type: ignore[attr-defined]
+        return self
+
+    def bind(self, conn: Connection, **kwargs: Any) -> AcpConnection:
+        acp = super().bind(conn, **kwargs)
+        if self._mcp_server is not None:
+            from .mcp import install_proxy_server
+
+            acp._mcp_declaration = install_proxy_server(acp, self._mcp_server).declaration  # type: ignore[attr-defined]
+        return acp
 
     @overload
     def on_successor_request(self: _B, method: str, fn: Handler) -> _B: ...

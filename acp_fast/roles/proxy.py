@@ -57,6 +57,8 @@ class ProxyConnection(AcpConnection):
     role = "proxy"
     #: the successor envelope's spelling: the one of the predecessor's initialize
     _successor = SUCCESSOR
+    #: the declaration of the proxy's global MCP server (``Proxy.v2().with_mcp_server``)
+    _mcp_declaration: dict[str, Any] | None = None
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         return InitializationGuard(self.version, "unchecked", proxy=table.guarded)
@@ -119,6 +121,10 @@ class ProxyConnection(AcpConnection):
             WireSurfaceError: the version does not define ``method`` (unless ``passthrough``).
         """
         self.surface.check_outgoing_method(method, "request", passthrough=passthrough)
+        if self._mcp_declaration is not None:
+            from .mcp import with_declaration
+
+            params = with_declaration(method, params, self._mcp_declaration)
         inner: dict[str, Any] = {"method": method}
         if method == INITIALIZE:
             params = dict(params or {}, protocolVersion=self.version)
@@ -156,6 +162,12 @@ class ProxyConnection(AcpConnection):
         method, params = _unwrap(rctx.message.params)
         if method in (INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC):
             raise JsonRpcError(INVALID_REQUEST, data=PROXY_DATA)
+        if self._mcp_declaration is not None and method == "mcp/message":
+            from .mcp import successor_request
+
+            served = successor_request(self, rctx, params)
+            if served is not NotImplemented:
+                return served
         fn = self.table.successor_requests.get(method)
         if fn is not None:
             return fn(params, Context(self, rctx, rctx.message))

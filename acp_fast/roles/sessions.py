@@ -389,14 +389,21 @@ def _setup_params(cwd: str, mcp_servers: Sequence[Any] | None, fields: dict[str,
 
 
 def build_session(
-    connection: SessionPeer, cwd: str, *, mcp_servers: Sequence[Any] | None = None, **fields: Any
+    connection: SessionPeer, cwd: str, *, mcp_servers: Sequence[Any] | None = None,
+    with_mcp_servers: Sequence[Any] = (), **fields: Any
 ) -> SentRequest[OpenedSession]:
     """Publish ``session/new``; resolves to an :class:`OpenedSession`.
 
     On v2 its session is a :class:`V2Session`; a state reported before the response is
     kept (the response never resets it to idle). On v1 it is a :class:`V1Session`
     (``mcpServers`` is required in v1: it defaults to ``[]``).
+
+    ``with_mcp_servers`` (v2, MCP-over-ACP): MCP servers this client serves to the agent,
+    declared with the ACP transport (see :mod:`acp_fast.roles.mcp`).
     """
+    if with_mcp_servers:
+        return _with_mcp(connection, with_mcp_servers, mcp_servers,
+                         lambda servers: build_session(connection, cwd, mcp_servers=servers, **fields))
     if connection.version == 1:
         def opened_v1(result: Any) -> OpenedSession:
             return OpenedSession(V1Session(result["sessionId"], connection), result)
@@ -419,6 +426,7 @@ def resume_session(
     *,
     replay_from: Any = None,
     mcp_servers: Sequence[Any] | None = None,
+    with_mcp_servers: Sequence[Any] = (),
     **fields: Any,
 ) -> SentRequest[OpenedSession]:
     """Publish v2 ``session/resume``; resolves to an :class:`OpenedSession`.
@@ -428,11 +436,16 @@ def resume_session(
 
     Args:
         replay_from: e.g. ``{"type": "start"}``; ``None`` omits ``replayFrom``.
+        with_mcp_servers: MCP servers to serve over ACP for this session, attached before
+            the request is published (see :func:`build_session`).
 
     Raises:
         TypeError: ``connection`` does not speak v2.
     """
     _require_v2(connection, "resume_session")
+    if with_mcp_servers:
+        return _with_mcp(connection, with_mcp_servers, mcp_servers, lambda servers: resume_session(
+            connection, session_id, cwd, replay_from=replay_from, mcp_servers=servers, **fields))
     params = {"sessionId": session_id, **_setup_params(cwd, mcp_servers, fields)}
     if replay_from is not None:
         params["replayFrom"] = replay_from
@@ -449,16 +462,21 @@ def fork_session(
     cwd: str,
     *,
     mcp_servers: Sequence[Any] | None = None,
+    with_mcp_servers: Sequence[Any] = (),
     **fields: Any,
 ) -> SentRequest[OpenedSession]:
     """Publish v2 ``session/fork`` (unstable) of ``session_id``; resolves to an
     :class:`OpenedSession` whose handle uses the **new** session id the response allocates,
-    with the complete ``ForkSessionResponse``.
+    with the complete ``ForkSessionResponse``. ``with_mcp_servers``: as in
+    :func:`build_session`.
 
     Raises:
         TypeError: ``connection`` does not speak v2.
     """
     _require_v2(connection, "fork_session")
+    if with_mcp_servers:
+        return _with_mcp(connection, with_mcp_servers, mcp_servers, lambda servers: fork_session(
+            connection, session_id, cwd, mcp_servers=servers, **fields))
     params = {"sessionId": session_id, **_setup_params(cwd, mcp_servers, fields)}
 
     def opened(result: Any) -> OpenedSession:
@@ -501,6 +519,14 @@ class V1Session:
 
     def __repr__(self) -> str:
         return f"V1Session({self.session_id!r})"
+
+
+def _with_mcp(connection: SessionPeer, servers: Sequence[Any], mcp_servers: Sequence[Any] | None,
+              publish: Callable[[list[Any]], SentRequest[OpenedSession]]) -> SentRequest[OpenedSession]:
+    """Attach MCP-over-ACP servers, then publish the setup request (:mod:`acp_fast.roles.mcp`)."""
+    from .mcp import attach_for_setup
+
+    return attach_for_setup(connection, servers, mcp_servers, publish)
 
 
 def _require_v2(connection: SessionPeer, what: str) -> None:

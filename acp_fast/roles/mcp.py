@@ -1,0 +1,644 @@
+"""MCP-over-ACP (unstable): MCP servers served and called through the ACP connection.
+
+A component that *provides* an MCP server declares it in a session setup request's
+``mcpServers`` with the ACP transport, ``{"type": "acp", "name": …, "serverId": …}``; the
+agent that *consumes* it sends each MCP request as an ``mcp/message`` request
+``{serverId, requestId, method, params?}`` and gets the inner MCP outcome back as
+``{"result": …}`` or ``{"error": {code, message, data?}}`` (outer ACP errors are binding
+failures: -32602 malformed envelope or duplicate active ``(serverId, requestId)``, -32800
+cancelled, -33001 no such server, -33002 backend failed). Request-scoped MCP notifications
+(progress …) travel back as ``mcp/message`` notifications carrying the ``requestId`` of the
+request they belong to. The MCP side is the stateless MCP revision 2026-07-28: each request
+carries its version, client info and capabilities in ``params._meta``; there is no
+handshake, so the binding needs no connect/disconnect methods.
+
+The MCP side is the ``mcp`` package (the ``mcp`` extra); nothing here imports it until an
+MCP server is attached or a session is opened.
+
+* Provider: :func:`~acp_fast.roles.sessions.build_session` / ``resume_session`` /
+  ``fork_session`` take ``with_mcp_servers=[…]`` (``mcp`` ``Server`` or ``MCPServer``
+  instances, zero-argument factories of one, or :class:`McpServer` to choose the name).
+  Each gets a connection-scoped server id; its route is installed and its runner (the
+  server's ``run`` over an in-memory stream pair) started *before* the setup request is
+  published, and messages sent while the runner starts are queued. A successful setup
+  keeps the attachment for the connection's lifetime; a failed or cancelled one removes it.
+* Proxy: ``Proxy.v2().with_mcp_server(server)`` attaches one server for the connection and
+  adds its declaration to every ``session/new`` / ``session/resume`` / ``session/fork``
+  sent to the successor, touching nothing but ``mcpServers``.
+* Consumer: :func:`open_mcp_session` (in an agent's handler) yields an ``mcp``
+  ``ClientSession`` talking to a declared server over the ACP connection;
+  :func:`acp_mcp_servers` lists the ACP-transport declarations of a setup request.
+
+Example (client side, then agent side)::
+
+    from mcp.server.mcpserver import MCPServer
+
+    tools = MCPServer("tools")
+
+    @tools.tool()
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    opened = await conn.build_session("/work", with_mcp_servers=[tools])
+
+    # in the agent, with the declaration received in session/new:
+    async with open_mcp_session(cx.connection, declaration) as mcp:
+        result = await mcp.call_tool("add", {"a": 1, "b": 2})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+import secrets
+import weakref
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
+from .context import SentRequest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mcp.client.session import ClientSession
+
+    from ..jsonrpc import PendingRequest, RequestContext
+
+__all__ = [
+    "ACP_TRANSPORT",
+    "BACKEND_FAILED",
+    "MCP_MESSAGE",
+    "RESOURCE_LIMIT_EXCEEDED",
+    "SERVER_UNAVAILABLE",
+    "SETUP_METHODS",
+    "McpAttachment",
+    "McpServer",
+    "McpServerHost",
+    "McpSetupRequest",
+    "acp_mcp_servers",
+    "attach_for_setup",
+    "install_proxy_server",
+    "open_mcp_session",
+]
+
+logger = logging.getLogger("acp_fast.roles.mcp")
+
+_T = TypeVar("_T")
+
+MCP_MESSAGE = "mcp/message"
+#: the ``type`` of an ACP-transport MCP server declaration
+ACP_TRANSPORT = "acp"
+#: the session setup requests that carry ``mcpServers``
+SETUP_METHODS = frozenset({"session/new", "session/resume", "session/fork"})
+#: outer ACP error codes of the MCP-over-ACP binding
+RESOURCE_LIMIT_EXCEEDED = -33000
+SERVER_UNAVAILABLE = -33001
+BACKEND_FAILED = -33002
+#: most concurrently active requests of one server (over it: -33000)
+MAX_ACTIVE_REQUESTS = 64
+
+
+class McpServer:
+    """An MCP server to attach, with the name it is declared under.
+
+    Args:
+        server: an ``mcp`` ``Server`` / ``MCPServer``, or a zero-argument factory of one
+            (called when the runner starts).
+        name: the declaration's ``name`` (default: the server's ``name``, else ``"mcp"``).
+    """
+
+    __slots__ = ("name", "server")
+
+    def __init__(self, server: Any, name: str | None = None) -> None:
+        self.server = server
+        self.name = name
+
+    @classmethod
+    def of(cls, value: Any) -> McpServer:
+        return value if isinstance(value, McpServer) else cls(value)
+
+    def check(self) -> None:
+        """Raise ``TypeError`` unless ``server`` is an ``mcp`` server or a callable."""
+        from mcp.server.lowlevel import Server
+        from mcp.server.mcpserver import MCPServer
+
+        if not isinstance(self.server, (Server, MCPServer)) and not callable(self.server):
+            raise TypeError(f"not an mcp Server, MCPServer or a factory of one: {self.server!r}")
+
+    def resolve(self) -> tuple[Any, str]:
+        """The low-level ``mcp`` server to run and the declared name."""
+        from mcp.server.lowlevel import Server
+        from mcp.server.mcpserver import MCPServer
+
+        server = self.server
+        if not isinstance(server, (Server, MCPServer)) and callable(server):
+            server = server()
+        if isinstance(server, MCPServer):
+            name = server.name
+            # MCPServer runs its low-level server over arbitrary streams only this way
+            # (the mcp package's own in-memory transport does the same)
+            server = server._lowlevel_server
+        elif isinstance(server, Server):
+            name = server.name
+        else:
+            raise TypeError(f"not an mcp Server or MCPServer: {server!r}")
+        return server, self.name or name or "mcp"
+
+
+def _declared_name(spec: McpServer) -> str:
+    if spec.name:
+        return spec.name
+    name = getattr(spec.server, "name", None)
+    return name if type(name) is str and name else "mcp"
+
+
+def _error(code: int, message: str) -> JsonRpcError:
+    return JsonRpcError(code, message)
+
+
+def _check_envelope(params: Any) -> tuple[str, str, str, dict[str, Any] | None]:
+    if type(params) is not dict:
+        raise _error(INVALID_PARAMS, "mcp/message params must be an object")
+    server_id, request_id, method = params.get("serverId"), params.get("requestId"), params.get("method")
+    inner = params.get("params")
+    if type(server_id) is not str or type(request_id) is not str or type(method) is not str:
+        raise _error(INVALID_PARAMS, "mcp/message needs string serverId, requestId and method")
+    if inner is not None and type(inner) is not dict:
+        raise _error(INVALID_PARAMS, "mcp/message params.params must be an object or null")
+    return server_id, request_id, method, inner
+
+
+# -- provider side -------------------------------------------------------------------------
+
+
+class McpServerHost:
+    """One MCP server served on one ACP connection under ``server_id`` (the runner).
+
+    The server runs over an in-memory stream pair (its ``run``), started by :meth:`start`;
+    requests arriving before it is up are queued in the stream. ``notify(params)`` sends an
+    ``mcp/message`` notification towards the consumer.
+    """
+
+    def __init__(self, spec: McpServer, server_id: str, notify: Callable[[dict[str, Any]], Any]) -> None:
+        import anyio
+        from mcp.shared.message import SessionMessage
+
+        spec.check()
+        self.spec = spec
+        self.server_id = server_id
+        self.name = _declared_name(spec)
+        self._notify = notify
+        self._to_server, self._server_in = anyio.create_memory_object_stream[SessionMessage | Exception](math.inf)
+        self._server_out, self._from_server = anyio.create_memory_object_stream[SessionMessage | Exception](math.inf)
+        self._active: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def declaration(self) -> dict[str, Any]:
+        """The ``mcpServers`` entry: ``{"type": "acp", "name": …, "serverId": …}``."""
+        return {"type": ACP_TRANSPORT, "name": self.name, "serverId": self.server_id}
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start the runner task (once)."""
+        if self._task is None and not self._closed:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        import anyio
+
+        try:
+            server, _name = self.spec.resolve()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._read_server)
+                await server.run(self._server_in, self._server_out, server.create_initialization_options())
+                tg.cancel_scope.cancel()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("MCP server %r (%s) failed", self.name, self.server_id)
+        finally:
+            self._fail_active(_error(BACKEND_FAILED, f"MCP server {self.server_id!r} stopped"))
+
+    async def _read_server(self) -> None:
+        from mcp.shared.message import ServerMessageMetadata
+        from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCResponse
+
+        async for item in self._from_server:
+            if isinstance(item, Exception):
+                logger.debug("MCP server %s stream error: %r", self.server_id, item)
+                continue
+            msg = item.message
+            if isinstance(msg, (JSONRPCResponse, JSONRPCError)):
+                fut = self._active.pop(str(msg.id), None) if msg.id is not None else None
+                if fut is None or fut.done():
+                    continue
+                if isinstance(msg, JSONRPCResponse):
+                    fut.set_result({"result": msg.result})
+                else:
+                    fut.set_result({"error": msg.error.model_dump(by_alias=True, mode="json", exclude_unset=True)})
+            elif isinstance(msg, JSONRPCNotification):
+                meta = item.metadata
+                related = meta.related_request_id if isinstance(meta, ServerMessageMetadata) else None
+                if related is None or str(related) not in self._active:
+                    continue  # the binding carries request-scoped notifications only
+                params: dict[str, Any] = {"serverId": self.server_id, "requestId": str(related),
+                                          "method": msg.method}
+                if msg.params is not None:
+                    params["params"] = msg.params
+                try:
+                    self._notify(params)
+                except Exception:
+                    logger.debug("mcp/message notification dropped", exc_info=True)
+
+    def _send(self, message: Any) -> None:
+        from mcp.shared.message import SessionMessage
+
+        self._to_server.send_nowait(SessionMessage(message))
+
+    async def handle(self, rctx: RequestContext, request_id: str, method: str,
+                     params: dict[str, Any] | None) -> dict[str, Any]:
+        """Serve one ``mcp/message`` request; returns the outcome carrier."""
+        from mcp.types import JSONRPCNotification, JSONRPCRequest
+
+        if self._closed:
+            raise _error(SERVER_UNAVAILABLE, f"no MCP server registered for serverId {self.server_id!r}")
+        if self._task is not None and self._task.done():
+            raise _error(BACKEND_FAILED, f"MCP server {self.server_id!r} stopped")
+        if request_id in self._active:
+            raise _error(INVALID_PARAMS, f"MCP request {request_id!r} is already active on {self.server_id!r}")
+        if len(self._active) >= MAX_ACTIVE_REQUESTS:
+            raise _error(RESOURCE_LIMIT_EXCEEDED, "too many active MCP requests")
+        self.start()
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._active[request_id] = fut
+        try:
+            self._send(JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=params))
+        except Exception as exc:
+            self._active.pop(request_id, None)
+            raise _error(BACKEND_FAILED, f"MCP server {self.server_id!r} is not accepting requests") from exc
+        cancelled = asyncio.ensure_future(rctx.wait_cancelled())
+        try:
+            await asyncio.wait((fut, cancelled), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+        if fut.done():
+            return fut.result()
+        # the caller cancelled: tell the server, answer -32800
+        self._active.pop(request_id, None)
+        fut.cancel()
+        with contextlib.suppress(Exception):
+            self._send(JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled",
+                                           params={"requestId": request_id}))
+        raise JsonRpcError(REQUEST_CANCELLED)
+
+    def _fail_active(self, error: JsonRpcError) -> None:
+        active, self._active = self._active, {}
+        for fut in active.values():
+            if not fut.done():
+                fut.set_exception(error)
+
+    def close(self) -> None:
+        """Stop the runner; active and later requests fail (-33001)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fail_active(_error(SERVER_UNAVAILABLE, f"MCP server {self.server_id!r} was removed"))
+        self._to_server.close()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
+class _Routes:
+    """The MCP servers one ACP connection serves, by server id (connection-scoped)."""
+
+    def __init__(self, connection: Any, *, towards_successor: bool = False) -> None:
+        self.connection = connection
+        self.hosts: dict[str, McpServerHost] = {}
+        self._used: set[str] = set()
+        self._towards_successor = towards_successor
+        self._installed = False
+        connection.closed.add_done_callback(lambda _f: self.close())
+
+    def new_id(self) -> str:
+        while True:
+            server_id = "acp-fast-mcp-" + secrets.token_hex(8)
+            if server_id not in self._used:
+                self._used.add(server_id)
+                return server_id
+
+    def _notify(self, params: dict[str, Any]) -> Any:
+        if self._towards_successor:
+            return self.connection.notify_successor(MCP_MESSAGE, params)
+        return self.connection.send_notification(MCP_MESSAGE, params)
+
+    def add(self, spec: McpServer) -> McpServerHost:
+        host = McpServerHost(spec, self.new_id(), self._notify)
+        self.hosts[host.server_id] = host
+        if not self._installed and not self._towards_successor:
+            self._installed = True
+            self.connection.raw.on_request(MCP_MESSAGE, self.on_request)
+        host.start()
+        return host
+
+    def remove(self, host: McpServerHost) -> None:
+        if self.hosts.get(host.server_id) is host:
+            del self.hosts[host.server_id]
+        host.close()
+
+    def route(self, params: Any) -> tuple[McpServerHost | None, str, str, dict[str, Any] | None]:
+        server_id, request_id, method, inner = _check_envelope(params)
+        return self.hosts.get(server_id), request_id, method, inner
+
+    def on_request(self, rctx: RequestContext) -> Any:
+        host, request_id, method, inner = self.route(rctx.message.params)
+        if host is None:
+            raise _error(SERVER_UNAVAILABLE, f"no MCP server registered for serverId "
+                                             f"{rctx.message.params.get('serverId')!r}")
+        return host.handle(rctx, request_id, method, inner)
+
+    def close(self) -> None:
+        hosts, self.hosts = self.hosts, {}
+        for host in hosts.values():
+            host.close()
+
+
+_ROUTES: weakref.WeakKeyDictionary[Any, _Routes] = weakref.WeakKeyDictionary()
+
+
+def _routes(connection: Any) -> _Routes:
+    routes = _ROUTES.get(connection)
+    if routes is None:
+        routes = _ROUTES[connection] = _Routes(connection)
+    return routes
+
+
+class McpAttachment:
+    """The MCP servers attached to one session setup request (pending until it succeeds).
+
+    Attributes:
+        hosts: the attached servers (their ``server_id`` and ``declaration``).
+        state: ``"pending"``, ``"attached"`` (kept for the connection's lifetime) or
+            ``"removed"`` (the setup failed or was cancelled).
+    """
+
+    def __init__(self, routes: _Routes, hosts: list[McpServerHost]) -> None:
+        self._routes = routes
+        self.hosts = hosts
+        self.state = "pending"
+
+    @property
+    def declarations(self) -> list[dict[str, Any]]:
+        return [host.declaration for host in self.hosts]
+
+    def promote(self) -> None:
+        if self.state == "pending":
+            self.state = "attached"
+
+    def remove(self) -> None:
+        if self.state != "removed":
+            self.state = "removed"
+            for host in self.hosts:
+                self._routes.remove(host)
+
+
+class McpSetupRequest(SentRequest[_T]):
+    """A session setup request with MCP servers attached.
+
+    Attributes:
+        mcp: the :class:`McpAttachment` (pending until the setup succeeds).
+    """
+
+    __slots__ = ("mcp",)
+
+    def __init__(self, pending: PendingRequest | None, coro: Coroutine[Any, Any, _T],
+                 attachment: McpAttachment) -> None:
+        super().__init__(pending, coro)
+        self.mcp = attachment
+
+
+def attach_for_setup(
+    connection: Any,
+    servers: Sequence[Any],
+    mcp_servers: Sequence[Any] | None,
+    publish: Callable[[list[Any]], SentRequest[_T]],
+) -> McpSetupRequest[_T]:
+    """Attach ``servers`` for one setup request, then ``publish(mcp_servers + declarations)``.
+
+    Routes are installed and runners started before ``publish`` runs; the returned request
+    resolves like the published one, and promotes the attachment on success or removes it
+    on any failure (error response, cancellation, closed connection).
+
+    Raises:
+        TypeError: ``connection`` does not speak v2.
+    """
+    if connection.version < 2:
+        raise TypeError("MCP-over-ACP session attachments need a v2 connection (Client.v2())")
+    specs = [McpServer.of(server) for server in servers]
+    for spec in specs:
+        spec.check()
+    routes = _routes(connection)
+    attachment = McpAttachment(routes, [routes.add(spec) for spec in specs])
+    try:
+        sent = publish([*(mcp_servers or ()), *attachment.declarations])
+    except BaseException:
+        attachment.remove()
+        raise
+
+    async def settled() -> _T:
+        try:
+            result = await sent
+        except BaseException:
+            attachment.remove()
+            raise
+        attachment.promote()
+        return result
+
+    return McpSetupRequest(sent.pending, settled(), attachment)
+
+
+def attachments(connection: Any) -> dict[str, McpServerHost]:
+    """The MCP servers ``connection`` currently serves, by server id (for inspection)."""
+    routes = _ROUTES.get(connection)
+    return dict(routes.hosts) if routes is not None else {}
+
+
+# -- proxy: one global server --------------------------------------------------------------
+
+
+def install_proxy_server(connection: Any, server: Any) -> McpServerHost:
+    """Serve ``server`` on a v2 proxy connection under one connection-scoped id.
+
+    Its declaration is added to the ``mcpServers`` of every setup request the proxy sends
+    to its successor; ``mcp/message`` requests from the successor for that id are served,
+    others are forwarded as usual.
+    """
+    routes = _ROUTES.get(connection)
+    if routes is None:
+        routes = _ROUTES[connection] = _Routes(connection, towards_successor=True)
+    return routes.add(McpServer.of(server))
+
+
+def successor_request(connection: Any, rctx: RequestContext, params: Any) -> Any:
+    """A proxy's ``mcp/message`` request from its successor: served when the server id is
+    one of this proxy's, else ``NotImplemented`` (forward it)."""
+    routes = _ROUTES.get(connection)
+    if routes is None or type(params) is not dict or params.get("serverId") not in routes.hosts:
+        return NotImplemented
+    host, request_id, method, inner = routes.route(params)
+    assert host is not None
+    return host.handle(rctx, request_id, method, inner)
+
+
+def with_declaration(method: str, params: Any, declaration: Mapping[str, Any]) -> Any:
+    """The params of a ``method`` request a proxy sends to its successor: for a session
+    setup request, with ``declaration`` appended to ``mcpServers`` (nothing else changed)."""
+    if method not in SETUP_METHODS or type(params) is not dict:
+        return params
+    servers = params.get("mcpServers")
+    out = dict(params)
+    out["mcpServers"] = [*(servers if type(servers) is list else ()), dict(declaration)]
+    return out
+
+
+# -- consumer side -------------------------------------------------------------------------
+
+
+def acp_mcp_servers(params: Any) -> list[dict[str, Any]]:
+    """The ACP-transport declarations in a setup request's ``mcpServers``."""
+    servers = params.get("mcpServers") if type(params) is dict else None
+    if type(servers) is not list:
+        return []
+    return [s for s in servers if type(s) is dict and s.get("type") == ACP_TRANSPORT
+            and type(s.get("serverId")) is str]
+
+
+class _Calls:
+    """Routes incoming ``mcp/message`` notifications to the open session owning the request."""
+
+    def __init__(self, connection: Any) -> None:
+        self.owners: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {}
+        connection.raw.on_notification(MCP_MESSAGE, self.on_notification)
+
+    def on_notification(self, msg: Any) -> None:
+        params = msg.params
+        if type(params) is not dict:
+            return
+        owner = self.owners.get((params.get("serverId"), params.get("requestId")))  # type: ignore[arg-type]
+        if owner is not None:
+            owner(params)
+
+
+_CALLS: weakref.WeakKeyDictionary[Any, _Calls] = weakref.WeakKeyDictionary()
+_SESSION_IDS = itertools.count(1)
+
+
+def _calls(connection: Any) -> _Calls:
+    calls = _CALLS.get(connection)
+    if calls is None:
+        calls = _CALLS[connection] = _Calls(connection)
+    return calls
+
+
+@contextlib.asynccontextmanager
+async def open_mcp_session(connection: Any, server: Mapping[str, Any] | str, *,
+                           discover: bool = True, **session_kwargs: Any) -> AsyncIterator[ClientSession]:
+    """An ``mcp`` ``ClientSession`` to a server declared with the ACP transport.
+
+    Each MCP request becomes an ``mcp/message`` request on ``connection`` (an agent's
+    connection: ``cx.connection``); its cancellation sends ``$/cancel_request``.
+
+    Args:
+        server: the declaration (``{"type": "acp", "serverId": …}``) or the server id.
+        discover: probe ``server/discover`` first (adopting the stateless MCP revision).
+        **session_kwargs: passed to ``ClientSession`` (``client_info``, callbacks …).
+    """
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.shared.message import SessionMessage
+    from mcp.types import (
+        ErrorData,
+        JSONRPCError,
+        JSONRPCNotification,
+        JSONRPCRequest,
+        JSONRPCResponse,
+    )
+
+    server_id = server if isinstance(server, str) else server.get("serverId")
+    if type(server_id) is not str:
+        raise ValueError(f"not an ACP-transport MCP server declaration: {server!r}")
+    calls = _calls(connection)
+    prefix = f"acp-fast-{next(_SESSION_IDS)}-{secrets.token_hex(4)}-"
+    to_client, client_in = anyio.create_memory_object_stream[SessionMessage | Exception](math.inf)
+    client_out, from_client = anyio.create_memory_object_stream[SessionMessage](math.inf)
+    outer: dict[Any, Any] = {}  # inner JSON-RPC id -> the outer mcp/message request
+    tasks: set[asyncio.Task[None]] = set()
+
+    def deliver(params: dict[str, Any]) -> None:
+        inner = params.get("params")
+        to_client.send_nowait(SessionMessage(JSONRPCNotification(
+            jsonrpc="2.0", method=params["method"], params=inner if type(inner) is dict else None)))
+
+    async def call(msg: JSONRPCRequest) -> None:
+        request_id = prefix + str(msg.id)
+        envelope: dict[str, Any] = {"serverId": server_id, "requestId": request_id, "method": msg.method}
+        if msg.params is not None:
+            envelope["params"] = msg.params
+        calls.owners[(server_id, request_id)] = deliver
+        reply: Any
+        try:
+            pending = connection.send_request(MCP_MESSAGE, envelope)
+            outer[msg.id] = pending
+            carrier = await pending
+            if type(carrier) is dict and "result" in carrier:
+                result = carrier["result"]
+                reply = JSONRPCResponse(jsonrpc="2.0", id=msg.id, result=result if type(result) is dict else {})
+            elif type(carrier) is dict and type(carrier.get("error")) is dict:
+                reply = JSONRPCError(jsonrpc="2.0", id=msg.id, error=ErrorData.model_validate(carrier["error"]))
+            else:
+                reply = JSONRPCError(jsonrpc="2.0", id=msg.id, error=ErrorData(
+                    code=BACKEND_FAILED, message="invalid mcp/message response"))
+        except JsonRpcError as exc:
+            reply = JSONRPCError(jsonrpc="2.0", id=msg.id, error=ErrorData(
+                code=exc.code, message=exc.message, data=exc.data))
+        finally:
+            outer.pop(msg.id, None)
+            calls.owners.pop((server_id, request_id), None)
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            to_client.send_nowait(SessionMessage(reply))
+
+    async def pump() -> None:
+        async for item in from_client:
+            msg = item.message
+            if isinstance(msg, JSONRPCRequest):
+                task = asyncio.ensure_future(call(msg))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            elif isinstance(msg, JSONRPCNotification) and msg.method == "notifications/cancelled":
+                pending = outer.get((msg.params or {}).get("requestId"))
+                if pending is not None:
+                    pending.cancel()  # $/cancel_request for the outer request
+            # other client notifications and responses have no carrier in the binding
+
+    pump_task = asyncio.ensure_future(pump())
+    try:
+        async with ClientSession(client_in, client_out, **session_kwargs) as session:
+            if discover:
+                await session.discover()
+            yield session
+    finally:
+        pump_task.cancel()
+        for task in list(tasks):
+            task.cancel()
+        for pending in list(outer.values()):
+            pending.cancel()
+        to_client.close()
+        client_out.close()
+        with contextlib.suppress(BaseException):
+            await pump_task
