@@ -328,3 +328,113 @@ def test_fork_session_opens_the_new_session_with_the_complete_response(engine: M
         await asyncio.wait_for(served, 5)
 
     run(body)
+
+
+def _helper_agent(hold: asyncio.Event | None = None) -> Any:
+    """A v2 agent written with the builder's AgentSession helper: ``hold`` keeps the prompt
+    uninserted (running only); ``fail`` fails after insertion; anything else waits for the
+    cancel after insertion, sending one chunk on the way out."""
+    from acp_fast.errors import AUTH_REQUIRED, JsonRpcError
+    from acp_fast.roles import Agent
+    from acp_fast.roles.sessions import AgentSession, PromptTurn
+
+    agent = Agent.v2()
+    sessions: dict[str, AgentSession] = {}
+
+    @agent.on_request("session/new")
+    def new(params: Any, cx: Any) -> Any:
+        sid = f"s{len(sessions) + 1}"
+        sessions[sid] = AgentSession(sid)
+        return {"sessionId": sid}
+
+    @agent.on_request("session/prompt")
+    def prompt(params: Any, cx: Any) -> Any:
+        text = params["prompt"][0]["text"]
+
+        async def work(turn: PromptTurn) -> str:
+            turn.set_state("running")
+            if text == "hold":
+                await turn.wait_cancelled()
+                turn.insert()  # too late: cancelled before insertion (-32800)
+            turn.insert()
+            if text == "fail":
+                raise JsonRpcError(AUTH_REQUIRED)
+            await turn.wait_cancelled()
+            for _ in range(3):  # final updates take a few loop turns
+                await asyncio.sleep(0)
+            turn.send({"sessionUpdate": "agent_message_chunk", "messageId": "a1",
+                       "content": {"type": "text", "text": "bye"}})
+            return "end_turn"  # cancelled work ends cancelled whatever it returns
+
+        return sessions[params["sessionId"]].prompt(cx, params, work)
+
+    agent.on_notification("session/cancel", lambda p, cx: sessions[p["sessionId"]].cancel())
+    agent.on_request("session/close", lambda p, cx: sessions[p["sessionId"]].close())
+    return agent
+
+
+def test_v2_close_resolves_after_the_final_updates_were_handled(engine: ModuleType) -> None:
+    """Seed 000 (client and agent helper): the close response follows the cancelled work's
+    final updates and idle ``cancelled``; the client's ``close()`` resolves after their
+    handlers ran; an inserted prompt kept its message id, an uninserted one got -32800."""
+    from acp_fast.errors import JsonRpcError
+
+    async def body() -> None:
+        handled: list[str] = []
+
+        async def on_update(update: Any, cx: Any) -> None:
+            for _ in range(5):  # a handler that really suspends
+                await asyncio.sleep(0)
+            handled.append(update.payload.get("state") or update.kind)
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            inserted = (await cx.build_session("/tmp")).session
+            receipt = await inserted.send_prompt("wait")
+            assert receipt == {"messageId": "s1-user-1"}
+            assert await inserted.close() == {}
+            assert handled == ["running", "user_message", "agent_message_chunk", "idle"]
+            assert inserted.state.stop_reason == "cancelled" and inserted.state.state == "idle"
+            held = (await cx.build_session("/tmp")).session
+            pending = held.send_prompt("hold")
+            while held.state.state != "running":
+                await asyncio.sleep(0)
+            handled.clear()
+            assert await held.close() == {}
+            assert handled[-1] == "idle" and "user_message" not in handled
+            assert held.state.stop_reason == "cancelled"
+            with pytest.raises(JsonRpcError) as info:
+                await pending
+            assert info.value.code == -32800
+
+        stream = serve_in_memory(_helper_agent(), engine)
+        await Client.v2().on_session_update(on_update).connect_with(stream, main, engine=engine)
+
+    run(body)
+
+
+def test_agent_session_reports_failures_after_insertion_on_idle(engine: ModuleType) -> None:
+    """Seed 000: an inserted prompt's failure (auth_required) is the idle update's error stop
+    reason; the prompt response stayed successful; a second prompt while work runs is
+    rejected before insertion."""
+    from acp_fast.errors import JsonRpcError
+
+    async def body() -> None:
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            session = (await cx.build_session("/tmp")).session
+            epoch = session.idle_epoch
+            assert await session.send_prompt("fail") == {"messageId": "s1-user-1"}
+            stop = await session.wait_idle(after=epoch)
+            assert stop.kind == "error" and stop.error == {"code": -32000, "message": "Authentication required"}
+            await session.send_prompt("wait")
+            with pytest.raises(JsonRpcError) as info:
+                await session.send_prompt("again")
+            assert info.value.code == -32602
+            epoch = session.idle_epoch
+            session.cancel_active_work()
+            assert await session.wait_idle(after=epoch) == "cancelled"
+
+        await Client.v2().connect_with(serve_in_memory(_helper_agent(), engine), main, engine=engine)
+
+    run(body)

@@ -380,7 +380,7 @@ def test_v2_prompt_lifecycle(engine: ModuleType) -> None:
         w = await memory(engine)
         init = await w.result("initialize", v2_init())
         assert init == {"protocolVersion": 2, "info": {"name": "test-agent", "version": init["info"]["version"]},
-                        "capabilities": {"session": {"fork": {}}}}
+                        "capabilities": {"session": {"fork": {}}, "auth": {"status": {}}}}
         sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
         assert sid == "testy-v2-session-1"
         reply, before = await w.call("session/prompt", text_prompt(sid, "echo hello"))
@@ -475,6 +475,113 @@ def test_v2_resume_replay_and_idle_snapshot(engine: ModuleType) -> None:
             assert bad["error"]["code"] == -32602 and seen == []
             if data is not None:
                 assert bad["error"]["data"] == data
+
+    run(body)
+
+
+def _is_idle(m: Any) -> bool:
+    return bool(m.get("params", {}).get("update", {}).get("state") == "idle")
+
+
+def test_v2_close_answers_an_uninserted_prompt_32800_after_idle_cancelled(engine: ModuleType) -> None:
+    """Seed 000: closing a session with active work sends the final updates and idle
+    ``cancelled`` before the close response; the uninserted prompt gets -32800 and no
+    user-message update was ever sent for it."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        held = w.send_request("session/prompt", text_prompt(sid, "hold_before_insert"))
+        running = await w.recv()  # running may precede insertion
+        assert updates([running]) == [{"sessionUpdate": "state_update", "state": "running"}]
+        reply, seen = await w.call("session/close", {"sessionId": sid})
+        assert reply["result"] == {}
+        prompt_reply = [m for m in seen if m.get("id") == held]
+        assert prompt_reply == [{"jsonrpc": "2.0", "id": held, "error": {"code": -32800, "message": "Request cancelled"}}]
+        assert updates(seen) == [{"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}]
+        assert "user_message" not in kinds(seen)
+
+    run(body)
+
+
+def test_v2_close_keeps_an_inserted_prompts_message_id(engine: ModuleType) -> None:
+    """Seed 000: an inserted prompt cancelled by close still has its successful message id,
+    and its final updates and idle ``cancelled`` precede the close response."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        receipt = await w.result("session/prompt", text_prompt(sid, "wait_for_cancel"))
+        assert receipt == {"messageId": "testy-v2-user-message-1"}
+        reply, seen = await w.call("session/close", {"sessionId": sid})
+        assert reply["result"] == {}
+        assert kinds(seen) == ["user_message", "state_update:running", "state_update:idle"]
+        assert updates(seen)[-1] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}
+        assert [m for m in seen if "id" in m] == []  # the prompt was answered before, once
+
+    run(body)
+
+
+def test_v2_session_cancel_before_insertion_answers_32800(engine: ModuleType) -> None:
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        held = w.send_request("session/prompt", text_prompt(sid, "hold before insert"))
+        await w.recv()  # running
+        w.notify("session/cancel", {"sessionId": sid})
+        reply, seen = await w.until(lambda m: m.get("id") == held)
+        assert reply["error"]["code"] == -32800 and seen == []
+        idle = await w.recv()
+        assert idle["params"]["update"] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}
+        # the session accepts new work afterwards; the held prompt took no message id
+        assert (await w.result("session/prompt", text_prompt(sid, "hi")))["messageId"] == "testy-v2-user-message-2"
+
+    run(body)
+
+
+def test_v2_failure_after_insertion_is_the_idle_error_stop_reason(engine: ModuleType) -> None:
+    """Seed 000: after insertion a failure, auth_required included, keeps the prompt
+    response successful and is reported on the idle update (stop reason ``error``)."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        reply, before = await w.call("session/prompt", text_prompt(sid, "auth_required"))
+        assert reply["result"] == {"messageId": "testy-v2-user-message-1"} and before == []
+        idle, seen = await w.until(_is_idle)
+        assert kinds(seen) == ["user_message", "state_update:running"]
+        assert idle["params"]["update"] == {
+            "sessionUpdate": "state_update", "state": "idle", "stopReason": "error",
+            "error": {"code": -32000, "message": "Authentication required",
+                      "data": "Testy's sign-in expired during the turn"}}
+
+    run(body)
+
+
+def test_v2_require_auth_rejects_before_insertion_and_answers_auth_status(engine: ModuleType) -> None:
+    """``--require-auth`` on v2: auth/status is exempt from auth_required (seed 004 I6);
+    a prompt refused for authentication before insertion is an error response with no
+    user-message update (seed 000); auth/login then lets work start."""
+    async def body() -> None:
+        w = Wire(RawPeer(serve_in_memory(testy.build((2,), require_auth=True), engine)))
+        init = await w.result("initialize", v2_init())
+        assert init["authMethods"] == [{"type": "agent", "methodId": "testy-agent-auth", "name": "Testy sign-in"}]
+        assert init["capabilities"]["auth"] == {"status": {}}
+        assert await w.result("auth/status", {}) == {"state": "unauthenticated"}
+        refused, _ = await w.call("session/new", {"cwd": "/w"})
+        assert refused["error"]["code"] == -32000
+        assert await w.result("auth/login", {"methodId": "testy-agent-auth"}) == {}
+        assert (await w.result("auth/status", {}))["state"] == "authenticated"
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        assert await w.result("auth/logout", {}) == {}
+        refused, seen = await w.call("session/prompt", text_prompt(sid, "hi"))
+        assert refused["error"]["code"] == -32000 and seen == []
+        assert await w.result("auth/status", {}) == {"state": "unauthenticated"}
+        await w.result("auth/login", {"methodId": "testy-agent-auth"})
+        assert (await w.result("session/prompt", text_prompt(sid, "hi")))["messageId"]
+        idle, seen = await w.until(_is_idle)
+        assert kinds(seen)[0] == "user_message" and idle["params"]["update"]["stopReason"] == "end_turn"
 
     run(body)
 

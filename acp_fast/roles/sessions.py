@@ -36,20 +36,26 @@ Example (inside ``Client.v2().connect_with(stream, main)``)::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ..errors import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import Request, SentRequest
 
 _T = TypeVar("_T")
 
+logger = logging.getLogger("acp_fast.roles")
+
 __all__ = [
     "IDLE",
     "REQUIRES_ACTION",
     "RUNNING",
+    "AgentSession",
     "OpenedSession",
+    "PromptTurn",
     "SessionPeer",
     "SessionState",
     "SessionStates",
@@ -342,10 +348,16 @@ class V2Session:
         params = {"sessionId": self.session_id, "configId": config_id, "value": value, **fields}
         return self.connection.send_request("session/set_config_option", params)
 
-    def close(self, **fields: Any) -> Request[Any]:
-        """``session/close``; resolves to the complete close response."""
+    def close(self, **fields: Any) -> SentRequest[Any]:
+        """``session/close``; resolves to the complete close response.
+
+        The agent cancels active work first and sends its final updates and the idle
+        ``cancelled`` update before the response (seed 000); the handle resolves only after
+        the handlers of those updates ran, so :attr:`state` is final by then. A prompt the
+        close cancelled before insertion fails with -32800; an inserted one kept its id.
+        """
         params = {"sessionId": self.session_id, **fields}
-        return self.connection.send_request("session/close", params)
+        return self.connection.mapped_request("session/close", params, _same, settle=True)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, V2Session) and (self.session_id, self.connection) == (
@@ -503,6 +515,243 @@ class V1Session:
         return f"V1Session({self.session_id!r})"
 
 
+def _same(value: _T) -> _T:
+    return value
+
+
 def _require_v2(connection: SessionPeer, what: str) -> None:
     if connection.version < 2:
         raise TypeError(f"{what} needs a v2 connection (Client.v2())")
+
+
+# ---------------------------------------------------------------------------------------
+# Agent side: prompt acceptance, failures after insertion, close (seed 000)
+# ---------------------------------------------------------------------------------------
+
+
+class PromptTurn:
+    """One v2 ``session/prompt`` being served by an agent (see :class:`AgentSession`).
+
+    The turn's work (``run(turn)``) decides when the prompt is *inserted*: :meth:`insert`
+    sends the ``user_message`` update and answers ``session/prompt`` with ``{"messageId"}``.
+    Until then the prompt may still be rejected (an exception answers it with an error and
+    no user-message update is sent) or cancelled (-32800). After insertion the prompt
+    response stays successful whatever happens: a failure, including ``auth_required``
+    (-32000), ends the work with an ``idle`` update whose stop reason is ``error`` and
+    carries the JSON-RPC error object.
+
+    Attributes:
+        session_id: the session.
+        message_id: the id the inserted user message gets (and the prompt response carries).
+        params: the ``session/prompt`` params.
+        cx: the handler context of the prompt request.
+        inserted: True once :meth:`insert` ran.
+    """
+
+    def __init__(self, session: AgentSession, cx: Any, params: dict[str, Any], message_id: str) -> None:
+        self.session = session
+        self.session_id = session.session_id
+        self.cx = cx
+        self.params = params
+        self.message_id = message_id
+        self.inserted = False
+        self.state = IDLE  # the foreground state this turn reported last
+        self._responder = cx.defer()
+        self._cancelled = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the work was cancelled (``session/cancel``, ``session/close``, or
+        ``$/cancel_request`` of the prompt before insertion)."""
+        return self._cancelled.is_set()
+
+    async def wait_cancelled(self) -> None:
+        await self._cancelled.wait()
+
+    def send(self, update: dict[str, Any]) -> bool:
+        """Send one ``session/update`` of this session (through the write guard)."""
+        return bool(self.cx.send_session_update(self.session_id, update))
+
+    def set_state(self, state: str) -> None:
+        """Report ``running`` / ``requires_action`` (once per change); may precede insertion."""
+        if state != self.state:
+            self.state = state
+            self.send({"sessionUpdate": "state_update", "state": state})
+
+    def insert(self, content: Any = None, **fields: Any) -> dict[str, Any]:
+        """Insert the user message: answer the prompt with its id, then send ``user_message``.
+
+        Args:
+            content: the message content (default: the prompt's content blocks).
+            **fields: further ``user_message`` fields.
+
+        Returns:
+            The prompt response sent (``{"messageId": …}``).
+
+        Raises:
+            JsonRpcError: -32800 when the prompt was cancelled before insertion.
+        """
+        if self.inserted:
+            raise RuntimeError("the prompt is already inserted")
+        if self.cancelled:
+            raise JsonRpcError(REQUEST_CANCELLED)
+        self.inserted = True
+        receipt = {"messageId": self.message_id}
+        self._responder.respond(receipt)
+        update = {"sessionUpdate": "user_message", "messageId": self.message_id,
+                  "content": self.params.get("prompt", []) if content is None else content, **fields}
+        self.send(update)
+        return receipt
+
+    def _cancel(self) -> None:
+        if self.cancelled:
+            return
+        self._cancelled.set()
+        task = self.task
+        if not self.inserted and task is not None and not task.done():
+            task.cancel()  # nothing was inserted: the work stops at once
+
+    def _idle(self, reason: str, error: dict[str, Any] | None = None) -> None:
+        update: dict[str, Any] = {"sessionUpdate": "state_update", "state": IDLE, "stopReason": reason}
+        if error is not None:
+            update["error"] = error
+        self.state = IDLE
+        self.send(update)
+
+    async def _run(self, work: Callable[[PromptTurn], Awaitable[str | None]]) -> None:
+        watcher = asyncio.ensure_future(self._watch_request_cancel())
+        error: JsonRpcError | None = None
+        try:
+            try:
+                reason = await work(self)
+            except asyncio.CancelledError:
+                if self.inserted or not self.cancelled:  # the connection is closing
+                    if not self.inserted:
+                        self._responder.respond_error(JsonRpcError(REQUEST_CANCELLED))
+                    raise
+                reason = CANCELLED
+            except JsonRpcError as exc:
+                reason, error = "error", exc
+            except Exception as exc:
+                logger.exception("prompt work of session %r failed", self.session_id)
+                reason, error = "error", JsonRpcError(INTERNAL_ERROR, data=str(exc) or type(exc).__name__)
+            else:
+                if self.cancelled:
+                    reason = CANCELLED
+                elif reason is None:
+                    reason = "end_turn"
+            if not self.inserted:
+                # rejected or cancelled before insertion: an error response, no user message;
+                # an idle update only if this turn had reported foreground work
+                if error is None and reason == CANCELLED:
+                    error = JsonRpcError(REQUEST_CANCELLED)
+                elif error is None:
+                    reason, error = "error", JsonRpcError(
+                        INTERNAL_ERROR, data="prompt work ended without inserting the prompt")
+                self._responder.respond_error(error)
+                if self.state != IDLE:
+                    self._idle(reason, error.to_dict() if reason == "error" else None)
+            elif reason == "error" and error is not None:
+                self._idle("error", error.to_dict())
+            else:
+                self._idle(reason)
+        finally:
+            watcher.cancel()
+            self.session._finished(self)
+
+    async def _watch_request_cancel(self) -> None:
+        request = self.cx.request
+        if request is None:  # pragma: no cover - prompts are requests
+            return
+        await request.wait_cancelled()
+        if not self.inserted:  # after insertion the request is answered; nothing to cancel
+            self._cancel()
+
+
+class AgentSession:
+    """Agent side of one v2 session's foreground work (seed 000 prompt lifecycle).
+
+    Serves ``session/prompt`` (:meth:`prompt`), ``session/cancel`` (:meth:`cancel`) and
+    ``session/close`` (:meth:`close`) by the seed's rules:
+
+    * prompt acceptance is insertion (:meth:`PromptTurn.insert`); a rejection before it is
+      an error response with no user-message update; a failure after it (``auth_required``
+      included) is the ``error`` stop reason of the idle update, never an error response;
+    * cancelled foreground work ends with ``idle`` / ``cancelled`` after its final updates;
+      cancelling an idle session sends nothing;
+    * closing a session with active work cancels it, and the close response follows the
+      final updates and the idle ``cancelled`` update; a prompt the close cancelled before
+      insertion is answered -32800, an inserted one already has its message id.
+
+    Example (an agent's handlers)::
+
+        sessions: dict[str, AgentSession] = {}
+
+        @agent.on_request("session/prompt")
+        def prompt(params, cx):
+            async def work(turn):
+                turn.set_state("running")
+                turn.insert()
+                turn.send({"sessionUpdate": "agent_message_chunk", "messageId": "a1",
+                           "content": {"type": "text", "text": "hi"}})
+                return "end_turn"
+            return sessions[params["sessionId"]].prompt(cx, params, work)
+
+    Attributes:
+        session_id: the session id.
+        turn: the active :class:`PromptTurn` (``None`` when idle).
+    """
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.turn: PromptTurn | None = None
+        self.closed = False
+        self._count = 0
+
+    def prompt(self, cx: Any, params: dict[str, Any],
+               work: Callable[[PromptTurn], Awaitable[str | None]], *, message_id: str | None = None) -> None:
+        """Serve ``session/prompt`` with ``work(turn)`` (return its result from the handler).
+
+        ``work`` runs as a task owned by the connection; it calls :meth:`PromptTurn.insert`
+        once it inserted the prompt and returns the stop reason (``None``: ``end_turn``).
+
+        Args:
+            message_id: the inserted user message's id (default ``<session id>-user-<n>``).
+
+        Raises:
+            JsonRpcError: -32602 when the session is closed or already has foreground work.
+        """
+        if self.closed:
+            raise JsonRpcError(INVALID_PARAMS, data=f"unknown session `{self.session_id}`")
+        if self.turn is not None:
+            raise JsonRpcError(INVALID_PARAMS, data=f"session `{self.session_id}` already has foreground work")
+        if message_id is None:
+            self._count += 1
+            message_id = f"{self.session_id}-user-{self._count}"
+        turn = self.turn = PromptTurn(self, cx, params, message_id)
+        turn.task = cx.start_task(turn._run(work))
+
+    def cancel(self) -> None:
+        """``session/cancel``: cancel the active foreground work (nothing when idle)."""
+        if self.turn is not None:
+            self.turn._cancel()
+
+    def close(self) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """``session/close``: the close response, after the cancelled work's final updates."""
+        self.closed = True
+        turn = self.turn
+        if turn is None or turn.task is None:
+            return {}
+        turn._cancel()
+        task = turn.task
+
+        async def after_work() -> dict[str, Any]:
+            await asyncio.wait((task,))
+            return {}
+
+        return after_work()
+
+    def _finished(self, turn: PromptTurn) -> None:
+        if self.turn is turn:
+            self.turn = None
