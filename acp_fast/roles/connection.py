@@ -91,7 +91,7 @@ class DynamicHandler:
         if handlers is not None and self in handlers:
             handlers.remove(self)
 
-    def __enter__(self) -> DynamicHandler:
+    def __enter__(self) -> DynamicHandler:  # noqa: PYI034 - final in practice
         return self
 
     def __exit__(self, *exc: object) -> None:
