@@ -10,6 +10,7 @@ raw JSON-line peer.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -193,5 +194,211 @@ def test_spawn_connection_with_context_returns_the_childs_connection(engine: Mod
         assert child not in parent.children
         await asyncio.wait_for(served, 10)
         parent_b.close()
+
+    run(body)
+
+
+# ---------------------------------------------------------------------------------------
+# on_proxy_session_start
+# ---------------------------------------------------------------------------------------
+
+
+def _session_proxy(record: dict[str, Any]) -> Any:
+    """A v2 proxy whose setup handlers use on_proxy_session_start; it records, for every
+    update from the successor, whether that session's route existed when it was dispatched,
+    and what its callbacks got."""
+    from acp_fast.roles import Proxy
+
+    proxy = Proxy.v2()
+    record.setdefault("routes_seen", [])
+    record.setdefault("opened", [])
+
+    async def started(opened: Any) -> None:
+        session, response = opened.into_parts()
+        record["opened"].append((session.session_id, response))
+        if response.get("_meta", {}).get("prompt_from_callback"):
+            # the handle sends downstream, to the successor
+            record["callback_prompt"] = await session.send_prompt("from the proxy")
+
+    for method, make in (("session/new", "build_session_from"), ("session/resume", "resume_session_from"),
+                         ("session/fork", "fork_session_from")):
+        def handler(params: Any, cx: Any, make: str = make) -> Any:
+            return getattr(cx.connection, make)(params).on_proxy_session_start(cx, started)
+        proxy.on_request(method, handler)
+
+    @proxy.on_successor_notification("session/update")
+    def update(params: Any, cx: Any) -> None:
+        route = cx.connection.proxy_sessions.get(params["sessionId"])
+        record["routes_seen"].append((params["sessionId"], route.state if route else None))
+        cx.connection.raw.notify("session/update", params)  # relay as-is
+
+    return proxy
+
+
+async def _proxy_ready(conductor: RawPeer) -> None:
+    conductor.send({"jsonrpc": "2.0", "id": "init", "method": "_proxy/initialize", "params": v2_init()})
+    wrapped = await conductor.recv()
+    conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "result": {
+        "protocolVersion": 2, "info": {"name": "agent", "version": "1"}}})
+    assert (await conductor.recv())["id"] == "init"
+
+
+def _update(sid: str, **fields: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": "_proxy/successor", "params": {"method": "session/update", "params": {
+        "sessionId": sid, "update": {"sessionUpdate": "state_update", "state": "idle", **fields}}}}
+
+
+def test_proxy_session_start_routes_new_and_fork_before_later_traffic(engine: ModuleType) -> None:
+    """Seed 000: the setup is forwarded in order, the complete response goes back unchanged,
+    the route (fork: under the response's new id) exists for an update that arrives in the
+    same read as the response, and the callback gets the session and the response."""
+    async def body() -> None:
+        record: dict[str, Any] = {}
+        conductor = RawPeer(serve_in_memory(_session_proxy(record), engine))
+        await _proxy_ready(conductor)
+        params = {"cwd": "/w", "mcpServers": [], "_meta": {"kept": [1, 2]}, "additionalDirectories": ["/x"]}
+        conductor.send({"jsonrpc": "2.0", "id": 10, "method": "session/new", "params": params})
+        conductor.send({"jsonrpc": "2.0", "id": 11, "method": "_x/after", "params": {}})
+        wrapped = await conductor.recv()
+        assert wrapped["params"] == {"method": "session/new", "params": params}  # unchanged
+        after = await conductor.recv()  # later traffic is forwarded after the setup, in order
+        assert after["params"]["method"] == "_x/after"
+        response = {"sessionId": "s-new", "configOptions": [], "_meta": {"agent": "x"}}
+        # the response and an update of the new session in ONE write: the route must exist
+        # when the update is dispatched, before any task of the helper ran
+        conductor.stream.write(
+            (json.dumps({"jsonrpc": "2.0", "id": wrapped["id"], "result": response}) + "\n"
+             + json.dumps(_update("s-new")) + "\n").encode())
+        got = [await conductor.recv(), await conductor.recv()]
+        reply = next(m for m in got if m.get("id") == 10)
+        assert reply == {"jsonrpc": "2.0", "id": 10, "result": response}
+        assert record["routes_seen"] == [("s-new", "active")]
+        # fork: the route uses the new id, not the source's
+        conductor.send({"jsonrpc": "2.0", "id": 12, "method": "session/fork", "params": {"sessionId": "s-new", "cwd": "/w"}})
+        wrapped = await conductor.recv()
+        assert wrapped["params"]["method"] == "session/fork"
+        conductor.stream.write(
+            (json.dumps({"jsonrpc": "2.0", "id": wrapped["id"], "result": {"sessionId": "s-fork"}}) + "\n"
+             + json.dumps(_update("s-fork")) + "\n").encode())
+        got = [await conductor.recv(), await conductor.recv()]
+        assert {"jsonrpc": "2.0", "id": 12, "result": {"sessionId": "s-fork"}} in got
+        assert record["routes_seen"][-1] == ("s-fork", "active")
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert record["opened"] == [("s-new", response), ("s-fork", {"sessionId": "s-fork"})]
+
+    run(body)
+
+
+def test_proxy_session_start_resume_route_precedes_the_request_and_failure_drops_it(engine: ModuleType) -> None:
+    """Seed 000: for resume the route is ready before the request is published, so replay
+    (before the response) is routed; a failed setup answers upstream with the downstream
+    error and drops the pending route; a new session's failure installs nothing."""
+    async def body() -> None:
+        record: dict[str, Any] = {}
+        conductor = RawPeer(serve_in_memory(_session_proxy(record), engine))
+        await _proxy_ready(conductor)
+        conductor.send({"jsonrpc": "2.0", "id": 20, "method": "session/resume",
+                        "params": {"sessionId": "s-old", "cwd": "/w", "replayFrom": {"type": "start"}}})
+        wrapped = await conductor.recv()
+        conductor.send(_update("s-old"))  # replay precedes the response
+        assert (await conductor.recv())["method"] == "session/update"  # forwarded upstream at once
+        conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "result": {}})
+        assert await conductor.recv() == {"jsonrpc": "2.0", "id": 20, "result": {}}
+        conductor.send(_update("s-old"))
+        await conductor.recv()
+        assert record["routes_seen"] == [("s-old", "pending"), ("s-old", "active")]
+        # a failing resume of another session: the error goes upstream, the route is dropped
+        conductor.send({"jsonrpc": "2.0", "id": 21, "method": "session/resume", "params": {"sessionId": "s-bad", "cwd": "/w"}})
+        wrapped = await conductor.recv()
+        conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "error": {"code": -32602, "message": "Invalid params"}})
+        assert (await conductor.recv())["error"]["code"] == -32602
+        conductor.send(_update("s-bad"))
+        await conductor.recv()
+        assert record["routes_seen"][-1] == ("s-bad", None)
+        conductor.send({"jsonrpc": "2.0", "id": 22, "method": "session/new", "params": {"cwd": "/w"}})
+        wrapped = await conductor.recv()
+        conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "error": {"code": -32000, "message": "Authentication required"}})
+        assert (await conductor.recv())["error"]["code"] == -32000
+        assert [s for s, _ in record["opened"]] == ["s-old"]
+
+    run(body)
+
+
+def test_proxy_session_start_forwards_cancellation_and_the_answer(engine: ModuleType) -> None:
+    """Seed 000: the upstream $/cancel_request is forwarded downstream (hop-local: the
+    proxy's own request id) and the downstream answer is still awaited and forwarded."""
+    async def body() -> None:
+        record: dict[str, Any] = {}
+        conductor = RawPeer(serve_in_memory(_session_proxy(record), engine))
+        await _proxy_ready(conductor)
+        conductor.send({"jsonrpc": "2.0", "id": 30, "method": "session/new", "params": {"cwd": "/w"}})
+        wrapped = await conductor.recv()
+        conductor.notify("$/cancel_request", {"requestId": 30})
+        cancel = await conductor.recv()
+        assert cancel == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": wrapped["id"]}}
+        conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "error": {"code": -32800, "message": "Request cancelled"}})
+        assert (await conductor.recv())["error"]["code"] == -32800
+        assert record["opened"] == [] and "callback_prompt" not in record
+
+    run(body)
+
+
+def test_proxy_session_start_callback_commands_go_downstream(engine: ModuleType) -> None:
+    """The callback's session handle sends to the successor (wrapped), through Testy."""
+    async def body() -> None:
+        record: dict[str, Any] = {}
+        conductor = RawPeer(serve_in_memory(_session_proxy(record), engine))
+        await _proxy_ready(conductor)
+        conductor.send({"jsonrpc": "2.0", "id": 40, "method": "session/new", "params": {"cwd": "/w"}})
+        wrapped = await conductor.recv()
+        conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "result": {
+            "sessionId": "s1", "_meta": {"prompt_from_callback": True}}})
+        assert (await conductor.recv())["id"] == 40
+        prompt = await conductor.recv()
+        assert prompt["method"] == "_proxy/successor" and prompt["params"]["method"] == "session/prompt"
+        assert prompt["params"]["params"]["sessionId"] == "s1"
+        conductor.send({"jsonrpc": "2.0", "id": prompt["id"], "result": {"messageId": "m1"}})
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert record["callback_prompt"] == {"messageId": "m1"}
+        with pytest.raises(TypeError):
+            Client.v2().bind(Connection(memory_pair()[0], engine=engine)).build_session_from(
+                {"cwd": "/"}).on_proxy_session_start(None, print)
+
+    run(body)
+
+
+def test_session_setup_from_a_complete_request_on_a_client(engine: ModuleType) -> None:
+    """``build_session_from`` / ``resume_session_from`` / ``fork_session_from`` take the
+    complete request; ``start_session`` publishes it and opens the session with the complete
+    response (fork: the new id; resume: after its replay was handled)."""
+    async def body() -> None:
+        seen: list[str] = []
+        client = Client.v2().on_session_update(lambda u, cx: seen.append(u.kind))
+
+        async def main(conn: Any) -> None:
+            await conn.initialize()
+            opened = await conn.build_session_from({"cwd": "/w", "mcpServers": []}).start_session()
+            source = opened.session
+            assert opened.response == {"sessionId": source.session_id}
+            epoch = source.idle_epoch
+            await source.send_prompt("echo x")
+            await source.wait_idle(after=epoch)
+            fork_setup = conn.fork_session_from({"sessionId": source.session_id, "cwd": "/w"})
+            assert fork_setup.operation == "fork" and fork_setup.session_id is None
+            fork = await fork_setup.start_session()
+            assert fork.session.session_id not in (None, source.session_id)
+            seen.clear()
+            resume = conn.resume_session_from({"sessionId": fork.session.session_id, "cwd": "/w",
+                                               "replayFrom": {"type": "start"}})
+            assert resume.session_id == fork.session.session_id
+            resumed = await resume.start_session()
+            assert resumed.session == fork.session and resumed.response == {}
+            assert seen == ["user_message", "agent_message", "state_update"]
+            with pytest.raises(ValueError):
+                conn.build_session_from({"cwd": "/w"}).__class__(conn, "session/prompt", {})
+
+        await client.connect_with(serve_in_memory(testy.build((2,)), engine), main, engine=engine)
 
     run(body)

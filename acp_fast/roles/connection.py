@@ -31,7 +31,7 @@ from ..protocol.surface import WireSurface
 from ._hot import NotificationHandler, RequestHandler, UpdateDispatcher, UpdateSender
 from ._hot import Context, SessionUpdate
 from .context import Request, SentRequest
-from .sessions import OpenedSession, SessionStates, build_session, fork_session, resume_session
+from .sessions import OpenedSession, SessionSetup, SessionStates, build_session, fork_session, resume_session
 from .table import Handler, HandlerTable
 
 __all__ = ["INITIALIZE", "NOT_HANDLED", "PROXY_INITIALIZE", "SESSION_UPDATE", "AcpConnection", "DynamicHandler",
@@ -710,6 +710,19 @@ class AcpConnection:
         """v2 ``session/fork`` (unstable) -> :class:`~acp_fast.roles.sessions.OpenedSession`
         of the new session (see :func:`~acp_fast.roles.sessions.fork_session`)."""
         return fork_session(self, session_id, cwd, **kwargs)
+
+    def build_session_from(self, params: dict[str, Any]) -> SessionSetup:
+        """A ``session/new`` from a complete request: ``start_session()`` publishes it
+        (a proxy uses ``on_proxy_session_start``; see :class:`~acp_fast.roles.sessions.SessionSetup`)."""
+        return SessionSetup(self, "session/new", params)
+
+    def resume_session_from(self, params: dict[str, Any]) -> SessionSetup:
+        """A v2 ``session/resume`` from a complete request (see :meth:`build_session_from`)."""
+        return SessionSetup(self, "session/resume", params)
+
+    def fork_session_from(self, params: dict[str, Any]) -> SessionSetup:
+        """A v2 ``session/fork`` (unstable) from a complete request (see :meth:`build_session_from`)."""
+        return SessionSetup(self, "session/fork", params)
 
     # -- proxies only -------------------------------------------------------------------
 

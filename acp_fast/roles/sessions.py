@@ -57,6 +57,7 @@ __all__ = [
     "OpenedSession",
     "PromptTurn",
     "SessionPeer",
+    "SessionSetup",
     "SessionState",
     "SessionStates",
     "StopReason",
@@ -755,3 +756,95 @@ class AgentSession:
     def _finished(self, turn: PromptTurn) -> None:
         if self.turn is turn:
             self.turn = None
+
+
+# ---------------------------------------------------------------------------------------
+# Setup requests built from a complete request (``*_from``), for clients and proxies
+# ---------------------------------------------------------------------------------------
+
+#: setup method -> operation name
+SETUP_METHODS = {"session/new": "new", "session/resume": "resume", "session/fork": "fork"}
+
+
+class SessionSetup:
+    """A v2 setup request not yet published, built from a complete request (Rust
+    ``V2SessionBuilder`` / ``V2ResumeSessionBuilder`` / ``V2ForkSessionBuilder``).
+
+    Made by ``build_session_from`` / ``resume_session_from`` / ``fork_session_from`` of a
+    connection. A client publishes it with :meth:`start_session`; a v2 proxy forwards it
+    downstream with :meth:`on_proxy_session_start`. ``params`` is the request, unchanged
+    unless the caller edits it before starting.
+
+    Attributes:
+        connection: the connection it will be published on.
+        method: ``session/new``, ``session/resume`` or ``session/fork``.
+        operation: ``"new"``, ``"resume"`` or ``"fork"``.
+        params: the complete request params.
+    """
+
+    __slots__ = ("connection", "method", "operation", "params")
+
+    def __init__(self, connection: Any, method: str, params: dict[str, Any]) -> None:
+        if method not in SETUP_METHODS:
+            raise ValueError(f"{method!r} is not a session setup request")
+        if type(params) is not dict:
+            raise TypeError("a setup request's params must be a JSON object")
+        self.connection = connection
+        self.method = method
+        self.operation = SETUP_METHODS[method]
+        self.params = params
+
+    @property
+    def session_id(self) -> str | None:
+        """The session id known before the response: resume's (fork's is the source's)."""
+        sid = self.params.get("sessionId")
+        return sid if self.operation == "resume" and type(sid) is str else None
+
+    def start_session(self) -> SentRequest[OpenedSession]:
+        """Publish the request; resolves to an :class:`OpenedSession` (the complete
+        response, never reconstructed; fork's handle uses the new session id; resume
+        resolves after the handlers of its replay ran)."""
+        connection = self.connection
+        if self.operation != "new":
+            _require_v2(connection, f"{self.operation}_session_from")
+        params = self.params
+        if self.operation == "resume":
+            sid = params.get("sessionId")
+            if type(sid) is not str:
+                raise ValueError("session/resume needs a string sessionId")
+
+            def resumed(result: Any) -> OpenedSession:
+                return OpenedSession(V2Session(sid, connection), result)
+
+            return connection.mapped_request(self.method, params, resumed, settle=True)  # type: ignore[no-any-return]
+
+        def opened(result: Any) -> OpenedSession:
+            new_id = result["sessionId"]
+            if connection.version == 1:
+                return OpenedSession(V1Session(new_id, connection), result)
+            connection.sessions.get(new_id)  # default idle unless already reported
+            return OpenedSession(V2Session(new_id, connection), result)
+
+        return connection.mapped_request(self.method, params, opened)  # type: ignore[no-any-return]
+
+    def on_proxy_session_start(self, cx: Any, callback: Callable[[OpenedSession], Any]) -> None:
+        """A v2 proxy's non-blocking setup helper (Rust ``on_proxy_session_start``).
+
+        Call it from the proxy's ``session/new`` / ``session/resume`` / ``session/fork``
+        handler with that handler's ``cx`` and return its result. It sends the request
+        downstream at once (in order with later traffic), forwards the upstream request's
+        cancellation downstream (advisory: the downstream answer is still awaited and
+        forwarded), answers upstream with the complete downstream response (or its error),
+        installs the session's route (see ``ProxyConnection.proxy_sessions``) before any
+        later inbound message is dispatched - for resume before the request is published,
+        so replay can be routed - and then runs ``callback(opened)`` as a task outside the
+        ordering barrier, with an :class:`OpenedSession` whose handle sends to the
+        successor. A failed or cancelled setup drops the pending route.
+
+        Raises:
+            TypeError: the connection is not a proxy's.
+        """
+        start = getattr(self.connection, "start_proxy_session", None)
+        if start is None:
+            raise TypeError("on_proxy_session_start needs a proxy connection (Proxy.v2())")
+        start(self, cx, callback)
