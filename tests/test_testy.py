@@ -540,6 +540,31 @@ def test_v2_session_cancel_before_insertion_answers_32800(engine: ModuleType) ->
     run(body)
 
 
+def test_v2_cancel_request_of_an_uninserted_prompt_answers_32800(engine: ModuleType) -> None:
+    """``$/cancel_request`` of a prompt not inserted yet cancels it (-32800, then idle
+    ``cancelled``); after insertion the prompt is already answered with its message id."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        held = w.send_request("session/prompt", text_prompt(sid, "hold_before_insert"))
+        await w.recv()  # running
+        w.notify("$/cancel_request", {"requestId": held})
+        reply, seen = await w.until(lambda m: m.get("id") == held)
+        assert reply["error"]["code"] == -32800 and seen == []
+        idle = await w.recv()
+        assert idle["params"]["update"]["stopReason"] == "cancelled"
+        inserted = w.send_request("session/prompt", text_prompt(sid, "wait_for_cancel"))
+        reply, _ = await w.until(lambda m: m.get("id") == inserted)
+        assert reply["result"] == {"messageId": "testy-v2-user-message-2"}
+        w.notify("$/cancel_request", {"requestId": inserted})  # too late: nothing happens
+        w.notify("session/cancel", {"sessionId": sid})
+        idle, seen = await w.until(_is_idle)
+        assert [m for m in seen if "id" in m] == [] and idle["params"]["update"]["stopReason"] == "cancelled"
+
+    run(body)
+
+
 def test_v2_failure_after_insertion_is_the_idle_error_stop_reason(engine: ModuleType) -> None:
     """Seed 000: after insertion a failure, auth_required included, keeps the prompt
     response successful and is reported on the idle update (stop reason ``error``)."""
