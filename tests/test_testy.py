@@ -565,6 +565,33 @@ def test_v2_cancel_request_of_an_uninserted_prompt_answers_32800(engine: ModuleT
     run(body)
 
 
+@pytest.mark.parametrize("how", ["session/cancel", "session/close"])
+def test_v2_cancelled_work_cancels_its_pending_permission_request(engine: ModuleType, how: str) -> None:
+    """Seed 004: on session/cancel the agent stops waiting for the cancelled work's
+    permission request and cancels it with ``$/cancel_request``; on session/close it does so
+    before the close response (and before the idle ``cancelled`` update)."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        await w.result("session/prompt", text_prompt(sid, "permission stream 3 chunks"))
+        asked, _ = await w.until(lambda m: m.get("method") == "session/request_permission")
+        if how == "session/cancel":
+            w.notify("session/cancel", {"sessionId": sid})
+            idle, seen = await w.until(_is_idle)
+        else:
+            reply, seen = await w.call("session/close", {"sessionId": sid})
+            assert reply["result"] == {}
+        cancels = [m for m in seen if m.get("method") == "$/cancel_request"]
+        assert cancels == [{"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": asked["id"]}}]
+        position = seen.index(cancels[0])
+        idle_at = next(i for i, m in enumerate(seen) if _is_idle(m)) if how == "session/close" else len(seen)
+        assert position < idle_at  # cancelled before the work ended
+        w.answer(asked, {"outcome": {"outcome": "cancelled"}})  # a late answer is harmless
+
+    run(body)
+
+
 def test_v2_failure_after_insertion_is_the_idle_error_stop_reason(engine: ModuleType) -> None:
     """Seed 000: after insertion a failure, auth_required included, keeps the prompt
     response successful and is reported on the idle update (stop reason ``error``)."""

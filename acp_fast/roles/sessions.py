@@ -559,6 +559,7 @@ class PromptTurn:
         self.state = IDLE  # the foreground state this turn reported last
         self._responder = cx.defer()
         self._cancelled = asyncio.Event()
+        self._requests: list[Any] = []  # requests this work sent to the client, not yet answered
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -573,6 +574,20 @@ class PromptTurn:
     def send(self, update: dict[str, Any]) -> bool:
         """Send one ``session/update`` of this session (through the write guard)."""
         return bool(self.cx.send_session_update(self.session_id, update))
+
+    def request(self, method: str, params: Any = None) -> Any:
+        """Send a request to the client for this work (``session/request_permission``,
+        ``elicitation/create`` …). When the work is cancelled (``session/cancel`` or
+        ``session/close``), every such request still unanswered is cancelled with
+        ``$/cancel_request`` at once, before the work's idle update (seed 004: the agent
+        stops waiting and cancels them; on close, before the close response). Its handle
+        then resolves with the client's answer (usually -32800)."""
+        pending = self.cx.send_request(method, params)
+        self._requests = [r for r in self._requests if not r.done()]
+        self._requests.append(pending)
+        if self.cancelled:
+            pending.cancel()
+        return pending
 
     def set_state(self, state: str) -> None:
         """Report ``running`` / ``requires_action`` (once per change); may precede insertion."""
@@ -609,6 +624,10 @@ class PromptTurn:
         if self.cancelled:
             return
         self._cancelled.set()
+        requests, self._requests = self._requests, []
+        for pending in requests:
+            if not pending.done():
+                pending.cancel()  # $/cancel_request: the work no longer waits for it
         task = self.task
         if not self.inserted and task is not None and not task.done():
             task.cancel()  # nothing was inserted: the work stops at once
@@ -680,7 +699,9 @@ class AgentSession:
       an error response with no user-message update; a failure after it (``auth_required``
       included) is the ``error`` stop reason of the idle update, never an error response;
     * cancelled foreground work ends with ``idle`` / ``cancelled`` after its final updates;
-      cancelling an idle session sends nothing;
+      the requests it sent to the client through :meth:`PromptTurn.request` and still
+      waits for are cancelled with ``$/cancel_request`` (seed 004); cancelling an idle
+      session sends nothing;
     * closing a session with active work cancels it, and the close response follows the
       final updates and the idle ``cancelled`` update; a prompt the close cancelled before
       insertion is answered -32800, an inserted one already has its message id.

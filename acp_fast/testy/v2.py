@@ -209,7 +209,8 @@ class TestyV2(TestyBase):
         session.history.append({"sessionUpdate": "agent_message", "messageId": agent_id, "content": [text_block(text)]})
 
     async def _permission(self, sid: str, turn: PromptTurn, cx: Any) -> str:
-        pending = cx.send_request("session/request_permission", {
+        # through the turn: cancelling the work cancels it with $/cancel_request (seed 004)
+        pending = turn.request("session/request_permission", {
             "sessionId": sid, "title": "Testy tool",
             "subject": {"type": "tool_call", "toolCall": {"toolCallId": "testy-permission", "title": "Testy tool"}},
             "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
@@ -218,8 +219,7 @@ class TestyV2(TestyBase):
         waiter = asyncio.ensure_future(_settle(pending))
         await asyncio.wait((waiter, cancel), return_when=asyncio.FIRST_COMPLETED)
         cancel.cancel()
-        if not waiter.done():  # cancelled foreground work: stop waiting, cancel the request
-            pending.cancel()
+        if not waiter.done():  # cancelled foreground work: stop waiting (the turn cancelled it)
             return "cancelled"
         result = waiter.result()
         outcome = result.get("outcome") if isinstance(result, dict) else None
