@@ -402,3 +402,33 @@ def test_session_setup_from_a_complete_request_on_a_client(engine: ModuleType) -
         await client.connect_with(serve_in_memory(testy.build((2,)), engine), main, engine=engine)
 
     run(body)
+
+
+def test_v2_client_without_handlers_ignores_updates_and_refuses_requests(engine: ModuleType) -> None:
+    """Seed 000: without matching handlers a v2 client ignores notifications and answers
+    requests -32601; nothing is retained for a later per-session receiver."""
+    async def body() -> None:
+        a, b = memory_pair()
+        agent = RawPeer(a)
+
+        async def main(conn: Any) -> None:
+            sent = conn.initialize()
+            msg = await agent.recv()
+            agent.send({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "protocolVersion": 2, "info": {"name": "a", "version": "1"}}})
+            await sent
+            agent.notify("session/update", {"sessionId": "s", "update": {
+                "sessionUpdate": "agent_message_chunk", "messageId": "m", "content": {"type": "text", "text": "x"}}})
+            reply = await agent.request(7, "session/request_permission", {
+                "sessionId": "s", "title": "t", "options": []})
+            assert reply["error"]["code"] == -32601 and reply["id"] == 7
+            # a handler added later sees only what comes after it
+            later: list[Any] = []
+            conn.add_dynamic_handler("session/update", lambda u, cx: later.append(u.kind), kind="notification")
+            agent.notify("session/update", {"sessionId": "s", "update": {"sessionUpdate": "state_update", "state": "idle"}})
+            await agent.request(8, "_x/barrier", {})
+            assert later == ["state_update"]
+
+        await Client.v2().connect_with(b, main, engine=engine)
+
+    run(body)

@@ -21,6 +21,7 @@ from roles_support import RawPeer, open_agent, run, serve_in_memory
 
 from acp_fast.roles import Client
 from acp_fast.roles.sessions import SessionState, StopReason, V1Session, V2Session
+from acp_fast.jsonrpc import Connection
 from acp_fast.transport import memory_pair
 
 
@@ -436,5 +437,27 @@ def test_agent_session_reports_failures_after_insertion_on_idle(engine: ModuleTy
             assert await session.wait_idle(after=epoch) == "cancelled"
 
         await Client.v2().connect_with(serve_in_memory(_helper_agent(), engine), main, engine=engine)
+
+    run(body)
+
+
+def test_v2_session_handle_is_only_an_id_and_a_connection(engine: ModuleType) -> None:
+    """Seed 000: ``V2Session`` is a cloneable command handle (session id + connection); it
+    owns and buffers nothing, and dropping it has no effect on the wire."""
+    import gc
+
+    async def body() -> None:
+        a, b = memory_pair()
+        peer = RawPeer(a)
+        conn = Client.v2().bind(Connection(b, engine=engine))
+        assert V2Session.__slots__ == ("connection", "session_id")
+        one, two = V2Session("s", conn), V2Session("s", conn)
+        assert one == two and hash(one) == hash(two) and one.state is two.state  # interchangeable
+        del one, two
+        gc.collect()
+        await asyncio.sleep(0.05)
+        assert peer.lines.empty()  # nothing was sent
+        conn.close()
+        await conn.wait_closed()
 
     run(body)
