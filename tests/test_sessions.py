@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 import roles_agent
 from roles_support import RawPeer, open_agent, run, serve_in_memory
 
+from acp_fast.jsonrpc import Connection
 from acp_fast.roles import Client
 from acp_fast.roles.sessions import SessionState, StopReason, V1Session, V2Session
-from acp_fast.jsonrpc import Connection
 from acp_fast.transport import memory_pair
 
 
