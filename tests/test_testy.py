@@ -427,9 +427,10 @@ def test_v2_cancel_busy_and_close(engine: ModuleType) -> None:
         idle, seen = await w.until(lambda m: m.get("params", {}).get("update", {}).get("state") == "idle")
         assert idle["params"]["update"]["stopReason"] == "cancelled"
         assert kinds(seen0 + seen) == ["user_message", "state_update:running"]
-        # cancel_status sees a cancel sent while idle
+        # cancel_status sees a cancel sent while idle; cancelling an idle session emits nothing
         w.notify("session/cancel", {"sessionId": sid})
-        await w.call("session/prompt", text_prompt(sid, "cancel_status"))
+        reply, before = await w.call("session/prompt", text_prompt(sid, "cancel_status"))
+        assert "result" in reply and before == []
         idle, seen = await w.until(lambda m: m.get("params", {}).get("update", {}).get("state") == "idle")
         assert updates(seen)[-1]["content"]["text"] == "cancel_status: cancelled"
         # close with foreground work: the idle/cancelled update precedes the close response
@@ -578,7 +579,7 @@ def test_v2_cancelled_work_cancels_its_pending_permission_request(engine: Module
         asked, _ = await w.until(lambda m: m.get("method") == "session/request_permission")
         if how == "session/cancel":
             w.notify("session/cancel", {"sessionId": sid})
-            idle, seen = await w.until(_is_idle)
+            _idle, seen = await w.until(_is_idle)
         else:
             reply, seen = await w.call("session/close", {"sessionId": sid})
             assert reply["result"] == {}
