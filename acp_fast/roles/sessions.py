@@ -1,6 +1,9 @@
-"""Session helpers for clients (part of the builder API, :mod:`acp_fast.roles`).
+"""Session helpers (part of the builder API, :mod:`acp_fast.roles`).
 
-Mirrors the v2 session API of the Rust SDK guide (seed 000) in Python form:
+Mirrors the v2 session API of the Rust SDK guide (seed 000) in Python form. Client side
+first; the agent side (:class:`AgentSession`, :class:`PromptTurn`: prompt acceptance,
+failures after insertion, cancellation and close) and :class:`SessionSetup` (setup requests
+from a complete request, ``start_session`` / ``on_proxy_session_start``) are at the end.
 
 * :func:`build_session` / :func:`resume_session` publish ``session/new`` /
   ``session/resume`` and resolve to an :class:`OpenedSession`: the command handle
