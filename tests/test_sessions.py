@@ -461,3 +461,54 @@ def test_v2_session_handle_is_only_an_id_and_a_connection(engine: ModuleType) ->
         await conn.wait_closed()
 
     run(body)
+
+
+def test_cancel_active_work_leaves_elicitations_to_the_agent(engine: ModuleType) -> None:
+    """Seed 000: elicitations are not all cancelled implicitly by ``cancel_active_work``
+    (the agent cancels irrelevant ones with ``$/cancel_request``); only the session's
+    permission requests get the cancelled outcome."""
+    async def body() -> None:
+        a, b = memory_pair()
+        peer = RawPeer(a)
+        release = asyncio.Event()
+        client = Client.v2()
+
+        @client.on_request("elicitation/create")
+        async def elicit(params: Any, cx: Any) -> Any:
+            await release.wait()
+            return {"action": "decline"}
+
+        @client.on_request("session/request_permission")
+        async def ask(params: Any, cx: Any) -> Any:
+            await release.wait()
+            return {"outcome": {"outcome": "selected", "optionId": "allow"}}
+
+        async def main(conn: Any) -> None:
+            init = asyncio.ensure_future(conn.initialize())
+            req = await peer.recv()
+            peer.send({"jsonrpc": "2.0", "id": req["id"], "result": {
+                "protocolVersion": 2, "info": {"name": "a", "version": "1"}}})
+            await init
+            setup = conn.build_session("/tmp")
+            req = await peer.recv()
+            peer.send({"jsonrpc": "2.0", "id": req["id"], "result": {"sessionId": "s"}})
+            session = (await setup).session
+            peer.send({"jsonrpc": "2.0", "id": 201, "method": "elicitation/create", "params": {
+                "sessionId": "s", "mode": "form", "message": "name?",
+                "requestedSchema": {"type": "object", "properties": {}}}})
+            peer.send({"jsonrpc": "2.0", "id": 202, "method": "session/request_permission", "params": {
+                "sessionId": "s", "title": "ok?", "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]}})
+            await asyncio.sleep(0.05)
+            assert session.cancel_active_work() is True
+            first, second = await peer.recv(), await peer.recv()
+            assert first["method"] == "session/cancel"
+            assert second == {"jsonrpc": "2.0", "id": 202, "result": {"outcome": {"outcome": "cancelled"}}}
+            await asyncio.sleep(0.05)
+            assert peer.lines.empty()  # the elicitation is still the user's
+            release.set()
+            late = await peer.recv()
+            assert late == {"jsonrpc": "2.0", "id": 201, "result": {"action": "decline"}}
+
+        await client.connect_with(b, main, engine=engine)
+
+    run(body)
