@@ -512,3 +512,30 @@ def test_cancel_active_work_leaves_elicitations_to_the_agent(engine: ModuleType)
         await client.connect_with(b, main, engine=engine)
 
     run(body)
+
+
+def test_v2_upsert_patch_and_meta_rules() -> None:
+    """Seed 000 (schema 1.12): omitted = unchanged, null = clear, value = replace whole;
+    top-level ``_meta`` patches by key (null removes a key, nested objects replaced not
+    merged, nested nulls are data, ``{}`` clears nothing)."""
+    from acp_fast.roles.sessions import apply_meta_update, apply_upsert
+
+    stored = {"toolCallId": "t", "name": "read", "status": "pending", "content": [1, 2],
+              "_meta": {"a": 1, "b": {"x": 1, "y": 2}}}
+    after = apply_upsert(stored, {"sessionUpdate": "tool_call_update", "toolCallId": "t", "name": None,
+                                  "content": [3], "_meta": {"a": None, "b": {"z": None}, "c": 0}})
+    assert after == {"toolCallId": "t", "status": "pending", "content": [3], "_meta": {"b": {"z": None}, "c": 0}}
+    assert stored["name"] == "read"  # the stored entity is not mutated
+    assert apply_upsert(after, {"_meta": {}})["_meta"] == {"b": {"z": None}, "c": 0}  # {} changes nothing
+    assert "_meta" not in apply_upsert(after, {"_meta": None})  # null clears
+    assert apply_upsert(after, {"status": "completed"}) == {**after, "status": "completed"}  # omitted: unchanged
+    assert apply_meta_update(None, {"k": None}) is None and apply_meta_update(None, {}) is None
+    assert apply_meta_update({"k": 1}, "malformed") == {"k": 1}
+
+
+def test_session_helpers_docstring_examples() -> None:
+    import doctest
+
+    from acp_fast.roles import sessions
+
+    assert doctest.testmod(sessions).failed == 0

@@ -593,6 +593,24 @@ def test_v2_cancelled_work_cancels_its_pending_permission_request(engine: Module
     run(body)
 
 
+def test_v2_malformed_acted_on_setup_payloads_are_invalid_params(engine: ModuleType) -> None:
+    """Seed 000 (schema 1.11): malformed ``mcpServers`` / ``additionalDirectories`` of
+    session/new, resume and fork get -32602 and are not acted on; null means empty."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w", "mcpServers": None, "additionalDirectories": None}))["sessionId"]
+        for method in ("session/new", "session/resume", "session/fork"):
+            for bad in ({"mcpServers": [{"command": "x"}]}, {"mcpServers": {"name": "x"}},
+                        {"additionalDirectories": ["relative/dir"]}, {"additionalDirectories": "/x"}):
+                reply, seen = await w.call(method, {"sessionId": sid, "cwd": "/w", **bad})
+                assert reply["error"]["code"] == -32602 and seen == [], (method, bad)
+        listed = await w.result("session/list", {})
+        assert [s["sessionId"] for s in listed["sessions"]] == [sid]  # nothing was created
+
+    run(body)
+
+
 def test_v2_failure_after_insertion_is_the_idle_error_stop_reason(engine: ModuleType) -> None:
     """Seed 000: after insertion a failure, auth_required included, keeps the prompt
     response successful and is reported on the idle update (stop reason ``error``)."""

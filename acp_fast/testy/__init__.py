@@ -49,7 +49,8 @@ acceptance): a prompt is answered at once with its insertion receipt
 ``{"messageId": "testy-v2-user-message-N"}``, then ``user_message`` -> ``state_update
 running`` -> output -> ``state_update idle`` with a stop reason (``cancelled`` after
 ``session/cancel`` or ``session/close``; ``session/close`` answers after that idle update).
-A second prompt while foreground work runs gets -32602. Two scenarios show the acceptance
+A second prompt while foreground work runs gets -32602; malformed ``mcpServers`` or
+``additionalDirectories`` of ``session/new|resume|fork`` get -32602 (schema 1.11). Two scenarios show the acceptance
 rules: ``hold_before_insert`` reports ``running`` and never inserts (a cancel or close
 answers the prompt -32800, then idle ``cancelled``); ``auth_required`` inserts, then fails:
 the prompt response stays successful and the idle update carries stop reason ``error`` with

@@ -81,12 +81,14 @@ class TestyV2(TestyBase):
         return sid, session
 
     def new_session(self, params: Any, cx: Any) -> dict[str, Any]:
+        _check_acted_on(params)
         cwd = self._new_cwd(params)
         sid = f"testy-v2-session-{self.next_session}"
         self.sessions[sid] = _Session2(sid, cwd)
         return {"sessionId": sid}
 
     def resume_session(self, params: Any, cx: Any) -> dict[str, Any]:
+        _check_acted_on(params)
         sid, session = self._get(params)
         if session.turn is not None:
             raise JsonRpcError(INVALID_PARAMS, data=f"session `{sid}` has active foreground work")
@@ -106,6 +108,7 @@ class TestyV2(TestyBase):
     def fork_session(self, params: Any, cx: Any) -> dict[str, Any]:
         """``session/fork`` (unstable): a new session with a copy of the source's history
         (replayable with ``session/resume``), in the requested cwd."""
+        _check_acted_on(params)
         _sid, source = self._get(params)
         cwd = self._new_cwd(params)
         sid = f"testy-v2-session-{self.next_session}"
@@ -226,6 +229,22 @@ class TestyV2(TestyBase):
         if isinstance(outcome, dict) and outcome.get("outcome") == "selected":
             return str(outcome.get("optionId"))
         return str(outcome.get("outcome")) if isinstance(outcome, dict) else "error"
+
+
+def _check_acted_on(params: Any) -> None:
+    """Schema 1.11 (seed 000): setup payloads the agent acts on are rejected with -32602 when
+    malformed, never silently dropped: ``mcpServers`` (objects with a string ``name``) and
+    ``additionalDirectories`` (absolute paths); ``null`` or omitted means empty."""
+    if not isinstance(params, dict):
+        return
+    servers = params.get("mcpServers")
+    if servers is not None and not (isinstance(servers, list) and all(
+            isinstance(s, dict) and isinstance(s.get("name"), str) for s in servers)):
+        raise JsonRpcError(INVALID_PARAMS, data="`mcpServers` must be an array of MCP server declarations")
+    dirs = params.get("additionalDirectories")
+    if dirs is not None and not (isinstance(dirs, list) and all(
+            isinstance(d, str) and d.startswith("/") for d in dirs)):
+        raise JsonRpcError(INVALID_PARAMS, data="`additionalDirectories` must be an array of absolute paths")
 
 
 async def _settle(pending: Any) -> Any:
