@@ -467,6 +467,13 @@ def test_v2_resume_replay_and_idle_snapshot(engine: ModuleType) -> None:
              "content": [{"type": "text", "text": "one"}]},
             {"sessionUpdate": "state_update", "state": "idle"},
         ]
+        # Testy only resumes sessions without foreground work
+        await w.result("session/prompt", text_prompt(sid, "wait_for_cancel"))
+        busy, _ = await w.call("session/resume", {"sessionId": sid, "cwd": "/w"})
+        assert busy["error"] == {"code": -32602, "message": "Invalid params",
+                                 "data": f"session `{sid}` has active foreground work"}
+        w.notify("session/cancel", {"sessionId": sid})
+        await w.until(_is_idle)
         for params, data in (
             ({"sessionId": sid, "cwd": "/w", "replayFrom": {"type": "cursor", "at": 3}}, "unsupported session replay cursor"),
             ({"sessionId": sid, "cwd": "/elsewhere"}, None),
