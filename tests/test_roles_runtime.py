@@ -226,6 +226,11 @@ def _session_proxy(record: dict[str, Any]) -> Any:
             return getattr(cx.connection, make)(params).on_proxy_session_start(cx, started)
         proxy.on_request(method, handler)
 
+    @proxy.on_notification("_x/probe")  # from the predecessor
+    def probe(params: Any, cx: Any) -> None:
+        route = cx.connection.proxy_sessions.get(params["sessionId"])
+        record["routes_seen"].append(("probe:" + params["sessionId"], route.state if route else None))
+
     @proxy.on_successor_notification("session/update")
     def update(params: Any, cx: Any) -> None:
         route = cx.connection.proxy_sessions.get(params["sessionId"])
@@ -266,13 +271,15 @@ def test_proxy_session_start_routes_new_and_fork_before_later_traffic(engine: Mo
         response = {"sessionId": "s-new", "configOptions": [], "_meta": {"agent": "x"}}
         # the response and an update of the new session in ONE write: the route must exist
         # when the update is dispatched, before any task of the helper ran
+        probe = {"jsonrpc": "2.0", "method": "_x/probe", "params": {"sessionId": "s-new"}}
         conductor.stream.write(
             (json.dumps({"jsonrpc": "2.0", "id": wrapped["id"], "result": response}) + "\n"
-             + json.dumps(_update("s-new")) + "\n").encode())
+             + json.dumps(probe) + "\n" + json.dumps(_update("s-new")) + "\n").encode())
         got = [await conductor.recv(), await conductor.recv()]
         reply = next(m for m in got if m.get("id") == 10)
         assert reply == {"jsonrpc": "2.0", "id": 10, "result": response}
-        assert record["routes_seen"] == [("s-new", "active")]
+        # both directions: the predecessor's message and the successor's update see the route
+        assert record["routes_seen"] == [("probe:s-new", "active"), ("s-new", "active")]
         # fork: the route uses the new id, not the source's
         conductor.send({"jsonrpc": "2.0", "id": 12, "method": "session/fork", "params": {"sessionId": "s-new", "cwd": "/w"}})
         wrapped = await conductor.recv()

@@ -140,6 +140,9 @@ class AcpConnection:
     """
 
     role = "agent"
+    #: proxies: session setups whose routes are installed when their response arrives
+    #: (``ProxyConnection``); checked inline by the fallbacks below
+    _pending_setups: Any = ()
 
     def __init__(self, conn: Connection, table: HandlerTable, *, hooks: InitializeHooks | None = None) -> None:
         self.raw = conn
@@ -415,7 +418,12 @@ class AcpConnection:
 
     # -- incoming: the slow (guarded) path ---------------------------------------------
 
+    def _install_ready_routes(self) -> None:
+        """Proxies: install the routes of setups answered so far (see ``ProxyConnection``)."""
+
     def _on_request(self, rctx: RequestContext) -> Any:
+        if self._pending_setups:
+            self._install_ready_routes()
         method = rctx.message.method
         guard = self.guard
         if method in _INITIALIZES or not guard.ready:
@@ -448,6 +456,8 @@ class AcpConnection:
         raise JsonRpcError.method_not_found(method)
 
     def _on_notification(self, msg: Any) -> Any:
+        if self._pending_setups:
+            self._install_ready_routes()
         method = msg.method
         if not self.guard.allows_incoming_notification(method):
             logger.debug("notification %r before initialization dropped", method)

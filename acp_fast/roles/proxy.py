@@ -289,15 +289,8 @@ class ProxyConnection(AcpConnection):
 
         return routed
 
-    def _on_request(self, rctx: RequestContext) -> Any:
-        if self._pending_setups:
-            self._install_ready_routes()
-        return super()._on_request(rctx)
-
-    def _on_notification(self, msg: Any) -> Any:
-        if self._pending_setups:
-            self._install_ready_routes()
-        return super()._on_notification(msg)
+    # (the connection's fallbacks, AcpConnection._on_request / _on_notification, check
+    # _pending_setups inline: no extra call level on the forwarding path)
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         return InitializationGuard(self.version, "unchecked", proxy=table.guarded)
