@@ -147,6 +147,42 @@ def test_resume_and_fork_declare_their_servers_too(engine: ModuleType) -> None:
     run(body)
 
 
+def test_session_setup_builders_take_with_mcp_server(engine: ModuleType) -> None:
+    """The builder form (seed 000): ``build_session_from(params).with_mcp_server(s).start_session()``,
+    likewise for resume and fork; the request's own params are kept and the declaration appended."""
+    async def body() -> None:
+        rec = Recorder()
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            http = {"type": "http", "name": "h", "url": "http://x/"}
+            setup = cx.build_session_from({"cwd": "/tmp", "mcpServers": [http], "_meta": {"k": 1}})
+            opened = await setup.with_mcp_server(tools_server()).start_session()
+            assert setup.params["mcpServers"] == [http]  # the builder's params are not rewritten
+            sid = opened.session.session_id
+            await cx.resume_session_from({"sessionId": sid, "cwd": "/tmp"}).with_mcp_server(
+                acp_mcp.McpServer(tools_server, "resumed")).start_session()
+            forked = await cx.fork_session_from({"sessionId": sid, "cwd": "/tmp"}).with_mcp_server(
+                acp_mcp.McpServer(tools_server, "forked")).start_session()
+            await opened.session.send_prompt("x")
+            await forked.session.send_prompt("y")
+            return sorted(acp_mcp.attachments(cx))
+
+        ids = await Client.v2().connect_with(serve_in_memory(rec.agent(), engine), main, engine=engine)
+        assert [m for m, _ in rec.setups] == ["session/new", "session/resume", "session/fork"]
+        new, resume, fork = (p["mcpServers"] for _, p in rec.setups)
+        assert new[0] == {"type": "http", "name": "h", "url": "http://x/"}
+        assert [d["name"] for d in new] == ["h", "tools"] and new[1]["type"] == "acp"
+        assert rec.setups[0][1]["_meta"] == {"k": 1}
+        assert [d["name"] for d in resume] == ["resumed"] and [d["name"] for d in fork] == ["forked"]
+        assert sorted(d["serverId"] for d in (new[1], resume[0], fork[0])) == ids
+        # the resume re-declared s1's servers: its prompt uses "resumed", the fork's "forked"
+        assert rec.results == [[("resumed", ["add"], {"result": 42}, ["42"])],
+                               [("forked", ["add"], {"result": 42}, ["42"])]]
+
+    run(body)
+
+
 def test_failed_setup_removes_the_attachment(engine: ModuleType) -> None:
     async def body() -> None:
         rec = Recorder()

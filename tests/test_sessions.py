@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 import roles_agent
 from roles_support import RawPeer, open_agent, run, serve_in_memory
 
+from acp_fast.jsonrpc import Connection
 from acp_fast.roles import Client
 from acp_fast.roles.sessions import SessionState, StopReason, V1Session, V2Session
 from acp_fast.transport import memory_pair
@@ -328,3 +329,213 @@ def test_fork_session_opens_the_new_session_with_the_complete_response(engine: M
         await asyncio.wait_for(served, 5)
 
     run(body)
+
+
+def _helper_agent(hold: asyncio.Event | None = None) -> Any:
+    """A v2 agent written with the builder's AgentSession helper: ``hold`` keeps the prompt
+    uninserted (running only); ``fail`` fails after insertion; anything else waits for the
+    cancel after insertion, sending one chunk on the way out."""
+    from acp_fast.errors import AUTH_REQUIRED, JsonRpcError
+    from acp_fast.roles import Agent
+    from acp_fast.roles.sessions import AgentSession, PromptTurn
+
+    agent = Agent.v2()
+    sessions: dict[str, AgentSession] = {}
+
+    @agent.on_request("session/new")
+    def new(params: Any, cx: Any) -> Any:
+        sid = f"s{len(sessions) + 1}"
+        sessions[sid] = AgentSession(sid)
+        return {"sessionId": sid}
+
+    @agent.on_request("session/prompt")
+    def prompt(params: Any, cx: Any) -> Any:
+        text = params["prompt"][0]["text"]
+
+        async def work(turn: PromptTurn) -> str:
+            turn.set_state("running")
+            if text == "hold":
+                await turn.wait_cancelled()
+                turn.insert()  # too late: cancelled before insertion (-32800)
+            turn.insert()
+            if text == "fail":
+                raise JsonRpcError(AUTH_REQUIRED)
+            await turn.wait_cancelled()
+            for _ in range(3):  # final updates take a few loop turns
+                await asyncio.sleep(0)
+            turn.send({"sessionUpdate": "agent_message_chunk", "messageId": "a1",
+                       "content": {"type": "text", "text": "bye"}})
+            return "end_turn"  # cancelled work ends cancelled whatever it returns
+
+        return sessions[params["sessionId"]].prompt(cx, params, work)
+
+    agent.on_notification("session/cancel", lambda p, cx: sessions[p["sessionId"]].cancel())
+    agent.on_request("session/close", lambda p, cx: sessions[p["sessionId"]].close())
+    return agent
+
+
+def test_v2_close_resolves_after_the_final_updates_were_handled(engine: ModuleType) -> None:
+    """Seed 000 (client and agent helper): the close response follows the cancelled work's
+    final updates and idle ``cancelled``; the client's ``close()`` resolves after their
+    handlers ran; an inserted prompt kept its message id, an uninserted one got -32800."""
+    from acp_fast.errors import JsonRpcError
+
+    async def body() -> None:
+        handled: list[str] = []
+
+        async def on_update(update: Any, cx: Any) -> None:
+            for _ in range(5):  # a handler that really suspends
+                await asyncio.sleep(0)
+            handled.append(update.payload.get("state") or update.kind)
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            inserted = (await cx.build_session("/tmp")).session
+            receipt = await inserted.send_prompt("wait")
+            assert receipt == {"messageId": "s1-user-1"}
+            assert await inserted.close() == {}
+            assert handled == ["running", "user_message", "agent_message_chunk", "idle"]
+            assert inserted.state.stop_reason == "cancelled" and inserted.state.state == "idle"
+            held = (await cx.build_session("/tmp")).session
+            pending = held.send_prompt("hold")
+            while held.state.state != "running":
+                await asyncio.sleep(0)
+            handled.clear()
+            assert await held.close() == {}
+            assert handled[-1] == "idle" and "user_message" not in handled
+            assert held.state.stop_reason == "cancelled"
+            with pytest.raises(JsonRpcError) as info:
+                await pending
+            assert info.value.code == -32800
+
+        stream = serve_in_memory(_helper_agent(), engine)
+        await Client.v2().on_session_update(on_update).connect_with(stream, main, engine=engine)
+
+    run(body)
+
+
+def test_agent_session_reports_failures_after_insertion_on_idle(engine: ModuleType) -> None:
+    """Seed 000: an inserted prompt's failure (auth_required) is the idle update's error stop
+    reason; the prompt response stayed successful; a second prompt while work runs is
+    rejected before insertion."""
+    from acp_fast.errors import JsonRpcError
+
+    async def body() -> None:
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            session = (await cx.build_session("/tmp")).session
+            epoch = session.idle_epoch
+            assert await session.send_prompt("fail") == {"messageId": "s1-user-1"}
+            stop = await session.wait_idle(after=epoch)
+            assert stop.kind == "error" and stop.error == {"code": -32000, "message": "Authentication required"}
+            await session.send_prompt("wait")
+            with pytest.raises(JsonRpcError) as info:
+                await session.send_prompt("again")
+            assert info.value.code == -32602
+            epoch = session.idle_epoch
+            session.cancel_active_work()
+            assert await session.wait_idle(after=epoch) == "cancelled"
+
+        await Client.v2().connect_with(serve_in_memory(_helper_agent(), engine), main, engine=engine)
+
+    run(body)
+
+
+def test_v2_session_handle_is_only_an_id_and_a_connection(engine: ModuleType) -> None:
+    """Seed 000: ``V2Session`` is a cloneable command handle (session id + connection); it
+    owns and buffers nothing, and dropping it has no effect on the wire."""
+    import gc
+
+    async def body() -> None:
+        a, b = memory_pair()
+        peer = RawPeer(a)
+        conn = Client.v2().bind(Connection(b, engine=engine))
+        assert V2Session.__slots__ == ("connection", "session_id")
+        one, two = V2Session("s", conn), V2Session("s", conn)
+        assert one == two and hash(one) == hash(two) and one.state is two.state  # interchangeable
+        del one, two
+        gc.collect()
+        await asyncio.sleep(0.05)
+        assert peer.lines.empty()  # nothing was sent
+        conn.close()
+        await conn.wait_closed()
+
+    run(body)
+
+
+def test_cancel_active_work_leaves_elicitations_to_the_agent(engine: ModuleType) -> None:
+    """Seed 000: elicitations are not all cancelled implicitly by ``cancel_active_work``
+    (the agent cancels irrelevant ones with ``$/cancel_request``); only the session's
+    permission requests get the cancelled outcome."""
+    async def body() -> None:
+        a, b = memory_pair()
+        peer = RawPeer(a)
+        release = asyncio.Event()
+        client = Client.v2()
+
+        @client.on_request("elicitation/create")
+        async def elicit(params: Any, cx: Any) -> Any:
+            await release.wait()
+            return {"action": "decline"}
+
+        @client.on_request("session/request_permission")
+        async def ask(params: Any, cx: Any) -> Any:
+            await release.wait()
+            return {"outcome": {"outcome": "selected", "optionId": "allow"}}
+
+        async def main(conn: Any) -> None:
+            init = asyncio.ensure_future(conn.initialize())
+            req = await peer.recv()
+            peer.send({"jsonrpc": "2.0", "id": req["id"], "result": {
+                "protocolVersion": 2, "info": {"name": "a", "version": "1"}}})
+            await init
+            setup = conn.build_session("/tmp")
+            req = await peer.recv()
+            peer.send({"jsonrpc": "2.0", "id": req["id"], "result": {"sessionId": "s"}})
+            session = (await setup).session
+            peer.send({"jsonrpc": "2.0", "id": 201, "method": "elicitation/create", "params": {
+                "sessionId": "s", "mode": "form", "message": "name?",
+                "requestedSchema": {"type": "object", "properties": {}}}})
+            peer.send({"jsonrpc": "2.0", "id": 202, "method": "session/request_permission", "params": {
+                "sessionId": "s", "title": "ok?", "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]}})
+            await asyncio.sleep(0.05)
+            assert session.cancel_active_work() is True
+            first, second = await peer.recv(), await peer.recv()
+            assert first["method"] == "session/cancel"
+            assert second == {"jsonrpc": "2.0", "id": 202, "result": {"outcome": {"outcome": "cancelled"}}}
+            await asyncio.sleep(0.05)
+            assert peer.lines.empty()  # the elicitation is still the user's
+            release.set()
+            late = await peer.recv()
+            assert late == {"jsonrpc": "2.0", "id": 201, "result": {"action": "decline"}}
+
+        await client.connect_with(b, main, engine=engine)
+
+    run(body)
+
+
+def test_v2_upsert_patch_and_meta_rules() -> None:
+    """Seed 000 (schema 1.12): omitted = unchanged, null = clear, value = replace whole;
+    top-level ``_meta`` patches by key (null removes a key, nested objects replaced not
+    merged, nested nulls are data, ``{}`` clears nothing)."""
+    from acp_fast.roles.sessions import apply_meta_update, apply_upsert
+
+    stored = {"toolCallId": "t", "name": "read", "status": "pending", "content": [1, 2],
+              "_meta": {"a": 1, "b": {"x": 1, "y": 2}}}
+    after = apply_upsert(stored, {"sessionUpdate": "tool_call_update", "toolCallId": "t", "name": None,
+                                  "content": [3], "_meta": {"a": None, "b": {"z": None}, "c": 0}})
+    assert after == {"toolCallId": "t", "status": "pending", "content": [3], "_meta": {"b": {"z": None}, "c": 0}}
+    assert stored["name"] == "read"  # the stored entity is not mutated
+    assert apply_upsert(after, {"_meta": {}})["_meta"] == {"b": {"z": None}, "c": 0}  # {} changes nothing
+    assert "_meta" not in apply_upsert(after, {"_meta": None})  # null clears
+    assert apply_upsert(after, {"status": "completed"}) == {**after, "status": "completed"}  # omitted: unchanged
+    assert apply_meta_update(None, {"k": None}) is None and apply_meta_update(None, {}) is None
+    assert apply_meta_update({"k": 1}, "malformed") == {"k": 1}
+
+
+def test_session_helpers_docstring_examples() -> None:
+    import doctest
+
+    from acp_fast.roles import sessions
+
+    assert doctest.testmod(sessions).failed == 0

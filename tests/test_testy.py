@@ -380,7 +380,7 @@ def test_v2_prompt_lifecycle(engine: ModuleType) -> None:
         w = await memory(engine)
         init = await w.result("initialize", v2_init())
         assert init == {"protocolVersion": 2, "info": {"name": "test-agent", "version": init["info"]["version"]},
-                        "capabilities": {"session": {"fork": {}}}}
+                        "capabilities": {"session": {"fork": {}}, "auth": {"status": {}}}}
         sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
         assert sid == "testy-v2-session-1"
         reply, before = await w.call("session/prompt", text_prompt(sid, "echo hello"))
@@ -427,9 +427,10 @@ def test_v2_cancel_busy_and_close(engine: ModuleType) -> None:
         idle, seen = await w.until(lambda m: m.get("params", {}).get("update", {}).get("state") == "idle")
         assert idle["params"]["update"]["stopReason"] == "cancelled"
         assert kinds(seen0 + seen) == ["user_message", "state_update:running"]
-        # cancel_status sees a cancel sent while idle
+        # cancel_status sees a cancel sent while idle; cancelling an idle session emits nothing
         w.notify("session/cancel", {"sessionId": sid})
-        await w.call("session/prompt", text_prompt(sid, "cancel_status"))
+        reply, before = await w.call("session/prompt", text_prompt(sid, "cancel_status"))
+        assert "result" in reply and before == []
         idle, seen = await w.until(lambda m: m.get("params", {}).get("update", {}).get("state") == "idle")
         assert updates(seen)[-1]["content"]["text"] == "cancel_status: cancelled"
         # close with foreground work: the idle/cancelled update precedes the close response
@@ -466,6 +467,13 @@ def test_v2_resume_replay_and_idle_snapshot(engine: ModuleType) -> None:
              "content": [{"type": "text", "text": "one"}]},
             {"sessionUpdate": "state_update", "state": "idle"},
         ]
+        # Testy only resumes sessions without foreground work
+        await w.result("session/prompt", text_prompt(sid, "wait_for_cancel"))
+        busy, _ = await w.call("session/resume", {"sessionId": sid, "cwd": "/w"})
+        assert busy["error"] == {"code": -32602, "message": "Invalid params",
+                                 "data": f"session `{sid}` has active foreground work"}
+        w.notify("session/cancel", {"sessionId": sid})
+        await w.until(_is_idle)
         for params, data in (
             ({"sessionId": sid, "cwd": "/w", "replayFrom": {"type": "cursor", "at": 3}}, "unsupported session replay cursor"),
             ({"sessionId": sid, "cwd": "/elsewhere"}, None),
@@ -475,6 +483,183 @@ def test_v2_resume_replay_and_idle_snapshot(engine: ModuleType) -> None:
             assert bad["error"]["code"] == -32602 and seen == []
             if data is not None:
                 assert bad["error"]["data"] == data
+
+    run(body)
+
+
+def _is_idle(m: Any) -> bool:
+    return bool(m.get("params", {}).get("update", {}).get("state") == "idle")
+
+
+def test_v2_close_answers_an_uninserted_prompt_32800_after_idle_cancelled(engine: ModuleType) -> None:
+    """Seed 000: closing a session with active work sends the final updates and idle
+    ``cancelled`` before the close response; the uninserted prompt gets -32800 and no
+    user-message update was ever sent for it."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        held = w.send_request("session/prompt", text_prompt(sid, "hold_before_insert"))
+        running = await w.recv()  # running may precede insertion
+        assert updates([running]) == [{"sessionUpdate": "state_update", "state": "running"}]
+        reply, seen = await w.call("session/close", {"sessionId": sid})
+        assert reply["result"] == {}
+        prompt_reply = [m for m in seen if m.get("id") == held]
+        assert prompt_reply == [{"jsonrpc": "2.0", "id": held, "error": {"code": -32800, "message": "Request cancelled"}}]
+        assert updates(seen) == [{"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}]
+        assert "user_message" not in kinds(seen)
+
+    run(body)
+
+
+def test_v2_close_keeps_an_inserted_prompts_message_id(engine: ModuleType) -> None:
+    """Seed 000: an inserted prompt cancelled by close still has its successful message id,
+    and its final updates and idle ``cancelled`` precede the close response."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        receipt = await w.result("session/prompt", text_prompt(sid, "wait_for_cancel"))
+        assert receipt == {"messageId": "testy-v2-user-message-1"}
+        reply, seen = await w.call("session/close", {"sessionId": sid})
+        assert reply["result"] == {}
+        assert kinds(seen) == ["user_message", "state_update:running", "state_update:idle"]
+        assert updates(seen)[-1] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}
+        assert [m for m in seen if "id" in m] == []  # the prompt was answered before, once
+
+    run(body)
+
+
+def test_v2_session_cancel_before_insertion_answers_32800(engine: ModuleType) -> None:
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        held = w.send_request("session/prompt", text_prompt(sid, "hold before insert"))
+        await w.recv()  # running
+        w.notify("session/cancel", {"sessionId": sid})
+        reply, seen = await w.until(lambda m: m.get("id") == held)
+        assert reply["error"]["code"] == -32800 and seen == []
+        idle = await w.recv()
+        assert idle["params"]["update"] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}
+        # the session accepts new work afterwards; the held prompt took no message id
+        assert (await w.result("session/prompt", text_prompt(sid, "hi")))["messageId"] == "testy-v2-user-message-2"
+
+    run(body)
+
+
+def test_v2_cancel_request_of_an_uninserted_prompt_answers_32800(engine: ModuleType) -> None:
+    """``$/cancel_request`` of a prompt not inserted yet cancels it (-32800, then idle
+    ``cancelled``); after insertion the prompt is already answered with its message id."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        held = w.send_request("session/prompt", text_prompt(sid, "hold_before_insert"))
+        await w.recv()  # running
+        w.notify("$/cancel_request", {"requestId": held})
+        reply, seen = await w.until(lambda m: m.get("id") == held)
+        assert reply["error"]["code"] == -32800 and seen == []
+        idle = await w.recv()
+        assert idle["params"]["update"]["stopReason"] == "cancelled"
+        inserted = w.send_request("session/prompt", text_prompt(sid, "wait_for_cancel"))
+        reply, _ = await w.until(lambda m: m.get("id") == inserted)
+        assert reply["result"] == {"messageId": "testy-v2-user-message-2"}
+        w.notify("$/cancel_request", {"requestId": inserted})  # too late: nothing happens
+        w.notify("session/cancel", {"sessionId": sid})
+        idle, seen = await w.until(_is_idle)
+        assert [m for m in seen if "id" in m] == [] and idle["params"]["update"]["stopReason"] == "cancelled"
+
+    run(body)
+
+
+@pytest.mark.parametrize("how", ["session/cancel", "session/close"])
+def test_v2_cancelled_work_cancels_its_pending_permission_request(engine: ModuleType, how: str) -> None:
+    """Seed 004: on session/cancel the agent stops waiting for the cancelled work's
+    permission request and cancels it with ``$/cancel_request``; on session/close it does so
+    before the close response (and before the idle ``cancelled`` update)."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        await w.result("session/prompt", text_prompt(sid, "permission stream 3 chunks"))
+        asked, _ = await w.until(lambda m: m.get("method") == "session/request_permission")
+        if how == "session/cancel":
+            w.notify("session/cancel", {"sessionId": sid})
+            _idle, seen = await w.until(_is_idle)
+        else:
+            reply, seen = await w.call("session/close", {"sessionId": sid})
+            assert reply["result"] == {}
+        cancels = [m for m in seen if m.get("method") == "$/cancel_request"]
+        assert cancels == [{"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": asked["id"]}}]
+        position = seen.index(cancels[0])
+        idle_at = next(i for i, m in enumerate(seen) if _is_idle(m)) if how == "session/close" else len(seen)
+        assert position < idle_at  # cancelled before the work ended
+        w.answer(asked, {"outcome": {"outcome": "cancelled"}})  # a late answer is harmless
+
+    run(body)
+
+
+def test_v2_malformed_acted_on_setup_payloads_are_invalid_params(engine: ModuleType) -> None:
+    """Seed 000 (schema 1.11): malformed ``mcpServers`` / ``additionalDirectories`` of
+    session/new, resume and fork get -32602 and are not acted on; null means empty."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w", "mcpServers": None, "additionalDirectories": None}))["sessionId"]
+        for method in ("session/new", "session/resume", "session/fork"):
+            for bad in ({"mcpServers": [{"command": "x"}]}, {"mcpServers": {"name": "x"}},
+                        {"additionalDirectories": ["relative/dir"]}, {"additionalDirectories": "/x"}):
+                reply, seen = await w.call(method, {"sessionId": sid, "cwd": "/w", **bad})
+                assert reply["error"]["code"] == -32602 and seen == [], (method, bad)
+        listed = await w.result("session/list", {})
+        assert [s["sessionId"] for s in listed["sessions"]] == [sid]  # nothing was created
+
+    run(body)
+
+
+def test_v2_failure_after_insertion_is_the_idle_error_stop_reason(engine: ModuleType) -> None:
+    """Seed 000: after insertion a failure, auth_required included, keeps the prompt
+    response successful and is reported on the idle update (stop reason ``error``)."""
+    async def body() -> None:
+        w = await memory(engine)
+        await w.result("initialize", v2_init())
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        reply, before = await w.call("session/prompt", text_prompt(sid, "auth_required"))
+        assert reply["result"] == {"messageId": "testy-v2-user-message-1"} and before == []
+        idle, seen = await w.until(_is_idle)
+        assert kinds(seen) == ["user_message", "state_update:running"]
+        assert idle["params"]["update"] == {
+            "sessionUpdate": "state_update", "state": "idle", "stopReason": "error",
+            "error": {"code": -32000, "message": "Authentication required",
+                      "data": "Testy's sign-in expired during the turn"}}
+
+    run(body)
+
+
+def test_v2_require_auth_rejects_before_insertion_and_answers_auth_status(engine: ModuleType) -> None:
+    """``--require-auth`` on v2: auth/status is exempt from auth_required (seed 004 I6);
+    a prompt refused for authentication before insertion is an error response with no
+    user-message update (seed 000); auth/login then lets work start."""
+    async def body() -> None:
+        w = Wire(RawPeer(serve_in_memory(testy.build((2,), require_auth=True), engine)))
+        init = await w.result("initialize", v2_init())
+        assert init["authMethods"] == [{"type": "agent", "methodId": "testy-agent-auth", "name": "Testy sign-in"}]
+        assert init["capabilities"]["auth"] == {"status": {}}
+        assert await w.result("auth/status", {}) == {"state": "unauthenticated"}
+        refused, _ = await w.call("session/new", {"cwd": "/w"})
+        assert refused["error"]["code"] == -32000
+        assert await w.result("auth/login", {"methodId": "testy-agent-auth"}) == {}
+        assert (await w.result("auth/status", {}))["state"] == "authenticated"
+        sid = (await w.result("session/new", {"cwd": "/w"}))["sessionId"]
+        assert await w.result("auth/logout", {}) == {}
+        refused, seen = await w.call("session/prompt", text_prompt(sid, "hi"))
+        assert refused["error"]["code"] == -32000 and seen == []
+        assert await w.result("auth/status", {}) == {"state": "unauthenticated"}
+        await w.result("auth/login", {"methodId": "testy-agent-auth"})
+        assert (await w.result("session/prompt", text_prompt(sid, "hi")))["messageId"]
+        idle, seen = await w.until(_is_idle)
+        assert kinds(seen)[0] == "user_message" and idle["params"]["update"]["stopReason"] == "end_turn"
 
     run(body)
 

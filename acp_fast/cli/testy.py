@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> Any:
                         help="how benchmark chunks are sent: api (a fresh update per chunk through "
                              "cx.send_session_update, default) or preencoded (one line re-sent: a raw ceiling)")
     parser.add_argument("--require-auth", action="store_true",
-                        help="v1: answer -32000 auth_required until `authenticate` (auth/status stays answered)")
+                        help="answer -32000 auth_required until `authenticate` (v1) or `auth/login` (v2); auth/status stays answered")
     parser.add_argument("--log-level", default=os.environ.get("ACP_FAST_LOG", "WARNING"),
                         help="stderr log level (default: WARNING, or $ACP_FAST_LOG)")
     parser.set_defaults(func=main)

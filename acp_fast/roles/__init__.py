@@ -16,7 +16,8 @@ API (seed 000) in Python form. One idea per module:
 ``proxy``           ``ProxyConnection``: ``_proxy/successor`` routing and forwarding
 ``routers``         first-frame routers (``Agent.protocol_router()``, ``Proxy.protocol_router()``)
 ``connector``       the client protocol connector (v2 first, v1 fallback)
-``sessions``        client session helpers (``build_session``, ``V2Session``, ``V1Session``)
+``sessions``        session helpers: client (``build_session``, ``SessionSetup``, ``V2Session``,
+                    ``V1Session``) and agent (``AgentSession``, ``PromptTurn``: acceptance, close)
 ``mcp``             MCP-over-ACP (unstable): ``with_mcp_servers=`` on session setup, a proxy's
                     ``with_mcp_server``, an agent's ``open_mcp_session`` (the ``mcp`` extra)
 ==================  ========================================================================
@@ -50,14 +51,25 @@ from __future__ import annotations
 
 from .api import Agent, Client, Proxy, run_agent_stdio
 from .builders import AgentBuilder, Builder, ClientBuilder, EngineChoice, ProxyBuilder, Transport
-from .connection import AcpConnection, InitializeHooks
+from .connection import NOT_HANDLED, AcpConnection, DynamicHandler, InitializeHooks
 from .connector import ClientConnector
 from ._hot import Context, SessionUpdate
 from .context import Peer, Request, SentRequest
 from .mcp import McpServer, acp_mcp_servers, open_mcp_session
-from .proxy import ProxyConnection
+from .proxy import ProxyConnection, ProxySessionRoute
 from .routers import AgentRouter, ProxyRouter
-from .sessions import OpenedSession, SessionState, StopReason, V1Session, V2Session
+from .sessions import (
+    AgentSession,
+    OpenedSession,
+    PromptTurn,
+    SessionSetup,
+    SessionState,
+    StopReason,
+    V1Session,
+    V2Session,
+    apply_meta_update,
+    apply_upsert,
+)
 from .table import Handler, HandlerTable, UpdateHandler
 
 __all__ = [
@@ -65,24 +77,30 @@ __all__ = [
     "Agent",
     "AgentBuilder",
     "AgentRouter",
+    "AgentSession",
     "Builder",
     "Client",
     "ClientBuilder",
     "ClientConnector",
     "Context",
+    "DynamicHandler",
     "EngineChoice",
     "Handler",
     "HandlerTable",
     "InitializeHooks",
     "McpServer",
+    "NOT_HANDLED",
     "OpenedSession",
     "Peer",
+    "PromptTurn",
     "Proxy",
     "ProxyBuilder",
     "ProxyConnection",
     "ProxyRouter",
+    "ProxySessionRoute",
     "Request",
     "SentRequest",
+    "SessionSetup",
     "SessionState",
     "SessionUpdate",
     "StopReason",
@@ -91,6 +109,8 @@ __all__ = [
     "V1Session",
     "V2Session",
     "acp_mcp_servers",
+    "apply_meta_update",
+    "apply_upsert",
     "open_mcp_session",
     "run_agent_stdio",
 ]

@@ -31,10 +31,11 @@ from ..protocol.surface import WireSurface
 from ._hot import NotificationHandler, RequestHandler, UpdateDispatcher, UpdateSender
 from ._hot import Context, SessionUpdate
 from .context import Request, SentRequest
-from .sessions import OpenedSession, SessionStates, build_session, fork_session, resume_session
+from .sessions import OpenedSession, SessionSetup, SessionStates, build_session, fork_session, resume_session
 from .table import Handler, HandlerTable
 
-__all__ = ["INITIALIZE", "PROXY_INITIALIZE", "SESSION_UPDATE", "AcpConnection", "InitializeHooks"]
+__all__ = ["INITIALIZE", "NOT_HANDLED", "PROXY_INITIALIZE", "SESSION_UPDATE", "AcpConnection", "DynamicHandler",
+           "InitializeHooks"]
 
 logger = logging.getLogger("acp_fast.roles")
 
@@ -47,6 +48,57 @@ PROXY_INITIALIZE_SPEC = "proxy/initialize"
 _INITIALIZES = frozenset({INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC})
 SESSION_UPDATE = "session/update"
 PERMISSION = "session/request_permission"
+
+
+class _NotHandled:
+    """The type of :data:`NOT_HANDLED`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_HANDLED"
+
+
+#: What a dynamic handler returns (synchronously) to pass a message on to the next handler:
+#: a later dynamic handler, then the builder's handler, then the connection's default.
+NOT_HANDLED: Any = _NotHandled()
+
+
+class DynamicHandler:
+    """One handler added at run time (:meth:`AcpConnection.add_dynamic_handler`).
+
+    Attributes:
+        method: the method it handles (``session/update``: it gets ``(SessionUpdate, cx)``).
+        kind: ``"request"`` or ``"notification"``.
+        fn: the handler.
+    """
+
+    __slots__ = ("_connection", "fn", "kind", "method")
+
+    def __init__(self, connection: AcpConnection, method: str, kind: str, fn: Handler) -> None:
+        self._connection = connection
+        self.method = method
+        self.kind = kind
+        self.fn = fn
+
+    @property
+    def active(self) -> bool:
+        return self in self._connection._dynamic.get((self.kind, self.method), ())
+
+    def remove(self) -> None:
+        """Unregister it (later messages go to the next handler); idempotent."""
+        handlers = self._connection._dynamic.get((self.kind, self.method))
+        if handlers is not None and self in handlers:
+            handlers.remove(self)
+
+    def __enter__(self) -> DynamicHandler:  # noqa: PYI034 - final in practice
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"<DynamicHandler {self.kind} {self.method!r}{'' if self.active else ' removed'}>"
 
 
 def _is_awaitable_result(value: Any) -> bool:
@@ -88,6 +140,9 @@ class AcpConnection:
     """
 
     role = "agent"
+    #: proxies: session setups whose routes are installed when their response arrives
+    #: (``ProxyConnection``); checked inline by the fallbacks below
+    _pending_setups: Any = ()
 
     def __init__(self, conn: Connection, table: HandlerTable, *, hooks: InitializeHooks | None = None) -> None:
         self.raw = conn
@@ -114,6 +169,11 @@ class AcpConnection:
         self.update_sender: Callable[[str, Any], bool] = self._send_update_guarded
         self._installed = False
         self._background: set[asyncio.Task[Any]] = set()
+        #: ``(kind, method) -> handlers`` added at run time (see :meth:`add_dynamic_handler`)
+        self._dynamic: dict[tuple[str, str], list[DynamicHandler]] = {}
+        self._dynamic_installed: set[tuple[str, str]] = set()
+        #: child connections spawned from this one (closed with it)
+        self.children: set[AcpConnection] = set()
         conn.on_any_request(self._on_request)
         conn.on_any_notification(self._on_notification)
         conn.closed.add_done_callback(self._on_closed)
@@ -182,7 +242,129 @@ class AcpConnection:
     def _on_closed(self, _fut: asyncio.Future[None]) -> None:
         for task in list(self._background):
             task.cancel()
+        for child in list(self.children):
+            child.close()
         self.sessions.close(self.raw.closed_error("session/update"))
+
+    # -- handlers added at run time, nested connections ----------------------------------
+
+    def add_dynamic_handler(self, method: str, fn: Handler, *, kind: str = "request") -> DynamicHandler:
+        """Add a handler of ``method`` while the connection runs (Rust ``add_dynamic_handler``).
+
+        Dynamic handlers are asked first, oldest first; one that returns
+        :data:`NOT_HANDLED` (synchronously) passes the message on, finally to the builder's
+        handler and then the connection's default (-32601, ignored notification, or a
+        proxy's forwarding). They get ``(params, cx)`` like builder handlers; for
+        ``session/update`` (``kind="notification"``) on an agent or client they get
+        ``(SessionUpdate, cx)`` after the read gate and the session-state tracking, before
+        the builder's update handler (a proxy relays updates ungated: ``(params, cx)``).
+
+        Returns:
+            The :class:`DynamicHandler`; ``remove()`` it (or use it as a context manager).
+
+        Raises:
+            ValueError: ``kind`` is neither ``"request"`` nor ``"notification"``, or
+                ``method`` is an initializing request (the guard handles those).
+        """
+        if kind not in ("request", "notification"):
+            raise ValueError(f"kind must be 'request' or 'notification', not {kind!r}")
+        if kind == "request" and method in _INITIALIZES:
+            raise ValueError(f"{method!r} is handled by the initialization guard")
+        handler = DynamicHandler(self, method, kind, fn)
+        self._dynamic.setdefault((kind, method), []).append(handler)
+        if self._installed:
+            self._install_dynamic(kind, method)
+        return handler
+
+    def _install_dynamic(self, kind: str, method: str) -> None:
+        key = (kind, method)
+        if key in self._dynamic_installed:
+            return
+        self._dynamic_installed.add(key)
+        if kind == "request":
+            self.raw.on_request(method, self._dynamic_request_handler(method))
+        elif method == SESSION_UPDATE and self._updates_gated():
+            self.raw.on_notification(SESSION_UPDATE, UpdateDispatcher(
+                self, self._known, self.surface.classify_session_update, self.sessions.apply,
+                self._dynamic_update, None, SessionUpdate, Context))
+        else:
+            self.raw.on_notification(method, self._dynamic_notification_handler(method))
+
+    def _dynamic_request_handler(self, method: str) -> Callable[[RequestContext], Any]:
+        handlers = self._dynamic.setdefault(("request", method), [])
+        track = method == PERMISSION and self.role == "client"
+
+        def dispatch(rctx: RequestContext) -> Any:
+            if track:
+                self._track_permission(rctx)
+            if handlers:
+                cx = Context(self, rctx, rctx.message)
+                for handler in list(handlers):
+                    result = handler.fn(rctx.message.params, cx)
+                    if result is not NOT_HANDLED:
+                        return result
+            return self._on_request(rctx)
+
+        return dispatch
+
+    def _dynamic_notification_handler(self, method: str) -> Callable[[Any], Any]:
+        handlers = self._dynamic.setdefault(("notification", method), [])
+
+        def dispatch(msg: Any) -> Any:
+            if handlers:
+                cx = Context(self, None, msg)
+                for handler in list(handlers):
+                    result = handler.fn(msg.params, cx)
+                    if result is not NOT_HANDLED:
+                        return result
+            return self._on_notification(msg)
+
+        return dispatch
+
+    def _dynamic_update(self, event: SessionUpdate, cx: Context) -> Any:
+        for handler in list(self._dynamic.get(("notification", SESSION_UPDATE), ())):
+            result = handler.fn(event, cx)
+            if result is not NOT_HANDLED:
+                return result
+        if self.table.on_update is not None:
+            return self.table.on_update(event, cx)
+        fallback = self.table.notifications.get(SESSION_UPDATE)
+        if fallback is not None:
+            return fallback(event.params, cx)
+        return None
+
+    async def spawn_connection(self, builder: Any, transport: Any, *, engine: Any = None) -> AcpConnection:
+        """Start a child connection with its own builder (Rust ``spawn_connection``).
+
+        The child speaks ``builder``'s role and version (``Client.v2()`` gives a v2 client
+        connection with the session helpers, whatever this connection is) on ``transport``
+        (a stream or an awaitable of one, e.g. ``spawn(...)``); it runs beside this one and
+        is closed when this connection closes. Call it from a handler as
+        ``await cx.connection.spawn_connection(Client.v2(), spawn(cmd))``.
+
+        Args:
+            engine: the engine twin (default: this connection's).
+
+        Returns:
+            The child connection (the context its builder selects: an
+            :class:`AcpConnection`, or a ``ProxyConnection`` for a proxy builder).
+        """
+        from .builders import open_stream, resolve_engine
+
+        stream = await open_stream(transport)
+        conn = Connection(stream, engine=resolve_engine(engine) if engine is not None else self.raw.engine)
+        child: AcpConnection = builder.bind(conn)
+        self.children.add(child)
+        conn.closed.add_done_callback(lambda _f: self.children.discard(child))
+        if self.raw.closed.done():
+            child.close()
+        return child
+
+    def spawn_connection_with_context(self, builder: Any, transport: Any, *,
+                                      engine: Any = None) -> Awaitable[AcpConnection]:
+        """Same as :meth:`spawn_connection` (in Python the child's context is always the one
+        its builder selects)."""
+        return self.spawn_connection(builder, transport, engine=engine)
 
     # -- becoming ready: the per-connection tables --------------------------------------
 
@@ -205,6 +387,8 @@ class AcpConnection:
             raw.on_notification(SESSION_UPDATE, self._session_update)
         elif SESSION_UPDATE in self.table.notifications:
             raw.on_notification(SESSION_UPDATE, self._notification_handler(self.table.notifications[SESSION_UPDATE]))
+        for kind, method in list(self._dynamic):
+            self._install_dynamic(kind, method)
 
     def _updates_gated(self) -> bool:
         return True
@@ -218,20 +402,28 @@ class AcpConnection:
         handle = self._request_handler(fn)
 
         def tracked(rctx: RequestContext) -> Any:
-            params = rctx.message.params
-            session_id = params.get("sessionId") if type(params) is dict else None
-            if type(session_id) is str:
-                self.sessions.get(session_id).track_permission(rctx)
+            self._track_permission(rctx)
             return handle(rctx)
 
         return tracked
+
+    def _track_permission(self, rctx: RequestContext) -> None:
+        params = rctx.message.params
+        session_id = params.get("sessionId") if type(params) is dict else None
+        if type(session_id) is str:
+            self.sessions.get(session_id).track_permission(rctx)
 
     def _notification_handler(self, fn: Handler) -> Callable[[Any], Any]:
         return NotificationHandler(self, fn, Context)
 
     # -- incoming: the slow (guarded) path ---------------------------------------------
 
+    def _install_ready_routes(self) -> None:
+        """Proxies: install the routes of setups answered so far (see ``ProxyConnection``)."""
+
     def _on_request(self, rctx: RequestContext) -> Any:
+        if self._pending_setups:
+            self._install_ready_routes()
         method = rctx.message.method
         guard = self.guard
         if method in _INITIALIZES or not guard.ready:
@@ -240,10 +432,21 @@ class AcpConnection:
                 raise error
             if self.manages_initialize and self._initializes(method):
                 return self._incoming_initialize(rctx)
+        if not self._installed and self._dynamic.get(("request", method)):
+            result = self._try_dynamic("request", method, rctx.message.params, Context(self, rctx, rctx.message))
+            if result is not NOT_HANDLED:
+                return result
         fn = self.table.requests.get(method)
         if fn is not None:
             return fn(rctx.message.params, Context(self, rctx, rctx.message))
         return self._unhandled_request(rctx, method)
+
+    def _try_dynamic(self, kind: str, method: str, params: Any, cx: Context) -> Any:
+        for handler in list(self._dynamic.get((kind, method), ())):
+            result = handler.fn(params, cx)
+            if result is not NOT_HANDLED:
+                return result
+        return NOT_HANDLED
 
     def _initializes(self, method: str) -> bool:
         """Whether an incoming ``method`` is this side's initializing request."""
@@ -253,12 +456,18 @@ class AcpConnection:
         raise JsonRpcError.method_not_found(method)
 
     def _on_notification(self, msg: Any) -> Any:
+        if self._pending_setups:
+            self._install_ready_routes()
         method = msg.method
         if not self.guard.allows_incoming_notification(method):
             logger.debug("notification %r before initialization dropped", method)
             return None
         if method == SESSION_UPDATE and self._updates_gated():
             return self._session_update(msg)
+        if not self._installed and self._dynamic.get(("notification", method)):
+            result = self._try_dynamic("notification", method, msg.params, Context(self, None, msg))
+            if result is not NOT_HANDLED:
+                return result
         fn = self.table.notifications.get(method)
         if fn is not None:
             return fn(msg.params, Context(self, None, msg))
@@ -511,6 +720,19 @@ class AcpConnection:
         """v2 ``session/fork`` (unstable) -> :class:`~acp_fast.roles.sessions.OpenedSession`
         of the new session (see :func:`~acp_fast.roles.sessions.fork_session`)."""
         return fork_session(self, session_id, cwd, **kwargs)
+
+    def build_session_from(self, params: dict[str, Any]) -> SessionSetup:
+        """A ``session/new`` from a complete request: ``start_session()`` publishes it
+        (a proxy uses ``on_proxy_session_start``; see :class:`~acp_fast.roles.sessions.SessionSetup`)."""
+        return SessionSetup(self, "session/new", params)
+
+    def resume_session_from(self, params: dict[str, Any]) -> SessionSetup:
+        """A v2 ``session/resume`` from a complete request (see :meth:`build_session_from`)."""
+        return SessionSetup(self, "session/resume", params)
+
+    def fork_session_from(self, params: dict[str, Any]) -> SessionSetup:
+        """A v2 ``session/fork`` (unstable) from a complete request (see :meth:`build_session_from`)."""
+        return SessionSetup(self, "session/fork", params)
 
     # -- proxies only -------------------------------------------------------------------
 

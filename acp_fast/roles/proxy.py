@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from ..errors import INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
-from ..jsonrpc import CANCEL_METHOD, RequestContext
+from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
+from ..jsonrpc import CANCEL_METHOD, PendingRequest, RequestContext
 from ..protocol import negotiation as nego
 from ..protocol.guard import PROXY_DATA, InitializationGuard
 from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC, SESSION_UPDATE, AcpConnection
 from ._hot import Context
 from .context import Request, SentRequest
-from .table import HandlerTable
+from .sessions import OpenedSession, SessionSetup, SessionStates, V2Session
+from .table import Handler, HandlerTable
 
-__all__ = ["SUCCESSOR", "SUCCESSOR_SPEC", "ProxyConnection"]
+__all__ = ["SUCCESSOR", "SUCCESSOR_SPEC", "ProxyConnection", "ProxySessionRoute"]
 
 logger = logging.getLogger("acp_fast.roles")
 
@@ -45,6 +47,102 @@ def _unwrap(params: Any) -> tuple[str, Any]:
     return method, inner
 
 
+class ProxySessionRoute:
+    """A proxy's route of one session started through ``on_proxy_session_start``.
+
+    Installed before later inbound traffic of the session is dispatched (for resume, before
+    the downstream request is published: ``state == "pending"`` until it succeeds); kept
+    for the connection's lifetime once the setup succeeded; dropped when it failed or was
+    cancelled. Per-session attachments (e.g. MCP servers) hang on :attr:`attachments`.
+
+    Attributes:
+        session_id: the session (fork: the new id from the response).
+        operation: ``"new"``, ``"resume"`` or ``"fork"``.
+        state: ``"pending"`` or ``"active"``.
+        response: the complete setup response (``None`` while pending).
+        attachments: per-session things that live as long as the route.
+    """
+
+    __slots__ = ("attachments", "operation", "response", "session_id", "state")
+
+    def __init__(self, session_id: str, operation: str, state: str, response: Any = None) -> None:
+        self.session_id = session_id
+        self.operation = operation
+        self.state = state
+        self.response = response
+        self.attachments: list[Any] = []
+
+    def __repr__(self) -> str:
+        return f"ProxySessionRoute({self.session_id!r}, {self.operation!r}, {self.state!r})"
+
+
+class _SuccessorPeer:
+    """The successor seen as a session peer: a :class:`V2Session` made by a proxy's
+    ``on_proxy_session_start`` sends its commands downstream."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: ProxyConnection) -> None:
+        self._conn = conn
+
+    @property
+    def version(self) -> int:
+        return self._conn.version
+
+    @property
+    def sessions(self) -> SessionStates:
+        return self._conn.sessions
+
+    def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
+                     timeout: float | None = None) -> Request[Any]:
+        return self._conn.send_to_successor(method, params, passthrough=passthrough, timeout=timeout)
+
+    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+        return self._conn.notify_successor(method, params, passthrough=passthrough)
+
+    def mapped_request(self, method: str, params: Any, fn: Callable[[Any], Any], *,
+                       settle: bool = False) -> SentRequest[Any]:
+        pending = self._conn.send_to_successor(method, params)
+        assert isinstance(pending, PendingRequest)  # never initialize
+
+        async def mapped() -> Any:
+            result = await pending
+            if settle:
+                await self._conn.raw.settled()
+            return fn(result)
+
+        return SentRequest(pending, mapped())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _SuccessorPeer) and other._conn is self._conn
+
+    def __hash__(self) -> int:
+        return id(self._conn)
+
+
+class _PendingSetup:
+    __slots__ = ("pending", "previous", "route", "settled", "setup")
+
+    def __init__(self, setup: SessionSetup, pending: Request[Any], route: ProxySessionRoute | None,
+                 previous: ProxySessionRoute | None) -> None:
+        self.setup = setup
+        self.pending = pending
+        self.route = route
+        self.previous = previous
+        self.settled = False
+
+
+def _done_result(pending: Request[Any]) -> Any:
+    """The result of a request handle that is done (raises its error), without a loop turn."""
+    gen = pending.__await__()
+    try:
+        gen.send(None)
+    except StopIteration as stop:
+        return stop.value
+    gen.close()  # pragma: no cover - only called once done()
+    raise RuntimeError("the request is not answered yet")
+
+
 class ProxyConnection(AcpConnection):
     """The connection of a built proxy (``Proxy.builder()`` / ``Proxy.v2()``).
 
@@ -59,6 +157,142 @@ class ProxyConnection(AcpConnection):
     _successor = SUCCESSOR
     #: the declaration of the proxy's global MCP server (``Proxy.v2().with_mcp_server``)
     _mcp_declaration: dict[str, Any] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        #: session id -> route of the sessions started with ``on_proxy_session_start``
+        self.proxy_sessions: dict[str, ProxySessionRoute] = {}
+        self._pending_setups: list[_PendingSetup] = []
+        super().__init__(*args, **kwargs)
+
+    # -- on_proxy_session_start (seed 000) -------------------------------------------------
+
+    def start_proxy_session(self, setup: SessionSetup, cx: Any, callback: Callable[[OpenedSession], Any]) -> None:
+        """See :meth:`~acp_fast.roles.sessions.SessionSetup.on_proxy_session_start`."""
+        if self.version < 2:
+            raise TypeError("on_proxy_session_start is a v2 proxy helper (Proxy.v2())")
+        responder = cx.defer()
+        route = previous = None
+        sid = setup.session_id
+        if sid is not None:  # resume: the route is ready before the request is published
+            previous = self.proxy_sessions.get(sid)
+            route = ProxySessionRoute(sid, setup.operation, "pending")
+            if previous is None:
+                self.proxy_sessions[sid] = route
+        pending = self.send_to_successor(setup.method, setup.params, passthrough=True)
+        entry = _PendingSetup(setup, pending, route, previous)
+        self._pending_setups.append(entry)
+        self.start_task(self._finish_setup(entry, responder, cx, callback))
+
+    def _install_ready_routes(self) -> None:
+        """Settle every setup whose downstream response has arrived: called before any
+        inbound message is dispatched, so a route exists for traffic after its response."""
+        for entry in list(self._pending_setups):
+            if entry.pending.done():
+                self._settle(entry)
+
+    def _settle(self, entry: _PendingSetup) -> ProxySessionRoute | None:
+        if entry.settled:
+            return entry.route
+        entry.settled = True
+        if entry in self._pending_setups:
+            self._pending_setups.remove(entry)
+        try:
+            result = _done_result(entry.pending)
+        except BaseException:  # noqa: BLE001 - failed or cancelled: drop the pending route
+            route = entry.route
+            if route is not None and self.proxy_sessions.get(route.session_id) is route:
+                del self.proxy_sessions[route.session_id]
+            entry.route = None
+            return None
+        sid = result.get("sessionId") if type(result) is dict else None
+        if entry.setup.operation == "resume":
+            sid = entry.setup.session_id
+        if type(sid) is not str:
+            entry.route = None
+            return None
+        route = entry.route
+        if route is None or entry.setup.operation != "resume":
+            route = ProxySessionRoute(sid, entry.setup.operation, "active", result)
+        elif entry.previous is not None:  # resuming a routed session keeps its route
+            route = entry.previous
+        route.state = "active"
+        route.response = result
+        self.proxy_sessions[sid] = route
+        entry.route = route
+        return route
+
+    async def _finish_setup(self, entry: _PendingSetup, responder: Any, cx: Any,
+                            callback: Callable[[OpenedSession], Any]) -> None:
+        pending = entry.pending
+        request = cx.request
+        watcher = asyncio.ensure_future(request.wait_cancelled()) if request is not None else None
+        if watcher is not None:  # cancellation is advisory: forwarded, the answer still awaited
+            watcher.add_done_callback(lambda w: pending.cancel() if not w.cancelled() else None)
+        try:
+            result = await pending
+        except JsonRpcError as exc:
+            self._settle(entry)
+            responder.respond_error(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - e.g. a timeout: answered -32603
+            self._settle(entry)
+            responder.respond_error(JsonRpcError(INTERNAL_ERROR, data=str(exc) or type(exc).__name__))
+            return
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        route = self._settle(entry)
+        responder.respond(result)
+        if route is None:
+            logger.warning("%s response without a session id: no route installed", entry.setup.method)
+            return
+        outcome = callback(OpenedSession(V2Session(route.session_id, _SuccessorPeer(self)), result))
+        if asyncio.iscoroutine(outcome):
+            self.start_task(outcome)  # outside the ordering barrier
+
+    # every inbound path settles arrived setups first
+    def _request_handler(self, fn: Handler) -> Callable[[RequestContext], Any]:
+        handle = super()._request_handler(fn)
+
+        def routed(rctx: RequestContext) -> Any:
+            if self._pending_setups:
+                self._install_ready_routes()
+            return handle(rctx)
+
+        return routed
+
+    def _notification_handler(self, fn: Handler) -> Callable[[Any], Any]:
+        handle = super()._notification_handler(fn)
+
+        def routed(msg: Any) -> Any:
+            if self._pending_setups:
+                self._install_ready_routes()
+            return handle(msg)
+
+        return routed
+
+    def _dynamic_request_handler(self, method: str) -> Callable[[RequestContext], Any]:
+        handle = super()._dynamic_request_handler(method)
+
+        def routed(rctx: RequestContext) -> Any:
+            if self._pending_setups:
+                self._install_ready_routes()
+            return handle(rctx)
+
+        return routed
+
+    def _dynamic_notification_handler(self, method: str) -> Callable[[Any], Any]:
+        handle = super()._dynamic_notification_handler(method)
+
+        def routed(msg: Any) -> Any:
+            if self._pending_setups:
+                self._install_ready_routes()
+            return handle(msg)
+
+        return routed
+
+    # (the connection's fallbacks, AcpConnection._on_request / _on_notification, check
+    # _pending_setups inline: no extra call level on the forwarding path)
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         return InitializationGuard(self.version, "unchecked", proxy=table.guarded)
@@ -159,6 +393,8 @@ class ProxyConnection(AcpConnection):
     # -- incoming from the successor -----------------------------------------------------
 
     def _from_successor_request(self, rctx: RequestContext) -> Any:
+        if self._pending_setups:
+            self._install_ready_routes()
         method, params = _unwrap(rctx.message.params)
         if method in (INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC):
             raise JsonRpcError(INVALID_REQUEST, data=PROXY_DATA)
@@ -174,6 +410,8 @@ class ProxyConnection(AcpConnection):
         return self._forward_request(rctx, method, params, to_successor=False)
 
     def _from_successor_notification(self, msg: Any) -> Any:
+        if self._pending_setups:
+            self._install_ready_routes()
         try:
             method, params = _unwrap(msg.params)
         except JsonRpcError:

@@ -1,6 +1,9 @@
-"""Session helpers for clients (part of the builder API, :mod:`acp_fast.roles`).
+"""Session helpers (part of the builder API, :mod:`acp_fast.roles`).
 
-Mirrors the v2 session API of the Rust SDK guide (seed 000) in Python form:
+Mirrors the v2 session API of the Rust SDK guide (seed 000) in Python form. Client side
+first; the agent side (:class:`AgentSession`, :class:`PromptTurn`: prompt acceptance,
+failures after insertion, cancellation and close) and :class:`SessionSetup` (setup requests
+from a complete request, ``start_session`` / ``on_proxy_session_start``) are at the end.
 
 * :func:`build_session` / :func:`resume_session` publish ``session/new`` /
   ``session/resume`` and resolve to an :class:`OpenedSession`: the command handle
@@ -36,26 +39,35 @@ Example (inside ``Client.v2().connect_with(stream, main)``)::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ..errors import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import Request, SentRequest
 
 _T = TypeVar("_T")
 
+logger = logging.getLogger("acp_fast.roles")
+
 __all__ = [
     "IDLE",
     "REQUIRES_ACTION",
     "RUNNING",
+    "AgentSession",
     "OpenedSession",
+    "PromptTurn",
     "SessionPeer",
+    "SessionSetup",
     "SessionState",
     "SessionStates",
     "StopReason",
     "V1Session",
     "V2Session",
+    "apply_meta_update",
+    "apply_upsert",
     "build_session",
     "fork_session",
     "resume_session",
@@ -342,10 +354,16 @@ class V2Session:
         params = {"sessionId": self.session_id, "configId": config_id, "value": value, **fields}
         return self.connection.send_request("session/set_config_option", params)
 
-    def close(self, **fields: Any) -> Request[Any]:
-        """``session/close``; resolves to the complete close response."""
+    def close(self, **fields: Any) -> SentRequest[Any]:
+        """``session/close``; resolves to the complete close response.
+
+        The agent cancels active work first and sends its final updates and the idle
+        ``cancelled`` update before the response (seed 000); the handle resolves only after
+        the handlers of those updates ran, so :attr:`state` is final by then. A prompt the
+        close cancelled before insertion fails with -32800; an inserted one kept its id.
+        """
         params = {"sessionId": self.session_id, **fields}
-        return self.connection.send_request("session/close", params)
+        return self.connection.mapped_request("session/close", params, _same, settle=True)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, V2Session) and (self.session_id, self.connection) == (
@@ -529,6 +547,440 @@ def _with_mcp(connection: SessionPeer, servers: Sequence[Any], mcp_servers: Sequ
     return attach_for_setup(connection, servers, mcp_servers, publish)
 
 
+def _same(value: _T) -> _T:
+    return value
+
+
 def _require_v2(connection: SessionPeer, what: str) -> None:
     if connection.version < 2:
         raise TypeError(f"{what} needs a v2 connection (Client.v2())")
+
+
+# ---------------------------------------------------------------------------------------
+# Agent side: prompt acceptance, failures after insertion, close (seed 000)
+# ---------------------------------------------------------------------------------------
+
+
+class PromptTurn:
+    """One v2 ``session/prompt`` being served by an agent (see :class:`AgentSession`).
+
+    The turn's work (``run(turn)``) decides when the prompt is *inserted*: :meth:`insert`
+    sends the ``user_message`` update and answers ``session/prompt`` with ``{"messageId"}``.
+    Until then the prompt may still be rejected (an exception answers it with an error and
+    no user-message update is sent) or cancelled (-32800). After insertion the prompt
+    response stays successful whatever happens: a failure, including ``auth_required``
+    (-32000), ends the work with an ``idle`` update whose stop reason is ``error`` and
+    carries the JSON-RPC error object.
+
+    Attributes:
+        session_id: the session.
+        message_id: the id the inserted user message gets (and the prompt response carries).
+        params: the ``session/prompt`` params.
+        cx: the handler context of the prompt request.
+        inserted: True once :meth:`insert` ran.
+    """
+
+    def __init__(self, session: AgentSession, cx: Any, params: dict[str, Any], message_id: str) -> None:
+        self.session = session
+        self.session_id = session.session_id
+        self.cx = cx
+        self.params = params
+        self.message_id = message_id
+        self.inserted = False
+        self.state = IDLE  # the foreground state this turn reported last
+        self._responder = cx.defer()
+        self._cancelled = asyncio.Event()
+        self._requests: list[Any] = []  # requests this work sent to the client, not yet answered
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the work was cancelled (``session/cancel``, ``session/close``, or
+        ``$/cancel_request`` of the prompt before insertion)."""
+        return self._cancelled.is_set()
+
+    async def wait_cancelled(self) -> None:
+        await self._cancelled.wait()
+
+    def send(self, update: dict[str, Any]) -> bool:
+        """Send one ``session/update`` of this session (through the write guard)."""
+        return bool(self.cx.send_session_update(self.session_id, update))
+
+    def request(self, method: str, params: Any = None) -> Any:
+        """Send a request to the client for this work (``session/request_permission``,
+        ``elicitation/create`` …). When the work is cancelled (``session/cancel`` or
+        ``session/close``), every such request still unanswered is cancelled with
+        ``$/cancel_request`` at once, before the work's idle update (seed 004: the agent
+        stops waiting and cancels them; on close, before the close response). Its handle
+        then resolves with the client's answer (usually -32800)."""
+        pending = self.cx.send_request(method, params)
+        self._requests = [r for r in self._requests if not r.done()]
+        self._requests.append(pending)
+        if self.cancelled:
+            pending.cancel()
+        return pending
+
+    def set_state(self, state: str) -> None:
+        """Report ``running`` / ``requires_action`` (once per change); may precede insertion."""
+        if state != self.state:
+            self.state = state
+            self.send({"sessionUpdate": "state_update", "state": state})
+
+    def insert(self, content: Any = None, **fields: Any) -> dict[str, Any]:
+        """Insert the user message: answer the prompt with its id, then send ``user_message``.
+
+        Args:
+            content: the message content (default: the prompt's content blocks).
+            **fields: further ``user_message`` fields.
+
+        Returns:
+            The prompt response sent (``{"messageId": …}``).
+
+        Raises:
+            JsonRpcError: -32800 when the prompt was cancelled before insertion.
+        """
+        if self.inserted:
+            raise RuntimeError("the prompt is already inserted")
+        if self.cancelled:
+            raise JsonRpcError(REQUEST_CANCELLED)
+        self.inserted = True
+        receipt = {"messageId": self.message_id}
+        self._responder.respond(receipt)
+        update = {"sessionUpdate": "user_message", "messageId": self.message_id,
+                  "content": self.params.get("prompt", []) if content is None else content, **fields}
+        self.send(update)
+        return receipt
+
+    def _cancel(self) -> None:
+        if self.cancelled:
+            return
+        self._cancelled.set()
+        requests, self._requests = self._requests, []
+        for pending in requests:
+            if not pending.done():
+                pending.cancel()  # $/cancel_request: the work no longer waits for it
+        task = self.task
+        if not self.inserted and task is not None and not task.done():
+            task.cancel()  # nothing was inserted: the work stops at once
+
+    def _idle(self, reason: str, error: dict[str, Any] | None = None) -> None:
+        update: dict[str, Any] = {"sessionUpdate": "state_update", "state": IDLE, "stopReason": reason}
+        if error is not None:
+            update["error"] = error
+        self.state = IDLE
+        self.send(update)
+
+    async def _run(self, work: Callable[[PromptTurn], Awaitable[str | None]]) -> None:
+        watcher = asyncio.ensure_future(self._watch_request_cancel())
+        error: JsonRpcError | None = None
+        try:
+            try:
+                reason = await work(self)
+            except asyncio.CancelledError:
+                if self.inserted or not self.cancelled:  # the connection is closing
+                    if not self.inserted:
+                        self._responder.respond_error(JsonRpcError(REQUEST_CANCELLED))
+                    raise
+                reason = CANCELLED
+            except JsonRpcError as exc:
+                reason, error = "error", exc
+            except Exception as exc:
+                logger.exception("prompt work of session %r failed", self.session_id)
+                reason, error = "error", JsonRpcError(INTERNAL_ERROR, data=str(exc) or type(exc).__name__)
+            else:
+                if self.cancelled:
+                    reason = CANCELLED
+                elif reason is None:
+                    reason = "end_turn"
+            if not self.inserted:
+                # rejected or cancelled before insertion: an error response, no user message;
+                # an idle update only if this turn had reported foreground work
+                if error is None and reason == CANCELLED:
+                    error = JsonRpcError(REQUEST_CANCELLED)
+                elif error is None:
+                    reason, error = "error", JsonRpcError(
+                        INTERNAL_ERROR, data="prompt work ended without inserting the prompt")
+                self._responder.respond_error(error)
+                if self.state != IDLE:
+                    self._idle(reason, error.to_dict() if reason == "error" else None)
+            elif reason == "error" and error is not None:
+                self._idle("error", error.to_dict())
+            else:
+                self._idle(reason)
+        finally:
+            watcher.cancel()
+            self.session._finished(self)
+
+    async def _watch_request_cancel(self) -> None:
+        request = self.cx.request
+        if request is None:  # pragma: no cover - prompts are requests
+            return
+        await request.wait_cancelled()
+        if not self.inserted:  # after insertion the request is answered; nothing to cancel
+            self._cancel()
+
+
+class AgentSession:
+    """Agent side of one v2 session's foreground work (seed 000 prompt lifecycle).
+
+    Serves ``session/prompt`` (:meth:`prompt`), ``session/cancel`` (:meth:`cancel`) and
+    ``session/close`` (:meth:`close`) by the seed's rules:
+
+    * prompt acceptance is insertion (:meth:`PromptTurn.insert`); a rejection before it is
+      an error response with no user-message update; a failure after it (``auth_required``
+      included) is the ``error`` stop reason of the idle update, never an error response;
+    * cancelled foreground work ends with ``idle`` / ``cancelled`` after its final updates;
+      the requests it sent to the client through :meth:`PromptTurn.request` and still
+      waits for are cancelled with ``$/cancel_request`` (seed 004); cancelling an idle
+      session sends nothing;
+    * closing a session with active work cancels it, and the close response follows the
+      final updates and the idle ``cancelled`` update; a prompt the close cancelled before
+      insertion is answered -32800, an inserted one already has its message id.
+
+    Example (an agent's handlers)::
+
+        sessions: dict[str, AgentSession] = {}
+
+        @agent.on_request("session/prompt")
+        def prompt(params, cx):
+            async def work(turn):
+                turn.set_state("running")
+                turn.insert()
+                turn.send({"sessionUpdate": "agent_message_chunk", "messageId": "a1",
+                           "content": {"type": "text", "text": "hi"}})
+                return "end_turn"
+            return sessions[params["sessionId"]].prompt(cx, params, work)
+
+    Attributes:
+        session_id: the session id.
+        turn: the active :class:`PromptTurn` (``None`` when idle).
+    """
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.turn: PromptTurn | None = None
+        self.closed = False
+        self._count = 0
+
+    def prompt(self, cx: Any, params: dict[str, Any],
+               work: Callable[[PromptTurn], Awaitable[str | None]], *, message_id: str | None = None) -> None:
+        """Serve ``session/prompt`` with ``work(turn)`` (return its result from the handler).
+
+        ``work`` runs as a task owned by the connection; it calls :meth:`PromptTurn.insert`
+        once it inserted the prompt and returns the stop reason (``None``: ``end_turn``).
+
+        Args:
+            message_id: the inserted user message's id (default ``<session id>-user-<n>``).
+
+        Raises:
+            JsonRpcError: -32602 when the session is closed or already has foreground work.
+        """
+        if self.closed:
+            raise JsonRpcError(INVALID_PARAMS, data=f"unknown session `{self.session_id}`")
+        if self.turn is not None:
+            raise JsonRpcError(INVALID_PARAMS, data=f"session `{self.session_id}` already has foreground work")
+        if message_id is None:
+            self._count += 1
+            message_id = f"{self.session_id}-user-{self._count}"
+        turn = self.turn = PromptTurn(self, cx, params, message_id)
+        turn.task = cx.start_task(turn._run(work))
+
+    def cancel(self) -> None:
+        """``session/cancel``: cancel the active foreground work (nothing when idle)."""
+        if self.turn is not None:
+            self.turn._cancel()
+
+    def close(self) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """``session/close``: the close response, after the cancelled work's final updates."""
+        self.closed = True
+        turn = self.turn
+        if turn is None or turn.task is None:
+            return {}
+        turn._cancel()
+        task = turn.task
+
+        async def after_work() -> dict[str, Any]:
+            await asyncio.wait((task,))
+            return {}
+
+        return after_work()
+
+    def _finished(self, turn: PromptTurn) -> None:
+        if self.turn is turn:
+            self.turn = None
+
+
+# ---------------------------------------------------------------------------------------
+# Setup requests built from a complete request (``*_from``), for clients and proxies
+# ---------------------------------------------------------------------------------------
+
+#: setup method -> operation name
+SETUP_METHODS = {"session/new": "new", "session/resume": "resume", "session/fork": "fork"}
+
+
+class SessionSetup:
+    """A v2 setup request not yet published, built from a complete request (Rust
+    ``V2SessionBuilder`` / ``V2ResumeSessionBuilder`` / ``V2ForkSessionBuilder``).
+
+    Made by ``build_session_from`` / ``resume_session_from`` / ``fork_session_from`` of a
+    connection. A client publishes it with :meth:`start_session`; a v2 proxy forwards it
+    downstream with :meth:`on_proxy_session_start`. ``params`` is the request, unchanged
+    unless the caller edits it before starting.
+
+    Attributes:
+        connection: the connection it will be published on.
+        method: ``session/new``, ``session/resume`` or ``session/fork``.
+        operation: ``"new"``, ``"resume"`` or ``"fork"``.
+        params: the complete request params.
+    """
+
+    __slots__ = ("_mcp", "connection", "method", "operation", "params")
+
+    def __init__(self, connection: Any, method: str, params: dict[str, Any]) -> None:
+        if method not in SETUP_METHODS:
+            raise ValueError(f"{method!r} is not a session setup request")
+        if type(params) is not dict:
+            raise TypeError("a setup request's params must be a JSON object")
+        self.connection = connection
+        self.method = method
+        self.operation = SETUP_METHODS[method]
+        self.params = params
+        self._mcp: list[Any] = []
+
+    def with_mcp_server(self, server: Any) -> SessionSetup:
+        """Serve ``server`` to the agent over ACP for this session (MCP-over-ACP, v2).
+
+        ``server`` is what ``with_mcp_servers`` of :func:`build_session` takes (an ``mcp``
+        server, a factory of one, or :class:`acp_fast.roles.mcp.McpServer`). When the setup
+        is started, its route is installed and its runner started before the request is
+        published, then kept for the connection's lifetime on success and removed on
+        failure or cancellation; its declaration is appended to ``params["mcpServers"]``.
+        Returns ``self`` for chaining.
+        """
+        self._mcp.append(server)
+        return self
+
+    @property
+    def session_id(self) -> str | None:
+        """The session id known before the response: resume's (fork's is the source's)."""
+        sid = self.params.get("sessionId")
+        return sid if self.operation == "resume" and type(sid) is str else None
+
+    def start_session(self) -> SentRequest[OpenedSession]:
+        """Publish the request; resolves to an :class:`OpenedSession` (the complete
+        response, never reconstructed; fork's handle uses the new session id; resume
+        resolves after the handlers of its replay ran)."""
+        connection = self.connection
+        if self.operation != "new":
+            _require_v2(connection, f"{self.operation}_session_from")
+        params = self.params
+        if self._mcp:
+            servers, self._mcp = self._mcp, []
+
+            def publish(declared: list[Any]) -> SentRequest[OpenedSession]:
+                self.params = {**params, "mcpServers": declared}
+                try:
+                    return self.start_session()
+                finally:
+                    self.params = params
+
+            return _with_mcp(connection, servers, params.get("mcpServers"), publish)
+        if self.operation == "resume":
+            sid = params.get("sessionId")
+            if type(sid) is not str:
+                raise ValueError("session/resume needs a string sessionId")
+
+            def resumed(result: Any) -> OpenedSession:
+                return OpenedSession(V2Session(sid, connection), result)
+
+            return connection.mapped_request(self.method, params, resumed, settle=True)  # type: ignore[no-any-return]
+
+        def opened(result: Any) -> OpenedSession:
+            new_id = result["sessionId"]
+            if connection.version == 1:
+                return OpenedSession(V1Session(new_id, connection), result)
+            connection.sessions.get(new_id)  # default idle unless already reported
+            return OpenedSession(V2Session(new_id, connection), result)
+
+        return connection.mapped_request(self.method, params, opened)  # type: ignore[no-any-return]
+
+    def on_proxy_session_start(self, cx: Any, callback: Callable[[OpenedSession], Any]) -> None:
+        """A v2 proxy's non-blocking setup helper (Rust ``on_proxy_session_start``).
+
+        Call it from the proxy's ``session/new`` / ``session/resume`` / ``session/fork``
+        handler with that handler's ``cx`` and return its result. It sends the request
+        downstream at once (in order with later traffic), forwards the upstream request's
+        cancellation downstream (advisory: the downstream answer is still awaited and
+        forwarded), answers upstream with the complete downstream response (or its error),
+        installs the session's route (see ``ProxyConnection.proxy_sessions``) before any
+        later inbound message is dispatched - for resume before the request is published,
+        so replay can be routed - and then runs ``callback(opened)`` as a task outside the
+        ordering barrier, with an :class:`OpenedSession` whose handle sends to the
+        successor. A failed or cancelled setup drops the pending route.
+
+        Raises:
+            TypeError: the connection is not a proxy's.
+        """
+        start = getattr(self.connection, "start_proxy_session", None)
+        if start is None:
+            raise TypeError("on_proxy_session_start needs a proxy connection (Proxy.v2())")
+        start(self, cx, callback)
+
+
+# ---------------------------------------------------------------------------------------
+# v2 upsert patches (seed 000, schema 1.12)
+# ---------------------------------------------------------------------------------------
+
+
+def apply_meta_update(current: dict[str, Any] | None, patch: Any) -> dict[str, Any] | None:
+    """The stored ``_meta`` after a v2 upsert's top-level ``_meta`` patch (seed 000).
+
+    An omitted ``_meta`` leaves it unchanged (do not call); ``None`` (``null``) clears it; an object keeps the keys it omits, removes the
+    keys whose value is ``None`` and replaces every other value whole (nested objects are
+    not merged, nested nulls are data). An empty object changes nothing.
+
+    Example:
+        >>> apply_meta_update({"a": 1, "b": {"x": 1}}, {"a": None, "b": {"y": None}, "c": 3})
+        {'b': {'y': None}, 'c': 3}
+        >>> apply_meta_update({"a": 1}, None) is None
+        True
+    """
+    if patch is None:
+        return None
+    if type(patch) is not dict:
+        return current  # a malformed patch is not applied
+    out = dict(current or {})
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out if out or current is not None else None
+
+
+def apply_upsert(stored: dict[str, Any] | None, update: dict[str, Any]) -> dict[str, Any]:
+    """The entity after one v2 upsert update (``tool_call_update``, ``agent_message`` …):
+    an omitted field is unchanged, ``null`` clears it, a value replaces it whole (arrays
+    too); ``_meta`` follows :func:`apply_meta_update`; ``sessionUpdate`` is not stored.
+
+    Example:
+        >>> apply_upsert({"toolCallId": "t", "name": "read", "status": "pending"},
+        ...              {"sessionUpdate": "tool_call_update", "toolCallId": "t", "name": None,
+        ...               "status": "completed"})
+        {'toolCallId': 't', 'status': 'completed'}
+    """
+    out = dict(stored or {})
+    for key, value in update.items():
+        if key == "sessionUpdate":
+            continue
+        if key == "_meta":
+            meta = apply_meta_update(out.get("_meta"), value)
+            if meta is None:
+                out.pop("_meta", None)
+            else:
+                out["_meta"] = meta
+        elif value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out

@@ -42,11 +42,21 @@ advertised the capability, else reported ``skipped`` - then elicitations),
 request is cancelled with ``$/cancel_request``.
 
 v2 (protocol.md §9.2, seed 000): ``initialize`` (``info`` ``test-agent``, capabilities
-``{"session": {}}``), ``session/new|list|resume|close|prompt``, ``session/cancel``. A prompt
-is answered at once with its insertion receipt ``{"messageId": "testy-v2-user-message-N"}``,
-then ``user_message`` -> ``state_update running`` -> output -> ``state_update idle`` with a
-stop reason (``cancelled`` after ``session/cancel`` or ``session/close``). A second prompt
-while foreground work runs gets -32602. v2 commands: help, greet, echo, cancel_status,
+``{"session": {"fork": {}}, "auth": {"status": {}}}``), ``session/new|list|resume|fork|close|prompt``,
+``session/cancel``, ``auth/status`` (and ``auth/login`` / ``auth/logout``). Prompts are served
+by the builder API's :class:`~acp_fast.roles.sessions.AgentSession` (seed 000 prompt
+acceptance): a prompt is answered at once with its insertion receipt
+``{"messageId": "testy-v2-user-message-N"}``, then ``user_message`` -> ``state_update
+running`` -> output -> ``state_update idle`` with a stop reason (``cancelled`` after
+``session/cancel`` or ``session/close``; ``session/close`` answers after that idle update).
+A second prompt while foreground work runs gets -32602; malformed ``mcpServers`` or
+``additionalDirectories`` of ``session/new|resume|fork`` get -32602 (schema 1.11). Two scenarios show the acceptance
+rules: ``hold_before_insert`` reports ``running`` and never inserts (a cancel or close
+answers the prompt -32800, then idle ``cancelled``); ``auth_required`` inserts, then fails:
+the prompt response stays successful and the idle update carries stop reason ``error`` with
+the -32000 error object. ``--require-auth`` (``require_auth=True``): every method but
+``initialize`` and ``auth/*`` answers -32000 until ``auth/login`` with ``testy-agent-auth``
+(advertised in ``authMethods``); ``auth/status`` is always answered (seed 004 I6). v2 commands: help, greet, echo, cancel_status,
 wait_for_cancel and the benchmark commands; other scenarios answer a ``refusal`` with
 "Testy v2 scenario `x` is not implemented yet". History (``user_message`` + whole
 ``agent_message`` per prompt) is replayed by ``session/resume`` with ``replayFrom:
@@ -104,12 +114,12 @@ class Endpoint:
         else:
             name = engine if isinstance(engine, str) else engine.IMPLEMENTATION
         kw: dict[str, Any] = {"stream_mode": self.stream_mode, "engine": name}
-        v1 = {**kw, "require_auth": self.require_auth}  # v1 has authenticate; v2 Testy has no login
+        kw["require_auth"] = self.require_auth
         if self.versions == (1,):
-            return TestyV1(**v1).builder()
+            return TestyV1(**kw).builder()
         router = Agent.protocol_router()
         if 1 in self.versions:
-            router.with_v1(TestyV1(**v1).builder())
+            router.with_v1(TestyV1(**kw).builder())
         if 2 in self.versions:
             router.with_v2(TestyV2(**kw).builder())
         return router

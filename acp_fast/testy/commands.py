@@ -18,6 +18,9 @@ SCENARIOS = {
     "cancel_status": "cancel_status", "cancel status": "cancel_status", "cancel": "cancel_status",
     "wait_for_cancel": "wait_for_cancel", "wait for cancel": "wait_for_cancel",
     "full": "full", "all": "full",
+    # v2 only (seed 000 prompt acceptance): never inserted / a failure after insertion
+    "hold_before_insert": "hold_before_insert", "hold before insert": "hold_before_insert",
+    "auth_required": "auth_required", "auth required": "auth_required",
 }
 FULL = ("session_updates", "content", "tool_calls", "callbacks", "cancel_status")
 
@@ -27,6 +30,8 @@ HELP = """Testy (acp_fast) commands:
   echo <message>            echoes <message>
   session_updates | content | tool_calls | callbacks | elicitations | cancel_status |
   wait_for_cancel | full    run a scenario (v2 implements cancel_status and wait_for_cancel)
+  hold_before_insert        v2: report running, never insert the prompt (cancel/close: -32800)
+  auth_required             v2: insert, then fail with auth_required on the idle update
   stream N [chunks [of S bytes]] | warmup N | N
                             stream N agent_message_chunk updates of S (or $ACP_CHUNK) bytes
   permission stream N ...   ask session/request_permission first

@@ -29,6 +29,8 @@ REQUESTS: tuple[tuple[str, str], ...] = (
     ("authenticate", "authenticate"),
     ("logout", "logout"),
     ("auth/status", "auth_status"),
+    ("auth/login", "login"),
+    ("auth/logout", "logout_v2"),
     ("session/new", "new_session"),
     ("session/load", "load_session"),
     ("session/resume", "resume_session"),
@@ -45,7 +47,7 @@ REQUESTS: tuple[tuple[str, str], ...] = (
 )
 #: method -> handler attribute, for notifications
 #: methods served before ``authenticate`` when Testy requires authentication (seed 004 I6)
-AUTH_EXEMPT = frozenset({"initialize", "authenticate", "logout", "auth/status"})
+AUTH_EXEMPT = frozenset({"initialize", "authenticate", "logout", "auth/status", "auth/login", "auth/logout"})
 
 NOTIFICATIONS: tuple[tuple[str, str], ...] = (
     ("session/cancel", "cancel"),

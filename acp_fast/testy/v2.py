@@ -7,9 +7,18 @@ import logging
 from typing import Any
 
 from .. import __version__
-from ..errors import INVALID_PARAMS, JsonRpcError
+from ..errors import AUTH_REQUIRED, INVALID_PARAMS, JsonRpcError
+from ..roles.sessions import AgentSession, PromptTurn
 from .commands import HELP, parse_command, prompt_text
-from .common import AGENT_NAME, GREETING, TestyBase, session_id, text_block, unknown_session
+from .common import (
+    AGENT_NAME,
+    AUTH_METHOD,
+    GREETING,
+    TestyBase,
+    session_id,
+    text_block,
+    unknown_session,
+)
 from .streaming import stream
 
 __all__ = ["TestyV2"]
@@ -19,16 +28,14 @@ logger = logging.getLogger("acp_fast.testy")
 MCP_V2 = "Testy v2 does not advertise MCP support yet"
 
 
-class _Session2:
-    __slots__ = ("cancel_event", "cancelled", "closed", "cwd", "history", "pending_cancel", "work")
+class _Session2(AgentSession):
+    """A Testy v2 session: the builder API's :class:`AgentSession` (prompt acceptance,
+    cancellation and close by seed 000's rules) plus Testy's cwd, history and cancel flag."""
 
-    def __init__(self, cwd: str) -> None:
+    def __init__(self, sid: str, cwd: str) -> None:
+        super().__init__(sid)
         self.cwd = cwd
-        self.closed = False
-        self.cancelled = False
         self.pending_cancel = False
-        self.cancel_event = asyncio.Event()
-        self.work: asyncio.Task[None] | None = None
         self.history: list[dict[str, Any]] = []
 
 
@@ -47,8 +54,24 @@ class TestyV2(TestyBase):
         self.next_prompt = 0
 
     def initialize(self, params: Any, cx: Any) -> dict[str, Any]:
-        return {"protocolVersion": 2, "info": {"name": AGENT_NAME, "version": __version__},
-                "capabilities": {"session": {"fork": {}}}}
+        result: dict[str, Any] = {"protocolVersion": 2, "info": {"name": AGENT_NAME, "version": __version__},
+                                  "capabilities": {"session": {"fork": {}}, "auth": {"status": {}}}}
+        if self.require_auth:
+            result["authMethods"] = [{"type": "agent", "methodId": AUTH_METHOD, "name": "Testy sign-in"}]
+        return result
+
+    def login(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``auth/login`` (``--require-auth``): the one agent method signs in."""
+        method = params.get("methodId") if isinstance(params, dict) else None
+        if method != AUTH_METHOD:
+            raise JsonRpcError(INVALID_PARAMS, data=f"unknown authentication method `{method}`")
+        self.authenticated = True
+        return {}
+
+    def logout_v2(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``auth/logout``: signs out (``auth/status`` then says ``unauthenticated``)."""
+        self.authenticated = False
+        return {}
 
     def _get(self, params: Any) -> tuple[str, _Session2]:
         sid = session_id(params)
@@ -58,14 +81,16 @@ class TestyV2(TestyBase):
         return sid, session
 
     def new_session(self, params: Any, cx: Any) -> dict[str, Any]:
+        _check_acted_on(params)
         cwd = self._new_cwd(params)
         sid = f"testy-v2-session-{self.next_session}"
-        self.sessions[sid] = _Session2(cwd)
+        self.sessions[sid] = _Session2(sid, cwd)
         return {"sessionId": sid}
 
     def resume_session(self, params: Any, cx: Any) -> dict[str, Any]:
+        _check_acted_on(params)
         sid, session = self._get(params)
-        if session.work is not None:
+        if session.turn is not None:
             raise JsonRpcError(INVALID_PARAMS, data=f"session `{sid}` has active foreground work")
         cwd = params.get("cwd")
         if cwd != session.cwd:
@@ -83,30 +108,30 @@ class TestyV2(TestyBase):
     def fork_session(self, params: Any, cx: Any) -> dict[str, Any]:
         """``session/fork`` (unstable): a new session with a copy of the source's history
         (replayable with ``session/resume``), in the requested cwd."""
+        _check_acted_on(params)
         _sid, source = self._get(params)
         cwd = self._new_cwd(params)
         sid = f"testy-v2-session-{self.next_session}"
-        fork = self.sessions[sid] = _Session2(cwd)
+        fork = self.sessions[sid] = _Session2(sid, cwd)
         fork.history = list(source.history)
         return {"sessionId": sid}
 
     def close_session(self, params: Any, cx: Any) -> Any:
+        """``session/close``: active work is cancelled and the response follows its final
+        updates and idle ``cancelled`` (an uninserted prompt gets -32800; seed 000)."""
         sid = session_id(params)
         session = self.sessions.get(sid)
         if session is None or session.closed:
             return {}
-        session.closed = True
-        work = session.work
-        if work is None:
+        closing = session.close()
+        if isinstance(closing, dict):
             del self.sessions[sid]
-            return {}
-        session.cancelled = True
-        session.cancel_event.set()
+            return closing
 
         async def after_work() -> dict[str, Any]:
-            await asyncio.wait((work,))
+            result: dict[str, Any] = await closing
             self.sessions.pop(sid, None)
-            return {}
+            return result
 
         return after_work()
 
@@ -115,102 +140,111 @@ class TestyV2(TestyBase):
         session = self.sessions.get(sid) if isinstance(sid, str) else None
         if session is None:
             return
-        if session.work is not None:
-            session.cancelled = True
-            session.cancel_event.set()
+        if session.turn is not None:
+            session.cancel()
         else:
             session.pending_cancel = True
 
-    def prompt(self, params: Any, cx: Any) -> dict[str, Any]:
-        sid, session = self._get(params)
+    def prompt(self, params: Any, cx: Any) -> None:
+        _sid, session = self._get(params)
         prompt = params.get("prompt")
         if not isinstance(prompt, list):
             raise JsonRpcError(INVALID_PARAMS, data="`prompt` must be an array of content blocks")
-        if session.work is not None:
-            raise JsonRpcError(INVALID_PARAMS, data=f"session `{sid}` already has foreground work")
-        self.next_prompt += 1
-        n = self.next_prompt
-        user_id = f"testy-v2-user-message-{n}"
-        session.cancelled = False
-        session.cancel_event = asyncio.Event()
-        # the response (the insertion receipt) is written before the task's first update
-        session.work = asyncio.ensure_future(self._turn(sid, session, cx, prompt, user_id,
-                                                        f"testy-v2-agent-message-{n}"))
-        return {"messageId": user_id}
+        n = self.next_prompt + 1
+        session.prompt(cx, params, lambda turn: self._turn(session, turn, prompt, f"testy-v2-agent-message-{n}"),
+                       message_id=f"testy-v2-user-message-{n}")
+        self.next_prompt = n  # only counted once the session accepted the work
 
-    async def _turn(self, sid: str, session: _Session2, cx: Any, prompt: list[Any],
-                    user_id: str, agent_id: str) -> None:
-        send = cx.send_session_update
-        try:
-            user = {"sessionUpdate": "user_message", "messageId": user_id, "content": prompt}
-            session.history.append(user)
-            send(sid, user)
-            send(sid, {"sessionUpdate": "state_update", "state": "running"})
-            kind, args = parse_command(prompt_text(prompt))
-            stop = "end_turn"
-            text: str | None = None
-            if kind == "stream":
-                if args["permission"]:
-                    outcome = await self._permission(sid, session, cx)
-                    send(sid, {"sessionUpdate": "agent_message_chunk", "messageId": agent_id,
-                               "content": text_block(f"permission:{outcome}")})
-                if not session.cancelled:
-                    await stream(self.stream_mode)(cx, sid, args["n"], args["size"], agent_id, lambda: session.cancelled)
-                total = args["n"] * args["size"]
-                text = "x" * total if total <= HISTORY_LIMIT else f"[{args['n']} chunks of {args['size']} bytes]"
-                self._record(session, agent_id, text)
-                text = None
-            elif kind == "help":
-                text = HELP
-            elif kind == "echo":
-                text = str(args["message"])
-            elif kind == "tool":
-                text, stop = MCP_V2, "refusal"
-            elif kind == "scenario":
-                name = args["name"]
-                if name == "wait_for_cancel":
-                    await session.cancel_event.wait()
-                elif name == "cancel_status":
-                    status = "cancelled" if session.pending_cancel else "not_cancelled"
-                    session.pending_cancel = False
-                    text = f"cancel_status: {status}"
-                else:
-                    text, stop = f"Testy v2 scenario `{name}` is not implemented yet", "refusal"
+    async def _turn(self, session: _Session2, turn: PromptTurn, prompt: list[Any], agent_id: str) -> str:
+        sid = session.session_id
+        send = turn.send
+        kind, args = parse_command(prompt_text(prompt))
+        if kind == "scenario" and args["name"] == "hold_before_insert":
+            # running precedes insertion; the prompt is never inserted: a session/cancel or
+            # session/close answers it -32800 and ends the work idle/cancelled
+            turn.set_state("running")
+            await turn.wait_cancelled()
+            raise asyncio.CancelledError
+        session.history.append({"sessionUpdate": "user_message", "messageId": turn.message_id, "content": prompt})
+        turn.insert()  # the response (the insertion receipt) goes out before the user message
+        turn.set_state("running")
+        stop = "end_turn"
+        text: str | None = None
+        if kind == "stream":
+            if args["permission"]:
+                outcome = await self._permission(sid, turn, cx=turn.cx)
+                send({"sessionUpdate": "agent_message_chunk", "messageId": agent_id,
+                      "content": text_block(f"permission:{outcome}")})
+            if not turn.cancelled:
+                await stream(self.stream_mode)(turn.cx, sid, args["n"], args["size"], agent_id, lambda: turn.cancelled)
+            total = args["n"] * args["size"]
+            text = "x" * total if total <= HISTORY_LIMIT else f"[{args['n']} chunks of {args['size']} bytes]"
+            self._record(session, agent_id, text)
+            text = None
+        elif kind == "help":
+            text = HELP
+        elif kind == "echo":
+            text = str(args["message"])
+        elif kind == "tool":
+            text, stop = MCP_V2, "refusal"
+        elif kind == "scenario":
+            name = args["name"]
+            if name == "wait_for_cancel":
+                await turn.wait_cancelled()
+            elif name == "cancel_status":
+                status = "cancelled" if session.pending_cancel else "not_cancelled"
+                session.pending_cancel = False
+                text = f"cancel_status: {status}"
+            elif name == "auth_required":
+                # a failure after insertion, authentication included, ends the work on the
+                # idle update (stop reason error + the JSON-RPC error), not as a prompt error
+                raise JsonRpcError(AUTH_REQUIRED, data="Testy's sign-in expired during the turn")
             else:
-                text = GREETING
-            if session.cancelled:
-                stop = "cancelled"
-            elif text is not None:
-                send(sid, {"sessionUpdate": "agent_message_chunk", "messageId": agent_id, "content": text_block(text)})
-                self._record(session, agent_id, text)
-            send(sid, {"sessionUpdate": "state_update", "state": "idle", "stopReason": stop})
-        except Exception:  # pragma: no cover - reported on the idle update
-            logger.exception("testy v2 turn failed")
-            send(sid, {"sessionUpdate": "state_update", "state": "idle", "stopReason": "error"})
-        finally:
-            session.work = None
+                text, stop = f"Testy v2 scenario `{name}` is not implemented yet", "refusal"
+        else:
+            text = GREETING
+        if not turn.cancelled and text is not None:
+            send({"sessionUpdate": "agent_message_chunk", "messageId": agent_id, "content": text_block(text)})
+            self._record(session, agent_id, text)
+        return stop
 
     def _record(self, session: _Session2, agent_id: str, text: str) -> None:
         session.history.append({"sessionUpdate": "agent_message", "messageId": agent_id, "content": [text_block(text)]})
 
-    async def _permission(self, sid: str, session: _Session2, cx: Any) -> str:
-        pending = cx.send_request("session/request_permission", {
+    async def _permission(self, sid: str, turn: PromptTurn, cx: Any) -> str:
+        # through the turn: cancelling the work cancels it with $/cancel_request (seed 004)
+        pending = turn.request("session/request_permission", {
             "sessionId": sid, "title": "Testy tool",
             "subject": {"type": "tool_call", "toolCall": {"toolCallId": "testy-permission", "title": "Testy tool"}},
             "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
                         {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]})
-        cancel = asyncio.ensure_future(session.cancel_event.wait())
+        cancel = asyncio.ensure_future(turn.wait_cancelled())
         waiter = asyncio.ensure_future(_settle(pending))
         await asyncio.wait((waiter, cancel), return_when=asyncio.FIRST_COMPLETED)
         cancel.cancel()
-        if not waiter.done():  # cancelled foreground work: stop waiting, cancel the request
-            pending.cancel()
+        if not waiter.done():  # cancelled foreground work: stop waiting (the turn cancelled it)
             return "cancelled"
         result = waiter.result()
         outcome = result.get("outcome") if isinstance(result, dict) else None
         if isinstance(outcome, dict) and outcome.get("outcome") == "selected":
             return str(outcome.get("optionId"))
         return str(outcome.get("outcome")) if isinstance(outcome, dict) else "error"
+
+
+def _check_acted_on(params: Any) -> None:
+    """Schema 1.11 (seed 000): setup payloads the agent acts on are rejected with -32602 when
+    malformed, never silently dropped: ``mcpServers`` (objects with a string ``name``) and
+    ``additionalDirectories`` (absolute paths); ``null`` or omitted means empty."""
+    if not isinstance(params, dict):
+        return
+    servers = params.get("mcpServers")
+    if servers is not None and not (isinstance(servers, list) and all(
+            isinstance(s, dict) and isinstance(s.get("name"), str) for s in servers)):
+        raise JsonRpcError(INVALID_PARAMS, data="`mcpServers` must be an array of MCP server declarations")
+    dirs = params.get("additionalDirectories")
+    if dirs is not None and not (isinstance(dirs, list) and all(
+            isinstance(d, str) and d.startswith("/") for d in dirs)):
+        raise JsonRpcError(INVALID_PARAMS, data="`additionalDirectories` must be an array of absolute paths")
 
 
 async def _settle(pending: Any) -> Any:
