@@ -40,7 +40,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("suite mode")
     g.add_argument("--quick", action="store_true",
                    help="short run (a few minutes): one repetition, N=3,000, fewer round trips, 3 × 1 MiB")
-    g.add_argument("--pairs", help="comma-separated pair names, 'default' or 'all' (default: the six "
+    g.add_argument("--pairs", help="comma-separated pair names, 'default' or 'all' (default: the "
                                    "default pairs; see --list)")
     g.add_argument("--list", action="store_true", help="list the registered pairs and exit")
     g.add_argument("--add-pair", nargs=3, action="append", metavar=("NAME", "CLIENT", "AGENT"), default=[],

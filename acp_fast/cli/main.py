@@ -7,7 +7,9 @@ return value is the exit status):
 * ``testy`` - :mod:`acp_fast.cli.testy`, serves the test agent :mod:`acp_fast.testy` on stdio;
 * ``version`` - the package version and the active engine twin;
 * ``bench`` - :mod:`acp_fast.cli.bench`, imported lazily and only if it exists (owned by
-  the benchmark tooling; nothing here depends on it).
+  the benchmark tooling; nothing here depends on it);
+* ``conductor`` - :mod:`acp_fast.cli.conductor`, runs a proxy chain (:mod:`acp_fast.conductor`);
+* ``trace`` - :mod:`acp_fast.cli.trace`, ``view`` (HTML page) and ``summary`` of a conductor trace.
 
 Run as ``acp-fast ...`` or ``python -m acp_fast.cli.main ...``.
 """
