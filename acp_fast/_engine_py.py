@@ -1082,8 +1082,8 @@ class Forwarder:
     one entry per request in flight.
     """
 
-    __slots__ = ("_hops", "_proxies", "_agent", "_decoders", "_pending", "_next", "_owed",
-                 "_fast", "_closed", "_succ", "_out", "_seq", "_dropped")
+    __slots__ = ("_agent", "_closed", "_decoders", "_dropped", "_fast", "_hops", "_next", "_out",
+                 "_owed", "_pending", "_proxies", "_seq", "_succ")
 
     def __init__(self, proxies: int, *, agent: bool = True, successor: str = "_proxy/successor",
                  max_line_size: int = DEFAULT_MAX_LINE_SIZE, max_depth: int = DEFAULT_MAX_DEPTH,
@@ -1169,7 +1169,7 @@ class Forwarder:
         if kind == RESPONSE:
             ident = m.id
             table = self._pending[hop]
-            entry = table.get(ident) if type(ident) is int else None  # type: ignore[arg-type]
+            entry = table.get(ident) if type(ident) is int else None
             if entry is None:
                 self._dropped += 1
                 return True
