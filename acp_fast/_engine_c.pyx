@@ -1105,6 +1105,12 @@ def forward(message, id=_KEEP):
 # ---------------------------------------------------------------------------------------
 
 cdef extern from "acp_forward.h" namespace "acp_fast":
+    cdef cppclass OutBuf:
+        size_t size()
+        int put(const char* p, size_t n) except -1
+        int put_char(char c) except -1
+        int put_int64(long long v) except -1
+        object take()
     cdef cppclass EnvelopeInner:
         size_t ms, me
         long ps, pe
@@ -1168,7 +1174,8 @@ cdef class Forwarder:
     cdef vector[Py_ssize_t] _owed
     cdef vector[int] _fast
     cdef vector[int] _closed
-    cdef vector[Writer*] _out
+    cdef vector[OutBuf*] _out
+    cdef object _plain  # the last method seen that no handler claims (a fast identity test)
     cdef list _succ
     cdef list _succ_tok
     cdef int64_t _seq
@@ -1224,12 +1231,13 @@ cdef class Forwarder:
         self._fast.assign(hops, 0)
         self._closed.assign(hops, 0)
         for h in range(hops):
-            self._out.push_back(new Writer())
+            self._out.push_back(new OutBuf())
         self._succ = [successor] * hops
         tok = encode_value(successor)
         self._succ_tok = [tok] * hops
         self._seq = 0
         self._dropped = 0
+        self._plain = None
 
     cdef int _hop_index(self, hop) except -1:
         if type(hop) is not int or not 0 <= hop < self._nhops:
@@ -1273,7 +1281,7 @@ cdef class Forwarder:
         cdef int64_t rid, new = 0
         cdef _PendingMap.iterator it
         cdef _Pending p
-        cdef Writer* w
+        cdef OutBuf* w
         if kind == KIND_RESPONSE:
             if e.id == NULL:  # "id": null (the parser leaves a null id empty)
                 self._dropped += 1
@@ -1296,19 +1304,22 @@ cdef class Forwarder:
                 if not self._closed[p.src]:
                     w = self._out[p.src]
                     w.put(base + e.start, <size_t>(e.ids - e.start))
-                    _put_id(w, <object>p.sid)
+                    _out_id(w, <object>p.sid)
                     w.put(base + e.ide, <size_t>(e.end - e.ide))
                     w.put_char(b'\n')
             finally:
                 Py_XDECREF(p.sid)
             return 1
         method = <object>e.method
-        special = _FWD_METHODS.get(method)
         cdef bint env = False
-        if special is not None:
-            if special == 1:
+        if method is not self._plain:
+            special = _FWD_METHODS.get(method)
+            if special is None:
+                self._plain = method
+            elif special == 1:
                 return 0
-            env = True
+            else:
+                env = True
         cdef int dst, i, n = self._nproxies
         cdef bint wrap
         if hop == 0:
@@ -1373,7 +1384,7 @@ cdef class Forwarder:
         if not env and not wrap:
             if is_req:
                 w.put(base + e.start, <size_t>(e.ids - e.start))
-                write_int64(w[0], new)
+                w.put_int64(new)
                 w.put(base + e.ide, <size_t>(e.end - e.ide))
             else:
                 w.put(base + e.start, <size_t>(e.end - e.start))
@@ -1381,7 +1392,7 @@ cdef class Forwarder:
         else:
             if is_req:
                 w.put(b'{"jsonrpc":"2.0","id":', 22)
-                write_int64(w[0], new)
+                w.put_int64(new)
                 w.put(b',"method":', 10)
             else:
                 w.put(b'{"jsonrpc":"2.0","method":', 26)
@@ -1392,7 +1403,7 @@ cdef class Forwarder:
                 if env:
                     w.put(ip + inner.ms, inner.me - inner.ms)
                 else:
-                    write_str(w[0], method)
+                    _out_value(w, method)
                 if ps >= 0:
                     w.put(b',"params":', 10)
                     w.put(base + ps, <size_t>(pe - ps))
@@ -1435,23 +1446,15 @@ cdef class Forwarder:
     def take(self, hop):
         """The output gathered for ``hop`` since the last take (``None`` when there is none)."""
         cdef int h = self._hop_index(hop)
-        cdef Writer* w = self._out[h]
-        if w.size() == 0:
-            return None
-        out = w.to_bytes()
-        w.reset()
-        return out
+        return self._out[h].take()
 
     def take_all(self):
         """``[(hop, bytes), ...]`` for every hop with output, in hop order (then cleared)."""
         cdef int h
-        cdef Writer* w
         result = []
         for h in range(self._nhops):
-            w = self._out[h]
-            if w.size():
-                result.append((h, w.to_bytes()))
-                w.reset()
+            if self._out[h].size():
+                result.append((h, self._out[h].take()))
         return result
 
     # -- hop state ------------------------------------------------------------------------
@@ -1561,6 +1564,27 @@ cdef class Forwarder:
 
     def pending(self, hop):
         return <Py_ssize_t>self._pending[self._hop_index(hop)].size()
+
+
+cdef int _out_id(OutBuf* out, object ident) except -1:
+    """A request id's JSON (as _put_id writes it) appended to ``out``."""
+    if type(ident) is int:
+        if -9223372036854775808 <= ident <= 9223372036854775807:
+            return out.put_int64(<long long>ident)
+    return _out_value(out, ident)
+
+
+cdef int _out_value(OutBuf* out, object value) except -1:
+    cdef Writer* w = _acquire()
+    try:
+        if type(value) is str:
+            write_str(w[0], value)
+        else:
+            _put_id(w, value)
+        out.put(w.data(), w.size())
+    finally:
+        _release(w)
+    return 0
 
 
 def _first(row):

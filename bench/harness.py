@@ -28,11 +28,12 @@ from typing import Any
 from .corpus import (
     ERROR_RESPONSE,
     NOTIFICATION,
+    REQUEST,
     RESPONSE,
     Corpus,
     encode_msg,
 )
-from .impls import FIRST_NEW_ID, get_runner, summarize
+from .impls import FIRST_CLIENT_ID, FIRST_NEW_ID, FORWARDER_SCENARIOS, ForwarderInput, get_runner, summarize
 
 __all__ = ["Settings", "expected", "run_case", "lazy_scenario"]
 
@@ -65,7 +66,7 @@ class Settings:
 
 def lazy_scenario(scenario: str) -> bool:
     """Whether the engine runs lazily in ``scenario`` (all but eager decode and encode)."""
-    return scenario in ("decode-lazy", "route", "forward")
+    return scenario in ("decode-lazy", "route", "forward", *FORWARDER_SCENARIOS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -103,6 +104,36 @@ def _truth_forward(corpus: Corpus) -> Any:
     return corpus.lines, h.hexdigest()
 
 
+def _forwarder_lines(corpus: Corpus) -> list[bytes]:
+    """What the client's hop receives in the ``forwarder`` scenarios, line by line: the
+    agent's requests keep their ids (the hop counts from 1, like the generator), the
+    responses get the client's ids back (``FIRST_CLIENT_ID + k`` for the k-th response)."""
+    out = []
+    k = 0
+    for msg, line in zip(corpus.messages, corpus.data.split(b"\n")[:-1], strict=True):
+        if msg[0] in (RESPONSE, ERROR_RESPONSE):
+            out.append(encode_msg((msg[0], FIRST_CLIENT_ID + k, msg[2], msg[3])) + b"\n")
+            k += 1
+        else:
+            out.append(line + b"\n")
+    return out
+
+
+def responses_in(corpus: Corpus) -> int:
+    return sum(1 for m in corpus.messages if m[0] in (RESPONSE, ERROR_RESPONSE))
+
+
+def _truth_forwarder(corpus: Corpus, scenario: str) -> Any:
+    lines = _forwarder_lines(corpus)
+    if scenario == "forwarder":
+        h = hashlib.blake2b(digest_size=16)
+        for line in lines:
+            h.update(line)
+        return len(lines), h.hexdigest()
+    requests = sum(1 for m in corpus.messages if m[0] == REQUEST)
+    return sum(map(len, lines)), requests, 0
+
+
 def expected(scenario: str, corpus: Corpus) -> Any:
     """The summary a correct implementation produces for ``scenario`` on ``corpus``.
 
@@ -118,6 +149,8 @@ def expected(scenario: str, corpus: Corpus) -> Any:
             value = _truth_route(corpus)
         elif family == "forward":
             value = _truth_forward(corpus)
+        elif family in FORWARDER_SCENARIOS:
+            value = _truth_forwarder(corpus, family)
         elif family == "encode":
             value = (corpus.lines, hashlib.blake2b(corpus.data, digest_size=16).hexdigest())
         else:
@@ -161,6 +194,8 @@ def run_case(benchmark: Any, settings: Settings, scenario: str, impl: str, corpu
         corpus = corpus.prefix(settings.py_max_lines)
     runner = get_runner(scenario, impl)
     inp: Any = corpus.messages if scenario == "encode" else corpus.chunks
+    if scenario in FORWARDER_SCENARIOS:
+        inp = ForwarderInput(corpus.chunks, responses_in(corpus))
     seconds, summary = _calibrate(scenario, runner, inp)
     correct = summary == expected(scenario, corpus)
 

@@ -25,7 +25,16 @@ Scenarios (each takes the corpus' pipe-sized chunks, or its Python messages for 
   for notifications; returns the output lines;
 * ``encode`` -- encode the corpus' messages from Python objects (``encode_notification``,
   ``encode_request``, ``encode_result``, ``encode_error``; baselines serialise the
-  equivalent envelope dict); returns the output lines.
+  equivalent envelope dict); returns the output lines;
+* ``forwarder`` (engine twins only) -- the conductor's path, :class:`engine.Forwarder`
+  with no proxies, the corpus read from the agent's hop: one ``feed`` per chunk routes
+  every line (notifications verbatim, the agent's requests re-id'd on the client's hop,
+  responses mapped back through the pending table, which the run first fills with one
+  entry per response of the corpus, as the client's requests would have: that setup is
+  timed too); the client hop's output is taken per chunk and kept; returns the chunks;
+* ``forwarder-route`` -- the same routing, the output taken per chunk and dropped (only
+  its size is summed): frame, validate, classify, re-id and update the tables without
+  keeping anything; returns ``(bytes out, requests pending, responses dropped)``.
 
 :func:`summarize` turns any implementation's result into one comparable value, so the
 suite can flag a fast-but-wrong implementation against the pure twin.
@@ -44,6 +53,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
 
@@ -53,6 +63,9 @@ __all__ = [
     "IMPLS",
     "SCENARIOS",
     "FIRST_NEW_ID",
+    "FIRST_CLIENT_ID",
+    "FORWARDER_SCENARIOS",
+    "ForwarderInput",
     "SAMPLE_EVERY",
     "load_engine",
     "engine_import_error",
@@ -62,7 +75,12 @@ __all__ = [
 ]
 
 IMPLS: tuple[str, ...] = ("py", "c", "orjson", "msgspec")
-SCENARIOS: tuple[str, ...] = ("decode-eager", "decode-lazy", "route", "forward", "encode")
+SCENARIOS: tuple[str, ...] = ("decode-eager", "decode-lazy", "route", "forward", "encode",
+                              "forwarder", "forwarder-route")
+#: The scenarios only the engine twins run (the conductor's Forwarder API).
+FORWARDER_SCENARIOS: tuple[str, ...] = ("forwarder", "forwarder-route")
+#: ``forwarder``: the client's ids of the requests the corpus' responses answer start here.
+FIRST_CLIENT_ID = 1_000_000
 #: ``forward`` gives requests and responses new ids counting up from here.
 FIRST_NEW_ID = 1_000_000
 #: Decode summaries compare the payload of every ``SAMPLE_EVERY``-th message.
@@ -208,6 +226,57 @@ def _engine_forward(mod: ModuleType) -> Runner:
                     append(fwd(f, nid))
                     nid += 1
         return out
+
+    return run
+
+
+@dataclass(frozen=True)
+class ForwarderInput:
+    """What the ``forwarder`` scenarios read: the chunks and how many responses they hold."""
+
+    chunks: Sequence[bytes]
+    responses: int
+
+
+def _forwarder_setup(mod: ModuleType, responses: int) -> Any:
+    fw = mod.Forwarder(0)  # hop 0: the client, hop 1: the agent
+    fw.set_fast(0, True)
+    fw.set_fast(1, True)
+    add = fw.add_pending
+    for k in range(responses):  # the client's requests, re-id'd 1, 2, ... on the agent's hop
+        add(1, 0, FIRST_CLIENT_ID + k)
+    return fw
+
+
+def _engine_forwarder(mod: ModuleType) -> Runner:
+    def run(inp: ForwarderInput) -> list[bytes]:
+        fw = _forwarder_setup(mod, inp.responses)
+        feed, take = fw.feed, fw.take
+        out: list[bytes] = []
+        append = out.append
+        for chunk in inp.chunks:
+            if feed(1, chunk):
+                raise AssertionError("a line was claimed")
+            data = take(0)
+            if data is not None:
+                append(data)
+        return out
+
+    return run
+
+
+def _engine_forwarder_route(mod: ModuleType) -> Runner:
+    def run(inp: ForwarderInput) -> tuple[int, int, int]:
+        fw = _forwarder_setup(mod, inp.responses)
+        feed, take = fw.feed, fw.take
+        size = 0
+        for chunk in inp.chunks:
+            if feed(1, chunk):
+                raise AssertionError("a line was claimed")
+            data = take(0)
+            if data is not None:
+                size += len(data)
+        return size, fw.pending(0), fw.dropped
 
     return run
 
@@ -576,6 +645,10 @@ def get_runner(scenario: str, impl: str) -> Runner:
             return _engine_forward(mod)
         if scenario == "encode":
             return _engine_encode(mod)
+        if scenario == "forwarder":
+            return _engine_forwarder(mod)
+        if scenario == "forwarder-route":
+            return _engine_forwarder_route(mod)
     factory = _BASELINES.get((impl, scenario))
     if factory is None:
         raise LookupError(f"no runner for {impl!r} × {scenario!r}")
@@ -655,4 +728,13 @@ def summarize(scenario: str, result: Any, lazy: bool = False) -> Any:
         return list(counts), idsum, dict(sorted(by_method.items()))
     if scenario in ("forward", "encode"):
         return _digest_lines(result)
+    if scenario == "forwarder":
+        h = hashlib.blake2b(digest_size=16)
+        lines = 0
+        for data in result:
+            h.update(data)
+            lines += data.count(b"\n")
+        return lines, h.hexdigest()
+    if scenario == "forwarder-route":
+        return tuple(result)
     raise LookupError(scenario)

@@ -7,7 +7,79 @@
 
 #include <cstddef>
 
+#include "acp_common.h"
+
 namespace acp_fast {
+
+// A hop's output: the bytes are written straight into a bytes object that take() hands out
+// (shrunk to its length), so forwarded lines are copied once, not twice. Needs the GIL.
+class OutBuf {
+ public:
+  OutBuf() = default;
+  ~OutBuf() { Py_XDECREF(buf_); }
+  OutBuf(const OutBuf&) = delete;
+  OutBuf& operator=(const OutBuf&) = delete;
+
+  size_t size() const { return len_; }
+
+  // 0, or -1 with MemoryError set.
+  int put(const char* p, size_t n) {
+    if (len_ + n > cap_ && grow(n) < 0) return -1;
+    std::memcpy(PyBytes_AS_STRING(buf_) + len_, p, n);
+    len_ += n;
+    return 0;
+  }
+  int put_char(char c) { return put(&c, 1); }
+  int put_int64(long long v) {
+    char tmp[24];
+    char* e = tmp + sizeof tmp;
+    char* q = e;
+    unsigned long long u = v < 0 ? 0ULL - static_cast<unsigned long long>(v) : static_cast<unsigned long long>(v);
+    do {
+      *--q = char('0' + u % 10);
+      u /= 10;
+    } while (u);
+    if (v < 0) *--q = '-';
+    return put(q, size_t(e - q));
+  }
+
+  // The content as a bytes object (a new reference; the buffer starts over), Py_None when
+  // there is none, or NULL with an exception set.
+  PyObject* take() {
+    if (!len_) {
+      Py_INCREF(Py_None);
+      return Py_None;
+    }
+    PyObject* out = buf_;
+    buf_ = nullptr;
+    size_t len = len_;
+    len_ = cap_ = 0;
+    if (_PyBytes_Resize(&out, Py_ssize_t(len)) < 0) return nullptr;
+    return out;
+  }
+
+ private:
+  int grow(size_t n) {
+    size_t want = len_ + n;
+    size_t cap = cap_ * 2;
+    if (cap < want) cap = want;
+    if (cap < 65536) cap = 65536;
+    if (!buf_) {
+      buf_ = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(cap));
+      if (!buf_) return -1;
+    } else if (_PyBytes_Resize(&buf_, Py_ssize_t(cap)) < 0) {
+      buf_ = nullptr;  // (freed by _PyBytes_Resize)
+      len_ = cap_ = 0;
+      return -1;
+    }
+    cap_ = cap;
+    return 0;
+  }
+
+  PyObject* buf_ = nullptr;
+  size_t len_ = 0;
+  size_t cap_ = 0;
+};
 
 // What unwrap_envelope() found in a successor envelope's params object.
 struct EnvelopeInner {
