@@ -31,7 +31,8 @@ Scenarios (each takes the corpus' pipe-sized chunks, or its Python messages for 
   every line (notifications verbatim, the agent's requests re-id'd on the client's hop,
   responses mapped back through the pending table, which the run first fills with one
   entry per response of the corpus, as the client's requests would have: that setup is
-  timed too); the client hop's output is taken per chunk and kept; returns the chunks;
+  not timed, see :func:`get_setup`); the client hop's output is taken per chunk and kept;
+  returns the chunks;
 * ``forwarder-route`` -- the same routing, the output taken per chunk and dropped (only
   its size is summed): frame, validate, classify, re-id and update the tables without
   keeping anything; returns ``(bytes out, requests pending, responses dropped)``.
@@ -71,6 +72,7 @@ __all__ = [
     "engine_import_error",
     "baseline_available",
     "get_runner",
+    "get_setup",
     "summarize",
 ]
 
@@ -249,8 +251,8 @@ def _forwarder_setup(mod: ModuleType, responses: int) -> Any:
 
 
 def _engine_forwarder(mod: ModuleType) -> Runner:
-    def run(inp: ForwarderInput) -> list[bytes]:
-        fw = _forwarder_setup(mod, inp.responses)
+    def run(prepared: tuple[Any, ForwarderInput]) -> list[bytes]:
+        fw, inp = prepared
         feed, take = fw.feed, fw.take
         out: list[bytes] = []
         append = out.append
@@ -266,8 +268,8 @@ def _engine_forwarder(mod: ModuleType) -> Runner:
 
 
 def _engine_forwarder_route(mod: ModuleType) -> Runner:
-    def run(inp: ForwarderInput) -> tuple[int, int, int]:
-        fw = _forwarder_setup(mod, inp.responses)
+    def run(prepared: tuple[Any, ForwarderInput]) -> tuple[int, int, int]:
+        fw, inp = prepared
         feed, take = fw.feed, fw.take
         size = 0
         for chunk in inp.chunks:
@@ -619,6 +621,20 @@ _BASELINES: dict[tuple[str, str], Callable[[], Runner]] = {
     ("msgspec", "forward"): _msgspec_forward,
     ("msgspec", "encode"): _msgspec_encode,
 }
+
+
+def get_setup(scenario: str, impl: str) -> Callable[[Any], Any] | None:
+    """The untimed per-round preparation of ``scenario`` × ``impl`` (``None``: none).
+
+    The ``forwarder`` scenarios get a fresh Forwarder whose pending table already holds the
+    client's requests that the corpus' responses answer: ``setup(inp) -> (forwarder, inp)``.
+    """
+    if scenario not in FORWARDER_SCENARIOS:
+        return None
+    mod = load_engine(impl)
+    if mod is None:
+        raise LookupError(f"engine {impl!r} not importable: {engine_import_error(impl)}")
+    return lambda inp: (_forwarder_setup(mod, inp.responses), inp)
 
 
 def get_runner(scenario: str, impl: str) -> Runner:
