@@ -195,6 +195,7 @@ def test_claimed_messages(engine: ModuleType, hop: int, msg: dict[str, Any]) -> 
 @pytest.mark.parametrize("raw", [
     b'{"jsonrpc":"2.0","method":"_proxy/successor","params":{"method":"m\\u0078"}}',  # escaped method
     b'{"jsonrpc":"2.0","method":"_proxy/successor","params":{"meth\\u006fd":"m"}}',  # escaped key
+    b'{"jsonrpc":"2.0","method":"_proxy/successor","params":{"method":"m","para\\u006ds":[1]}}',
     b'{"jsonrpc":"2.0","method":"_proxy/successor","params":{"method":"m","method":"n"}}',
     b'{"jsonrpc":"2.0","method":"_proxy/successor","params":{"method":"m","params":{},"params":[]}}',
 ])
@@ -282,6 +283,7 @@ RAW_LINES = [
     b"", b"   ", b"not json", b"[]", b"[1]", b'{"jsonrpc":"2.0","id":1.5,"method":"m"}',
     b'{"jsonrpc":"2.0","method":"_proxy/successor","params":{"method":"m\\u0078","params":[]}}',
     b'{"jsonrpc":"2.0","method":"_proxy/successor","params":{"meth\\u006fd":"m"}}',
+    b'{"jsonrpc":"2.0","method":"_proxy/successor","params":{"method":"m","para\\u006ds":[1]}}',
     b'{"jsonrpc":"2.0","id":"i\\u0064","method":"proxy/successor","params":{ "method" : "k" , "params" : null }}',
     b'{"jsonrpc":"2.0","id":3,"method":"_proxy/successor","params":{"method":"m","params":{},"params":[]}}',
     b'{"jsonrpc":"2.0","id":2,"result":{"a":"\\"}"}}', b'{"jsonrpc":"2.0","id":"x","error":{"code":1,"message":"m"}}',
