@@ -35,6 +35,7 @@ from libc.stdint cimport int64_t
 from cython.operator cimport dereference as deref, preincrement as inc
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.long cimport PyLong_AsLongLong
+from cpython.unicode cimport PyUnicode_GET_LENGTH, PyUnicode_READ_CHAR
 
 from typing import Union
 
@@ -1226,6 +1227,8 @@ cdef class Forwarder:
         self._nproxies = proxies
         self._agent = bool(agent)
         self._pending.resize(hops)
+        for h in range(hops):
+            self._pending[h].reserve(256)
         self._next_id.assign(hops, 1)
         self._owed.assign(hops, 0)
         self._fast.assign(hops, 0)
@@ -1312,7 +1315,7 @@ cdef class Forwarder:
             return 1
         method = <object>e.method
         cdef bint env = False
-        if method is not self._plain:
+        if method is not self._plain and _maybe_special(method):
             special = _FWD_METHODS.get(method)
             if special is None:
                 self._plain = method
@@ -1564,6 +1567,17 @@ cdef class Forwarder:
 
     def pending(self, hop):
         return <Py_ssize_t>self._pending[self._hop_index(hop)].size()
+
+
+cdef inline bint _maybe_special(object method) noexcept:
+    """False for a method no handler claims, decided from its length and first character:
+    the claimed names (``_FWD_METHODS``) are 10 to 17 characters long and start with ``i``,
+    ``$``, ``_`` or ``p``."""
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(method)
+    if n < 10 or n > 17:
+        return False
+    cdef Py_UCS4 c = PyUnicode_READ_CHAR(method, 0)
+    return c == u'i' or c == u'$' or c == u'_' or c == u'p'
 
 
 cdef int _out_id(OutBuf* out, object ident) except -1:

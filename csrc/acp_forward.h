@@ -63,7 +63,7 @@ class OutBuf {
     size_t want = len_ + n;
     size_t cap = cap_ * 2;
     if (cap < want) cap = want;
-    if (cap < 65536) cap = 65536;
+    if (cap < 98304) cap = 98304;  // a 64 KiB read's output fits without growing
     if (!buf_) {
       buf_ = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(cap));
       if (!buf_) return -1;
