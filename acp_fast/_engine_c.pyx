@@ -13,7 +13,9 @@ both produce identical frames. See ``csrc/`` for the C++ half:
   mode builds the Python objects directly;
 * ``acp_values`` -- numbers, strings (memchr-driven unescaping) and the small str cache that
   makes repeated keys and method names allocation-free;
-* ``acp_encode`` -- the JSON encoder (json.dumps-compatible output, ``RawJson`` spliced).
+* ``acp_encode`` -- the JSON encoder (json.dumps-compatible output, ``RawJson`` spliced);
+* ``acp_forward`` -- the :class:`Forwarder`'s byte-level helpers: the successor-envelope
+  scanner and the output buffer that becomes the ``bytes`` handed to the transport.
 
 Buffers and lifetimes: ``feed`` parses lines in place inside the chunk's ``bytes`` object
 when at least ``SIMDJSON_PADDING`` bytes follow the line there (such lines are indexed in

@@ -62,6 +62,10 @@ newline is dropped as it arrives. It surfaces once, as ``Malformed(raw=b"", code
 reason="line too long")`` at the point where it was detected; the next line decodes
 normally.
 
+:class:`Forwarder` is the conductor's forwarding core: per hop a lazy decoder whose
+messages are routed, re-id'd and appended to the destination's output inside ``feed``; only
+what a handler claims comes back as frames (see its docstring for the exact rules).
+
 Lazy mode decodes only the envelope: ``params``/``result`` stay raw JSON bytes, decoded on
 first access and cached. The whole line is still validated, so lazy and eager modes always
 classify a line the same way.
