@@ -87,6 +87,7 @@ IMPLEMENTATION = "c"
 DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128
 DEFAULT_MAX_BATCH_SIZE = 1024
+DEFAULT_MAX_PENDING = 65536
 
 # Most bytes one stage 1 run indexes (Decoder.feed): enough to amortise its fixed cost, small
 # enough that the index stays in cache.
@@ -1183,6 +1184,7 @@ cdef class Forwarder:
     cdef list _succ_tok
     cdef int64_t _seq
     cdef Py_ssize_t _dropped
+    cdef size_t _max_pending
 
     def __cinit__(self, *args, **kwargs):
         self._nhops = 0
@@ -1206,9 +1208,11 @@ cdef class Forwarder:
 
     def __init__(self, proxies, *, agent=True, successor="_proxy/successor",
                  max_line_size=DEFAULT_MAX_LINE_SIZE, max_depth=DEFAULT_MAX_DEPTH,
-                 max_batch_size=DEFAULT_MAX_BATCH_SIZE):
+                 max_batch_size=DEFAULT_MAX_BATCH_SIZE, max_pending=DEFAULT_MAX_PENDING):
         if type(proxies) is not int or proxies < 0:
             raise ValueError("proxies must be an int >= 0")
+        if type(max_pending) is not int or max_pending < 1:
+            raise ValueError("max_pending must be an int >= 1")
         if successor not in _SUCCESSOR_NAMES:
             raise ValueError(f"successor must be one of {_SUCCESSOR_NAMES}, not {successor!r}")
         if self._nhops:
@@ -1243,6 +1247,7 @@ cdef class Forwarder:
         self._seq = 0
         self._dropped = 0
         self._plain = None
+        self._max_pending = <size_t>min(max_pending, 1 << 62)
 
     cdef int _hop_index(self, hop) except -1:
         if type(hop) is not int or not 0 <= hop < self._nhops:
@@ -1265,6 +1270,11 @@ cdef class Forwarder:
     def dropped(self):
         """Responses the fast path dropped (an id no request on that hop has)."""
         return self._dropped
+
+    @property
+    def max_pending(self):
+        """Requests in flight per hop before requests to it are claimed (left to Python)."""
+        return <Py_ssize_t>self._max_pending
 
     # -- the fast path --------------------------------------------------------------------
 
@@ -1383,6 +1393,8 @@ cdef class Forwarder:
                 ps = -1
         cdef bint is_req = kind == KIND_REQUEST
         if is_req:
+            if self._pending[dst].size() >= self._max_pending:
+                return 0
             new = self._next_id[dst]
         w = self._out[dst]
         cdef bytes tok

@@ -134,6 +134,8 @@ IMPLEMENTATION = "py"
 DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128
 DEFAULT_MAX_BATCH_SIZE = 1024
+#: Forwarder: requests in flight per hop before the fast path leaves requests to Python.
+DEFAULT_MAX_PENDING = 65536
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -1082,18 +1084,22 @@ class Forwarder:
 
     Validation: every line is fully validated by the lazy decoder before it is routed
     (UTF-8, JSON syntax and depth, envelope rules); nothing is checked against the ACP
-    schema. Memory: the output of a hop grows until :meth:`take`; the pending tables hold
-    one entry per request in flight.
+    schema. Memory: the output of a hop grows until :meth:`take` (the caller takes it once
+    per read); a pending table holds one entry per request in flight, and once a hop has
+    ``max_pending`` of them, requests to it are claimed instead (the caller refuses them).
     """
 
-    __slots__ = ("_agent", "_closed", "_decoders", "_dropped", "_fast", "_hops", "_next", "_out",
-                 "_owed", "_pending", "_proxies", "_seq", "_succ")
+    __slots__ = ("_agent", "_closed", "_decoders", "_dropped", "_fast", "_hops", "_max_pending",
+                 "_next", "_out", "_owed", "_pending", "_proxies", "_seq", "_succ")
 
     def __init__(self, proxies: int, *, agent: bool = True, successor: str = "_proxy/successor",
                  max_line_size: int = DEFAULT_MAX_LINE_SIZE, max_depth: int = DEFAULT_MAX_DEPTH,
-                 max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> None:
+                 max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                 max_pending: int = DEFAULT_MAX_PENDING) -> None:
         if type(proxies) is not int or proxies < 0:
             raise ValueError("proxies must be an int >= 0")
+        if type(max_pending) is not int or max_pending < 1:
+            raise ValueError("max_pending must be an int >= 1")
         if successor not in _SUCCESSOR_NAMES:
             raise ValueError(f"successor must be one of {_SUCCESSOR_NAMES}, not {successor!r}")
         hops = 1 + proxies + (1 if agent else 0)
@@ -1112,6 +1118,7 @@ class Forwarder:
         self._out: list[list[bytes]] = [[] for _ in range(hops)]
         self._seq = 0
         self._dropped = 0
+        self._max_pending = max_pending
 
     def _hop(self, hop: Any) -> int:
         if type(hop) is not int or not 0 <= hop < self._hops:
@@ -1134,6 +1141,11 @@ class Forwarder:
     def dropped(self) -> int:
         """Responses the fast path dropped (an id no request on that hop has)."""
         return self._dropped
+
+    @property
+    def max_pending(self) -> int:
+        """Requests in flight per hop before requests to it are claimed (left to Python)."""
+        return self._max_pending
 
     # -- the fast path --------------------------------------------------------------------
 
@@ -1226,6 +1238,8 @@ class Forwarder:
         else:
             token = encode_value(method)
         is_req = kind == REQUEST
+        if is_req and len(self._pending[dst]) >= self._max_pending:
+            return False
         new = self._next[dst]
         if not env and not wrap:
             out = forward(m, new) if is_req else forward(m)

@@ -580,3 +580,25 @@ def test_tracing_and_upstream_eof_take_the_python_path(engine: ModuleType, tmp_p
         await conductor.__aexit__(None, None, None)
 
     run(body)
+
+
+def test_requests_beyond_the_pending_bound_are_refused(engine: ModuleType) -> None:
+    async def body() -> None:
+        comps = [Scripted()]
+        conductor = Conductor(comps, engine=engine)
+        conductor._fw = engine.Forwarder(0, max_pending=1)  # white box: a small bound
+        client = LinePeer(await conductor.__aenter__())
+        await init_chain(client, comps)
+        agent = await comps[0].peer()
+        client.send_raw(lines(req(1, "_slow"), req(2, "_slow")))
+        reply = await client.recv()
+        assert reply["id"] == 2 and reply["error"]["code"] == -32603
+        assert reply["error"]["data"] == "too many requests in flight on Agent"
+        got = await agent.recv()
+        agent.send(ok(got["id"], "done"))
+        assert await client.recv() == ok(1, "done")
+        client.send(req(3, "_slow"))  # room again
+        assert (await agent.recv())["method"] == "_slow"
+        await conductor.__aexit__(None, None, None)
+
+    run(body)

@@ -249,6 +249,19 @@ def test_responses_unknown_checked_and_closed(engine: ModuleType) -> None:
     assert fw.feed(1, line(ok(2, "late"))) == [] and fw.take_all() == [] and fw.owed(0) == 0
 
 
+def test_pending_tables_are_bounded(engine: ModuleType) -> None:
+    with pytest.raises(ValueError):
+        engine.Forwarder(0, max_pending=0)
+    fw = fast(engine, 0, max_pending=2)
+    assert fw.max_pending == 2 and engine.Forwarder(0).max_pending == 65536
+    (frame,) = fw.feed(0, line(req(1, "a")) + line(req(2, "b")) + line(req(3, "c")))
+    assert frame.id == 3 and fw.pending(1) == 2  # the third request is left to the caller
+    assert fw.take(1) == line(req(1, "a")) + line(req(2, "b"))
+    fw.feed(0, line(note("n")))  # notifications are not limited
+    fw.feed(1, line(ok(1, "A")))
+    assert fw.feed(0, line(req(4, "d"))) == [] and fw.pending(1) == 2
+
+
 def test_pending_table_api(engine: ModuleType) -> None:
     fw = fast(engine, 1)
     a = fw.add_pending(1, 0, 7)
@@ -347,7 +360,7 @@ def run_twins(both: tuple[ModuleType, ModuleType], seed: int, steps: int) -> Non
     rng = random.Random(seed)
     proxies = rng.randint(0, 3)
     agent = rng.random() < 0.8 or proxies == 0
-    kw = {"max_line_size": rng.choice([64, 1 << 20])}
+    kw = {"max_line_size": rng.choice([64, 1 << 20]), "max_pending": rng.choice([2, 65536])}
     fws = [eng.Forwarder(proxies, agent=agent, **kw) for eng in both]
     hops = fws[0].hops
 

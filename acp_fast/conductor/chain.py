@@ -45,6 +45,11 @@ object); an invalid line is never forwarded (it is answered -32700/-32600 or, fr
 process, logged and ignored). Not validated: ``params``/``result`` against the ACP schema
 (that is the endpoints' job), whether a method exists (unknown methods are forwarded; only
 the chain's end answers -32601), and the session ids inside params.
+
+Memory: each hop's output is taken and written once per read, and reading pauses while a
+destination is write-paused (:meth:`Conductor._on_writable`); a hop's pending table holds
+at most ``Forwarder.max_pending`` requests (65536): a request beyond that is answered
+-32603 "too many requests in flight on <hop>" instead of being forwarded.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ ONLY_CONDUCTOR = "initialize/proxy requests are only sent by the conductor"
 MISPLACED_SUCCESSOR = "successor envelopes are only accepted from proxies"
 NO_AGENT = "no agent component in list"
 BAD_ENVELOPE = "invalid successor envelope"
+TOO_MANY = "too many requests in flight"
 
 # hop states
 _NEW, _STARTING, _READY, _FAILED, _DONE = range(5)
@@ -520,6 +526,10 @@ class Conductor:
             params_raw = verbatim.params_raw
             verbatim = None
         eng = self._eng
+        if is_request and self._fw.pending(dst.fid) >= self._fw.max_pending:
+            # bounded memory: a hop that leaves this many requests unanswered gets no more
+            self._error(src, msg.id, JsonRpcError(INTERNAL_ERROR, data=f"{TOO_MANY} on {dst.name}"))
+            return
         succ = self._fw.successor(dst.fid)
         new = self._fw.add_pending(dst.fid, src.fid, msg.id, check) if is_request else None
         if self._tracer is not None:
