@@ -13,7 +13,9 @@ both produce identical frames. See ``csrc/`` for the C++ half:
   mode builds the Python objects directly;
 * ``acp_values`` -- numbers, strings (memchr-driven unescaping) and the small str cache that
   makes repeated keys and method names allocation-free;
-* ``acp_encode`` -- the JSON encoder (json.dumps-compatible output, ``RawJson`` spliced).
+* ``acp_encode`` -- the JSON encoder (json.dumps-compatible output, ``RawJson`` spliced);
+* ``acp_forward`` -- the :class:`Forwarder`'s byte-level helpers: the successor-envelope
+  scanner and the output buffer that becomes the ``bytes`` handed to the transport.
 
 Buffers and lifetimes: ``feed`` parses lines in place inside the chunk's ``bytes`` object
 when at least ``SIMDJSON_PADDING`` bytes follow the line there (such lines are indexed in
@@ -30,6 +32,12 @@ from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject
 from libc.string cimport memchr, memcpy
 from libcpp.vector cimport vector
+from libcpp.unordered_map cimport unordered_map
+from libc.stdint cimport int64_t
+from cython.operator cimport dereference as deref, preincrement as inc
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.long cimport PyLong_AsLongLong
+from cpython.unicode cimport PyUnicode_GET_LENGTH, PyUnicode_READ_CHAR
 
 from typing import Union
 
@@ -71,6 +79,7 @@ __all__ = [
     "forward",
     "BatchReply",
     "error_reply",
+    "Forwarder",
 ]
 
 IMPLEMENTATION = "c"
@@ -78,6 +87,7 @@ IMPLEMENTATION = "c"
 DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128
 DEFAULT_MAX_BATCH_SIZE = 1024
+DEFAULT_MAX_PENDING = 65536
 
 # Most bytes one stage 1 run indexes (Decoder.feed): enough to amortise its fixed cost, small
 # enough that the index stays in cache.
@@ -1093,5 +1103,519 @@ def forward(message, id=_KEEP):
     finally:
         _release(w)
 
+
+# ---------------------------------------------------------------------------------------
+# Forwarder: the conductor's pass-through path (the pure twin's Forwarder is the reference)
+# ---------------------------------------------------------------------------------------
+
+cdef extern from "acp_forward.h" namespace "acp_fast":
+    cdef cppclass OutBuf:
+        size_t size()
+        int put(const char* p, size_t n) except -1
+        int put_char(char c) except -1
+        int put_int64(long long v) except -1
+        object take()
+    cdef cppclass EnvelopeInner:
+        size_t ms, me
+        long ps, pe
+    bint unwrap_envelope(const char* p, size_t n, EnvelopeInner& out)
+    bint claimed_method_token(const char* p, size_t n)
+
+
+cdef struct _Pending:
+    int src
+    int check
+    int64_t seq
+    PyObject* sid  # owned reference
+
+
+ctypedef unordered_map[int64_t, _Pending] _PendingMap
+
+# 1: never forwarded by the fast path; 2: a successor envelope.
+cdef dict _FWD_METHODS = {
+    "initialize": 1, "$/cancel_request": 1, "_proxy/initialize": 1, "proxy/initialize": 1,
+    "_proxy/successor": 2, "proxy/successor": 2,
+}
+_SUCCESSOR_NAMES = ("_proxy/successor", "proxy/successor")
+
+
+cdef class Forwarder
+
+
+cdef class _HopDecoder(Decoder):
+    """A hop's lazy Decoder whose parsed lines are offered to the Forwarder first."""
+
+    cdef Forwarder _fw
+    cdef int _hop
+    cdef bint _claiming
+
+    cdef int _emit(self, object owner, Py_ssize_t off, list frames) except -1:
+        cdef Entry* top = &self._parser.top
+        cdef int kind = top.kind
+        if self._fw._fast[self._hop] and not self._claiming:
+            if kind <= KIND_RESPONSE:
+                if self._fw._route(self._hop, top, PyBytes_AS_STRING(owner) + off):
+                    self._parser.release()
+                    return 0
+                self._claiming = True
+            elif kind == KIND_BATCH or kind == KIND_MALFORMED:
+                self._claiming = True
+        return Decoder._emit(self, owner, off, frames)
+
+
+cdef class Forwarder:
+    """The conductor's forwarding core; see the pure twin's :class:`Forwarder` (the
+    reference) for the contract. Here the whole chunk is framed, validated, classified,
+    re-id'd and appended to the destination's output buffer inside one call; the pending
+    tables are C++ hash maps keyed by the fresh integer ids."""
+
+    cdef int _nhops
+    cdef int _nproxies
+    cdef bint _agent
+    cdef list _decoders
+    cdef vector[_PendingMap] _pending
+    cdef vector[int64_t] _next_id
+    cdef vector[Py_ssize_t] _owed
+    cdef vector[int] _fast
+    cdef vector[int] _closed
+    cdef vector[OutBuf*] _out
+    cdef object _plain  # the last method seen that no handler claims (a fast identity test)
+    cdef list _succ
+    cdef list _succ_tok
+    cdef int64_t _seq
+    cdef Py_ssize_t _dropped
+    cdef size_t _max_pending
+
+    def __cinit__(self, *args, **kwargs):
+        self._nhops = 0
+
+    def __dealloc__(self):
+        cdef size_t i
+        for i in range(self._out.size()):
+            del self._out[i]
+        self._out.clear()
+        self._clear_pending()
+
+    cdef void _clear_pending(self) noexcept:
+        cdef size_t h
+        cdef _PendingMap.iterator it
+        for h in range(self._pending.size()):
+            it = self._pending[h].begin()
+            while it != self._pending[h].end():
+                Py_XDECREF(deref(it).second.sid)
+                inc(it)
+            self._pending[h].clear()
+
+    def __init__(self, proxies, *, agent=True, successor="_proxy/successor",
+                 max_line_size=DEFAULT_MAX_LINE_SIZE, max_depth=DEFAULT_MAX_DEPTH,
+                 max_batch_size=DEFAULT_MAX_BATCH_SIZE, max_pending=DEFAULT_MAX_PENDING):
+        if type(proxies) is not int or proxies < 0:
+            raise ValueError("proxies must be an int >= 0")
+        if type(max_pending) is not int or max_pending < 1:
+            raise ValueError("max_pending must be an int >= 1")
+        if successor not in _SUCCESSOR_NAMES:
+            raise ValueError(f"successor must be one of {_SUCCESSOR_NAMES}, not {successor!r}")
+        if self._nhops:
+            raise RuntimeError("Forwarder.__init__ called twice")
+        cdef int hops = 1 + proxies + (1 if agent else 0)
+        cdef int h
+        cdef _HopDecoder d
+        decoders = []
+        for h in range(hops):
+            d = _HopDecoder(lazy=True, max_line_size=max_line_size, max_depth=max_depth,
+                            max_batch_size=max_batch_size)
+            d._fw = self
+            d._hop = h
+            d._claiming = False
+            decoders.append(d)
+        self._decoders = decoders
+        self._nhops = hops
+        self._nproxies = proxies
+        self._agent = bool(agent)
+        self._pending.resize(hops)
+        for h in range(hops):
+            self._pending[h].reserve(256)
+        self._next_id.assign(hops, 1)
+        self._owed.assign(hops, 0)
+        self._fast.assign(hops, 0)
+        self._closed.assign(hops, 0)
+        for h in range(hops):
+            self._out.push_back(new OutBuf())
+        self._succ = [successor] * hops
+        tok = encode_value(successor)
+        self._succ_tok = [tok] * hops
+        self._seq = 0
+        self._dropped = 0
+        self._plain = None
+        self._max_pending = <size_t>min(max_pending, 1 << 62)
+
+    cdef int _hop_index(self, hop) except -1:
+        if type(hop) is not int or not 0 <= hop < self._nhops:
+            raise IndexError(f"hop must be an int in [0, {self._nhops}), not {hop!r}")
+        return hop
+
+    @property
+    def hops(self):
+        return self._nhops
+
+    @property
+    def proxies(self):
+        return self._nproxies
+
+    @property
+    def agent(self):
+        return self._agent
+
+    @property
+    def dropped(self):
+        """Responses the fast path dropped (an id no request on that hop has)."""
+        return self._dropped
+
+    @property
+    def max_pending(self):
+        """Requests in flight per hop before requests to it are claimed (left to Python)."""
+        return <Py_ssize_t>self._max_pending
+
+    # -- the fast path --------------------------------------------------------------------
+
+    def feed(self, hop, data):
+        cdef int h = self._hop_index(hop)
+        cdef _HopDecoder d = <_HopDecoder>self._decoders[h]
+        d._claiming = False
+        return d.feed(data)
+
+    def feed_eof(self, hop):
+        cdef int h = self._hop_index(hop)
+        cdef _HopDecoder d = <_HopDecoder>self._decoders[h]
+        d._claiming = False
+        return d.feed_eof()
+
+    cdef int _route(self, int hop, Entry* e, const char* base) except -1:
+        """1: forwarded (or dropped); 0: claimed (the frame goes to Python)."""
+        cdef int kind = e.kind
+        cdef int64_t rid, new = 0
+        cdef _PendingMap.iterator it
+        cdef _Pending p
+        cdef OutBuf* w
+        if kind == KIND_RESPONSE:
+            if e.id == NULL:  # "id": null (the parser leaves a null id empty)
+                self._dropped += 1
+                return 1
+            ident = <object>e.id
+            if type(ident) is not int:
+                self._dropped += 1
+                return 1
+            rid = PyLong_AsLongLong(ident)
+            it = self._pending[hop].find(rid)
+            if it == self._pending[hop].end():
+                self._dropped += 1
+                return 1
+            if deref(it).second.check:
+                return 0
+            p = deref(it).second
+            self._pending[hop].erase(it)
+            self._owed[p.src] -= 1
+            try:
+                if not self._closed[p.src]:
+                    w = self._out[p.src]
+                    w.put(base + e.start, <size_t>(e.ids - e.start))
+                    _out_id(w, <object>p.sid)
+                    w.put(base + e.ide, <size_t>(e.end - e.ide))
+                    w.put_char(b'\n')
+            finally:
+                Py_XDECREF(p.sid)
+            return 1
+        method = <object>e.method
+        cdef bint env = False
+        if method is not self._plain and _maybe_special(method):
+            special = _FWD_METHODS.get(method)
+            if special is None:
+                self._plain = method
+            elif special == 1:
+                return 0
+            else:
+                env = True
+        cdef int dst, i, n = self._nproxies
+        cdef bint wrap
+        if hop == 0:
+            if env:
+                if self._agent or n == 0:
+                    return 0
+                dst = n
+                wrap = True
+            else:
+                if self._nhops < 2:
+                    return 0
+                dst = 1
+                wrap = False
+        else:
+            i = hop - 1
+            if self._agent and i == n:
+                if env:
+                    return 0
+                if n > 0:
+                    dst = n
+                    wrap = True
+                else:
+                    dst = 0
+                    wrap = False
+            elif env:
+                if i + 1 == n and not self._agent:
+                    dst = 0
+                    wrap = True
+                else:
+                    dst = i + 2
+                    wrap = False
+            elif i == 0:
+                dst = 0
+                wrap = False
+            else:
+                dst = i
+                wrap = True
+        cdef EnvelopeInner inner
+        cdef const char* ip = NULL
+        cdef Py_ssize_t ps = e.ps, pe = e.pe
+        if env:
+            if e.ps < 0:
+                return 0
+            ip = base + e.ps
+            if not unwrap_envelope(ip, <size_t>(e.pe - e.ps), inner):
+                return 0
+            if claimed_method_token(ip + inner.ms, inner.me - inner.ms):
+                return 0
+            if self._succ[hop] != method:
+                self._succ[hop] = method
+                self._succ_tok[hop] = encode_value(method)
+            if inner.ps >= 0:
+                ps = e.ps + inner.ps
+                pe = e.ps + inner.pe
+            else:
+                ps = -1
+        cdef bint is_req = kind == KIND_REQUEST
+        if is_req:
+            if self._pending[dst].size() >= self._max_pending:
+                return 0
+            new = self._next_id[dst]
+        w = self._out[dst]
+        cdef bytes tok
+        if not env and not wrap:
+            if is_req:
+                w.put(base + e.start, <size_t>(e.ids - e.start))
+                w.put_int64(new)
+                w.put(base + e.ide, <size_t>(e.end - e.ide))
+            else:
+                w.put(base + e.start, <size_t>(e.end - e.start))
+            w.put_char(b'\n')
+        else:
+            if is_req:
+                w.put(b'{"jsonrpc":"2.0","id":', 22)
+                w.put_int64(new)
+                w.put(b',"method":', 10)
+            else:
+                w.put(b'{"jsonrpc":"2.0","method":', 26)
+            if wrap:
+                tok = <bytes>self._succ_tok[dst]
+                w.put(PyBytes_AS_STRING(tok), <size_t>PyBytes_GET_SIZE(tok))
+                w.put(b',"params":{"method":', 20)
+                if env:
+                    w.put(ip + inner.ms, inner.me - inner.ms)
+                else:
+                    _out_value(w, method)
+                if ps >= 0:
+                    w.put(b',"params":', 10)
+                    w.put(base + ps, <size_t>(pe - ps))
+                w.put(b'}}\n', 3)
+            else:
+                w.put(ip + inner.ms, inner.me - inner.ms)
+                if ps >= 0:
+                    w.put(b',"params":', 10)
+                    w.put(base + ps, <size_t>(pe - ps))
+                w.put(b'}\n', 2)
+        if is_req:
+            self._add(dst, hop, e.id, 0)
+        return 1
+
+    cdef int64_t _add(self, int dst, int src, PyObject* sid, int check) except -1:
+        cdef _Pending p
+        cdef int64_t new = self._next_id[dst]
+        p.src = src
+        p.check = check
+        self._seq += 1
+        p.seq = self._seq
+        if sid == NULL:  # "id": null (the parser leaves a null id empty)
+            sid = <PyObject*>None
+        Py_INCREF(<object>sid)
+        p.sid = sid
+        self._pending[dst][new] = p
+        self._next_id[dst] = new + 1
+        self._owed[src] += 1
+        return new
+
+    # -- output ---------------------------------------------------------------------------
+
+    def write(self, hop, line):
+        """Append an encoded line (``\\n``-terminated) to ``hop``'s output, in order."""
+        cdef int h = self._hop_index(hop)
+        if type(line) is not bytes:
+            raise TypeError("line must be bytes")
+        self._out[h].put(PyBytes_AS_STRING(line), <size_t>PyBytes_GET_SIZE(line))
+
+    def take(self, hop):
+        """The output gathered for ``hop`` since the last take (``None`` when there is none)."""
+        cdef int h = self._hop_index(hop)
+        return self._out[h].take()
+
+    def take_all(self):
+        """``[(hop, bytes), ...]`` for every hop with output, in hop order (then cleared)."""
+        cdef int h
+        result = []
+        for h in range(self._nhops):
+            if self._out[h].size():
+                result.append((h, self._out[h].take()))
+        return result
+
+    # -- hop state ------------------------------------------------------------------------
+
+    def set_fast(self, hop, on):
+        cdef int h = self._hop_index(hop)
+        cdef int flag = 1 if on else 0  # (a conditional assigned into a vector item
+        self._fast[h] = flag            # miscompiles in Cython 3.3: a temporary reference)
+
+    def fast(self, hop):
+        return bool(self._fast[self._hop_index(hop)])
+
+    def close(self, hop):
+        cdef int h = self._hop_index(hop)
+        self._closed[h] = 1
+
+    def closed(self, hop):
+        return bool(self._closed[self._hop_index(hop)])
+
+    def successor(self, hop):
+        return self._succ[self._hop_index(hop)]
+
+    def set_successor(self, hop, name):
+        cdef int h = self._hop_index(hop)
+        if name not in _SUCCESSOR_NAMES:
+            raise ValueError(f"successor must be one of {_SUCCESSOR_NAMES}, not {name!r}")
+        self._succ[h] = name
+        self._succ_tok[h] = encode_value(name)
+
+    # -- pending tables -------------------------------------------------------------------
+
+    def add_pending(self, dst, src, sid, check=0):
+        cdef int d = self._hop_index(dst)
+        cdef int s = self._hop_index(src)
+        if not (type(sid) is int or type(sid) is str or sid is None):
+            raise TypeError(f"request id must be int, str or None, not {type(sid).__name__}")
+        if type(check) is not int or not 0 <= check <= 0x7fffffff:
+            raise ValueError("check must be an int >= 0")
+        return self._add(d, s, <PyObject*>sid, check)
+
+    def pop_pending(self, hop, id):
+        cdef int h = self._hop_index(hop)
+        if type(id) is not int or not (-9223372036854775808 <= id <= 9223372036854775807):
+            return None
+        cdef int64_t rid = id
+        cdef _PendingMap.iterator it = self._pending[h].find(rid)
+        if it == self._pending[h].end():
+            return None
+        cdef _Pending p = deref(it).second
+        self._pending[h].erase(it)
+        self._owed[p.src] -= 1
+        sid = <object>p.sid
+        Py_XDECREF(p.sid)
+        return (p.src, sid, p.check)
+
+    def find_pending(self, src, sid):
+        cdef int s = self._hop_index(src)
+        cdef size_t h
+        cdef _PendingMap.iterator it
+        cdef int64_t best_seq = -1
+        best = None
+        t = type(sid)
+        for h in range(self._pending.size()):
+            it = self._pending[h].begin()
+            while it != self._pending[h].end():
+                if deref(it).second.src == s and deref(it).second.seq > best_seq:
+                    other = <object>deref(it).second.sid
+                    if type(other) is t and other == sid:
+                        best_seq = deref(it).second.seq
+                        best = (<int>h, deref(it).first)
+                inc(it)
+        return best
+
+    def drain_pending(self, hop):
+        cdef int h = self._hop_index(hop)
+        cdef _PendingMap.iterator it = self._pending[h].begin()
+        rows = []
+        while it != self._pending[h].end():
+            rows.append((deref(it).first, deref(it).second.src, <object>deref(it).second.sid))
+            self._owed[deref(it).second.src] -= 1
+            Py_XDECREF(deref(it).second.sid)
+            inc(it)
+        self._pending[h].clear()
+        rows.sort(key=_first)
+        return [(src, sid) for _, src, sid in rows]
+
+    def drain_from(self, src):
+        cdef int s = self._hop_index(src)
+        cdef size_t h
+        cdef _PendingMap.iterator it
+        rows = []
+        for h in range(self._pending.size()):
+            it = self._pending[h].begin()
+            while it != self._pending[h].end():
+                if deref(it).second.src == s:
+                    rows.append((deref(it).second.seq, <object>deref(it).second.sid))
+                    Py_XDECREF(deref(it).second.sid)
+                    it = self._pending[h].erase(it)
+                    self._owed[s] -= 1
+                else:
+                    inc(it)
+        rows.sort(key=_first)
+        return [sid for _, sid in rows]
+
+    def owed(self, src):
+        return self._owed[self._hop_index(src)]
+
+    def pending(self, hop):
+        return <Py_ssize_t>self._pending[self._hop_index(hop)].size()
+
+
+cdef inline bint _maybe_special(object method) noexcept:
+    """False for a method no handler claims, decided from its length and first character:
+    the claimed names (``_FWD_METHODS``) are 10 to 17 characters long and start with ``i``,
+    ``$``, ``_`` or ``p``."""
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(method)
+    if n < 10 or n > 17:
+        return False
+    cdef Py_UCS4 c = PyUnicode_READ_CHAR(method, 0)
+    return c == u'i' or c == u'$' or c == u'_' or c == u'p'
+
+
+cdef int _out_id(OutBuf* out, object ident) except -1:
+    """A request id's JSON (as _put_id writes it) appended to ``out``."""
+    if type(ident) is int:
+        if -9223372036854775808 <= ident <= 9223372036854775807:
+            return out.put_int64(<long long>ident)
+    return _out_value(out, ident)
+
+
+cdef int _out_value(OutBuf* out, object value) except -1:
+    cdef Writer* w = _acquire()
+    try:
+        if type(value) is str:
+            write_str(w[0], value)
+        else:
+            _put_id(w, value)
+        out.put(w.data(), w.size())
+    finally:
+        _release(w)
+    return 0
+
+
+def _first(row):
+    return row[0]
 
 from acp_fast._replies import BatchReply, error_reply  # noqa: E402  (shared by both twins)

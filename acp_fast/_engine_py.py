@@ -62,6 +62,10 @@ newline is dropped as it arrives. It surfaces once, as ``Malformed(raw=b"", code
 reason="line too long")`` at the point where it was detected; the next line decodes
 normally.
 
+:class:`Forwarder` is the conductor's forwarding core: per hop a lazy decoder whose
+messages are routed, re-id'd and appended to the destination's output inside ``feed``; only
+what a handler claims comes back as frames (see its docstring for the exact rules).
+
 Lazy mode decodes only the envelope: ``params``/``result`` stay raw JSON bytes, decoded on
 first access and cached. The whole line is still validated, so lazy and eager modes always
 classify a line the same way.
@@ -122,6 +126,7 @@ __all__ = [
     "forward",
     "BatchReply",
     "error_reply",
+    "Forwarder",
 ]
 
 IMPLEMENTATION = "py"
@@ -129,6 +134,8 @@ IMPLEMENTATION = "py"
 DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128
 DEFAULT_MAX_BATCH_SIZE = 1024
+#: Forwarder: requests in flight per hop before the fast path leaves requests to Python.
+DEFAULT_MAX_PENDING = 65536
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -912,6 +919,475 @@ def forward(message: Message, id: Any = _KEEP) -> bytes:
     if message._ids < 0:
         raise EncodeError("cannot give an id to a notification")
     return line[message._start:message._ids] + _encode_id(id) + line[message._ide:message._end] + b"\n"
+
+
+# ---------------------------------------------------------------------------------------
+# Forwarder: the conductor's pass-through path
+# ---------------------------------------------------------------------------------------
+
+#: 1: never forwarded by the fast path (a handler claims it); 2: a successor envelope.
+_FWD_METHODS = {
+    "initialize": 1, "$/cancel_request": 1, "_proxy/initialize": 1, "proxy/initialize": 1,
+    "_proxy/successor": 2, "proxy/successor": 2,
+}
+_SUCCESSOR_NAMES = ("_proxy/successor", "proxy/successor")
+_CLAIMED_TOKENS = frozenset(b'"' + name.encode() + b'"' for name, v in _FWD_METHODS.items() if v == 1)
+_TOO_LONG = "line too long"
+
+
+def _string_end(b: bytes, i: int) -> int:
+    """``b[i] == '"'``: the index after the closing quote (validated JSON)."""
+    n = len(b)
+    i += 1
+    while i < n:
+        j = b.find(b'"', i)
+        if j < 0:
+            return n
+        k = j
+        while k > i and b[k - 1] == 0x5C:  # backslashes right before the quote
+            k -= 1
+        if (j - k) % 2 == 0:
+            return j + 1
+        i = j + 1
+    return n
+
+
+def _value_end(b: bytes, i: int) -> int:
+    """The index after the (validated) JSON value starting at ``b[i]``."""
+    n = len(b)
+    c = b[i]
+    if c == 0x22:
+        return _string_end(b, i)
+    if c == 0x7B or c == 0x5B:
+        depth = 0
+        while i < n:
+            c = b[i]
+            if c == 0x22:
+                i = _string_end(b, i)
+                continue
+            if c == 0x7B or c == 0x5B:
+                depth += 1
+            elif c == 0x7D or c == 0x5D:
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        return n
+    while i < n and b[i] not in b' \t\r\n,}]':
+        i += 1
+    return i
+
+
+def _skip_ws_b(b: bytes, i: int) -> int:
+    n = len(b)
+    while i < n and b[i] in _WS_BYTES:
+        i += 1
+    return i
+
+
+def _unwrap_envelope(b: bytes) -> tuple[bytes, bytes | None] | None:
+    """The inner ``(method token, params bytes or None)`` of a successor envelope's params
+    ``b`` (a validated JSON object), or ``None`` when the fast path must leave it to the
+    Python path: see :class:`Forwarder` for the exact rule (``csrc/acp_forward.cpp`` is
+    the compiled twin of this function)."""
+    n = len(b)
+    method: bytes | None = None
+    params: bytes | None = None
+    have_params = False
+    i = _skip_ws_b(b, 0)
+    if i >= n or b[i] != 0x7B:
+        return None
+    i = _skip_ws_b(b, i + 1)
+    if i < n and b[i] == 0x7D:
+        return None
+    while i < n:
+        if b[i] != 0x22:
+            return None
+        ke = _string_end(b, i)
+        key = b[i + 1:ke - 1]
+        if b"\\" in key:
+            return None
+        i = _skip_ws_b(b, ke)
+        if i >= n or b[i] != 0x3A:
+            return None
+        vs = _skip_ws_b(b, i + 1)
+        if vs >= n:
+            return None
+        ve = _value_end(b, vs)
+        if key == b"method":
+            if method is not None or b[vs] != 0x22 or b"\\" in b[vs:ve]:
+                return None
+            method = b[vs:ve]
+        elif key == b"params":
+            if have_params:
+                return None
+            have_params = True
+            c = b[vs]
+            if c == 0x7B or c == 0x5B:
+                params = b[vs:ve]
+            elif c != 0x6E:
+                return None
+        elif key in (b"jsonrpc", b"id", b"result", b"error"):
+            return None
+        i = _skip_ws_b(b, ve)
+        if i < n and b[i] == 0x2C:
+            i = _skip_ws_b(b, i + 1)
+            continue
+        if i < n and b[i] == 0x7D and method is not None:
+            return method, params
+        return None
+    return None
+
+
+class Forwarder:
+    """The conductor's forwarding core: frames, validates, classifies and re-ids whole
+    chunks of pass-through traffic and appends them to each destination's output buffer.
+
+    Hops: ``0`` is upstream (the client, or a parent conductor in proxy mode); hops ``1 ..
+    proxies`` are the proxies in chain order; with ``agent=True`` hop ``proxies + 1`` is the
+    agent. A hop on the *fast path* (:meth:`set_fast`) has every line routed here, unless it
+    is *claimed*: returned by :meth:`feed` as the frame a lazy :class:`Decoder` would give,
+    for the caller (Python) to handle. Once a line of a chunk is claimed, every later line
+    of that chunk is claimed too, so whatever the caller writes in reply (:meth:`write`)
+    keeps its place in each output. (A line over ``max_line_size`` is reported in place as
+    its ``Malformed`` frame and does not stop the fast path.) A hop off the fast path has
+    every frame returned.
+
+    What the fast path handles (protocol.md §8.4):
+
+    * a request or notification whose method is not claimed is sent on: from upstream to
+      the first component; from a proxy (plain) to its predecessor, wrapped in a successor
+      envelope unless that is upstream; from the agent to the last proxy wrapped (or
+      upstream plain without proxies); a successor envelope from proxy *i* is unwrapped and
+      its inner message sent plain to component *i + 1*, or wrapped upstream from the last
+      proxy of a proxy-mode chain. A request gets the destination's next integer id and a
+      pending entry (destination, new id) → (source hop, original id);
+    * a response whose integer id is pending on its hop goes to the source hop with the
+      original id spliced in; a response whose id is not pending there is dropped (counted
+      in :attr:`dropped`); one for a closed hop (:meth:`close`) is consumed and dropped.
+
+    Claimed (returned): ``initialize``, ``$/cancel_request``, both proxy initialize
+    spellings (plain or inside an envelope); successor envelopes from upstream in agent
+    mode or from the agent (misplaced), and envelopes the byte scanner leaves to the full
+    rules: params that are not an object, an inner ``method`` that is missing, not a string
+    or holds a backslash escape, a key with an escape, a repeated ``method``/``params``, a
+    member named ``jsonrpc``/``id``/``result``/``error``, inner params not an object, array
+    or null; responses whose pending entry carries a ``check`` (:meth:`add_pending`);
+    batches and malformed lines.
+
+    Bytes: a plain message keeps its bytes, only the id's bytes change (notifications are
+    copied verbatim); an unwrapped or wrapped message is rebuilt as
+    ``{"jsonrpc":"2.0","id":N,"method":M,"params":P}`` with the inner ``params`` bytes
+    verbatim (envelope members other than ``method``/``params``, e.g. ``_meta``, are
+    dropped; the inner ``params._meta`` is kept since it is inside ``P``). The spelling of
+    the envelope written to a hop is :meth:`successor` (the one that hop last used).
+
+    Validation: every line is fully validated by the lazy decoder before it is routed
+    (UTF-8, JSON syntax and depth, envelope rules); nothing is checked against the ACP
+    schema. Memory: the output of a hop grows until :meth:`take` (the caller takes it once
+    per read); a pending table holds one entry per request in flight, and once a hop has
+    ``max_pending`` of them, requests to it are claimed instead (the caller refuses them).
+    """
+
+    __slots__ = ("_agent", "_closed", "_decoders", "_dropped", "_fast", "_hops", "_max_pending",
+                 "_next", "_out", "_owed", "_pending", "_proxies", "_seq", "_succ")
+
+    def __init__(self, proxies: int, *, agent: bool = True, successor: str = "_proxy/successor",
+                 max_line_size: int = DEFAULT_MAX_LINE_SIZE, max_depth: int = DEFAULT_MAX_DEPTH,
+                 max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                 max_pending: int = DEFAULT_MAX_PENDING) -> None:
+        if type(proxies) is not int or proxies < 0:
+            raise ValueError("proxies must be an int >= 0")
+        if type(max_pending) is not int or max_pending < 1:
+            raise ValueError("max_pending must be an int >= 1")
+        if successor not in _SUCCESSOR_NAMES:
+            raise ValueError(f"successor must be one of {_SUCCESSOR_NAMES}, not {successor!r}")
+        hops = 1 + proxies + (1 if agent else 0)
+        self._decoders = [Decoder(lazy=True, max_line_size=max_line_size, max_depth=max_depth,
+                                  max_batch_size=max_batch_size) for _ in range(hops)]
+        self._hops = hops
+        self._proxies = proxies
+        self._agent = bool(agent)
+        # per hop: new id -> [source hop, original id, check, sequence number]
+        self._pending: list[dict[int, tuple[int, Any, int, int]]] = [{} for _ in range(hops)]
+        self._next = [1] * hops
+        self._owed = [0] * hops
+        self._fast = [False] * hops
+        self._closed = [False] * hops
+        self._succ = [successor] * hops
+        self._out: list[list[bytes]] = [[] for _ in range(hops)]
+        self._seq = 0
+        self._dropped = 0
+        self._max_pending = max_pending
+
+    def _hop(self, hop: Any) -> int:
+        if type(hop) is not int or not 0 <= hop < self._hops:
+            raise IndexError(f"hop must be an int in [0, {self._hops}), not {hop!r}")
+        return int(hop)
+
+    @property
+    def hops(self) -> int:
+        return self._hops
+
+    @property
+    def proxies(self) -> int:
+        return self._proxies
+
+    @property
+    def agent(self) -> bool:
+        return self._agent
+
+    @property
+    def dropped(self) -> int:
+        """Responses the fast path dropped (an id no request on that hop has)."""
+        return self._dropped
+
+    @property
+    def max_pending(self) -> int:
+        """Requests in flight per hop before requests to it are claimed (left to Python)."""
+        return self._max_pending
+
+    # -- the fast path --------------------------------------------------------------------
+
+    def feed(self, hop: int, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Route the complete lines of a chunk from ``hop``; returns the claimed frames."""
+        h = self._hop(hop)
+        return self._claimed(h, self._decoders[h].feed(data))
+
+    def feed_eof(self, hop: int) -> list[Frame]:
+        """End of ``hop``'s input: routes a final unterminated line (see :meth:`feed`)."""
+        h = self._hop(hop)
+        return self._claimed(h, self._decoders[h].feed_eof())
+
+    def _claimed(self, hop: int, frames: list[Frame]) -> list[Frame]:
+        if not frames or not self._fast[hop]:
+            return frames
+        claimed: list[Frame] = []
+        claiming = False
+        route = self._route
+        for f in frames:
+            if claiming:
+                claimed.append(f)
+                continue
+            if type(f) is Message:
+                if route(hop, f):
+                    continue
+            elif type(f) is Malformed and f.reason == _TOO_LONG:
+                claimed.append(f)
+                continue
+            claiming = True
+            claimed.append(f)
+        return claimed
+
+    def _route(self, hop: int, m: Message) -> bool:
+        """True: forwarded (or dropped); False: claimed."""
+        kind = m.kind
+        if kind == RESPONSE:
+            ident = m.id
+            table = self._pending[hop]
+            entry = table.get(ident) if type(ident) is int else None
+            if entry is None:
+                self._dropped += 1
+                return True
+            src, sid, check, _ = entry
+            if check:
+                return False
+            del table[ident]  # type: ignore[arg-type]
+            self._owed[src] -= 1
+            if not self._closed[src]:
+                self._out[src].append(forward(m, sid))
+            return True
+        method = m.method
+        special = _FWD_METHODS.get(method)  # type: ignore[arg-type]
+        if special == 1:
+            return False
+        env = special == 2
+        n = self._proxies
+        if hop == 0:
+            if env:
+                if self._agent or n == 0:
+                    return False
+                dst, wrap = n, True
+            else:
+                if self._hops < 2:
+                    return False
+                dst, wrap = 1, False
+        else:
+            i = hop - 1
+            if self._agent and i == n:
+                if env:
+                    return False
+                dst, wrap = (n, True) if n > 0 else (0, False)
+            elif env:
+                dst, wrap = (0, True) if (i + 1 == n and not self._agent) else (i + 2, False)
+            elif i == 0:
+                dst, wrap = 0, False
+            else:
+                dst, wrap = i, True
+        line = m._line
+        params: bytes | None = line[m._ps:m._pe] if m._ps >= 0 else None
+        token: bytes
+        if env:
+            if params is None:
+                return False
+            inner = _unwrap_envelope(params)
+            if inner is None or inner[0] in _CLAIMED_TOKENS:
+                return False
+            self._succ[hop] = method  # type: ignore[assignment]
+            token, params = inner
+        else:
+            token = encode_value(method)
+        is_req = kind == REQUEST
+        if is_req and len(self._pending[dst]) >= self._max_pending:
+            return False
+        new = self._next[dst]
+        if not env and not wrap:
+            out = forward(m, new) if is_req else forward(m)
+        else:
+            head = b'{"jsonrpc":"2.0","id":' + str(new).encode() + b',"method":' if is_req \
+                else b'{"jsonrpc":"2.0","method":'
+            if wrap:
+                body = b'{"method":' + token
+                if params is not None:
+                    body += b',"params":' + params
+                out = head + encode_value(self._succ[dst]) + b',"params":' + body + b"}}\n"
+            else:
+                out = head + token + (b',"params":' + params if params is not None else b"") + b"}\n"
+        self._out[dst].append(out)
+        if is_req:
+            self._add(dst, hop, m.id, 0)
+        return True
+
+    def _add(self, dst: int, src: int, sid: Any, check: int) -> int:
+        new = self._next[dst]
+        self._seq += 1
+        self._pending[dst][new] = (src, sid, check, self._seq)
+        self._next[dst] = new + 1
+        self._owed[src] += 1
+        return new
+
+    # -- output ---------------------------------------------------------------------------
+
+    def write(self, hop: int, line: bytes) -> None:
+        """Append an encoded line (``\\n``-terminated) to ``hop``'s output, in order."""
+        h = self._hop(hop)
+        if type(line) is not bytes:
+            raise TypeError("line must be bytes")
+        self._out[h].append(line)
+
+    def take(self, hop: int) -> bytes | None:
+        """The output gathered for ``hop`` since the last take (``None`` when there is none)."""
+        h = self._hop(hop)
+        out = self._out[h]
+        if not out:
+            return None
+        data = b"".join(out)
+        out.clear()
+        return data or None
+
+    def take_all(self) -> list[tuple[int, bytes]]:
+        """``[(hop, bytes), ...]`` for every hop with output, in hop order (then cleared)."""
+        result = []
+        for h, out in enumerate(self._out):
+            if out:
+                data = b"".join(out)
+                out.clear()
+                if data:
+                    result.append((h, data))
+        return result
+
+    # -- hop state ------------------------------------------------------------------------
+
+    def set_fast(self, hop: int, on: bool) -> None:
+        """Route ``hop``'s lines here (``True``) or return every frame (``False``)."""
+        self._fast[self._hop(hop)] = bool(on)
+
+    def fast(self, hop: int) -> bool:
+        return self._fast[self._hop(hop)]
+
+    def close(self, hop: int) -> None:
+        """``hop`` has ended: responses owed to it are consumed and dropped."""
+        self._closed[self._hop(hop)] = True
+
+    def closed(self, hop: int) -> bool:
+        return self._closed[self._hop(hop)]
+
+    def successor(self, hop: int) -> str:
+        """The successor-envelope method written to ``hop`` (the spelling it last used)."""
+        return self._succ[self._hop(hop)]
+
+    def set_successor(self, hop: int, name: str) -> None:
+        h = self._hop(hop)
+        if name not in _SUCCESSOR_NAMES:
+            raise ValueError(f"successor must be one of {_SUCCESSOR_NAMES}, not {name!r}")
+        self._succ[h] = name
+
+    # -- pending tables -------------------------------------------------------------------
+
+    def add_pending(self, dst: int, src: int, sid: int | str | None, check: int = 0) -> int:
+        """Record a request sent to ``dst`` for ``(src, sid)``; returns its new id on ``dst``.
+
+        A non-zero ``check`` makes the fast path claim the response instead of routing it.
+        """
+        d, s = self._hop(dst), self._hop(src)
+        if not (type(sid) is int or type(sid) is str or sid is None):
+            raise TypeError(f"request id must be int, str or None, not {type(sid).__name__}")
+        if type(check) is not int or not 0 <= check <= 0x7FFFFFFF:
+            raise ValueError("check must be an int >= 0")
+        return self._add(d, s, sid, check)
+
+    def pop_pending(self, hop: int, id: Any) -> tuple[int, Any, int] | None:
+        """Remove the entry of the response ``id`` on ``hop``: ``(src, sid, check)`` or None."""
+        h = self._hop(hop)
+        if type(id) is not int or not _INT64_MIN <= id <= _INT64_MAX:
+            return None
+        entry = self._pending[h].pop(id, None)
+        if entry is None:
+            return None
+        self._owed[entry[0]] -= 1
+        return entry[0], entry[1], entry[2]
+
+    def find_pending(self, src: int, sid: Any) -> tuple[int, int] | None:
+        """``(dst, new id)`` of the latest request from ``(src, sid)`` in flight, or None."""
+        s = self._hop(src)
+        best: tuple[int, int] | None = None
+        best_seq = -1
+        t = type(sid)
+        for h, table in enumerate(self._pending):
+            for new, (esrc, esid, _, seq) in table.items():
+                if esrc == s and seq > best_seq and type(esid) is t and esid == sid:
+                    best, best_seq = (h, new), seq
+        return best
+
+    def drain_pending(self, hop: int) -> list[tuple[int, Any]]:
+        """Remove every request in flight on ``hop``: ``[(src, sid), ...]`` by new id."""
+        h = self._hop(hop)
+        table = self._pending[h]
+        rows = sorted(table.items())
+        table.clear()
+        for _, entry in rows:
+            self._owed[entry[0]] -= 1
+        return [(entry[0], entry[1]) for _, entry in rows]
+
+    def drain_from(self, src: int) -> list[Any]:
+        """Remove every request in flight that ``src`` sent: its ids, oldest first."""
+        s = self._hop(src)
+        rows = []
+        for table in self._pending:
+            for new in [k for k, v in table.items() if v[0] == s]:
+                entry = table.pop(new)
+                rows.append((entry[3], entry[1]))
+                self._owed[s] -= 1
+        rows.sort(key=lambda r: r[0])
+        return [sid for _, sid in rows]
+
+    def owed(self, src: int) -> int:
+        """Requests from ``src`` still in flight."""
+        return self._owed[self._hop(src)]
+
+    def pending(self, hop: int) -> int:
+        """Requests in flight on ``hop`` (entries of its pending table)."""
+        return len(self._pending[self._hop(hop)])
 
 
 from ._replies import BatchReply, error_reply  # noqa: E402  (shared by both twins)

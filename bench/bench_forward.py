@@ -23,3 +23,11 @@ from .harness import Settings, run_case
 def bench_forward(benchmark: Any, settings: Settings, corpora: Callable[[str], Corpus],
                   impl: str, corpus_name: str) -> None:
     run_case(benchmark, settings, "forward", impl, corpora(corpus_name))
+
+
+@pytest.mark.parametrize("corpus_name", corpus_params())
+@pytest.mark.parametrize("impl", impl_params(("py", "c")))
+def bench_forwarder(benchmark: Any, settings: Settings, corpora: Callable[[str], Corpus],
+                    impl: str, corpus_name: str) -> None:
+    """The conductor's path: ``engine.Forwarder``, one call per chunk (group ``forwarder-<corpus>``)."""
+    run_case(benchmark, settings, "forwarder", impl, corpora(corpus_name))

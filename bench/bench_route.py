@@ -22,3 +22,11 @@ from .harness import Settings, run_case
 def bench_route(benchmark: Any, settings: Settings, corpora: Callable[[str], Corpus],
                 impl: str, corpus_name: str) -> None:
     run_case(benchmark, settings, "route", impl, corpora(corpus_name))
+
+
+@pytest.mark.parametrize("corpus_name", corpus_params())
+@pytest.mark.parametrize("impl", impl_params(("py", "c")))
+def bench_forwarder_route(benchmark: Any, settings: Settings, corpora: Callable[[str], Corpus],
+                          impl: str, corpus_name: str) -> None:
+    """``engine.Forwarder`` routing with the output dropped (group ``forwarder-route-<corpus>``)."""
+    run_case(benchmark, settings, "forwarder-route", impl, corpora(corpus_name))

@@ -28,11 +28,20 @@ from typing import Any
 from .corpus import (
     ERROR_RESPONSE,
     NOTIFICATION,
+    REQUEST,
     RESPONSE,
     Corpus,
     encode_msg,
 )
-from .impls import FIRST_NEW_ID, get_runner, summarize
+from .impls import (
+    FIRST_CLIENT_ID,
+    FIRST_NEW_ID,
+    FORWARDER_SCENARIOS,
+    ForwarderInput,
+    get_runner,
+    get_setup,
+    summarize,
+)
 
 __all__ = ["Settings", "expected", "run_case", "lazy_scenario"]
 
@@ -65,7 +74,7 @@ class Settings:
 
 def lazy_scenario(scenario: str) -> bool:
     """Whether the engine runs lazily in ``scenario`` (all but eager decode and encode)."""
-    return scenario in ("decode-lazy", "route", "forward")
+    return scenario in ("decode-lazy", "route", "forward", *FORWARDER_SCENARIOS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -103,6 +112,36 @@ def _truth_forward(corpus: Corpus) -> Any:
     return corpus.lines, h.hexdigest()
 
 
+def _forwarder_lines(corpus: Corpus) -> list[bytes]:
+    """What the client's hop receives in the ``forwarder`` scenarios, line by line: the
+    agent's requests keep their ids (the hop counts from 1, like the generator), the
+    responses get the client's ids back (``FIRST_CLIENT_ID + k`` for the k-th response)."""
+    out = []
+    k = 0
+    for msg, line in zip(corpus.messages, corpus.data.split(b"\n")[:-1], strict=True):
+        if msg[0] in (RESPONSE, ERROR_RESPONSE):
+            out.append(encode_msg((msg[0], FIRST_CLIENT_ID + k, msg[2], msg[3])) + b"\n")
+            k += 1
+        else:
+            out.append(line + b"\n")
+    return out
+
+
+def responses_in(corpus: Corpus) -> int:
+    return sum(1 for m in corpus.messages if m[0] in (RESPONSE, ERROR_RESPONSE))
+
+
+def _truth_forwarder(corpus: Corpus, scenario: str) -> Any:
+    lines = _forwarder_lines(corpus)
+    if scenario == "forwarder":
+        h = hashlib.blake2b(digest_size=16)
+        for line in lines:
+            h.update(line)
+        return len(lines), h.hexdigest()
+    requests = sum(1 for m in corpus.messages if m[0] == REQUEST)
+    return sum(map(len, lines)), requests, 0
+
+
 def expected(scenario: str, corpus: Corpus) -> Any:
     """The summary a correct implementation produces for ``scenario`` on ``corpus``.
 
@@ -118,6 +157,8 @@ def expected(scenario: str, corpus: Corpus) -> Any:
             value = _truth_route(corpus)
         elif family == "forward":
             value = _truth_forward(corpus)
+        elif family in FORWARDER_SCENARIOS:
+            value = _truth_forwarder(corpus, family)
         elif family == "encode":
             value = (corpus.lines, hashlib.blake2b(corpus.data, digest_size=16).hexdigest())
         else:
@@ -131,9 +172,11 @@ def expected(scenario: str, corpus: Corpus) -> Any:
 # ---------------------------------------------------------------------------------------
 
 
-def _calibrate(scenario: str, runner: Any, inp: Any) -> tuple[float, Any]:
+def _calibrate(scenario: str, runner: Any, inp: Any, setup: Any = None) -> tuple[float, Any]:
     """One untimed-by-pytest run with GC off: ``(seconds, summary of its result)``."""
     lazy = lazy_scenario(scenario)
+    if setup is not None:
+        inp = setup(inp)
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -161,7 +204,10 @@ def run_case(benchmark: Any, settings: Settings, scenario: str, impl: str, corpu
         corpus = corpus.prefix(settings.py_max_lines)
     runner = get_runner(scenario, impl)
     inp: Any = corpus.messages if scenario == "encode" else corpus.chunks
-    seconds, summary = _calibrate(scenario, runner, inp)
+    if scenario in FORWARDER_SCENARIOS:
+        inp = ForwarderInput(corpus.chunks, responses_in(corpus))
+    setup = get_setup(scenario, impl)
+    seconds, summary = _calibrate(scenario, runner, inp, setup)
     correct = summary == expected(scenario, corpus)
 
     benchmark.group = f"{scenario}-{corpus.name}"
@@ -175,4 +221,8 @@ def run_case(benchmark: Any, settings: Settings, scenario: str, impl: str, corpu
         correct=correct,
         calibration_s=round(seconds, 6),
     )
-    benchmark.pedantic(runner, args=(inp,), rounds=settings.rounds_for(seconds), iterations=1)
+    if setup is not None:  # untimed per round (a fresh forwarder with its pending table)
+        benchmark.pedantic(runner, setup=lambda: ((setup(inp),), {}),
+                           rounds=settings.rounds_for(seconds), iterations=1)
+    else:
+        benchmark.pedantic(runner, args=(inp,), rounds=settings.rounds_for(seconds), iterations=1)

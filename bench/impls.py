@@ -25,7 +25,17 @@ Scenarios (each takes the corpus' pipe-sized chunks, or its Python messages for 
   for notifications; returns the output lines;
 * ``encode`` -- encode the corpus' messages from Python objects (``encode_notification``,
   ``encode_request``, ``encode_result``, ``encode_error``; baselines serialise the
-  equivalent envelope dict); returns the output lines.
+  equivalent envelope dict); returns the output lines;
+* ``forwarder`` (engine twins only) -- the conductor's path, :class:`engine.Forwarder`
+  with no proxies, the corpus read from the agent's hop: one ``feed`` per chunk routes
+  every line (notifications verbatim, the agent's requests re-id'd on the client's hop,
+  responses mapped back through the pending table, which the run first fills with one
+  entry per response of the corpus, as the client's requests would have: that setup is
+  not timed, see :func:`get_setup`); the client hop's output is taken per chunk and kept;
+  returns the chunks;
+* ``forwarder-route`` -- the same routing, the output taken per chunk and dropped (only
+  its size is summed): frame, validate, classify, re-id and update the tables without
+  keeping anything; returns ``(bytes out, requests pending, responses dropped)``.
 
 :func:`summarize` turns any implementation's result into one comparable value, so the
 suite can flag a fast-but-wrong implementation against the pure twin.
@@ -44,6 +54,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
 
@@ -53,16 +64,25 @@ __all__ = [
     "IMPLS",
     "SCENARIOS",
     "FIRST_NEW_ID",
+    "FIRST_CLIENT_ID",
+    "FORWARDER_SCENARIOS",
+    "ForwarderInput",
     "SAMPLE_EVERY",
     "load_engine",
     "engine_import_error",
     "baseline_available",
     "get_runner",
+    "get_setup",
     "summarize",
 ]
 
 IMPLS: tuple[str, ...] = ("py", "c", "orjson", "msgspec")
-SCENARIOS: tuple[str, ...] = ("decode-eager", "decode-lazy", "route", "forward", "encode")
+SCENARIOS: tuple[str, ...] = ("decode-eager", "decode-lazy", "route", "forward", "encode",
+                              "forwarder", "forwarder-route")
+#: The scenarios only the engine twins run (the conductor's Forwarder API).
+FORWARDER_SCENARIOS: tuple[str, ...] = ("forwarder", "forwarder-route")
+#: ``forwarder``: the client's ids of the requests the corpus' responses answer start here.
+FIRST_CLIENT_ID = 1_000_000
 #: ``forward`` gives requests and responses new ids counting up from here.
 FIRST_NEW_ID = 1_000_000
 #: Decode summaries compare the payload of every ``SAMPLE_EVERY``-th message.
@@ -208,6 +228,57 @@ def _engine_forward(mod: ModuleType) -> Runner:
                     append(fwd(f, nid))
                     nid += 1
         return out
+
+    return run
+
+
+@dataclass(frozen=True)
+class ForwarderInput:
+    """What the ``forwarder`` scenarios read: the chunks and how many responses they hold."""
+
+    chunks: Sequence[bytes]
+    responses: int
+
+
+def _forwarder_setup(mod: ModuleType, responses: int) -> Any:
+    fw = mod.Forwarder(0)  # hop 0: the client, hop 1: the agent
+    fw.set_fast(0, True)
+    fw.set_fast(1, True)
+    add = fw.add_pending
+    for k in range(responses):  # the client's requests, re-id'd 1, 2, ... on the agent's hop
+        add(1, 0, FIRST_CLIENT_ID + k)
+    return fw
+
+
+def _engine_forwarder(mod: ModuleType) -> Runner:
+    def run(prepared: tuple[Any, ForwarderInput]) -> list[bytes]:
+        fw, inp = prepared
+        feed, take = fw.feed, fw.take
+        out: list[bytes] = []
+        append = out.append
+        for chunk in inp.chunks:
+            if feed(1, chunk):
+                raise AssertionError("a line was claimed")
+            data = take(0)
+            if data is not None:
+                append(data)
+        return out
+
+    return run
+
+
+def _engine_forwarder_route(mod: ModuleType) -> Runner:
+    def run(prepared: tuple[Any, ForwarderInput]) -> tuple[int, int, int]:
+        fw, inp = prepared
+        feed, take = fw.feed, fw.take
+        size = 0
+        for chunk in inp.chunks:
+            if feed(1, chunk):
+                raise AssertionError("a line was claimed")
+            data = take(0)
+            if data is not None:
+                size += len(data)
+        return size, fw.pending(0), fw.dropped
 
     return run
 
@@ -552,6 +623,20 @@ _BASELINES: dict[tuple[str, str], Callable[[], Runner]] = {
 }
 
 
+def get_setup(scenario: str, impl: str) -> Callable[[Any], Any] | None:
+    """The untimed per-round preparation of ``scenario`` × ``impl`` (``None``: none).
+
+    The ``forwarder`` scenarios get a fresh Forwarder whose pending table already holds the
+    client's requests that the corpus' responses answer: ``setup(inp) -> (forwarder, inp)``.
+    """
+    if scenario not in FORWARDER_SCENARIOS:
+        return None
+    mod = load_engine(impl)
+    if mod is None:
+        raise LookupError(f"engine {impl!r} not importable: {engine_import_error(impl)}")
+    return lambda inp: (_forwarder_setup(mod, inp.responses), inp)
+
+
 def get_runner(scenario: str, impl: str) -> Runner:
     """The workload function for ``scenario`` × ``impl``.
 
@@ -576,6 +661,10 @@ def get_runner(scenario: str, impl: str) -> Runner:
             return _engine_forward(mod)
         if scenario == "encode":
             return _engine_encode(mod)
+        if scenario == "forwarder":
+            return _engine_forwarder(mod)
+        if scenario == "forwarder-route":
+            return _engine_forwarder_route(mod)
     factory = _BASELINES.get((impl, scenario))
     if factory is None:
         raise LookupError(f"no runner for {impl!r} × {scenario!r}")
@@ -655,4 +744,13 @@ def summarize(scenario: str, result: Any, lazy: bool = False) -> Any:
         return list(counts), idsum, dict(sorted(by_method.items()))
     if scenario in ("forward", "encode"):
         return _digest_lines(result)
+    if scenario == "forwarder":
+        h = hashlib.blake2b(digest_size=16)
+        lines = 0
+        for data in result:
+            h.update(data)
+            lines += data.count(b"\n")
+        return lines, h.hexdigest()
+    if scenario == "forwarder-route":
+        return tuple(result)
     raise LookupError(scenario)

@@ -41,7 +41,7 @@ __all__ = ["LIMITS", "LIMITS_SOURCE", "TARGETS", "aggregate", "render", "main"]
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / ".results"
 
-SCENARIOS = ("decode-eager", "decode-lazy", "route", "forward", "encode")
+SCENARIOS = ("decode-eager", "decode-lazy", "route", "forward", "encode", "forwarder", "forwarder-route")
 CORPORA = ("mixed", "small", "large")
 IMPLS = ("c", "py", "orjson", "msgspec")
 BASELINES = ("orjson", "msgspec")
@@ -70,6 +70,8 @@ TARGETS: tuple[tuple[str, str, str, str, float], ...] = (
     ("compiled lazy decode ≥ 5M lines/s (mixed)", "rate", "decode-lazy", "mixed", 5e6),
     ("compiled route-only ≥ 5M lines/s (mixed)", "rate", "route", "mixed", 5e6),
     ("compiled forward ≥ 3M lines/s (mixed)", "rate", "forward", "mixed", 3e6),
+    ("compiled forwarder (the conductor's path) ≥ 3M lines/s (mixed)", "rate", "forwarder", "mixed", 3e6),
+    ("compiled forwarder route-only ≥ 5M lines/s (mixed)", "rate", "forwarder-route", "mixed", 5e6),
     ("objects per lazy message ≤ 1 beyond the frame (compiled, every corpus)",
      "objects", "objects", "*", 1.0),
 )

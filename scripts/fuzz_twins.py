@@ -9,6 +9,11 @@ eager and lazy, fed whole, byte by byte and split at random points; every way mu
 same frames (kind, ids, methods, payloads decoded and raw, ``forward`` output, error replies,
 batch replies).
 
+Forwarding: the same traffic (plus successor envelopes of every shape) is fed to both twins
+``Forwarder`` (random chain shape and hop, every hop on the fast path, a few requests
+pending), split at random points; the claimed frames, every hop's output bytes and the
+tables after each chunk must be the same.
+
 Encoding: random Python values (lone surrogates, big ints, floats, nested containers,
 non-str keys, ``RawJson``) go through both twins' ``encode_value``/``encode_result``; the
 output must equal ``json.dumps(..., separators=(",", ":"), ensure_ascii=False,
@@ -119,8 +124,35 @@ class Gen:
         sep = "," + self.ws()
         return "{" + self.ws() + sep.join(m.replace(":", self.ws() + ":" + self.ws(), 1) for m in members) + "}"
 
+    def successor(self) -> str:
+        """A successor envelope (or a proxy-chain method) of a random, often irregular, shape."""
+        r = self.r
+        outer = r.choice(['"_proxy/successor"', '"proxy/successor"', '"_proxy/successor"',
+                          '"initialize"', '"$/cancel_request"', '"_proxy/initialize"'])
+        members = ['"method":' + r.choice(['"m"', '"session/update"', '"é"', '"$/cancel_request"',
+                                           '"initialize"', '"proxy/initialize"', '"_proxy/successor"',
+                                           '"m\\u0078"', "3", "null"])]
+        if r.random() < 0.7:
+            members.append('"params":' + r.choice([self.value_text(1), "{}", "[]", "null", "3", '"s"']))
+        for key in ('"_meta"', '"meta"', '"x"', '"id"', '"meth\\u006fd"', '"para\\u006ds"',
+                    '"params"', '"method"'):
+            if r.random() < 0.08:
+                members.append(key + ":" + self.value_text(2))
+        if r.random() < 0.05:
+            members = []
+        r.shuffle(members)
+        sep = "," + self.ws()
+        inner = "{" + self.ws() + sep.join(m.replace(":", self.ws() + ":" + self.ws(), 1)
+                                           for m in members) + self.ws() + "}"
+        if r.random() < 0.05:
+            inner = self.value_text(1)
+        ident = r.choice(['"id":1,', '"id":"w",', '"id":null,', ""])
+        return '{"jsonrpc":"2.0",' + ident + '"method":' + outer + ',"params":' + inner + "}"
+
     def line(self, max_depth: int, max_line: int) -> bytes:
         r = self.r
+        if r.random() < 0.12:
+            return self.successor().encode("utf-8", "surrogatepass")
         k = r.random()
         if k < 0.45:
             text = self.envelope()
@@ -232,6 +264,28 @@ def decode_all(engine: Any, data: bytes, cuts: list[int], lazy: bool, kw: dict[s
         prev = cut
     frames += dec.feed_eof()
     return [describe(engine, f) for f in frames]
+
+
+def forward_all(engine: Any, data: bytes, cuts: list[int], proxies: int, agent: bool, hop: int,
+                kw: dict[str, int]) -> Any:
+    """Everything a Forwarder does with ``data`` read from ``hop``, chunk by chunk."""
+    fw = engine.Forwarder(proxies, agent=agent, **kw)
+    for h in range(fw.hops):
+        fw.set_fast(h, True)
+        for sid in ("x", 7, None):  # responses 1..3 on every hop find a pending entry
+            fw.add_pending(h, (h + 1) % fw.hops, sid, 0 if sid is not None else 2)
+    out: list[Any] = []
+    prev = 0
+    h = hop % fw.hops
+    for cut in cuts + [len(data)]:
+        out.append([describe(engine, f) for f in fw.feed(h, data[prev:cut])])
+        out.append(fw.take_all())
+        prev = cut
+    out.append([describe(engine, f) for f in fw.feed_eof(h)])
+    out.append(fw.take_all())
+    out.append([(fw.pending(x), fw.owed(x), fw.successor(x)) for x in range(fw.hops)])
+    out.append((fw.dropped, fw.find_pending(h, 1), fw.drain_from(h)))
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -351,6 +405,19 @@ def main(argv: list[str] | None = None) -> int:
                             failures.append(
                                 f"input #{i} ({name}, lazy={lazy}, {way}, {kw}):\n  data={data!r}\n"
                                 f"  got={got!r}\n  reference={reference!r}")
+        proxies, agent, hop = rng.randint(0, 3), rng.random() < 0.8, rng.randint(0, 4)
+        fkw = {k: v for k, v in kw.items() if k != "max_depth"} | {"max_depth": max(max_depth, 2)}
+        got_fw = []
+        for name, eng in TWINS:
+            try:
+                got_fw.append(forward_all(eng, data, ways["random"], proxies, agent, hop, fkw))
+            except Exception as exc:  # noqa: BLE001 - any exception is a finding
+                got_fw.append(("raised", repr(exc)))
+        if got_fw[0] != got_fw[1]:
+            divergences += 1
+            if len(failures) < args.show:
+                failures.append(f"forwarder, input #{i} (proxies={proxies}, agent={agent}, hop={hop}, {fkw}):\n"
+                                f"  data={data!r}\n  py={got_fw[0]!r}\n  c={got_fw[1]!r}")
         value = gen.value()
         problem = check_encoders(value)
         if problem:

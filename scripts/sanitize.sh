@@ -67,7 +67,7 @@ fi
 if [ "$#" -eq 0 ]; then
     set -- tests/test_engine_batch.py tests/test_engine_c_specific.py tests/test_engine_diff.py \
         tests/test_engine_encode.py tests/test_engine_envelope.py tests/test_engine_framing.py \
-        tests/test_engine_limits.py tests/test_connection.py
+        tests/test_engine_limits.py tests/test_engine_forwarder.py tests/test_connection.py
 fi
 
 log="$work/sanitize.log"

@@ -504,3 +504,101 @@ def test_proxy_mode_routes_the_last_proxy_to_the_parent(engine: ModuleType) -> N
         await conductor.__aexit__(None, None, None)
 
     run(body)
+
+
+# ---------------------------------------------------------------------------------------
+# the fast path (engine.Forwarder) and the Python path share tables and keep order
+# ---------------------------------------------------------------------------------------
+
+
+def lines(*msgs: Any) -> bytes:
+    return b"\n".join(json.dumps(m).encode() for m in msgs)
+
+
+def test_fast_path_on_once_ready_and_claims_keep_their_place(engine: ModuleType) -> None:
+    async def body() -> None:
+        conductor, client, comps, _ = await start(engine, 1)
+        fw = conductor._fw  # white box: which path routes what
+        assert not fw.fast(0)  # before initialization every frame goes through Python
+        await init_chain(client, comps)
+        assert all(fw.fast(h) for h in range(fw.hops))
+        proxy, agent = await comps[0].peer(), await comps[1].peer()
+        client.send(req("p", "session/prompt", {"sessionId": "s", "prompt": []}))
+        got = await proxy.recv()
+        # one chunk: a pass-through, a claimed cancel, then lines the Python path routes
+        client.send_raw(lines(note("a"), note("$/cancel_request", {"requestId": "p"}), note("b"),
+                              req(7, "_x"), [note("c"), note("c2")], note("d")))
+        received = [await proxy.recv() for _ in range(6)]
+        assert received[:3] == [note("a"), note("$/cancel_request", {"requestId": got["id"]}), note("b")]
+        assert received[3]["method"] == "_x" and received[4] == [note("c"), note("c2")]
+        assert received[5] == note("d")
+        # from the proxy, one chunk mixing an envelope, a response, a plain request, a cancel
+        # of the wrapped request (found through the shared table) and a notification
+        proxy.send_raw(lines(req("w", "_proxy/successor", {"method": "session/prompt", "params": got["params"]}),
+                             ok(received[3]["id"], "x-done"),
+                             req("q", "session/request_permission", {"sessionId": "s"}),
+                             note("_proxy/successor", {"method": "$/cancel_request", "params": {"requestId": "w"}}),
+                             note("_proxy/successor", {"method": "after"})))
+        inner = await agent.recv()
+        assert inner == req(inner["id"], "session/prompt", {"sessionId": "s", "prompt": []})
+        assert await agent.recv() == note("$/cancel_request", {"requestId": inner["id"]})
+        assert await agent.recv() == note("after")
+        assert await client.recv() == ok(7, "x-done")
+        ask = await client.recv()
+        assert ask["method"] == "session/request_permission" and ask["id"] != "q"
+        client.send(ok(ask["id"], {"outcome": {"outcome": "cancelled"}}))
+        assert await proxy.recv() == ok("q", {"outcome": {"outcome": "cancelled"}})
+        agent.send(ok(inner["id"], {"stopReason": "cancelled"}))
+        assert await proxy.recv() == ok("w", {"stopReason": "cancelled"})
+        proxy.send(ok(got["id"], {"stopReason": "cancelled"}))
+        assert await client.recv() == ok("p", {"stopReason": "cancelled"})
+        assert fw.owed(0) == fw.owed(1) == fw.owed(2) == 0
+        await conductor.__aexit__(None, None, None)
+
+    run(body)
+
+
+def test_tracing_and_upstream_eof_take_the_python_path(engine: ModuleType, tmp_path: Path) -> None:
+    async def body() -> None:
+        conductor, client, comps, up = await start(engine, 0, trace=tmp_path / "t.jsons")
+        await init_chain(client, comps)
+        assert not any(conductor._fw.fast(h) for h in range(conductor._fw.hops))
+        await conductor.__aexit__(None, None, None)
+        conductor, client, comps, up = await start(engine, 0)
+        await init_chain(client, comps)
+        agent = await comps[0].peer()
+        client.send(req(1, "_slow"))
+        got = await agent.recv()
+        up.close()  # upstream EOF: the chain ends once the request is answered
+        for _ in range(1000):  # the EOF reaches the conductor on a later loop turn
+            if not conductor._fw.fast(1):
+                break
+            await asyncio.sleep(0.01)
+        assert not conductor._fw.fast(1)
+        agent.send(ok(got["id"], "done"))
+        await asyncio.wait_for(conductor._cm_task, 10)
+        await conductor.__aexit__(None, None, None)
+
+    run(body)
+
+
+def test_requests_beyond_the_pending_bound_are_refused(engine: ModuleType) -> None:
+    async def body() -> None:
+        comps = [Scripted()]
+        conductor = Conductor(comps, engine=engine)
+        conductor._fw = engine.Forwarder(0, max_pending=1)  # white box: a small bound
+        client = LinePeer(await conductor.__aenter__())
+        await init_chain(client, comps)
+        agent = await comps[0].peer()
+        client.send_raw(lines(req(1, "_slow"), req(2, "_slow")))
+        reply = await client.recv()
+        assert reply["id"] == 2 and reply["error"]["code"] == -32603
+        assert reply["error"]["data"] == "too many requests in flight on Agent"
+        got = await agent.recv()
+        agent.send(ok(got["id"], "done"))
+        assert await client.recv() == ok(1, "done")
+        client.send(req(3, "_slow"))  # room again
+        assert (await agent.recv())["method"] == "_slow"
+        await conductor.__aexit__(None, None, None)
+
+    run(body)

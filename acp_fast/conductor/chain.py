@@ -6,29 +6,56 @@ to each other. Each connection (a *hop*) has its own id space: every request for
 onto a hop gets a fresh integer id there, and the hop's pending table maps it back to
 (the hop it came from, the id it had there). There is no global id table.
 
-Pass-through path: frames are decoded lazily (``Decoder(lazy=True)``: the envelope only),
-and a message that keeps its shape is re-emitted with ``engine.forward(message, id=new)``,
-which splices the new id into the original bytes; ``params``/``result`` are never decoded.
-A message that crosses a successor envelope is unwrapped by re-reading the envelope's params
-bytes as a lazy message (the inner ``params`` stay raw) and re-wrapped by splicing the raw
-inner params into a new envelope; envelope ``_meta`` is hop-local and dropped, the inner
-``params._meta`` is preserved byte for byte. Output to each hop is coalesced into one
-write per read.
+Pass-through path: each hop's bytes go to the engine's :class:`~acp_fast.engine.Forwarder`
+(``Forwarder.feed(hop, chunk)``), which in one call per read frames every complete line,
+validates it, classifies it and appends what it forwards to the destination hop's output
+buffer; the conductor writes each hop's buffer once per read. The pending tables (hop, new
+id) → (source hop, original id) and the per-hop id counters live in the Forwarder too, so
+the Python code below (the slow path) and the fast path share them. What the fast path does
+per message:
 
-What is decoded (the slow path, handled in Python): ``initialize`` (the raw
-``protocolVersion`` is inspected), the agent's ``initialize`` answer (version check),
-``$/cancel_request`` params, and everything when tracing.
+* a request or notification nobody claims goes to the next hop: its bytes are copied with
+  only the id's bytes replaced by the destination's next integer id (a notification is
+  copied verbatim); ``params`` are never decoded;
+* a successor envelope from a proxy (``_proxy/successor`` or ``proxy/successor``) is
+  unwrapped by scanning its ``params`` object's top-level members: the inner message is
+  re-emitted as ``{"jsonrpc":"2.0","id":N,"method":M,"params":P}`` with the inner ``method``
+  and ``params`` bytes as received; envelope members other than ``method``/``params``
+  (``_meta``/``meta``: hop-local) are dropped, the inner ``params._meta`` is kept (it is
+  inside ``P``). Toward a proxy from its successor side a message is wrapped the same way,
+  in the spelling that proxy last used;
+* a response whose id is pending on its hop goes back with the original id spliced in;
+  responses are never wrapped; a response to an unknown id is dropped.
 
-Validation on the pass-through path: every line is still fully validated by the decoder
-(UTF-8, JSON syntax, depth, envelope rules) before it is forwarded; nothing checks params
-against the ACP schema (that is the endpoints' job).
+Python (the methods below) sees only what a handler claims: ``initialize`` and the proxy
+initialize spellings (the raw ``protocolVersion`` is inspected), the agent's
+``initialize`` answer (version check), ``$/cancel_request`` (re-issued per hop, never
+forwarded), misplaced successor envelopes, envelopes outside the scanner's simple case
+(escaped keys or inner method, repeated or invalid members: the full rules below answer
+-32602), batches (kept as frames), malformed lines, and the rest of any chunk after such a
+claim (so every hop's output keeps its order). It sees everything before the chain is ready,
+after upstream EOF, and when tracing (``--trace`` decodes every message).
+
+Validation of a verbatim pass-through: every line is fully validated before it is
+forwarded -- UTF-8, JSON syntax (RFC 8259, strict numbers and escapes), nesting depth,
+``max_line_size``, and the JSON-RPC envelope rules of the engine (``jsonrpc`` exactly
+``"2.0"``, no duplicate envelope keys, method a string, id an int64/string/null, params an
+object/array/null, a response with exactly one of result/error and a well-formed error
+object); an invalid line is never forwarded (it is answered -32700/-32600 or, from a child
+process, logged and ignored). Not validated: ``params``/``result`` against the ACP schema
+(that is the endpoints' job), whether a method exists (unknown methods are forwarded; only
+the chain's end answers -32601), and the session ids inside params.
+
+Memory: each hop's output is taken and written once per read, and reading pauses while a
+destination is write-paused (:meth:`Conductor._on_writable`); a hop's pending table holds
+at most ``Forwarder.max_pending`` requests (65536): a request beyond that is answered
+-32603 "too many requests in flight on <hop>" instead of being forwarded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from types import ModuleType, TracebackType
@@ -55,6 +82,7 @@ ONLY_CONDUCTOR = "initialize/proxy requests are only sent by the conductor"
 MISPLACED_SUCCESSOR = "successor envelopes are only accepted from proxies"
 NO_AGENT = "no agent component in list"
 BAD_ENVELOPE = "invalid successor envelope"
+TOO_MANY = "too many requests in flight"
 
 # hop states
 _NEW, _STARTING, _READY, _FAILED, _DONE = range(5)
@@ -65,21 +93,19 @@ def _label(hop: _Hop) -> str:
 
 
 class _Hop:
-    """One connection of the conductor: upstream or a component."""
+    """One connection of the conductor: upstream or a component.
 
-    __slots__ = ("index", "name", "stream", "decoder", "pending", "incoming", "ids", "out",
-                 "succ", "writable", "ended", "started")
+    Its framing, pending table, id counter, output buffer and successor spelling live in
+    the conductor's :class:`~acp_fast.engine.Forwarder`, as hop ``fid`` there.
+    """
 
-    def __init__(self, index: int, name: str, stream: Stream | None, engine: ModuleType, succ: str) -> None:
+    __slots__ = ("ended", "fid", "index", "name", "started", "stream", "writable")
+
+    def __init__(self, index: int, name: str, stream: Stream | None) -> None:
         self.index = index  # -1 upstream, 0.. components
+        self.fid = index + 1  # the Forwarder's hop number
         self.name = name
         self.stream = stream
-        self.decoder = engine.Decoder(lazy=True)
-        self.pending: dict[Any, tuple[_Hop, Any, int]] = {}  # out id -> (src hop, src id, check)
-        self.incoming: dict[Any, tuple[_Hop, Any]] = {}  # src id -> (dst hop, out id)
-        self.ids = itertools.count(1)
-        self.out: list[bytes] = []
-        self.succ = succ  # successor-envelope method this hop is answered in
         self.writable = True
         self.ended = False
         self.started: Started | None = None
@@ -101,6 +127,13 @@ class Conductor:
     Components are started lazily, on the first ``initialize`` (agent mode) or
     ``_proxy/initialize`` / ``proxy/initialize`` (proxy mode). The version is chosen from the
     raw ``protocolVersion`` (1 → v1, 2 → v2, more → 2) and pinned: the agent must answer it.
+
+    Once the chain is ready, pass-through messages are routed by the engine's compiled
+    ``Forwarder`` a whole read at a time (fresh id per hop, successor envelopes unwrapped
+    and wrapped on raw bytes, responses mapped back, never wrapped). A forwarded line has
+    been fully validated (UTF-8, strict JSON, nesting depth, line size, JSON-RPC envelope
+    rules) but its ``params``/``result`` are not checked against the ACP schema, and
+    unknown methods pass; see the module docstring for exactly which messages Python sees.
 
     Args:
         components: command specs (strings or argv lists) and in-process builders; in agent
@@ -144,7 +177,10 @@ class Conductor:
         self._comps: list[_Hop] = []
         self._nproxies = 0
         self._version = 0
-        self._dirty: set[_Hop] = set()
+        n = len(self.specs)
+        self._fw: Any = self._eng.Forwarder(max(n - 1, 0) if mode == "agent" else n,
+                                            agent=mode == "agent", successor=self._succ_name)
+        self._hops: list[_Hop | None] = [None] * self._fw.hops
         self._collect: dict[_Hop, list[bytes]] | None = None
         self._blocked = 0
         self._backlog: list[Any] = []
@@ -182,8 +218,9 @@ class Conductor:
             self._tracer = Tracer(self._trace_path)
         if self._debug_dir is not None:
             self.debug = DebugLog(self._debug_dir, [describe(s) for s in self.specs])
-        up = _Hop(-1, "Client", upstream, self._eng, self._succ_name)
+        up = _Hop(-1, "Client", upstream)
         self._up = up
+        self._hops[0] = up
         self._attach(up)
         try:
             await self._done
@@ -235,6 +272,7 @@ class Conductor:
 
     def _finish(self) -> None:
         self._state = _DONE
+        self._update_fast()
         if self._done is not None and not self._done.done():
             self._done.set_result(None)
 
@@ -253,21 +291,23 @@ class Conductor:
     def _on_data(self, hop: _Hop, data: bytes) -> None:
         if self.debug is not None:
             self.debug.log(_label(hop), "←", data)
-        frames = hop.decoder.feed(data)
+        frames = self._fw.feed(hop.fid, data)
         if frames:
             self._frames(hop, frames)
-            self._flush()
+        self._flush()
 
     def _on_eof(self, hop: _Hop, exc: BaseException | None) -> None:
         if hop.ended or (hop is self._up and self._up_eof):
             return
-        frames = hop.decoder.feed_eof()
+        frames = self._fw.feed_eof(hop.fid)
         if frames:
             self._frames(hop, frames)
         if hop is self._up:
             self._upstream_ended()
         else:
             hop.ended = True
+            self._fw.close(hop.fid)
+            self._fw.set_fast(hop.fid, False)
             self._spawn_task(self._component_ended(hop))
 
     def _upstream_ended(self) -> None:
@@ -275,21 +315,26 @@ class Conductor:
         (-32603 "Incoming transport closed") and the chain ends once every request upstream
         sent has been answered (its output may still be read: ``… | acp-fast conductor``)."""
         self._up_eof = True
-        up = self._up
-        assert up is not None
-        pending, up.pending = up.pending, {}
-        for src, sid, _ in pending.values():
-            if not src.ended:
+        self._update_fast()  # from now on every response may end the chain: Python sees them
+        for src_fid, sid in self._fw.drain_pending(0):
+            src = self._hops[src_fid]
+            if src is not None and not src.ended:
                 self._error(src, sid, JsonRpcError(INTERNAL_ERROR, "Incoming transport closed",
                                                    {"reason": "incoming_transport_closed"}))
-                src.incoming.pop(sid, None)
         self._flush()
         self._maybe_finish()
 
     def _maybe_finish(self) -> None:
-        up = self._up
-        if self._up_eof and self._state != _STARTING and (up is None or not up.incoming):
+        if self._up_eof and self._state != _STARTING and self._fw.owed(0) == 0:
             self._finish()
+
+    def _update_fast(self) -> None:
+        """The fast path (the Forwarder routes whole chunks) runs while the chain is ready,
+        upstream has not ended and nothing is traced; otherwise every frame comes here."""
+        on = self._state == _READY and self._tracer is None and not self._up_eof
+        for hop in self._hops:
+            if hop is not None:
+                self._fw.set_fast(hop.fid, on and not hop.ended)
 
     def _on_writable(self, hop: _Hop, writable: bool) -> None:
         """Backpressure: while any hop's write buffer is over its high-water mark, stop
@@ -319,15 +364,13 @@ class Conductor:
         if collect is not None:
             collect.setdefault(hop, []).append(line)
         else:
-            hop.out.append(line)
-            self._dirty.add(hop)
+            self._fw.write(hop.fid, line)
 
     def _flush(self) -> None:
-        dirty, self._dirty = self._dirty, set()
-        for hop in dirty:
-            out, hop.out = hop.out, []
-            if out and hop.stream is not None:
-                data = out[0] if len(out) == 1 else b"".join(out)
+        hops = self._hops
+        for fid, data in self._fw.take_all():
+            hop = hops[fid]
+            if hop is not None and hop.stream is not None:
                 if self.debug is not None:
                     self.debug.log(_label(hop), "→", data)
                 hop.stream.write(data)
@@ -422,7 +465,7 @@ class Conductor:
             if is_request:  # [SEED-004] misplaced successor envelope
                 self._error(hop, msg.id, JsonRpcError(INVALID_REQUEST, data=MISPLACED_SUCCESSOR))
             return
-        hop.succ = msg.method  # answer this component in the spelling it used
+        self._fw.set_successor(hop.fid, msg.method)  # answer it in the spelling it used
         inner = self._unwrap(msg)
         if inner is None:
             if is_request:
@@ -474,7 +517,7 @@ class Conductor:
         check = 0
         if method == names.INITIALIZE and not leftward:
             if not wrapped and pos < n:  # a proxy is initialized with the proxy method
-                method = names.proxy_initialize_for(dst.succ)
+                method = names.proxy_initialize_for(self._fw.successor(dst.fid))
                 if verbatim is not None:  # renamed: the params bytes are kept, not the line
                     params_raw, verbatim = verbatim.params_raw, None
             elif pos >= n and not wrapped:
@@ -483,12 +526,12 @@ class Conductor:
             params_raw = verbatim.params_raw
             verbatim = None
         eng = self._eng
-        if is_request:
-            new = next(dst.ids)
-            dst.pending[new] = (src, msg.id, check)
-            src.incoming[msg.id] = (dst, new)
-        else:
-            new = None
+        if is_request and self._fw.pending(dst.fid) >= self._fw.max_pending:
+            # bounded memory: a hop that leaves this many requests unanswered gets no more
+            self._error(src, msg.id, JsonRpcError(INTERNAL_ERROR, data=f"{TOO_MANY} on {dst.name}"))
+            return
+        succ = self._fw.successor(dst.fid)
+        new = self._fw.add_pending(dst.fid, src.fid, msg.id, check) if is_request else None
         if self._tracer is not None:
             src_name = "Successor" if src is self._up and self.mode == "proxy" and leftward else src.name
             dst_name = "Successor" if dst is self._up and wrapped else dst.name
@@ -500,8 +543,8 @@ class Conductor:
             inner: dict[str, Any] = {"method": method}
             if params_raw is not None:
                 inner["params"] = params_raw
-            line = (eng.encode_request(new, dst.succ, inner) if is_request
-                    else eng.encode_notification(dst.succ, inner))
+            line = (eng.encode_request(new, succ, inner) if is_request
+                    else eng.encode_notification(succ, inner))
         else:
             line = (eng.encode_request(new, method, params_raw) if is_request
                     else eng.encode_notification(method, params_raw))
@@ -512,10 +555,12 @@ class Conductor:
         rid = params.get("requestId", ...) if type(params) is dict else ...
         if type(rid) not in (int, str, type(None)):
             return
-        route = hop.incoming.get(rid)
+        route = self._fw.find_pending(hop.fid, rid)
         if route is None:
             return
-        dst, out = route
+        dst_fid, out = route
+        dst = self._hops[dst_fid]
+        assert dst is not None
         if self._tracer is not None:
             self._tracer.call("Conductor", dst.name, None, names.CANCEL, None, False)
         self._emit(dst, self._eng.encode_notification(names.CANCEL, {"requestId": out}))
@@ -523,14 +568,13 @@ class Conductor:
     # -- responses -----------------------------------------------------------------------
 
     def _response(self, hop: _Hop, msg: Any) -> None:
-        entry = hop.pending.pop(msg.id, None)
+        entry = self._fw.pop_pending(hop.fid, msg.id)
         if entry is None:
             logger.debug("%s: response to unknown id %r dropped", hop.name, msg.id)
             return
-        src, sid, check = entry
-        if src.incoming.get(sid, (None, None))[1] == msg.id:
-            del src.incoming[sid]
-        if src.ended:
+        src_fid, sid, check = entry
+        src = self._hops[src_fid]
+        if src is None or src.ended:
             return
         if self._tracer is not None:
             self._tracer.response(hop.name, src.name, msg.id, msg.error, msg.result_raw)
@@ -582,7 +626,8 @@ class Conductor:
             return
         self._version = 1 if requested == 1 else 2
         if self.mode == "proxy":
-            up.succ = names.SPELLINGS["spec" if msg.method == "proxy/initialize" else "underscore"][1]
+            self._fw.set_successor(up.fid, names.SPELLINGS[
+                "spec" if msg.method == "proxy/initialize" else "underscore"][1])
         raw = msg.params_raw
         if requested != self._version:  # lowered: only protocolVersion is rewritten (§8.3.15)
             raw = self._eng.RawJson(self._eng.encode_value(dict(params, protocolVersion=self._version)))
@@ -596,8 +641,9 @@ class Conductor:
             self._nproxies = n - 1 if self.mode == "agent" else n
             for i, spec in enumerate(self.specs):
                 name = "Agent" if (self.mode == "agent" and i == n - 1) else f"Proxy({i})"
-                hop = _Hop(i, name, None, self._eng, self._succ_name)
+                hop = _Hop(i, name, None)
                 self._comps.append(hop)
+                self._hops[hop.fid] = hop
                 on_stderr = None
                 if self.debug is not None:
                     on_stderr = functools.partial(self.debug.log, str(i), "!")
@@ -623,6 +669,7 @@ class Conductor:
         self._flush()
         if self._blocked == 0 and up.stream is not None and not self._up_eof:
             up.stream.resume_reading()
+        self._update_fast()
         self._maybe_finish()
 
     # -- component exit ------------------------------------------------------------------
@@ -649,15 +696,13 @@ class Conductor:
         self.exit_error = text + (f": {tail}" if tail else "")
         logger.warning("conductor: %s", self.exit_error)
         error = JsonRpcError(INTERNAL_ERROR, data=self.exit_error)
-        pending, hop.pending = hop.pending, {}
-        for src, sid, _ in pending.values():
-            if not src.ended:
+        for src_fid, sid in self._fw.drain_pending(hop.fid):
+            src = self._hops[src_fid]
+            if src is not None and not src.ended:
                 self._error(src, sid, error)
-                src.incoming.pop(sid, None)
         up = self._up  # the chain ends: whatever upstream still waits for fails the same way
         if up is not None and not up.ended:
-            for sid in list(up.incoming):
+            for sid in self._fw.drain_from(up.fid):
                 self._error(up, sid, error)
-            up.incoming.clear()
         self._flush()
         self._finish()
