@@ -26,19 +26,18 @@ acp = pytest.importorskip("acp", reason="the official Python SDK (agent-client-p
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
-from compat_sdk_agent import load_test_agent  # noqa: E402
-from roles_support import RawPeer  # noqa: E402
-
-from acp.schema import (  # noqa: E402
+from acp.schema import (
     AgentMessageChunk,
     AllowedOutcome,
     RequestPermissionResponse,
     SessionNotification,
 )
-from acp.utils import serialize_params  # noqa: E402
+from acp.utils import serialize_params
+from compat_sdk_agent import load_test_agent
+from roles_support import RawPeer
 
-from acp_fast.compat.acp_sdk import fast  # noqa: E402
-from acp_fast.transport import memory_pair  # noqa: E402
+from acp_fast.compat.acp_sdk import fast
+from acp_fast.transport import memory_pair
 
 TIMEOUT = 60.0  # only turns a hang into a failure
 

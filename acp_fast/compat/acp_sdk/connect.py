@@ -264,7 +264,9 @@ async def run_agent(
         input_stream = stdio_transport(**options)
     elif stdio_buffer_limit_bytes is not None:
         connection_kwargs["stdio_buffer_limit_bytes"] = stdio_buffer_limit_bytes
-    from .activate import original  # the SDK's own, also when activate.install() replaced acp.run_agent
+    from .activate import (
+        original,  # the SDK's own, also when activate.install() replaced acp.run_agent
+    )
 
     await original("run_agent")(agent, input_stream, output_stream, use_unstable_protocol=use_unstable_protocol,
                                 **connection_kwargs)

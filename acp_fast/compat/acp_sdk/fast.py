@@ -29,10 +29,12 @@ the stock SDK connection, unchanged.
 How a message travels: the engine decodes each read (batches included) and the connection
 calls the SDK's own router (``acp.agent.router`` / ``acp.client.router``: the same
 ``model_validate`` of every inbound request and notification, the same
-``RequestError``/``ValidationError`` mapping) without a Task per message: notifications run
-in arrival order on one FIFO runner (one Task per burst, none when the handlers never
-suspend... the runner is started only when needed), requests run as Tasks as in the SDK,
-responses resolve their waiter at once. Lines written in one loop turn go out in one write.
+``RequestError``/``ValidationError`` mapping) without a Task per notification: a
+notification's handler coroutine is awaited by the connection's single FIFO runner (at most
+one Task at a time, draining everything queued behind it), requests run as Tasks as in the
+SDK, responses resolve their waiter at once. Lines written in one loop turn go out in one
+write. On the client side ``session/update`` goes straight from
+``SessionNotification.model_validate`` to your ``session_update`` (no per-update future).
 
 Validation: kept everywhere it is in the SDK. Measured here, validating an inbound
 ``session/update`` (``SessionNotification.model_validate``, a discriminated union) costs
@@ -80,7 +82,15 @@ Differences from the stock SDK
 10. With ``listening=False`` (as ``run_agent`` uses) nothing is read until
     :meth:`Connection.main_loop` (``listen()``), as in the SDK; ``main_loop`` returns at end
     of input. Closing the connection cancels running handlers, as in the SDK.
-11. The initialization guard: the SDK enforces none on v1 connections and neither does this
+11. ``run_agent(stdio_buffer_limit_bytes=)`` is accepted and is not a bound (in the SDK it
+    is a read-buffer size that longer lines pass anyway); the line bound is
+    ``max_line_size=`` (default 64 MiB). ``spawn_agent_process(transport_kwargs={"limit":
+    ...})`` becomes ``max_line_size``, as in the transport drop-in; ``"stderr"`` is ignored
+    (the child's stderr is drained, see ``ChildProcess.stderr_tail``), and the child process
+    handle is acp_fast's :class:`~acp_fast.compat.acp_sdk.ChildProcess`.
+12. The SDK's HTTP/WebSocket ``Transport`` objects (and any other message-level transport)
+    are not switched: they get the SDK's own ``Connection``.
+13. The initialization guard: the SDK enforces none on v1 connections and neither does this
     drop-in by default (acp_fast's v1 guard is "unchecked" too). ``strict_initialization=True``
     (keyword of the connections and ``run_agent``/``connect_to_agent``) applies acp_fast's
     :class:`~acp_fast.protocol.guard.InitializationGuard` as a responder (agent side) or an
@@ -98,7 +108,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Union, cast
 
 import acp
 from acp.agent.connection import AgentSideConnection as _SdkAgentSideConnection
@@ -116,9 +126,9 @@ from pydantic import BaseModel, ValidationError
 from ...jsonrpc import Connection as _RpcConnection
 from ...protocol.guard import InitializationGuard
 from ...transport import Stream, connect_stdio
+from ._streams import AsyncioStream
 from .connect import ChildProcess, check_sdk_version, spawn_stream
 from .transport import StreamTransport
-from ._streams import AsyncioStream
 
 __all__ = [
     "AgentSideConnection",
@@ -139,7 +149,8 @@ _DUMP = {"mode": "json", "by_alias": True, "exclude_none": True, "exclude_defaul
 _CLOSED_REASONS = ("incoming_transport_closed", "connection_closed")
 _TRACING = bool(getattr(acp.telemetry, "TRACER", None) or getattr(acp.telemetry, "logfire_span", None))
 
-StreamSource = Stream | Callable[[], Awaitable[Stream]]
+if TYPE_CHECKING:
+    StreamSource = Union[Stream, Callable[[], Awaitable[Stream]]]  # noqa: UP007 - a runtime alias on 3.10
 
 
 def _source(writer: Any, reader: Any) -> StreamSource | None:
@@ -152,7 +163,7 @@ def _source(writer: Any, reader: Any) -> StreamSource | None:
         if isinstance(writer, StreamTransport):
             if writer.stream is not None:
                 return writer.stream
-            return writer._open  # noqa: SLF001 - our own transport's lazy opener
+            return writer._open
         return None
     if isinstance(writer, asyncio.StreamWriter) and isinstance(reader, asyncio.StreamReader):
         return AsyncioStream(writer, reader)
@@ -247,14 +258,14 @@ class Connection:
 
     def _make(self, stream: Stream) -> _RpcConnection:
         conn = _RpcConnection(stream, attach=False, **self._options)
-        conn._next_id = -1  # noqa: SLF001 - the SDK's first request id is 0
+        conn._next_id = -1
         conn.on_any_request(self._on_request)
         conn.on_any_notification(self._on_notification)
         for setup in self._setup:
             setup(conn)
         self._conn = conn
         self._stream = stream
-        self._eof = conn._loop.create_future()  # noqa: SLF001 - the same loop
+        self._eof = conn._loop.create_future()
         return conn
 
     def on_connection(self, setup: Callable[[_RpcConnection], None]) -> None:
@@ -328,7 +339,7 @@ class Connection:
         assert self._eof is not None
         await asyncio.shield(self._eof)
 
-    async def __aenter__(self) -> Connection:
+    async def __aenter__(self) -> Connection:  # noqa: PYI034 (Python 3.10: no typing.Self)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -543,7 +554,7 @@ class ClientSideConnection(_SdkClientSideConnection):  # type: ignore[misc]  # t
             on_connect(self)
 
     def _make_updates(self, func: Callable[..., Any]) -> Callable[[Any], Any]:
-        guard = cast("Connection", self._conn)._guard  # noqa: SLF001
+        guard = cast("Connection", self._conn)._guard
         validate = SessionNotification.model_validate
 
         def on_update(msg: Any) -> Any:
@@ -572,7 +583,7 @@ class _Barrier:
         self._conn = conn
 
     async def wait(self, session_id: str) -> None:
-        rpc = self._conn._conn  # noqa: SLF001
+        rpc = self._conn._conn
         if rpc is not None:
             await rpc.settled()
 
