@@ -87,6 +87,8 @@ def test_sdk_agent_and_sdk_client_both_on_the_connection_dropin(engine: ModuleTy
         response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("permission 2")])
         assert client.texts()[0] == "permission:allow" and len(client.texts()) == 3
         assert await conn.ext_method("test/echo", {"x": [1, "2"]}) == {"x": [1, "2"]}
+        big = {"blob": "b" * (10 * 1024 * 1024)}  # 10 MiB each way
+        assert await conn.ext_method("test/echo", big) == big
         with pytest.raises(acp.RequestError) as exc:
             await conn.ext_method("no/such", {})
         assert exc.value.code == -32601
@@ -243,7 +245,7 @@ def test_asyncio_stream_pair_form_and_activate(engine: ModuleType) -> None:
         client = RecordingClient()
         conn = fast.connect_to_agent(client, c_writer, c_reader, engine=engine)
         await conn.initialize(protocol_version=1)
-        big = {"blob": "z" * (3 * 1024 * 1024)}  # far above asyncio's 64 KiB readline limit
+        big = {"blob": "z" * (10 * 1024 * 1024)}  # a 10 MiB message, far above asyncio's 64 KiB readline limit
         assert await conn.ext_method("test/echo", big) == big
         await conn.close()
         await agent.close()

@@ -7,7 +7,8 @@ of it is copied into this repository. The switch is applied from outside: a gene
 ``sitecustomize.py`` on ``PYTHONPATH`` calls
 :func:`acp_fast.compat.acp_sdk.activate.install_from_env`, and ``ACP_FAST_SDK_DROPIN`` names
 the drop-in, so every Python process of an example (the client and the agent it spawns)
-switches at start-up; each process records the mode it installed, which the tests check.
+switches at start-up; each process records the mode it installed and where ``acp.run_agent``
+then comes from, which the tests check.
 
 Skipped when the index cannot be reached, except when ``CI=true`` or
 ``ACP_FAST_REQUIRE_PEERS=1``: then that fails.
@@ -61,8 +62,9 @@ from acp_fast.compat.acp_sdk.activate import install_from_env
 _mode = install_from_env()
 _log = os.environ.get("ACP_FAST_SDK_DROPIN_LOG")
 if _log and _mode:
-    with open(_log, "a") as _f:
-        _f.write(f"{os.getpid()} {_mode}\\n")
+    import acp
+    with open(_log, "a") as _f:  # the mode, and where acp.run_agent now comes from
+        _f.write(f"{os.getpid()} {_mode} {acp.run_agent.__module__}\\n")
 """
 
 
@@ -118,7 +120,10 @@ def _env(site: Path, mode: str, log: Path, *extra: Path) -> dict[str, str]:
 
 
 def _installed(log: Path) -> list[str]:
-    return [line.split()[1] for line in log.read_text().splitlines()] if log.exists() else []
+    """The modes the processes installed (checked: ``acp.run_agent`` is then acp_fast's)."""
+    lines = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    assert all(module.startswith("acp_fast.compat.acp_sdk.") for _pid, _mode, module in lines), lines
+    return [mode for _pid, mode, _module in lines]
 
 
 @pytest.mark.parametrize("mode", MODES)
