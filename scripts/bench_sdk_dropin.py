@@ -4,8 +4,8 @@
 Each round runs, for every mode, the SDK peers of ``peers/pysdk`` unchanged (``client.py``
 spawning ``agent.py``, both through ``peers/pysdk/dropin.py MODE``, so both sides are
 switched alike) on the same event loop (``--loop``, default asyncio, passed to both sides),
-over real pipes. The modes are interleaved within a round so that machine load hits them
-alike. Per run the client reports:
+over real pipes. The modes are interleaved within a round (in an order rotated every round)
+so that machine load hits them alike. Per run the client reports:
 
 * streaming: ``--n`` ``session/update`` notifications of ``ACP_CHUNK`` bytes (default 100):
   notifications/s and CPU µs per notification on each side (client ``process_time``,
@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
     load_before = os.getloadavg()
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     for r in range(args.rounds):
-        for mode in MODES:
+        for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:  # rotated: no mode always runs last
             runs[mode].append(run_pair(mode, args.n, args.m, args.loop, args.warmup))
             print(f"round {r + 1}/{args.rounds} {mode}: {runs[mode][-1]['notificationsPerSec']} notif/s, "
                   f"{runs[mode][-1]['roundTripsPerSec']} rt/s", file=sys.stderr)
@@ -166,8 +166,10 @@ def main(argv: list[str]) -> int:
                   f"{'met' if ok else 'NOT met'}")
         else:
             ratio = row["roundTripsPerSec"] / stock["roundTripsPerSec"]
+            p50_ratio = stock["p50RttUs"] / row["p50RttUs"]
             ok = ratio >= goal
-            print(f"  {what:<12} {mode:<11} goal >= {goal}x: {ratio:.2f}x  {'met' if ok else 'NOT met'}")
+            print(f"  {what:<12} {mode:<11} goal >= {goal}x: {ratio:.2f}x (p50 latency {p50_ratio:.2f}x)  "
+                  f"{'met' if ok else 'NOT met'}")
         verdicts.append({"what": what, "mode": mode, "goal": goal, "ratio": round(ratio, 3), "met": ok})
     print(f"\nImport time (median of {args.import_runs} fresh interpreters, minus a bare start of "
           f"{bare_wall * 1000:.1f} ms wall / {bare_cpu * 1000:.1f} ms CPU):")
