@@ -4,6 +4,8 @@
   v1 client, in a real process and in-process over memory streams (wire-level checks:
   bad JSON answered with -32700, batches unpacked and answered as one array, long lines);
 * an SDK client on the drop-in (``spawn_agent_process``) driving ``acp-fast testy``;
+* the same agent and client tests on the connection drop-in (``acp_fast.compat.acp_sdk.fast``,
+  its own tests are in ``test_compat_acp_sdk_fast.py``);
 * SDK client and SDK agent both on the drop-in over TCP and Unix sockets (10 MiB each way);
 * the transport alone: coalesced writes, backpressure, receive bounds, timeouts, close.
 

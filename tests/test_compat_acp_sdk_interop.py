@@ -1,7 +1,8 @@
 """Interop of an SDK agent on the acp_fast drop-in with clients nobody here wrote.
 
 The agent is ``peers/pysdk/agent.py``'s, unchanged, served by ``tests/helpers/compat_sdk_agent.py``
-on ``stdio_transport()``; the clients are the official SDKs' benchmark clients of ``peers/``
+on ``stdio_transport()`` (the transport drop-in) or with ``fast.run_agent`` (the connection
+drop-in); the clients are the official SDKs' benchmark clients of ``peers/``
 (``ts/client.mjs`` on the TypeScript SDK, ``pysdk/client.py`` on the stock Python SDK).
 
 Skipped when the peer is not installed (``bash scripts/install_peers.sh``), except when
