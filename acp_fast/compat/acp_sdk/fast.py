@@ -403,8 +403,36 @@ class Connection:
             if refused is not None:
                 raise refused
             if method == "initialize":
-                return self._run_initialize(guard, ctx.params)
-        return self._run_request(method, ctx.params)
+                return self._start(ctx, self._run_initialize(guard, ctx.params))
+        return self._start(ctx, self._run_request(method, ctx.params))
+
+    def _start(self, ctx: Any, coro: Any) -> None:
+        """Run one request's handler as its own Task (as the SDK does) and answer when it ends.
+
+        The Task is ours, answering through ``ctx.defer()``: the acp_fast connection then
+        dispatches the rest of the read at once instead of giving each started handler a
+        loop turn first (with the SDK's handlers, all coroutines, that turn would be paid by
+        every request of a burst). The handler's first step still runs before any later
+        notification's handler (both are scheduled in arrival order).
+        """
+        responder = ctx.defer()
+        task = asyncio.get_running_loop().create_task(self._respond(responder, coro))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _respond(self, responder: Any, coro: Any) -> None:
+        from ...errors import REQUEST_CANCELLED, JsonRpcError
+
+        try:
+            result = await coro
+        except JsonRpcError as exc:
+            responder.respond_error(exc)
+        except asyncio.CancelledError:
+            if not self._closed:
+                responder.respond_error(JsonRpcError(REQUEST_CANCELLED))
+            raise
+        else:
+            responder.respond(result)
 
     async def _run_initialize(self, guard: InitializationGuard, params: Any) -> Any:
         token = guard.begin()
