@@ -271,3 +271,41 @@ def test_activate_replaces_the_sdk_entry_points_in_a_child() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=60,
                          check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_low_level_connection_handlers_and_observers(engine: ModuleType) -> None:
+    from acp.connection import StreamDirection
+
+    async def body() -> None:
+        a, b = memory_pair()
+        seen: list[tuple[str, str, Any]] = []
+        calls: list[tuple[str, Any, bool]] = []
+
+        async def handler(method: str, params: Any, is_notification: bool) -> Any:
+            calls.append((method, params, is_notification))
+            if method == "boom":
+                raise ValueError('{"why": "json text"}')
+            return {"echo": params}
+
+        conn = fast.Connection(handler, a, observers=[lambda e: seen.append((e.direction.value, e.message.get(
+            "method", "<response>"), e.message.get("id")))], engine=engine)
+        peer = RawPeer(b)
+        assert (await peer.request(7, "hello", {"x": 1}))["result"] == {"echo": {"x": 1}}
+        boom = await peer.request(8, "boom", {})
+        # the SDK's mapping of an unexpected exception: -32603, data parsed from str(exc) when it is JSON
+        assert boom["error"] == {"code": -32603, "message": "Internal error", "data": {"why": "json text"}}
+        peer.notify("note", {"n": 1})
+        request = asyncio.ensure_future(conn.send_request("ask", {"q": 2}))
+        asked = await peer.recv()
+        assert asked["id"] == 0 and asked["params"] == {"q": 2}
+        peer.send({"jsonrpc": "2.0", "id": 0, "result": "answer"})
+        assert await request == "answer"
+        await conn.send_notification("told")
+        assert (await peer.recv()) == {"jsonrpc": "2.0", "method": "told"}  # params None: omitted
+        assert ("note", {"n": 1}, True) in calls
+        assert (StreamDirection.INCOMING.value, "hello", 7) in seen and (StreamDirection.OUTGOING.value, "ask", 0) in seen
+        assert (StreamDirection.INCOMING.value, "<response>", 0) in seen
+        assert (StreamDirection.OUTGOING.value, "<response>", 7) in seen
+        await conn.close()
+
+    run(body)

@@ -75,8 +75,10 @@ Differences from the stock SDK
 7. ``receive_timeout=`` is accepted and ignored (the SDK honours it only on its byte-stream
    form, by failing its receive loop); use the SDK's ``asyncio.wait_for`` around calls.
 8. Observers (``observers=``, ``add_observer``) receive every message as a fresh ``dict``
-   parsed from the bytes on the wire (the SDK passes a deep copy of its own dict): batches
-   arrive entry by entry, ``params`` is absent where the SDK would show ``None``.
+   (the SDK passes a deep copy of its own dict): incoming ones parsed from the bytes read
+   (batches entry by entry), outgoing requests, notifications and answers to the handler
+   as sent (``params`` absent where the SDK would show ``None``); the connection's own
+   replies (-32700/-32600 for bad lines, the guard's -32600) are not shown.
 9. Handler failures are logged by the ``acp_fast.jsonrpc`` / ``acp_fast.compat.acp_sdk``
    loggers rather than the root logger, with the same answers on the wire.
 10. With ``listening=False`` (as ``run_agent`` uses) nothing is read until
@@ -427,12 +429,16 @@ class Connection:
             result = await coro
         except JsonRpcError as exc:
             responder.respond_error(exc)
+            if self._observers:
+                self._observed_answer(responder.context.id, "error", exc.to_dict())
         except asyncio.CancelledError:
             if not self._closed:
                 responder.respond_error(JsonRpcError(REQUEST_CANCELLED))
             raise
         else:
             responder.respond(result)
+            if self._observers:
+                self._observed_answer(responder.context.id, "result", result)
 
     async def _run_initialize(self, guard: InitializationGuard, params: Any) -> Any:
         token = guard.begin()
@@ -495,6 +501,13 @@ class Connection:
         if params is not None:
             payload["params"] = json.loads(json.dumps(params))
         self._notify_observers(StreamDirection.OUTGOING, payload)
+
+    def _observed_answer(self, rid: Any, key: str, value: Any) -> None:
+        try:
+            copy = json.loads(json.dumps(value))
+        except (TypeError, ValueError):
+            copy = value
+        self._notify_observers(StreamDirection.OUTGOING, {"jsonrpc": "2.0", "id": rid, key: copy})
 
     def _notify_observers(self, direction: StreamDirection, message: dict[str, Any]) -> None:
         event = StreamEvent(direction, message)
