@@ -15,6 +15,7 @@ Everything runs on both engine twins.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -185,7 +186,27 @@ UPDATES = [
     acp.update_plan([acp.plan_entry("step", priority="high", status="pending")]),
     acp.update_agent_message(acp.image_block("AAAA", "image/png")),
     acp.update_agent_message(acp.resource_link_block("f", "file:///f")),
+    AgentMessageChunk(session_update="agent_message_chunk", content=acp.text_block("id"), message_id="m1"),
+    AgentMessageChunk(session_update="agent_message_chunk", content=acp.schema.TextContentBlock(
+        type="text", text="annotated", annotations=acp.schema.Annotations(priority=0.5))),
+    AgentMessageChunk(session_update="agent_message_chunk", content=acp.schema.TextContentBlock(
+        type="text", text="meta", field_meta={"k": 1})),
 ]
+
+
+@pytest.mark.parametrize("update", UPDATES, ids=lambda u: type(u).__name__)
+def test_plain_text_chunk_shortcut_is_pydantics_dump(update: Any) -> None:
+    from acp_fast.compat.acp_sdk import _models
+
+    assert _models.ENABLED  # the pinned SDK's models are what the shortcut assumes
+    dumped = _models.dump_update(update)
+    expected = update.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+    if dumped is not None:  # same keys, same order, same values
+        assert json.dumps(dumped) == json.dumps(expected)
+    plain = (type(update).__name__.endswith("Chunk") and type(update.content).__name__ == "TextContentBlock"
+             and update.message_id is None and update.field_meta is None and update.content.annotations is None
+             and update.content.field_meta is None)
+    assert (dumped is not None) == plain
 
 
 @pytest.mark.parametrize("update", UPDATES, ids=lambda u: type(u).__name__)
@@ -198,7 +219,8 @@ def test_outbound_session_update_is_the_sdks_json(engine: ModuleType, update: An
         await agent.session_update(session_id="s1", update=update, source="meta")  # the SDK's own path
         fast_params = (await peer.recv())["params"]
         meta_params = (await peer.recv())["params"]
-        assert fast_params == serialize_params(SessionNotification(session_id="s1", update=update))
+        expected = serialize_params(SessionNotification(session_id="s1", update=update))
+        assert json.dumps(fast_params) == json.dumps(expected)  # the same JSON, keys in the same order
         assert meta_params == serialize_params(SessionNotification(session_id="s1", update=update,
                                                                    field_meta={"source": "meta"}))
         await agent.close()

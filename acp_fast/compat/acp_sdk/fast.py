@@ -44,7 +44,8 @@ types; so there is nothing to gain by skipping it, and nothing changes for the u
 outbound ``session_update`` skips only the intermediate ``SessionNotification`` object when
 the update is one of the SDK's update models (exact type) and no ``_meta`` is given: the
 params are then ``{"sessionId": ..., "update": update.model_dump(...)}`` with the SDK's dump
-options, the same JSON the SDK sends (tested against ``serialize_params``).
+options, the same JSON the SDK sends (tested against ``serialize_params``); a plain text
+chunk is dumped by an exact shortcut (:mod:`._models`, 0.5 µs instead of 1.6 µs).
 
 Differences from the stock SDK
 ------------------------------
@@ -128,6 +129,7 @@ from pydantic import BaseModel, ValidationError
 from ...jsonrpc import Connection as _RpcConnection
 from ...protocol.guard import InitializationGuard
 from ...transport import Stream, connect_stdio
+from ._models import dump_update
 from ._streams import AsyncioStream
 from .connect import ChildProcess, check_sdk_version, spawn_stream
 from .transport import StreamTransport
@@ -559,8 +561,10 @@ class AgentSideConnection(_SdkAgentSideConnection):  # type: ignore[misc]  # the
     async def session_update(self, session_id: Any = None, update: Any = None, *args: Any, **kwargs: Any) -> None:
         """As the SDK's; one of its update models (exact type) and no ``_meta``: no intermediate model."""
         if not args and not kwargs and type(session_id) is str and type(update) in _UPDATE_TYPES:
+            dumped = dump_update(update)
             await self._conn.send_notification(
-                _SESSION_UPDATE, {"sessionId": session_id, "update": update.model_dump(**_DUMP)})
+                _SESSION_UPDATE, {"sessionId": session_id, "update": update.model_dump(**_DUMP) if dumped is None
+                                  else dumped})
             return
         if update is not None:
             kwargs["update"] = update
