@@ -38,7 +38,7 @@ _CHUNKS: dict[str, type[Any]] = {
     "user_message_chunk": UserMessageChunk,
 }
 _TAGS = {cls: tag for tag, cls in _CHUNKS.items()}
-_FIELDS = {
+_FIELDS: dict[Any, tuple[str, ...]] = {
     TextContentBlock: ("annotations", "text", "field_meta", "type"),
     **{cls: ("content", "message_id", "field_meta", "session_update") for cls in _CHUNKS.values()},
 }
