@@ -371,6 +371,8 @@ class Connection:
             handle = conn.request(method, params)
             if self._observers:
                 self._observed_send(handle.id, method, params)
+            if conn.pending_requests == 1:
+                await conn.drain()  # alone in flight: write now instead of at the end of the turn
             result = await handle
         except BaseException as exc:
             if token:
@@ -441,6 +443,8 @@ class Connection:
             responder.respond(result)
             if self._observers:
                 self._observed_answer(responder.context.id, "result", result)
+        if len(self._tasks) == 1 and self._conn is not None:
+            await self._conn.drain()  # the only handler running: write the answer now, not a turn later
 
     async def _run_initialize(self, guard: InitializationGuard, params: Any) -> Any:
         token = guard.begin()
