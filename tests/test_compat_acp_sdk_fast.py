@@ -331,3 +331,30 @@ def test_low_level_connection_handlers_and_observers(engine: ModuleType) -> None
         await conn.close()
 
     run(body)
+
+
+def test_request_handlers_are_bounded_by_the_connections_backlog(engine: ModuleType) -> None:
+    async def body() -> None:
+        a, b = memory_pair()
+        release = asyncio.Event()
+
+        async def handler(method: str, params: Any, is_notification: bool) -> Any:
+            await release.wait()
+            return params
+
+        conn = fast.Connection(handler, a, engine=engine, max_backlog=8)
+        peer = RawPeer(b)
+        for i in range(40):
+            peer.send({"jsonrpc": "2.0", "id": i, "method": "slow", "params": {"i": i}})
+            await asyncio.sleep(0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        rpc = conn._conn
+        assert rpc is not None and rpc.reading_paused  # the handlers' Tasks count in its backlog
+        assert len(rpc._tasks) < 40
+        release.set()
+        answers = [await peer.recv() for _ in range(40)]
+        assert sorted(r["id"] for r in answers) == list(range(40))
+        await conn.close()
+
+    run(body)

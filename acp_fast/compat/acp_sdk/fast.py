@@ -422,9 +422,12 @@ class Connection:
         notification's handler (both are scheduled in arrival order).
         """
         responder = ctx.defer()
-        task = asyncio.get_running_loop().create_task(self._respond(responder, coro))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        rpc = ctx.connection
+        task = rpc._loop.create_task(self._respond(responder, coro))
+        # accounted as the connection's own handler tasks: its backlog bound (reading pauses
+        # past max_backlog), its close (cancelled) and its end of input (waited for)
+        rpc._tasks.add(task)
+        task.add_done_callback(rpc._task_done)
 
     async def _respond(self, responder: Any, coro: Any) -> None:
         from ...errors import REQUEST_CANCELLED, JsonRpcError
@@ -443,8 +446,9 @@ class Connection:
             responder.respond(result)
             if self._observers:
                 self._observed_answer(responder.context.id, "result", result)
-        if len(self._tasks) == 1 and self._conn is not None:
-            await self._conn.drain()  # the only handler running: write the answer now, not a turn later
+        rpc = responder.context.connection
+        if len(rpc._tasks) == 1:
+            await rpc.drain()  # the only handler running: write the answer now, not a turn later
 
     async def _run_initialize(self, guard: InitializationGuard, params: Any) -> Any:
         token = guard.begin()
