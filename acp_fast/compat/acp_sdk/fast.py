@@ -32,8 +32,10 @@ calls the SDK's own router (``acp.agent.router`` / ``acp.client.router``: the sa
 ``RequestError``/``ValidationError`` mapping) without a Task per notification: a
 notification's handler coroutine is awaited by the connection's single FIFO runner (at most
 one Task at a time, draining everything queued behind it), requests run as Tasks as in the
-SDK, responses resolve their waiter at once. Lines written in one loop turn go out in one
-write. On the client side ``session/update`` goes straight from
+SDK (counted in the connection's backlog: reading pauses past ``max_backlog`` running
+handlers), responses resolve their waiter at once. Lines written in one loop turn go out in
+one write; a request alone in flight, and the answer of the only running handler, are
+written at once. On the client side ``session/update`` goes straight from
 ``SessionNotification.model_validate`` to your ``session_update`` (no per-update future).
 
 Validation: kept everywhere it is in the SDK. Measured here, validating an inbound
