@@ -4,6 +4,8 @@
   v1 client, in a real process and in-process over memory streams (wire-level checks:
   bad JSON answered with -32700, batches unpacked and answered as one array, long lines);
 * an SDK client on the drop-in (``spawn_agent_process``) driving ``acp-fast testy``;
+* the same agent and client tests on the connection drop-in (``acp_fast.compat.acp_sdk.fast``,
+  its own tests are in ``test_compat_acp_sdk_fast.py``);
 * SDK client and SDK agent both on the drop-in over TCP and Unix sockets (10 MiB each way);
 * the transport alone: coalesced writes, backpressure, receive bounds, timeouts, close.
 
@@ -26,17 +28,17 @@ acp = pytest.importorskip("acp", reason="the official Python SDK (agent-client-p
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
-from compat_sdk_agent import load_test_agent  # noqa: E402
-from roles_support import RawPeer  # noqa: E402
+from compat_sdk_agent import load_test_agent
+from roles_support import RawPeer
 
-from acp_fast import Client, JsonRpcError  # noqa: E402
-from acp_fast.compat.acp_sdk import (  # noqa: E402
+from acp_fast import Client, JsonRpcError
+from acp_fast.compat.acp_sdk import (
     StreamTransport,
     spawn_agent_process,
     tcp_transport,
     unix_transport,
 )
-from acp_fast.transport import memory_pair, serve_tcp, serve_unix, spawn  # noqa: E402
+from acp_fast.transport import memory_pair, serve_tcp, serve_unix, spawn
 
 REPO = Path(__file__).resolve().parent.parent
 HELPER = str(Path(__file__).parent / "helpers" / "compat_sdk_agent.py")
@@ -84,7 +86,8 @@ class InProcessAgent:
 # ---------------------------------------------------------------------------------------
 
 
-def test_sdk_agent_process_on_dropin_driven_by_acp_fast_client(engine: ModuleType) -> None:
+@pytest.mark.parametrize("switch", [pytest.param([], id="transport"), pytest.param(["--fast"], id="connection")])
+def test_sdk_agent_process_on_dropin_driven_by_acp_fast_client(engine: ModuleType, switch: list[str]) -> None:
     async def body() -> None:
         record: list[Any] = []
         arrived = asyncio.Event()
@@ -117,7 +120,7 @@ def test_sdk_agent_process_on_dropin_driven_by_acp_fast_client(engine: ModuleTyp
             session.cancel_active_work()
             assert await turn == {"stopReason": "cancelled"}
 
-        stream = await spawn([sys.executable, HELPER, "--engine", engine.IMPLEMENTATION],
+        stream = await spawn([sys.executable, HELPER, "--engine", engine.IMPLEMENTATION, *switch],
                              env=child_env(ACP_CHUNK="10"), cwd=REPO)
         await client.connect_with(stream, main, engine=engine)
         await stream.wait_closed()
@@ -127,7 +130,8 @@ def test_sdk_agent_process_on_dropin_driven_by_acp_fast_client(engine: ModuleTyp
 
 
 @pytest.mark.parametrize("switch", [pytest.param([], id="acp.run_agent+stdio_transport"),
-                                    pytest.param(["--run-agent"], id="compat.run_agent")])
+                                    pytest.param(["--run-agent"], id="compat.run_agent"),
+                                    pytest.param(["--fast"], id="fast.run_agent")])
 def test_sdk_agent_process_on_dropin_answers_what_the_stock_sdk_drops(engine: ModuleType, switch: list[str]) -> None:
     """The stock SDK logs and ignores a bad line and dies on a batch; on the drop-in both are answered."""
 
@@ -233,11 +237,16 @@ class RecordingClient:
         return [u.content.text for u in self.updates if getattr(u, "session_update", None) == "agent_message_chunk"]
 
 
-def test_sdk_client_on_dropin_drives_testy(engine: ModuleType) -> None:
+@pytest.mark.parametrize("dropin", ["transport", "connection"])
+def test_sdk_client_on_dropin_drives_testy(engine: ModuleType, dropin: str) -> None:
+    from acp_fast.compat.acp_sdk import fast
+
+    spawner = spawn_agent_process if dropin == "transport" else fast.spawn_agent_process
+
     async def body() -> None:
         client = RecordingClient()
         env = {"PYTHONPATH": str(REPO), "ACP_CHUNK": "20"}
-        async with spawn_agent_process(client, sys.executable, "-m", "acp_fast.cli.main", "testy", "--engine",
+        async with spawner(client, sys.executable, "-m", "acp_fast.cli.main", "testy", "--engine",
                                        engine.IMPLEMENTATION, env=env, cwd=REPO) as (conn, process):
             init = await conn.initialize(protocol_version=1)
             assert init.protocol_version == 1 and init.agent_info.name == "test-agent"

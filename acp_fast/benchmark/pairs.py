@@ -348,6 +348,9 @@ _BUILTIN: list[str] = []
 def _register_builtin() -> None:
     before = set(PAIRS)
     _register_builtin_pairs()
+    from . import pairs_sdk  # the official Python SDK on acp_fast's drop-ins
+
+    pairs_sdk.register()
     _BUILTIN[:] = [n for n in PAIRS if n not in before] or _BUILTIN
 
 

@@ -3,7 +3,8 @@
 Only the last line differs from that peer's ``main``: ``acp.run_agent(agent,
 stdio_transport())`` instead of ``acp.run_agent(agent)``; with ``--run-agent`` it is the
 other one-line switch, ``acp_fast.compat.acp_sdk.run_agent(agent)`` (the compiled twin
-then). ``--engine py|c`` picks the twin.
+then); with ``--fast`` the connection drop-in's,
+``acp_fast.compat.acp_sdk.fast.run_agent(agent)``. ``--engine py|c`` picks the twin.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ async def main(argv: list[str]) -> None:
     from acp_fast.compat.acp_sdk import run_agent, stdio_transport
 
     agent = load_test_agent()()
+    if "--fast" in argv:
+        from acp_fast.compat.acp_sdk import fast
+
+        engine = engine_from_argv(argv)
+        await fast.run_agent(cast(acp.Agent, agent), **({"engine": engine} if engine is not None else {}))
+        return
     if "--run-agent" in argv:
         await run_agent(cast(acp.Agent, agent), transport_options={"engine": engine_from_argv(argv)})
         return

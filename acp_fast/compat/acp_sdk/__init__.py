@@ -1,4 +1,10 @@
-"""The official Python SDK (``agent-client-protocol``, import ``acp``) on acp_fast: the transport drop-in.
+"""The official Python SDK (``agent-client-protocol``, import ``acp``) on acp_fast: two drop-ins.
+
+* this package: the **transport drop-in** (below): the SDK's ``Connection`` on acp_fast's wire;
+* :mod:`.fast`: the **connection drop-in**: the SDK's public API dispatched on acp_fast's
+  connection (``from acp_fast.compat.acp_sdk.fast import run_agent, connect_to_agent``);
+* :mod:`.activate`: either one switched on from outside, for code you do not edit
+  (``activate.install("connection")``, or ``ACP_FAST_SDK_DROPIN`` with a ``sitecustomize``).
 
 Tested with the SDK versions in :data:`TESTED_SDK_VERSIONS`. The SDK's documented seam is
 its message-level ``Transport`` (``acp._transport.Transport``), which ``acp.run_agent``,
@@ -25,7 +31,7 @@ Everything above the transport (the SDK's ``Connection``, its Task per message, 
 models, the ``Agent``/``Client`` interfaces) is the SDK's own and unchanged.
 
 Importing this package does not import ``acp``; the helpers that need it import it when
-called.
+called (:mod:`.fast` imports it at once).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ __all__ = [
     "run_agent",
     "spawn_agent_process",
     "spawn_client_process",
+    "spawn_stream",
     "spawn_transport",
     "stdio_transport",
     "tcp_transport",
@@ -154,6 +155,23 @@ async def spawn_transport(
     accepted and ignored (stderr is always drained; see :attr:`ChildProcess.stderr_tail`).
     ``options`` go to :class:`StreamTransport`.
     """
+    stream, limit = await spawn_stream(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs)
+    if limit is not None:
+        options.setdefault("max_line_size", limit)
+    return StreamTransport(stream, **options), ChildProcess(stream)
+
+
+async def spawn_stream(
+    command: str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    transport_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[ChildStream, int | None]:
+    """Start ``command *args`` as :func:`spawn_transport` does; its stream and the ``limit`` key.
+
+    Nothing is attached to the stream: the caller gives it to one consumer.
+    """
     from acp.transports import default_environment
 
     extra = dict(transport_kwargs or {})
@@ -163,12 +181,9 @@ async def spawn_transport(
     merged = default_environment()
     if env:
         merged.update(env)
-    limit = extra.get("limit")
-    if limit is not None:
-        options.setdefault("max_line_size", limit)
     stream = await spawn([command, *args], env=merged, inherit_env=False, cwd=cwd,
                          grace=float(extra.get("shutdown_timeout", 2.0)))
-    return StreamTransport(stream, **options), ChildProcess(stream)
+    return stream, extra.get("limit")
 
 
 @asynccontextmanager
@@ -236,21 +251,23 @@ async def run_agent(
 ) -> None:
     """``acp.run_agent`` with acp_fast's stdio: the same call, the same parameters.
 
-    Without streams it serves the agent on :func:`stdio_transport`
-    (``stdio_buffer_limit_bytes`` becomes its line limit; default: the engine's 64 MiB
-    bound; ``receive_timeout`` is honoured by the transport). Given streams or a
-    transport, it is exactly the SDK's ``run_agent``.
+    Without streams it serves the agent on :func:`stdio_transport` (``receive_timeout`` is
+    honoured by the transport). ``stdio_buffer_limit_bytes`` is then accepted and not a
+    bound: in the SDK (0.12) it is the read-buffer size, which longer lines pass anyway (its
+    own tests send a 70 KiB line with 1 KiB); the line bound is
+    ``transport_options={"max_line_size": ...}`` (default: the engine's 64 MiB). Given
+    streams or a transport, it is exactly the SDK's ``run_agent``.
     """
-    import acp
-
     check_sdk_version()
     if input_stream is None and output_stream is None:
         options = _options(transport_options, connection_kwargs)
-        if stdio_buffer_limit_bytes is not None:
-            options.setdefault("max_line_size", stdio_buffer_limit_bytes)
         input_stream = stdio_transport(**options)
     elif stdio_buffer_limit_bytes is not None:
         connection_kwargs["stdio_buffer_limit_bytes"] = stdio_buffer_limit_bytes
-    await acp.run_agent(agent, input_stream, output_stream, use_unstable_protocol=use_unstable_protocol,
-                        **connection_kwargs)
+    from .activate import (
+        original,  # the SDK's own, also when activate.install() replaced acp.run_agent
+    )
+
+    await original("run_agent")(agent, input_stream, output_stream, use_unstable_protocol=use_unstable_protocol,
+                                **connection_kwargs)
 

@@ -64,7 +64,7 @@ DEFAULT_FLUSH_SIZE = 64 * 1024
 #: Decoded messages waiting for the SDK above which reading pauses.
 DEFAULT_MAX_PENDING = 1024
 
-StreamSource = Union[Stream, Callable[[], Awaitable[Stream]]]
+StreamSource = Union[Stream, Callable[[], Awaitable[Stream]]]  # noqa: UP007 - a runtime alias on 3.10
 
 _REQUEST_KEYS = frozenset(("jsonrpc", "id", "method", "params"))
 _RESULT_KEYS = frozenset(("jsonrpc", "id", "result"))

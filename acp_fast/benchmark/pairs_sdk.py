@@ -1,0 +1,46 @@
+"""Benchmark pairs of the official Python SDK on acp_fast's drop-ins (``acp_fast.compat.acp_sdk``).
+
+The SDK peers of ``peers/pysdk`` (``client.py``, ``agent.py``), unchanged, each run through
+``peers/pysdk/dropin.py MODE`` (the drop-in installed from outside before the peer imports
+the SDK), both sides switched, compiled engine:
+
+=======================================  ==============================================
+``pysdk-transport/pysdk-transport``      SDK client and agent on the transport drop-in
+``pysdk-fast/pysdk-fast``                SDK client and agent on the connection drop-in
+=======================================  ==============================================
+
+Compare them with ``pysdk/pysdk`` (the stock SDK, :data:`~.pairs.BASELINE`) in one run:
+``acp-fast bench --pairs pysdk/pysdk,pysdk-transport/pysdk-transport,pysdk-fast/pysdk-fast``.
+The issue-11 targets and the import-time comparison: ``scripts/bench_sdk_dropin.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import pairs
+
+__all__ = ["DROPIN_PAIRS", "register"]
+
+#: The pairs this module registers: name -> drop-in mode.
+DROPIN_PAIRS = {
+    "pysdk-transport/pysdk-transport": "transport",
+    "pysdk-fast/pysdk-fast": "connection",
+}
+_DESCRIPTIONS = {
+    "transport": "Python SDK client and agent on the acp_fast transport drop-in (compiled engine)",
+    "connection": "Python SDK client and agent on the acp_fast connection drop-in (compiled engine)",
+}
+
+
+def register() -> None:
+    """(Re)registers the drop-in pairs with the current peers' folder."""
+    py = sys.executable
+    pysdk = pairs.PEERS / "pysdk"
+    launcher = str(pysdk / "dropin.py")
+    env = pairs._acp_env(ACP_FAST_NO_EXTENSIONS="0")
+    for name, mode in DROPIN_PAIRS.items():
+        pairs.register_pair(
+            name, (py, launcher, mode, str(pysdk / "client.py")), (py, launcher, mode, str(pysdk / "agent.py")),
+            requires=[pairs.PYSDK_PEER, pairs.ACP_FAST, pairs.ACP_FAST_COMPILED], env=env, replace=True,
+            py_client=True, py_agent=True, description=_DESCRIPTIONS[mode])

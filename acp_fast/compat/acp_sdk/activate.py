@@ -1,0 +1,147 @@
+"""Switch code written for the SDK onto a drop-in from outside, without editing it.
+
+For code you cannot (or do not want to) edit, such as the SDK's own examples and tests:
+:func:`install` replaces the SDK's entry points in its modules (``acp``, ``acp.core``,
+``acp.stdio``, ``acp.connection``) with a drop-in's, so code that imports them *afterwards*
+(``from acp import run_agent``) gets the drop-in. Two ways to apply it:
+
+* in-process, before the code imports the SDK::
+
+      import acp_fast.compat.acp_sdk.activate as activate
+      activate.install("connection")          # or "transport"
+
+* for a whole process tree, from the environment: put a ``sitecustomize.py`` containing
+  ``from acp_fast.compat.acp_sdk.activate import install_from_env; install_from_env()``
+  on ``PYTHONPATH`` and set ``ACP_FAST_SDK_DROPIN=connection`` (or ``transport``); every
+  Python process started with that environment switches at start-up (child processes
+  inherit it when their environment is passed on).
+
+Modes:
+
+* ``"transport"``: the transport drop-in (:mod:`acp_fast.compat.acp_sdk`): ``run_agent``
+  serves stdio through :class:`StreamTransport`, ``spawn_agent_process`` /
+  ``spawn_client_process`` are acp_fast's, ``connect_to_agent`` and the two connection
+  classes wrap an asyncio stream pair in a :class:`StreamTransport`; the SDK's
+  ``Connection`` stays the SDK's.
+* ``"connection"``: the connection drop-in (:mod:`acp_fast.compat.acp_sdk.fast`):
+  ``run_agent``, ``connect_to_agent``, ``spawn_*_process``, ``AgentSideConnection``,
+  ``ClientSideConnection`` and ``Connection`` are replaced.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["ENV", "MODES", "install", "install_from_env", "installed", "original"]
+
+#: The environment variable :func:`install_from_env` reads.
+ENV = "ACP_FAST_SDK_DROPIN"
+#: The modes :func:`install` accepts.
+MODES = ("transport", "connection")
+
+_installed: list[str] = []
+_originals: dict[str, Any] = {}
+
+
+def original(name: str) -> Any:
+    """The SDK's own ``acp.<name>`` (as it was before :func:`install` replaced it)."""
+    if name in _originals:
+        return _originals[name]
+    import acp
+
+    return getattr(acp, name)
+
+
+def installed() -> str | None:
+    """The installed mode, or ``None``."""
+    return _installed[0] if _installed else None
+
+
+def _transport_entry_points() -> dict[str, Any]:
+    import asyncio
+
+    from acp.agent.connection import AgentSideConnection
+    from acp.client.connection import ClientSideConnection
+
+    from . import run_agent, spawn_agent_process, spawn_client_process
+    from ._streams import AsyncioStream
+    from .transport import StreamTransport
+
+    def _wrap(input_stream: Any, output_stream: Any) -> tuple[Any, Any]:
+        if isinstance(input_stream, asyncio.StreamWriter) and isinstance(output_stream, asyncio.StreamReader):
+            return StreamTransport(AsyncioStream(input_stream, output_stream)), None
+        return input_stream, output_stream
+
+    class TransportAgentSideConnection(AgentSideConnection):  # type: ignore[misc]
+        def __init__(self, to_agent: Any, input_stream: Any, output_stream: Any = None, *args: Any,
+                     **kwargs: Any) -> None:
+            super().__init__(to_agent, *_wrap(input_stream, output_stream), *args, **kwargs)
+
+    class TransportClientSideConnection(ClientSideConnection):  # type: ignore[misc]
+        def __init__(self, to_client: Any, input_stream: Any, output_stream: Any = None, *args: Any,
+                     **kwargs: Any) -> None:
+            super().__init__(to_client, *_wrap(input_stream, output_stream), *args, **kwargs)
+
+    def connect_to_agent(client: Any, input_stream: Any, output_stream: Any = None, **kwargs: Any) -> Any:
+        return TransportClientSideConnection(client, input_stream, output_stream, **kwargs)
+
+    return {
+        "run_agent": run_agent,
+        "connect_to_agent": connect_to_agent,
+        "spawn_agent_process": spawn_agent_process,
+        "spawn_client_process": spawn_client_process,
+        "AgentSideConnection": TransportAgentSideConnection,
+        "ClientSideConnection": TransportClientSideConnection,
+    }
+
+
+def _connection_entry_points() -> dict[str, Any]:
+    from . import fast
+
+    return {
+        "run_agent": fast.run_agent,
+        "connect_to_agent": fast.connect_to_agent,
+        "spawn_agent_process": fast.spawn_agent_process,
+        "spawn_client_process": fast.spawn_client_process,
+        "AgentSideConnection": fast.AgentSideConnection,
+        "ClientSideConnection": fast.ClientSideConnection,
+        "Connection": fast.Connection,
+    }
+
+
+def install(mode: str) -> None:
+    """Replace the SDK's entry points with the drop-in ``mode`` (``"transport"``/``"connection"``).
+
+    Idempotent for the same mode. Code that already imported a name keeps the old object.
+
+    Raises:
+        ValueError: an unknown mode, or another mode is already installed.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown drop-in mode {mode!r}; expected one of {MODES}")
+    if _installed:
+        if _installed[0] != mode:
+            raise ValueError(f"drop-in {_installed[0]!r} is already installed")
+        return
+    import acp
+    import acp.connection
+    import acp.core
+    import acp.stdio
+
+    names = _transport_entry_points() if mode == "transport" else _connection_entry_points()
+    for module in (acp, acp.core, acp.stdio, acp.connection):
+        for name, value in names.items():
+            if name in vars(module):
+                _originals.setdefault(name, vars(module)[name])
+                setattr(module, name, value)
+    _installed.append(mode)
+
+
+def install_from_env() -> str | None:
+    """:func:`install` the mode named by ``$ACP_FAST_SDK_DROPIN`` (nothing when unset or empty)."""
+    mode = os.environ.get(ENV, "").strip()
+    if not mode:
+        return None
+    install(mode)
+    return mode
