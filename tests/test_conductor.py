@@ -357,6 +357,12 @@ def test_batches_stay_frames_across_hops(engine: ModuleType) -> None:
         client.send([req(3, "_proxy/initialize", v2_init()), req(4, "proxy/initialize", v2_init())])
         replies = await client.recv()
         assert isinstance(replies, list) and [r["id"] for r in replies] == [3, 4]
+        # a one-entry batch stays a one-entry batch both ways
+        client.send([req(5, "_c")])
+        single = await agent.recv()
+        assert isinstance(single, list) and [m["method"] for m in single] == ["_c"]
+        agent.send([ok(single[0]["id"], "C")])
+        assert await client.recv() == [ok(5, "C")]
         await conductor.__aexit__(None, None, None)
 
     run(body)
@@ -471,6 +477,29 @@ def test_trace_records_each_hop_message_once_unwrapped(engine: ModuleType, tmp_p
 # ---------------------------------------------------------------------------------------
 # proxy mode: a nested chain (§8.4.29)
 # ---------------------------------------------------------------------------------------
+
+
+def test_trace_records_a_hop_local_cancel_and_its_reissue(engine: ModuleType, tmp_path: Path) -> None:
+    """The received ``$/cancel_request`` (to the conductor) and the re-issued one (with the
+    next hop's request id, so a viewer can link it to the request it cancels) are both traced."""
+    async def body() -> None:
+        path = tmp_path / "trace.jsons"
+        conductor, client, comps, _ = await start(engine, 0, trace=path)
+        await init_chain(client, comps)
+        agent = await comps[0].peer()
+        client.send(req("p", "session/prompt", {"sessionId": "s", "prompt": []}))
+        got = await agent.recv()
+        client.send(note("$/cancel_request", {"requestId": "p"}))
+        assert await agent.recv() == note("$/cancel_request", {"requestId": got["id"]})
+        await conductor.__aexit__(None, None, None)
+        events = [json.loads(line) for line in path.read_text().splitlines()]
+        cancels = [(e["from"], e["to"], e["params"]) for e in events if e.get("method") == "$/cancel_request"]
+        assert cancels == [("Client", "Conductor", {"requestId": "p"}),
+                           ("Conductor", "Agent", {"requestId": got["id"]})]
+        (prompt,) = [e for e in events if e.get("method") == "session/prompt"]
+        assert prompt["id"] == got["id"]  # the re-issued cancel names the traced request's id
+
+    run(body)
 
 
 def test_proxy_mode_routes_the_last_proxy_to_the_parent(engine: ModuleType) -> None:

@@ -429,8 +429,8 @@ class Conductor:
             collected = self._collect
         finally:
             self._collect = outer
-        for dst, lines in collected.items():
-            self._emit(dst, lines[0] if len(lines) == 1 else eng.encode_batch(lines))
+        for dst, lines in collected.items():  # a one-entry batch stays a batch (its answer is one)
+            self._emit(dst, eng.encode_batch(lines))
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -552,6 +552,8 @@ class Conductor:
 
     def _cancel(self, hop: _Hop, params: Any) -> None:
         """Hop-local ``$/cancel_request``: re-issued for the forwarded request, never forwarded."""
+        if self._tracer is not None:
+            self._tracer.call(hop.name, "Conductor", None, names.CANCEL, params, False)
         rid = params.get("requestId", ...) if type(params) is dict else ...
         if type(rid) not in (int, str, type(None)):
             return
@@ -562,7 +564,7 @@ class Conductor:
         dst = self._hops[dst_fid]
         assert dst is not None
         if self._tracer is not None:
-            self._tracer.call("Conductor", dst.name, None, names.CANCEL, None, False)
+            self._tracer.call("Conductor", dst.name, None, names.CANCEL, {"requestId": out}, False)
         self._emit(dst, self._eng.encode_notification(names.CANCEL, {"requestId": out}))
 
     # -- responses -----------------------------------------------------------------------
