@@ -16,6 +16,7 @@ For each: proxy CPU µs per message = Δ ``_bench/cpu`` / N; median of ``--repea
 (each a fresh child). Prints ``/proc/loadavg`` before and after::
 
     python scripts/bench_proxy_passthrough.py [-n 20000] [--repeat 3] [--loop asyncio uvloop]
+        [--kind "s->p notif" …] [--size TEXT_BYTES] [--engine c|py]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
 
+SIZE = 0
 UPDATE = {"sessionId": "sess-0001", "update": {
     "sessionUpdate": "agent_message_chunk", "messageId": "m-1",
     "content": {"type": "text", "text": "Hello, this is a streamed chunk of an agent message. " * 2}}}
@@ -112,6 +114,8 @@ class Driver:
 
 
 def workload(kind: str, n: int) -> tuple[list[bytes], bool]:
+    if SIZE:
+        UPDATE["update"]["content"]["text"] = "x" * SIZE  # type: ignore[index]
     if kind == "s->p notif":
         line = json.dumps({"jsonrpc": "2.0", "method": "_proxy/successor",
                            "params": {"method": "session/update", "params": UPDATE}},
@@ -156,7 +160,10 @@ def main() -> None:
     p.add_argument("--loop", nargs="+", default=["asyncio", "uvloop"])
     p.add_argument("--kind", nargs="+", default=["s->p notif", "p->s notif", "s->p req"])
     p.add_argument("--engine", choices=("c", "py"), default="c")
+    p.add_argument("--size", type=int, default=0, help="text bytes per update (default: ~110)")
     args = p.parse_args()
+    global SIZE
+    SIZE = args.size
     if args.child:
         child(args.loop[0])
         return
@@ -165,7 +172,7 @@ def main() -> None:
         env["ACP_FAST_NO_EXTENSIONS"] = "1"
     with open("/proc/loadavg") as f:
         print("loadavg before:", f.read().strip())
-    print(f"engine={args.engine} n={args.n} repeat={args.repeat}")
+    print(f"engine={args.engine} n={args.n} repeat={args.repeat} size={args.size or 'default'}")
     for loop in args.loop:
         for kind in args.kind:
             runs = [asyncio.run(one_run(kind, args.n, loop, env)) for _ in range(args.repeat)]

@@ -323,3 +323,23 @@ def test_proxy_connections_decode_lazily_and_an_eager_one_forwards_the_same(engi
         assert await wire.recv() == b'{"jsonrpc":"2.0","method":"session/update","params":' + ODD + b"}"
 
     run(body)
+
+
+def test_large_params_forwarded_byte_for_byte(engine: ModuleType) -> None:
+    """Params of any size take the same raw path (long ones are re-read from one copy)."""
+    async def body() -> None:
+        wire = await initialized(Proxy.v2(), engine)
+        big = ODD[:-1] + b', "blob" : "' + b"\\u00e9x " * 4000 + b'" }'
+        wire.send(b'{"jsonrpc":"2.0","method":"_proxy/successor","params":{"_meta":{},"method":"session/update",'
+                  b'"params":' + big + b"}}")
+        assert await wire.recv() == b'{"jsonrpc":"2.0","method":"session/update","params":' + big + b"}"
+        wire.send(b'{"jsonrpc":"2.0","id":1,"method":"_proxy/successor","params":{"method":"_x/big","params":'
+                  + big + b"}}")
+        out = await wire.recv()
+        down = json.loads(out)["id"]
+        assert out == b'{"jsonrpc":"2.0","id":' + json.dumps(down).encode() + b',"method":"_x/big","params":' + big + b"}"
+        wire.send(b'{"jsonrpc":"2.0","method":"session/update","params":' + big + b"}")
+        assert await wire.recv() == (b'{"jsonrpc":"2.0","method":"_proxy/successor","params":'
+                                     b'{"method":"session/update","params":' + big + b"}}")
+
+    run(body)

@@ -62,6 +62,8 @@ SUCCESSOR_SPEC = "proxy/successor"
 _SUCCESSORS = (SUCCESSOR, SUCCESSOR_SPEC)
 #: the envelope params re-read as a message: this head replaces their ``{``
 _INNER_HEAD = b'{"jsonrpc":"2.0",'
+#: params at least this long are joined in one copy (shorter ones: concatenation is quicker)
+_JOIN_AT = 2048
 #: the most method names whose encoded envelope head is cached per connection
 _MAX_HEADS = 256
 _PROXY_SEND_DATA = (
@@ -205,6 +207,7 @@ class ProxyConnection(AcpConnection):
         #: method -> encoded envelope head ``{"method":"…"`` (bounded)
         self._heads: dict[str, bytes] = {}
         self._successor_notifications = table.successor_notifications
+        self._splice_in_dict = getattr(eng, "IMPLEMENTATION", "") == "c"
         super().__init__(conn, table, **kwargs)
 
     # -- on_proxy_session_start (seed 000) -------------------------------------------------
@@ -453,12 +456,16 @@ class ProxyConnection(AcpConnection):
         if raw is None or raw[0] != 0x7B:  # not an object
             return None
         # one complete line in, so exactly one frame out (a Malformed one when not a message)
-        inner = self._inner_decoder.feed(_INNER_HEAD + raw[1:] + b"\n")[0]
+        inner = self._inner_decoder.feed(_INNER_HEAD + raw[1:] + b"\n" if len(raw) < _JOIN_AT
+                                         else b"".join((_INNER_HEAD, memoryview(raw)[1:], b"\n")))[0]
         return inner if inner.kind == self._inner_kind else None
 
-    def _wrap(self, method: str, params_raw: Any) -> RawJson:
+    def _wrap(self, method: str, params_raw: Any) -> Any:
         """The envelope params ``{"method":…,"params":…}`` around raw inner params (no
-        ``_meta``: the envelope's is hop-local)."""
+        ``_meta``: the envelope's is hop-local): a dict holding the ``RawJson`` for the
+        compiled encoder (it splices it in one copy), the spliced bytes for the pure one."""
+        if self._splice_in_dict:
+            return {"method": method} if params_raw is None else {"method": method, "params": params_raw}
         head = self._heads.get(method)
         if head is None:
             head = b'{"method":' + self._encode_value(method)
@@ -498,7 +505,8 @@ class ProxyConnection(AcpConnection):
         raw = msg.params_raw
         if raw is None or raw[0] != 0x7B:
             return self._from_successor_notification_decoded(msg)
-        inner = self._inner_decoder.feed(_INNER_HEAD + raw[1:] + b"\n")[0]
+        inner = self._inner_decoder.feed(_INNER_HEAD + raw[1:] + b"\n" if len(raw) < _JOIN_AT
+                                         else b"".join((_INNER_HEAD, memoryview(raw)[1:], b"\n")))[0]
         if inner.kind != self._inner_kind:
             return self._from_successor_notification_decoded(msg)
         method = inner.method
