@@ -4,7 +4,10 @@ The same proxy as ``examples/proxies/passthrough.py`` (the examples are not inst
 the package): ``Proxy.builder()`` (v1) and ``Proxy.v2()`` with no handlers behind
 ``Proxy.protocol_router()``, which picks one from the ``_proxy/initialize`` version. Every
 request and notification is forwarded both ways, ``$/cancel_request`` is re-issued per hop,
-``session/update`` is relayed untouched. It is the proxy of the ``acp-fast bench`` chain rows::
+``session/update`` is relayed untouched. Nothing it forwards is decoded: its connection
+decodes lazily and the params and results pass as raw bytes (see
+:mod:`acp_fast.roles.proxy` for what the pass-through path validates). It is the proxy of
+the ``acp-fast bench`` chain rows::
 
     acp-fast conductor agent "python -m acp_fast.conductor.passthrough" "acp-fast testy"
 """

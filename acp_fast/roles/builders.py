@@ -244,7 +244,7 @@ class Builder:
     async def serve(self, transport: Transport, *, engine: EngineChoice = None) -> None:
         """Serve on ``transport`` (a ``Stream`` or an awaitable of one) until it closes."""
         stream = await open_stream(transport)
-        conn = Connection(stream, engine=resolve_engine(engine))
+        conn = Connection(stream, engine=resolve_engine(engine), lazy=self._connection_type.lazy_frames)
         self.bind(conn)
         await conn.wait_closed()
 
@@ -259,7 +259,7 @@ class Builder:
                 opened = await conn.build_session(cwd="/tmp")
         """
         stream = await open_stream(transport)
-        conn = Connection(stream, engine=resolve_engine(engine))
+        conn = Connection(stream, engine=resolve_engine(engine), lazy=self._connection_type.lazy_frames)
         acp = self.bind(conn)
         try:
             yield acp

@@ -140,6 +140,9 @@ class AcpConnection:
     """
 
     role = "agent"
+    #: whether this connection type wants a lazy JSON-RPC connection (``Decoder(lazy=True)``,
+    #: params decoded on first access): proxies, which mostly forward bytes they never read
+    lazy_frames = False
     #: proxies: session setups whose routes are installed when their response arrives
     #: (``ProxyConnection``); checked inline by the fallbacks below
     _pending_setups: Any = ()
@@ -352,7 +355,8 @@ class AcpConnection:
         from .builders import open_stream, resolve_engine
 
         stream = await open_stream(transport)
-        conn = Connection(stream, engine=resolve_engine(engine) if engine is not None else self.raw.engine)
+        conn = Connection(stream, engine=resolve_engine(engine) if engine is not None else self.raw.engine,
+                          lazy=getattr(builder, "_connection_type", AcpConnection).lazy_frames)
         child: AcpConnection = builder.bind(conn)
         self.children.add(child)
         conn.closed.add_done_callback(lambda _f: self.children.discard(child))

@@ -5,6 +5,32 @@ successor through ``_proxy/successor`` envelopes on the same connection, and for
 whatever it does not handle: requests and notifications from the predecessor go to the
 successor, and vice versa. ``$/cancel_request`` is hop-local and never forwarded; a
 forwarded request is cancelled downstream when the upstream caller cancels it.
+
+The pass-through path (what no handler claims) never decodes what it only forwards. A
+proxy's JSON-RPC connection decodes lazily (``Decoder(lazy=True)``: the envelope only). A
+message from the predecessor is wrapped by splicing its ``params`` bytes into a new
+``{"method":…,"params":…}`` envelope; a ``_proxy/successor`` envelope from the successor is
+unwrapped by re-reading its params bytes as a lazy message (``{"jsonrpc":"2.0",`` in place
+of their ``{``), whose ``params`` bytes are then sent on; a forwarded request's result comes
+back as bytes too (``raw=True``) and is answered verbatim. Envelope members other than
+``method``/``params`` (its ``_meta``: hop-local) are dropped; the inner ``params`` (with
+their ``_meta``) and results pass byte for byte, whatever their spacing or escapes.
+
+What a pass-through forward validates: every line is fully validated by the decoder before
+anything is forwarded (UTF-8, strict JSON syntax, nesting depth, the JSON-RPC envelope
+rules), and the inner message of an envelope again by the re-read (a string ``method``;
+``params`` an object, an array, null or absent); ``$/cancel_request`` is consumed (plain
+or wrapped) and re-issued per hop; an ``initialize`` from the successor is refused
+(-32600). The proxy's initialization guard is unchecked, as before: it refuses a plain
+``initialize`` (-32600) and lets everything else through. What it does not validate:
+``params`` and results against the ACP schema or the wire surface of the version (a proxy
+relays, its endpoints check; ``session/update`` is not read-gated). Envelopes the re-read
+does not take (a malformed one, or an odd valid one with an ``id``/``jsonrpc``/``result``/
+``error`` member or a repeated ``method``/``params``) take the decoded path: -32602 for a
+malformed request envelope, a dropped notification, the same value forwarded otherwise.
+Handlers (``on_request``, ``on_successor_notification``, …) get decoded params;
+``initialize`` and, with ``with_mcp_server``, the session setup requests are forwarded
+decoded (the version is pinned, the MCP declaration added).
 """
 
 from __future__ import annotations
@@ -14,8 +40,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .._rawjson import RawJson
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
-from ..jsonrpc import CANCEL_METHOD, PendingRequest, RequestContext
+from ..jsonrpc import CANCEL_METHOD, Connection, PendingRequest, RequestContext
 from ..protocol import negotiation as nego
 from ..protocol.guard import PROXY_DATA, InitializationGuard
 from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC, SESSION_UPDATE, AcpConnection
@@ -33,6 +60,12 @@ SUCCESSOR = "_proxy/successor"
 #: initialized this proxy with ``proxy/initialize``
 SUCCESSOR_SPEC = "proxy/successor"
 _SUCCESSORS = (SUCCESSOR, SUCCESSOR_SPEC)
+#: the envelope params re-read as a message: this head replaces their ``{``
+_INNER_HEAD = b'{"jsonrpc":"2.0",'
+#: params at least this long are joined in one copy (shorter ones: concatenation is quicker)
+_JOIN_AT = 2048
+#: the most method names whose encoded envelope head is cached per connection
+_MAX_HEADS = 256
 _PROXY_SEND_DATA = (
     "proxy initialization must be sent as a logical `initialize` message to the successor; "
     "`_proxy/successor` wrapping is applied by connection routing"
@@ -158,11 +191,24 @@ class ProxyConnection(AcpConnection):
     #: the declaration of the proxy's global MCP server (``Proxy.v2().with_mcp_server``)
     _mcp_declaration: dict[str, Any] | None = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    #: a proxy's JSON-RPC connection decodes lazily (the builders and the proxy router ask for
+    #: ``Decoder(lazy=True)``): what it only forwards is never decoded
+    lazy_frames = True
+
+    def __init__(self, conn: Connection, table: HandlerTable, **kwargs: Any) -> None:
         #: session id -> route of the sessions started with ``on_proxy_session_start``
         self.proxy_sessions: dict[str, ProxySessionRoute] = {}
         self._pending_setups: list[_PendingSetup] = []
-        super().__init__(*args, **kwargs)
+        eng: Any = conn.engine
+        #: re-reads envelope params as a lazy message (see :meth:`_inner`)
+        self._inner_decoder = eng.Decoder(lazy=True)
+        self._inner_kind: int = eng.NOTIFICATION
+        self._encode_value: Callable[[Any], bytes] = eng.encode_value
+        #: method -> encoded envelope head ``{"method":"…"`` (bounded)
+        self._heads: dict[str, bytes] = {}
+        self._successor_notifications = table.successor_notifications
+        self._splice_in_dict = getattr(eng, "IMPLEMENTATION", "") == "c"
+        super().__init__(conn, table, **kwargs)
 
     # -- on_proxy_session_start (seed 000) -------------------------------------------------
 
@@ -329,14 +375,18 @@ class ProxyConnection(AcpConnection):
     def _unhandled_request(self, rctx: RequestContext, method: str) -> Any:
         if method in _SUCCESSORS:
             return self._from_successor_request(rctx)
-        return self._forward_request(rctx, method, rctx.message.params, to_successor=True)
+        if method == INITIALIZE or (self._mcp_declaration is not None and _is_setup(method)):
+            # decoded: initialize gets its version pinned, a setup request the MCP declaration
+            return self._forward_request(rctx, method, rctx.message.params, to_successor=True)
+        pending = self.raw.request(self._successor, self._wrap(method, rctx.message.params_raw), raw=True)
+        return self._forward_raw(rctx, pending)
 
     def _unhandled_notification(self, msg: Any, method: str) -> Any:
         if method == CANCEL_METHOD:  # hop-local
             return None
         if method in _SUCCESSORS:
             return self._from_successor_notification(msg)
-        self.notify_successor(method, msg.params, passthrough=True)
+        self.raw.notify(self._successor, self._wrap(method, msg.params_raw))
         return None
 
     # -- outgoing to the successor -------------------------------------------------------
@@ -392,26 +442,83 @@ class ProxyConnection(AcpConnection):
 
     # -- incoming from the successor -----------------------------------------------------
 
+    def _inner(self, msg: Any) -> Any:
+        """The inner message of a successor envelope as a lazy notification frame (its
+        ``params`` stay raw bytes), or ``None`` when the envelope is not exactly
+        ``{"method": str, "params"?: object | array | null, …other members}``.
+
+        The envelope's params bytes are re-read as a message: ``{"jsonrpc":"2.0",`` replaces
+        their ``{``. A ``None`` sends the caller to the decoded path, which answers or drops
+        a malformed envelope as before (and unwraps odd but valid ones: an envelope member
+        named ``id``, ``jsonrpc``, ``result`` or ``error``, a repeated ``method``/``params``).
+        """
+        raw = msg.params_raw
+        if raw is None or raw[0] != 0x7B:  # not an object
+            return None
+        # one complete line in, so exactly one frame out (a Malformed one when not a message)
+        inner = self._inner_decoder.feed(_INNER_HEAD + raw[1:] + b"\n" if len(raw) < _JOIN_AT
+                                         else b"".join((_INNER_HEAD, memoryview(raw)[1:], b"\n")))[0]
+        return inner if inner.kind == self._inner_kind else None
+
+    def _wrap(self, method: str, params_raw: Any) -> Any:
+        """The envelope params ``{"method":…,"params":…}`` around raw inner params (no
+        ``_meta``: the envelope's is hop-local): a dict holding the ``RawJson`` for the
+        compiled encoder (it splices it in one copy), the spliced bytes for the pure one."""
+        if self._splice_in_dict:
+            return {"method": method} if params_raw is None else {"method": method, "params": params_raw}
+        head = self._heads.get(method)
+        if head is None:
+            head = b'{"method":' + self._encode_value(method)
+            if len(self._heads) < _MAX_HEADS:
+                self._heads[method] = head
+        if params_raw is None:
+            return RawJson(head + b"}")
+        return RawJson(b"".join((head, b',"params":', params_raw, b"}")))
+
     def _from_successor_request(self, rctx: RequestContext) -> Any:
         if self._pending_setups:
             self._install_ready_routes()
-        method, params = _unwrap(rctx.message.params)
+        inner = self._inner(rctx.message)
+        if inner is None:
+            method, params = _unwrap(rctx.message.params)
+        else:
+            method = inner.method
         if method in (INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC):
             raise JsonRpcError(INVALID_REQUEST, data=PROXY_DATA)
         if self._mcp_declaration is not None and method == "mcp/message":
             from .mcp import successor_request
 
-            served = successor_request(self, rctx, params)
+            served = successor_request(self, rctx, params if inner is None else inner.params)
             if served is not NotImplemented:
                 return served
         fn = self.table.successor_requests.get(method)
         if fn is not None:
-            return fn(params, Context(self, rctx, rctx.message))
-        return self._forward_request(rctx, method, params, to_successor=False)
+            return fn(params if inner is None else inner.params, Context(self, rctx, rctx.message))
+        if inner is None:
+            return self._forward_request(rctx, method, params, to_successor=False)
+        return self._forward_raw(rctx, self.raw.request(method, inner.params_raw, raw=True))
 
     def _from_successor_notification(self, msg: Any) -> Any:
+        # the streaming hot path (an agent's session/update): _inner inlined
         if self._pending_setups:
             self._install_ready_routes()
+        raw = msg.params_raw
+        if raw is None or raw[0] != 0x7B:
+            return self._from_successor_notification_decoded(msg)
+        inner = self._inner_decoder.feed(_INNER_HEAD + raw[1:] + b"\n" if len(raw) < _JOIN_AT
+                                         else b"".join((_INNER_HEAD, memoryview(raw)[1:], b"\n")))[0]
+        if inner.kind != self._inner_kind:
+            return self._from_successor_notification_decoded(msg)
+        method = inner.method
+        if method == CANCEL_METHOD:  # hop-local; never forwarded
+            return None
+        fn = self._successor_notifications.get(method)
+        if fn is not None:
+            return fn(inner.params, Context(self, None, msg))
+        self._notify(method, inner.params_raw)
+        return None
+
+    def _from_successor_notification_decoded(self, msg: Any) -> Any:
         try:
             method, params = _unwrap(msg.params)
         except JsonRpcError:
@@ -437,3 +544,20 @@ class ProxyConnection(AcpConnection):
             return await pending
         finally:
             watcher.cancel()
+
+    async def _forward_raw(self, rctx: RequestContext, pending: PendingRequest) -> Any:
+        """Await a forwarded request sent with ``raw=True``; its result bytes are the answer
+        (never decoded); an error answer is raised as before (code, message, data)."""
+        watcher = asyncio.ensure_future(rctx.wait_cancelled())
+        watcher.add_done_callback(lambda _: pending.cancel() if not watcher.cancelled() else None)
+        try:
+            response = await pending
+        finally:
+            watcher.cancel()
+        return response.result_raw
+
+
+def _is_setup(method: str) -> bool:
+    from .mcp import SETUP_METHODS
+
+    return method in SETUP_METHODS

@@ -58,11 +58,12 @@ class _FirstFrame:
     connection (one extra call per read, none per message).
     """
 
-    def __init__(self, stream: Stream, engine: Any, decide: Callable[[Any], _Decision | None]) -> None:
+    def __init__(self, stream: Stream, engine: Any, decide: Callable[[Any], _Decision | None], *,
+                 lazy: bool = False) -> None:
         self._stream = stream
         self._engine = engine
         self._decide = decide
-        self.decoder = engine.Decoder()
+        self.decoder = engine.Decoder(lazy=lazy)  # kept by the connection it hands over to
         self.frames: list[Any] = []
         self.decision: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         self._target: Connection | None = None
@@ -204,7 +205,8 @@ class _Router:
             raise ValueError("the router has no implementations (use with_v1 / with_v2)")
         eng: types.ModuleType = resolve_engine(engine) or _engine
         stream = await open_stream(transport)
-        first = _FirstFrame(stream, eng, lambda frame: self._decide(eng, frame))
+        first = _FirstFrame(stream, eng, lambda frame: self._decide(eng, frame),
+                            lazy=any(impl._connection_type.lazy_frames for impl in self._impls.values()))
         version = await first.decision
         if version is None:
             await stream.wait_closed()

@@ -3,8 +3,10 @@
 
 A proxy built with ``Proxy.builder()`` (v1) / ``Proxy.v2()`` and no handlers forwards every
 request and notification from its predecessor to its successor and back, re-issues
-``$/cancel_request`` per hop and relays ``session/update`` untouched. The exact-version
-router picks the implementation from ``_proxy/initialize``. Run it in a chain::
+``$/cancel_request`` per hop and relays ``session/update`` untouched: params and results
+pass as raw bytes, never decoded (a handler added for a method gets that method's params
+decoded). The exact-version router picks the implementation from ``_proxy/initialize``.
+Run it in a chain::
 
     acp-fast conductor agent "python examples/proxies/passthrough.py" "acp-fast testy"
 """
