@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 from types import ModuleType
 from typing import Any, Callable
 
 import pytest
+
+# tests/helpers/ (shared test support modules) is importable from every test module
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
 
 from acp_fast import _compat
 

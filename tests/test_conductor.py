@@ -20,27 +20,9 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 from conductor_support import LinePeer, Scripted
 from roles_support import run, v1_init, v2_init
+from wire_messages import note, ok, req
 
 from acp_fast.conductor import Conductor
-
-
-def req(rid: Any, method: str, params: Any = None) -> dict[str, Any]:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-    if params is not None:
-        msg["params"] = params
-    return msg
-
-
-def note(method: str, params: Any = None) -> dict[str, Any]:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        msg["params"] = params
-    return msg
-
-
-def ok(rid: Any, result: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "result": result}
-
 
 INIT_V2_RESULT = {"protocolVersion": 2, "info": {"name": "agent", "version": "1"}}
 

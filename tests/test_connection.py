@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from wire_messages import err, note, ok, req
 
 from acp_fast import engine as _engine
 from acp_fast.errors import JsonRpcError
@@ -67,31 +68,6 @@ class RawPeer:
         self.send(req(ident, "echo", {"probe": True}))
         got = await self.recv()
         assert got == {"jsonrpc": "2.0", "id": ident, "result": {"probe": True}}, got
-
-
-def req(ident: Any, method: str, params: Any = None) -> dict[str, Any]:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
-    if params is not None:
-        msg["params"] = params
-    return msg
-
-
-def note(method: str, params: Any = None) -> dict[str, Any]:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        msg["params"] = params
-    return msg
-
-
-def ok(ident: Any, result: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": ident, "result": result}
-
-
-def err(ident: Any, code: int, message: str, *data: Any) -> dict[str, Any]:
-    e: dict[str, Any] = {"code": code, "message": message}
-    if data:
-        e["data"] = data[0]
-    return {"jsonrpc": "2.0", "id": ident, "error": e}
 
 
 def with_peer(engine: Any, **kwargs: Any) -> tuple[Connection, RawPeer]:

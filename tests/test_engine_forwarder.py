@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from wire_messages import note, ok, req
 
 try:
     from hypothesis import given, settings
@@ -22,24 +23,6 @@ except ImportError:  # pragma: no cover
 
 def line(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
-
-
-def req(rid: Any, method: str, params: Any = None) -> dict[str, Any]:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-    if params is not None:
-        msg["params"] = params
-    return msg
-
-
-def note(method: str, params: Any = None) -> dict[str, Any]:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        msg["params"] = params
-    return msg
-
-
-def ok(rid: Any, result: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "result": result}
 
 
 def fast(engine: ModuleType, proxies: int, agent: bool = True, **kw: Any) -> Any:
