@@ -26,6 +26,13 @@ Modes:
 * ``"connection"``: the connection drop-in (:mod:`acp_fast.compat.acp_sdk.fast`):
   ``run_agent``, ``connect_to_agent``, ``spawn_*_process``, ``AgentSideConnection``,
   ``ClientSideConnection`` and ``Connection`` are replaced.
+
+Activating costs (close to) nothing on top of ``import acp``: :func:`install` imports no
+module of the SDK that ``import acp`` does not import itself, and none of acp_fast's
+connection, transports, child-process or loop modules (nor uvloop); the replacements are the
+real functions and classes, and they import those modules on first use (the first
+connection made, the first ``run_agent``/``spawn_*`` call). Only ``import acp_fast`` itself
+(the engine selector and the errors) is paid at once.
 """
 
 from __future__ import annotations
@@ -64,12 +71,13 @@ def _transport_entry_points() -> dict[str, Any]:
     from acp.agent.connection import AgentSideConnection
     from acp.client.connection import ClientSideConnection
 
-    from . import run_agent, spawn_agent_process, spawn_client_process
-    from ._streams import AsyncioStream
-    from .transport import StreamTransport
+    from .connect import run_agent, spawn_agent_process, spawn_client_process
 
     def _wrap(input_stream: Any, output_stream: Any) -> tuple[Any, Any]:
         if isinstance(input_stream, asyncio.StreamWriter) and isinstance(output_stream, asyncio.StreamReader):
+            from ._streams import AsyncioStream
+            from .transport import StreamTransport
+
             return StreamTransport(AsyncioStream(input_stream, output_stream)), None
         return input_stream, output_stream
 
