@@ -345,6 +345,40 @@ def test_activating_imports_nothing_heavy_until_first_use(mode: str) -> None:
         assert "acp_fast.jsonrpc" in used, used
 
 
+_ENV_PROBE = """
+import sys
+from acp_fast.compat.acp_sdk import activate
+assert activate.install_from_env() == sys.argv[1]
+assert "acp" not in sys.modules and activate.installed() is None, "installed before acp was imported"
+from acp import run_agent
+import acp.core
+from acp_fast.compat.acp_sdk import connect, fast
+expected = fast.run_agent if sys.argv[1] == "connection" else connect.run_agent
+assert run_agent is expected and acp.core.run_agent is expected, run_agent
+assert activate.installed() == sys.argv[1]
+assert activate.install_from_env() == sys.argv[1]
+other = "transport" if sys.argv[1] == "connection" else "connection"
+try:
+    activate.install(other)
+except ValueError:
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("mode", ["transport", "connection"])
+def test_install_from_env_waits_for_the_processs_own_import_acp(mode: str) -> None:
+    """With ``ACP_FAST_SDK_DROPIN`` set, a process that has not imported ``acp`` does not import it
+    (nor pay for it): the drop-in is installed as its own ``import acp`` finishes."""
+    import os
+    import subprocess
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "ACP_FAST_SDK_DROPIN": mode}
+    out = subprocess.run([sys.executable, "-c", _ENV_PROBE, mode], capture_output=True, text=True, cwd=repo,
+                         env=env, timeout=120, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
 def test_low_level_connection_handlers_and_observers(engine: ModuleType) -> None:
     from acp.connection import StreamDirection
 
