@@ -14,16 +14,20 @@ so that machine load hits them alike. Per run the client reports:
   and the median round-trip latency.
 
 Then the import time of the SDK, stock (``import acp``) vs with a drop-in active
-(``import acp`` + ``activate.install(MODE)``, which imports acp_fast's engine and
-connection), as the median over ``--import-runs`` fresh interpreters, alternating, minus
-the median of a bare interpreter start.
+(``import acp`` + ``activate.install(MODE)``, which imports ``acp_fast`` and the drop-in's
+light modules only: acp_fast's connection and transports wait for first use), as the
+median over ``--import-runs`` fresh interpreters, alternating, minus the median of a bare
+interpreter start (wall and CPU). ``--imports-only`` measures just that. acp_fast's
+modules are byte-compiled first (``compileall``, into their ``__pycache__``), as an
+installed package's are and as the SDK's are: otherwise, with ``PYTHONDONTWRITEBYTECODE``
+set (as CI sets it), every run would compile acp_fast's sources and measure that instead.
 
 Prints one table of medians with the ratios against the stock SDK and the issue's goals;
 ``--json PATH`` writes everything (every run, the machine's load average before/after).
 
 Usage:
   python scripts/bench_sdk_dropin.py [--rounds 3] [--n 20000] [--m 3000] [--loop asyncio]
-                                     [--import-runs 15] [--json out.json]
+                                     [--import-runs 15] [--imports-only] [--json out.json]
 """
 
 from __future__ import annotations
@@ -91,6 +95,45 @@ IMPORTS = {
 }
 
 
+def measure_imports(runs: int) -> tuple[dict[str, list[tuple[float, float]]], dict[str, dict[str, float]],
+                                         float, float]:
+    """Every run's (wall, CPU) per entry of :data:`IMPORTS`, alternating; the medians minus a bare start."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "acp_fast")], check=True, timeout=600,
+                   stdout=subprocess.DEVNULL)
+    imports: dict[str, list[tuple[float, float]]] = {name: [] for name in IMPORTS}
+    for _ in range(runs):
+        for name, code in IMPORTS.items():
+            imports[name].append(import_seconds(code))
+    bare_wall = statistics.median(w for w, _ in imports["bare interpreter"])
+    bare_cpu = statistics.median(c for _, c in imports["bare interpreter"])
+    import_ms = {name: {"wall": round((statistics.median(w for w, _ in v) - bare_wall) * 1000, 1),
+                        "cpu": round((statistics.median(c for _, c in v) - bare_cpu) * 1000, 1)}
+                 for name, v in imports.items() if name != "bare interpreter"}
+    return imports, import_ms, bare_wall, bare_cpu
+
+
+def print_imports(runs: int, import_ms: dict[str, dict[str, float]], bare_wall: float, bare_cpu: float) -> None:
+    print(f"\nImport time (median of {runs} fresh interpreters, minus a bare start of "
+          f"{bare_wall * 1000:.1f} ms wall / {bare_cpu * 1000:.1f} ms CPU):")
+    stock_import = import_ms["stock: import acp"]
+    for name, ms in import_ms.items():
+        print(f"  {name:<20} {ms['wall']:>8.1f} ms wall {ms['cpu']:>8.1f} ms CPU  "
+              f"({ms['wall'] / stock_import['wall']:.2f}x the stock wall, "
+              f"{ms['cpu'] / stock_import['cpu']:.2f}x the stock CPU)")
+
+
+def imports_only(args: argparse.Namespace) -> int:
+    load_before = os.getloadavg()
+    imports, import_ms, bare_wall, bare_cpu = measure_imports(args.import_runs)
+    load_after = os.getloadavg()
+    print(f"load average {load_before[0]:.2f} -> {load_after[0]:.2f} on {os.cpu_count()} CPUs")
+    print_imports(args.import_runs, import_ms, bare_wall, bare_cpu)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"importMs": import_ms, "importRuns": imports, "cpus": os.cpu_count(),
+                                         "loadAverage": {"before": load_before, "after": load_after}}, indent=1))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -99,8 +142,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     ap.add_argument("--import-runs", type=int, default=15)
+    ap.add_argument("--imports-only", action="store_true", help="measure the import times only")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.imports_only:
+        return imports_only(args)
 
     load_before = os.getloadavg()
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
@@ -110,10 +156,7 @@ def main(argv: list[str]) -> int:
             print(f"round {r + 1}/{args.rounds} {mode}: {runs[mode][-1]['notificationsPerSec']} notif/s, "
                   f"{runs[mode][-1]['roundTripsPerSec']} rt/s", file=sys.stderr)
 
-    imports: dict[str, list[tuple[float, float]]] = {name: [] for name in IMPORTS}
-    for _ in range(args.import_runs):
-        for name, code in IMPORTS.items():
-            imports[name].append(import_seconds(code))
+    imports, import_ms, bare_wall, bare_cpu = measure_imports(args.import_runs)
     load_after = os.getloadavg()
 
     def med(mode: str, key: str) -> float:
@@ -132,11 +175,6 @@ def main(argv: list[str]) -> int:
             "p50RttUs": med(mode, "p50RttUs"),
         })
     stock = rows[0]
-    bare_wall = statistics.median(w for w, _ in imports["bare interpreter"])
-    bare_cpu = statistics.median(c for _, c in imports["bare interpreter"])
-    import_ms = {name: {"wall": round((statistics.median(w for w, _ in v) - bare_wall) * 1000, 1),
-                        "cpu": round((statistics.median(c for _, c in v) - bare_cpu) * 1000, 1)}
-                 for name, v in imports.items() if name != "bare interpreter"}
 
     print(f"\nPython SDK pairs (client.py + agent.py of peers/pysdk), loop {args.loop}, medians of "
           f"{args.rounds} runs, n={args.n} chunks of {os.environ.get('ACP_CHUNK', '100')} B, m={args.m} "
@@ -171,12 +209,7 @@ def main(argv: list[str]) -> int:
             print(f"  {what:<12} {mode:<11} goal >= {goal}x: {ratio:.2f}x (p50 latency {p50_ratio:.2f}x)  "
                   f"{'met' if ok else 'NOT met'}")
         verdicts.append({"what": what, "mode": mode, "goal": goal, "ratio": round(ratio, 3), "met": ok})
-    print(f"\nImport time (median of {args.import_runs} fresh interpreters, minus a bare start of "
-          f"{bare_wall * 1000:.1f} ms wall / {bare_cpu * 1000:.1f} ms CPU):")
-    stock_import = import_ms["stock: import acp"]
-    for name, ms in import_ms.items():
-        print(f"  {name:<20} {ms['wall']:>8.1f} ms wall {ms['cpu']:>8.1f} ms CPU  "
-              f"({ms['cpu'] / stock_import['cpu']:.2f}x the stock CPU)")
+    print_imports(args.import_runs, import_ms, bare_wall, bare_cpu)
     if args.json is not None:
         args.json.write_text(json.dumps({
             "loop": args.loop, "rounds": args.rounds, "n": args.n, "m": args.m, "runs": runs, "medians": rows,

@@ -295,6 +295,90 @@ def test_activate_replaces_the_sdk_entry_points_in_a_child() -> None:
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+_IMPORTS_PROBE = """
+import asyncio, json, socket, sys
+import acp
+stock = set(sys.modules)
+from acp_fast.compat.acp_sdk import activate
+activate.install(sys.argv[1])
+at_install = sorted(set(sys.modules) - stock)
+
+async def first_use():
+    left, right = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=left)
+    conn = acp.connect_to_agent(object(), writer, reader)
+    await conn.close()
+    right.close()
+
+asyncio.run(first_use())
+print(json.dumps({"install": at_install, "used": sorted(set(sys.modules) - stock)}))
+"""
+#: What activating must not import (it is imported on first use): acp_fast's connection,
+#: transports, child processes, loops, guard, builder API, the drop-in's own transport.
+_HEAVY = ("acp_fast.jsonrpc", "acp_fast.transport", "acp_fast.protocol", "acp_fast.roles", "acp_fast.conductor",
+          "acp_fast.compat.acp_sdk.transport", "acp_fast.compat.acp_sdk._streams", "uvloop", "shlex")
+
+
+@pytest.mark.parametrize("mode", ["transport", "connection"])
+def test_activating_imports_nothing_heavy_until_first_use(mode: str) -> None:
+    """``import acp`` + ``activate.install(mode)`` adds only ``acp_fast``'s light modules (no SDK module
+    the stock ``import acp`` does not import, nothing of acp_fast's connection or transports, no
+    uvloop); the first connection made through the SDK's entry point imports them."""
+    import subprocess
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    out = subprocess.run([sys.executable, "-c", _IMPORTS_PROBE, mode], capture_output=True, text=True, cwd=repo,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.splitlines()[-1])
+
+    def heavy(names: list[str]) -> list[str]:
+        return [n for n in names if any(n == h or n.startswith(h + ".") for h in _HEAVY)]
+
+    at_install = seen["install"]
+    assert heavy(at_install) == [], f"activating imported: {heavy(at_install)}"
+    others = [n for n in at_install if n.split(".")[0] != "acp_fast" and "cython" not in n]
+    assert others == [], f"activating imported modules the stock import acp does not: {others}"
+    used = seen["used"]
+    assert "acp_fast.transport.stream" in used and "acp_fast.compat.acp_sdk.transport" in used, used
+    if mode == "connection":
+        assert "acp_fast.jsonrpc" in used, used
+
+
+_ENV_PROBE = """
+import sys
+from acp_fast.compat.acp_sdk import activate
+assert activate.install_from_env() == sys.argv[1]
+assert "acp" not in sys.modules and activate.installed() is None, "installed before acp was imported"
+from acp import run_agent
+import acp.core
+from acp_fast.compat.acp_sdk import connect, fast
+expected = fast.run_agent if sys.argv[1] == "connection" else connect.run_agent
+assert run_agent is expected and acp.core.run_agent is expected, run_agent
+assert activate.installed() == sys.argv[1]
+assert activate.install_from_env() == sys.argv[1]
+other = "transport" if sys.argv[1] == "connection" else "connection"
+try:
+    activate.install(other)
+except ValueError:
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("mode", ["transport", "connection"])
+def test_install_from_env_waits_for_the_processs_own_import_acp(mode: str) -> None:
+    """With ``ACP_FAST_SDK_DROPIN`` set, a process that has not imported ``acp`` does not import it
+    (nor pay for it): the drop-in is installed as its own ``import acp`` finishes."""
+    import os
+    import subprocess
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "ACP_FAST_SDK_DROPIN": mode}
+    out = subprocess.run([sys.executable, "-c", _ENV_PROBE, mode], capture_output=True, text=True, cwd=repo,
+                         env=env, timeout=120, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
 def test_low_level_connection_handlers_and_observers(engine: ModuleType) -> None:
     from acp.connection import StreamDirection
 

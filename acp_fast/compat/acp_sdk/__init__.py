@@ -31,10 +31,15 @@ Everything above the transport (the SDK's ``Connection``, its Task per message, 
 models, the ``Agent``/``Client`` interfaces) is the SDK's own and unchanged.
 
 Importing this package does not import ``acp``; the helpers that need it import it when
-called (:mod:`.fast` imports it at once).
+called (:mod:`.fast` imports it at once). Nor does it import acp_fast's connection, transports
+or (beyond ``import acp_fast``) engine: :class:`StreamTransport` and the constants resolve on
+first access, and the functions import what they need when called, so that activating a
+drop-in (:mod:`.activate`) adds next to nothing to ``import acp``.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from .connect import (
     ChildProcess,
@@ -47,7 +52,10 @@ from .connect import (
     tcp_transport,
     unix_transport,
 )
-from .transport import DEFAULT_FLUSH_SIZE, DEFAULT_MAX_PENDING, StreamTransport
+
+if TYPE_CHECKING:  # resolved on first access (module __getattr__ below): they import the engine
+    from .transport import DEFAULT_FLUSH_SIZE, DEFAULT_MAX_PENDING, StreamTransport
+_LAZY = frozenset(("DEFAULT_FLUSH_SIZE", "DEFAULT_MAX_PENDING", "StreamTransport"))
 
 #: The ``agent-client-protocol`` releases this drop-in is tested with.
 TESTED_SDK_VERSIONS = ("0.12.1",)
@@ -67,3 +75,13 @@ __all__ = [
     "tcp_transport",
     "unix_transport",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import transport
+
+    value = getattr(transport, name)
+    globals()[name] = value
+    return value

@@ -13,8 +13,9 @@ For code you cannot (or do not want to) edit, such as the SDK's own examples and
 * for a whole process tree, from the environment: put a ``sitecustomize.py`` containing
   ``from acp_fast.compat.acp_sdk.activate import install_from_env; install_from_env()``
   on ``PYTHONPATH`` and set ``ACP_FAST_SDK_DROPIN=connection`` (or ``transport``); every
-  Python process started with that environment switches at start-up (child processes
-  inherit it when their environment is passed on).
+  Python process started with that environment switches (child processes inherit it when
+  their environment is passed on): at once if it has imported ``acp`` already, else as its
+  ``import acp`` finishes, so a process that never imports the SDK does not pay for it.
 
 Modes:
 
@@ -26,11 +27,19 @@ Modes:
 * ``"connection"``: the connection drop-in (:mod:`acp_fast.compat.acp_sdk.fast`):
   ``run_agent``, ``connect_to_agent``, ``spawn_*_process``, ``AgentSideConnection``,
   ``ClientSideConnection`` and ``Connection`` are replaced.
+
+Activating costs (close to) nothing on top of ``import acp``: :func:`install` imports no
+module of the SDK that ``import acp`` does not import itself, and none of acp_fast's
+connection, transports, child-process or loop modules (nor uvloop); the replacements are the
+real functions and classes, and they import those modules on first use (the first
+connection made, the first ``run_agent``/``spawn_*`` call). Only ``import acp_fast`` itself
+(the engine selector and the errors) is paid at once.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 __all__ = ["ENV", "MODES", "install", "install_from_env", "installed", "original"]
@@ -64,12 +73,13 @@ def _transport_entry_points() -> dict[str, Any]:
     from acp.agent.connection import AgentSideConnection
     from acp.client.connection import ClientSideConnection
 
-    from . import run_agent, spawn_agent_process, spawn_client_process
-    from ._streams import AsyncioStream
-    from .transport import StreamTransport
+    from .connect import run_agent, spawn_agent_process, spawn_client_process
 
     def _wrap(input_stream: Any, output_stream: Any) -> tuple[Any, Any]:
         if isinstance(input_stream, asyncio.StreamWriter) and isinstance(output_stream, asyncio.StreamReader):
+            from ._streams import AsyncioStream
+            from .transport import StreamTransport
+
             return StreamTransport(AsyncioStream(input_stream, output_stream)), None
         return input_stream, output_stream
 
@@ -129,6 +139,10 @@ def install(mode: str) -> None:
     import acp.core
     import acp.stdio
 
+    if _installed:  # importing acp just now ran install_from_env's pending install
+        if _installed[0] != mode:
+            raise ValueError(f"drop-in {_installed[0]!r} is already installed")
+        return
     names = _transport_entry_points() if mode == "transport" else _connection_entry_points()
     for module in (acp, acp.core, acp.stdio, acp.connection):
         for name, value in names.items():
@@ -138,10 +152,56 @@ def install(mode: str) -> None:
     _installed.append(mode)
 
 
+class _InstallOnImport:
+    """A ``sys.meta_path`` entry: :func:`install` ``mode`` once the SDK's package ``acp`` has run.
+
+    It finds nothing itself: for ``acp`` it removes itself, asks the other finders for the
+    spec and wraps its loader's ``exec_module`` so that the drop-in is installed right after
+    the package (and the submodules it imports) executed, before the importer sees it.
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "acp":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        loader = None if spec is None else spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+        mode = self.mode
+
+        def exec_then_install(module: Any) -> None:
+            exec_module(module)
+            install(mode)
+
+        setattr(loader, "exec_module", exec_then_install)  # noqa: B010 - an instance attribute, mypy-clean
+        return spec
+
+
 def install_from_env() -> str | None:
-    """:func:`install` the mode named by ``$ACP_FAST_SDK_DROPIN`` (nothing when unset or empty)."""
+    """:func:`install` the mode named by ``$ACP_FAST_SDK_DROPIN`` (nothing when unset or empty).
+
+    When ``acp`` is not imported yet, nothing is imported now: the drop-in is installed as
+    the process's own ``import acp`` finishes (:func:`installed` is ``None`` until then).
+    Returns the mode.
+
+    Raises:
+        ValueError: an unknown mode.
+    """
     mode = os.environ.get(ENV, "").strip()
     if not mode:
         return None
-    install(mode)
+    if mode not in MODES:
+        raise ValueError(f"unknown drop-in mode {mode!r} in ${ENV}; expected one of {MODES}")
+    if "acp" in sys.modules or _installed:
+        install(mode)
+    elif not any(isinstance(finder, _InstallOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _InstallOnImport(mode))
     return mode

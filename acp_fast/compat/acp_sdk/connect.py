@@ -10,6 +10,10 @@ an argument::
 The SDK's ``spawn_agent_process`` / ``spawn_client_process`` take no transport, so their
 equivalents live here with the same parameters; ``run_agent`` here is the SDK's with the
 stdio default switched to acp_fast.
+
+Importing this module imports nothing of acp_fast's engine, connection or transports (nor
+the SDK): the functions import them when called, so that :mod:`.activate` costs (almost)
+nothing at import.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import warnings
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...transport import ChildStream, connect_stdio, connect_tcp, connect_unix, spawn
-from .transport import StreamTransport
+if TYPE_CHECKING:
+    from ...transport import ChildStream
+    from .transport import StreamTransport
 
 __all__ = [
     "ChildProcess",
@@ -45,6 +50,9 @@ def stdio_transport(**options: Any) -> StreamTransport:
     Regular files, ``/dev/null`` and closed descriptors work too (see
     :func:`acp_fast.transport.connect_stdio`).
     """
+    from ...transport import connect_stdio
+    from .transport import StreamTransport
+
     return StreamTransport(connect_stdio, **options)
 
 
@@ -54,11 +62,17 @@ def tcp_transport(host: str, port: int, **options: Any) -> StreamTransport:
     For the accepting side, wrap each stream of :func:`acp_fast.transport.serve_tcp` in
     :class:`StreamTransport`.
     """
+    from ...transport import connect_tcp
+    from .transport import StreamTransport
+
     return StreamTransport(lambda: connect_tcp(host, port), **options)
 
 
 def unix_transport(path: str | os.PathLike[str], **options: Any) -> StreamTransport:
     """A Unix-domain stream socket connection to ``path``, made on first use."""
+    from ...transport import connect_unix
+    from .transport import StreamTransport
+
     return StreamTransport(lambda: connect_unix(path), **options)
 
 
@@ -155,6 +169,8 @@ async def spawn_transport(
     accepted and ignored (stderr is always drained; see :attr:`ChildProcess.stderr_tail`).
     ``options`` go to :class:`StreamTransport`.
     """
+    from .transport import StreamTransport
+
     stream, limit = await spawn_stream(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs)
     if limit is not None:
         options.setdefault("max_line_size", limit)
@@ -173,6 +189,8 @@ async def spawn_stream(
     Nothing is attached to the stream: the caller gives it to one consumer.
     """
     from acp.transports import default_environment
+
+    from ...transport import spawn
 
     extra = dict(transport_kwargs or {})
     unknown = set(extra) - _TRANSPORT_KWARGS

@@ -101,7 +101,11 @@ Differences from the stock SDK
     :class:`~acp_fast.protocol.guard.InitializationGuard` as a responder (agent side) or an
     initiator (client side): requests before a successful ``initialize`` answer -32600.
 
-Importing this module imports the SDK (``acp``) and pydantic, as ``import acp`` does.
+Importing this module imports the SDK (``acp``) and pydantic, as ``import acp`` does, and
+nothing the stock ``import acp`` does not import besides ``acp_fast`` itself: acp_fast's
+connection, transports and initialization guard are imported when the first connection is
+made (or ``run_agent``/``spawn_*`` is called), so that :mod:`.activate` costs (close to)
+nothing at import.
 """
 
 from __future__ import annotations
@@ -128,13 +132,13 @@ from acp.schema import SessionNotification
 from acp.telemetry import span_context
 from pydantic import BaseModel, ValidationError
 
-from ...jsonrpc import Connection as _RpcConnection
-from ...protocol.guard import InitializationGuard
-from ...transport import Stream, connect_stdio
 from ._models import dump_update
-from ._streams import AsyncioStream
 from .connect import ChildProcess, check_sdk_version, spawn_stream
-from .transport import StreamTransport
+
+if TYPE_CHECKING:  # imported on first use (see the module docstring)
+    from ...jsonrpc import Connection as _RpcConnection
+    from ...protocol.guard import InitializationGuard
+    from ...transport import Stream
 
 __all__ = [
     "AgentSideConnection",
@@ -161,6 +165,9 @@ if TYPE_CHECKING:
 
 def _source(writer: Any, reader: Any) -> StreamSource | None:
     """The acp_fast stream (or its opener) for what the SDK's constructors accept; else None."""
+    from ...transport import Stream
+    from .transport import StreamTransport
+
     if reader is None:
         if callable(writer) and inspect.iscoroutinefunction(writer):
             return cast("Callable[[], Awaitable[Stream]]", writer)
@@ -172,12 +179,17 @@ def _source(writer: Any, reader: Any) -> StreamSource | None:
             return writer._open
         return None
     if isinstance(writer, asyncio.StreamWriter) and isinstance(reader, asyncio.StreamReader):
+        from ._streams import AsyncioStream
+
         return AsyncioStream(writer, reader)
     return None
 
 
 def _usable(writer: Any, reader: Any) -> bool:
     """Whether :func:`_source` can read ``writer``/``reader`` (without making anything)."""
+    from ...transport import Stream
+    from .transport import StreamTransport
+
     if reader is None:
         return (callable(writer) and inspect.iscoroutinefunction(writer)) or isinstance(writer, (Stream, StreamTransport))
     return isinstance(writer, asyncio.StreamWriter) and isinstance(reader, asyncio.StreamReader)
@@ -255,6 +267,8 @@ class Connection:
         self._tasks: set[asyncio.Future[Any]] = set()
         self._setup: list[Callable[[_RpcConnection], None]] = []
         self._listening = listening
+        from ...transport import Stream
+
         if isinstance(source, Stream):
             self._make(source)
         if listening:
@@ -263,6 +277,8 @@ class Connection:
     # -- the acp_fast connection -----------------------------------------------------------
 
     def _make(self, stream: Stream) -> _RpcConnection:
+        from ...jsonrpc import Connection as _RpcConnection
+
         conn = _RpcConnection(stream, attach=False, **self._options)
         conn._next_id = -1
         conn.on_any_request(self._on_request)
@@ -543,6 +559,8 @@ class Connection:
 def _connection(handler: Any, input_stream: Any, output_stream: Any, listening: bool, role: str,
                 strict_initialization: bool, kwargs: dict[str, Any]) -> Any:
     """Our :class:`Connection` for what we can read, else the stock SDK's (other Transports)."""
+    from ...protocol.guard import InitializationGuard
+
     guard = InitializationGuard(1, role) if strict_initialization else None
     return Connection(handler, input_stream, output_stream, listening=listening, guard=guard, **kwargs)
 
@@ -662,6 +680,8 @@ async def run_agent(
     check_sdk_version()
     del stdio_buffer_limit_bytes
     if input_stream is None and output_stream is None:
+        from ...transport import connect_stdio
+
         input_stream = connect_stdio
     conn = AgentSideConnection(agent, input_stream, output_stream, listening=False,
                                use_unstable_protocol=use_unstable_protocol, **connection_kwargs)
