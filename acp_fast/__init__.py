@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .engine import IMPLEMENTATION
 from .errors import AcpFastError, DecoderClosedError, EncodeError, JsonRpcError, SendBufferFull
 
 __version__ = "0.1.0"
 
-# The API layer (roles, sessions) is imported on first use only: ``import acp_fast`` must
-# stay cheap (start-up budget), so these names resolve through ``__getattr__`` below.
+# The engine and the API layer (roles, sessions) are imported on first use only: ``import
+# acp_fast`` must stay cheap (start-up budget; the SDK drop-in's activation imports it), so
+# these names resolve through ``__getattr__`` below.
 # Type checkers see them directly.
 if TYPE_CHECKING:  # pragma: no cover
+    from .engine import IMPLEMENTATION
     from .roles import (
         AcpConnection,
         Agent,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .transport import spawn
 _LAZY = {
+    "IMPLEMENTATION": "engine",
     "Agent": "roles",
     "Client": "roles",
     "Proxy": "roles",

@@ -59,7 +59,7 @@ def test_suite_json_rows_and_skip_line(tmp_path: Path) -> None:
     assert "ts/ts: skipped: ts not installed" in r.stderr
     assert "- pysdk/pysdk: skipped: pysdk not installed" in r.stdout
     assert "acp_fast agent: acp-fast testy (public API" in r.stdout
-    assert "| goal (issues 7 §3, 10)" in r.stdout and "Load average (1/5/15 min):" in r.stdout
+    assert "| goal (issues 7 §3, 10, 11)" in r.stdout and "Load average (1/5/15 min):" in r.stdout
     assert "Command: acp-fast bench --pairs" in r.stdout
     doc = json.loads(out.read_text())
     assert set(doc) >= {"meta", "config", "rows", "raw", "goals"}

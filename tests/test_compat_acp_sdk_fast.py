@@ -314,8 +314,8 @@ asyncio.run(first_use())
 print(json.dumps({"install": at_install, "used": sorted(set(sys.modules) - stock)}))
 """
 #: What activating must not import (it is imported on first use): acp_fast's connection,
-#: transports, child processes, loops, guard, builder API, the drop-in's own transport.
-_HEAVY = ("acp_fast.jsonrpc", "acp_fast.transport", "acp_fast.protocol", "acp_fast.roles", "acp_fast.conductor",
+#: transports, child processes, loops, guard, builder API, the drop-in's own transport, the engine.
+_HEAVY = ("acp_fast.engine", "acp_fast._engine_c", "acp_fast._engine_py", "acp_fast.jsonrpc", "acp_fast.transport", "acp_fast.protocol", "acp_fast.roles", "acp_fast.conductor",
           "acp_fast.compat.acp_sdk.transport", "acp_fast.compat.acp_sdk._streams", "uvloop", "shlex")
 
 
@@ -337,10 +337,11 @@ def test_activating_imports_nothing_heavy_until_first_use(mode: str) -> None:
 
     at_install = seen["install"]
     assert heavy(at_install) == [], f"activating imported: {heavy(at_install)}"
-    others = [n for n in at_install if n.split(".")[0] != "acp_fast" and "cython" not in n]
+    others = [n for n in at_install if n.split(".")[0] != "acp_fast"]
     assert others == [], f"activating imported modules the stock import acp does not: {others}"
     used = seen["used"]
     assert "acp_fast.transport.stream" in used and "acp_fast.compat.acp_sdk.transport" in used, used
+    assert "acp_fast.engine" in used, used
     if mode == "connection":
         assert "acp_fast.jsonrpc" in used, used
 

@@ -17,6 +17,8 @@ through the public API, ``cx.send_session_update`` with fresh text per chunk):
 ``ts/ts``                                official TypeScript SDK client and agent
 ``acp_fast/pysdk``, ``acp_fast/ts``      the acp_fast client fed by each official SDK agent
 ``pysdk/acp_fast``, ``ts/acp_fast``      each official SDK client fed by the acp_fast agent
+``pysdk-transport/…``, ``pysdk-fast/…``  the official Python SDK pair on acp_fast's transport /
+                                         connection drop-in (:mod:`.pairs_sdk`)
 ``acp_fast/acp_fast-preencoded``         raw ceiling: Testy re-sends one pre-encoded line
                                          (:data:`CEILING`; never in a comparison)
 ``acp_fast/conductor-1p/acp_fast``, ...  through ``acp-fast conductor`` with 0, 1, 3
@@ -322,7 +324,9 @@ DEFAULT_PAIRS = ("acp_fast/acp_fast", "acp_fast-pure/acp_fast-pure", "pysdk/pysd
                  "acp_fast/pysdk", "pysdk/acp_fast", "acp_fast/ts", "ts/acp_fast",
                  "acp_fast/acp_fast-preencoded",
                  # proxy chains (.chains)
-                 "acp_fast/conductor-0p/acp_fast", "acp_fast/conductor-1p/acp_fast", "acp_fast/conductor-3p/acp_fast")
+                 "acp_fast/conductor-0p/acp_fast", "acp_fast/conductor-1p/acp_fast", "acp_fast/conductor-3p/acp_fast",
+                 # the official Python SDK on the drop-ins (.pairs_sdk)
+                 "pysdk-transport/pysdk-transport", "pysdk-fast/pysdk-fast")
 #: The reference pair of the ratios in the results table.
 BASELINE = "pysdk/pysdk"
 #: The raw-ceiling row's label (Testy re-sending one pre-encoded line).

@@ -150,7 +150,7 @@ def goals_table(rows: Sequence[Measurement], loops: Sequence[str]) -> str:
                                  (f" {v['unit']}" if v["shown"] != "—" else ""))
         goal = f"≥ {v['goal']:g}×" if v["unit"] == "×" else f"≤ {v['goal']:g} {v['unit']}"
         body.append([v["label"], v["loop"], v["pair"], v["reference"] or "—", measured, goal, v["result"]])
-    return _tabulate(body, ["goal (issues 7 §3, 10)", "loop", "pair", "vs", "measured", "goal", "result"],
+    return _tabulate(body, ["goal (issues 7 §3, 10, 11)", "loop", "pair", "vs", "measured", "goal", "result"],
                      ["left", "left", "left", "left", "right", "right", "left"])
 
 

@@ -63,6 +63,12 @@ GOALS: tuple[Goal, ...] = (
          "stream_cpu_conductor_hop", 1.0),
     Goal("conductor peak RSS, 1 proxy", "acp_fast/conductor-1p/acp_fast", "rss_conductor", 30.0),
     Goal("conductor peak RSS, 3 proxies", "acp_fast/conductor-3p/acp_fast", "rss_conductor", 30.0),
+    # issue 11: the official Python SDK on acp_fast (.pairs_sdk), both sides switched, vs the stock SDK
+    Goal("SDK streaming, transport drop-in, vs stock SDK", "pysdk-transport/pysdk-transport", "stream", 1.3,
+         "pysdk/pysdk"),
+    Goal("SDK streaming, connection drop-in, vs stock SDK", "pysdk-fast/pysdk-fast", "stream", 5.0, "pysdk/pysdk"),
+    Goal("SDK sequential round trips, connection drop-in, vs stock SDK", "pysdk-fast/pysdk-fast", "rtt_seq", 2.0,
+         "pysdk/pysdk"),
 )
 
 
