@@ -713,6 +713,18 @@ def _connection_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+async def _spawned(cls: Any, handler: Any, command: str, args: tuple[str, ...], env: Mapping[str, str] | None,
+                   cwd: str | Path | None, transport_kwargs: Mapping[str, Any] | None,
+                   connection_kwargs: dict[str, Any]) -> tuple[Any, ChildProcess]:
+    """Start ``command`` and put a ``cls`` connection (the drop-in's) on its stdio."""
+    check_sdk_version()
+    kwargs = _connection_options(connection_kwargs)
+    stream, limit = await spawn_stream(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs)
+    if limit is not None:
+        kwargs.setdefault("max_line_size", limit)
+    return cls(handler, stream, **kwargs), ChildProcess(stream)
+
+
 @asynccontextmanager
 async def spawn_agent_process(
     to_client: Any,
@@ -724,13 +736,8 @@ async def spawn_agent_process(
     **connection_kwargs: Any,
 ) -> AsyncIterator[tuple[ClientSideConnection, ChildProcess]]:
     """``acp.spawn_agent_process`` on the connection drop-in: ``(ClientSideConnection, ChildProcess)``."""
-    check_sdk_version()
-    kwargs = _connection_options(connection_kwargs)
-    stream, limit = await spawn_stream(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs)
-    if limit is not None:
-        kwargs.setdefault("max_line_size", limit)
-    process = ChildProcess(stream)
-    conn = ClientSideConnection(to_client, stream, **kwargs)
+    conn, process = await _spawned(ClientSideConnection, to_client, command, args, env, cwd, transport_kwargs,
+                                   connection_kwargs)
     try:
         yield conn, process
     finally:
@@ -748,13 +755,8 @@ async def spawn_client_process(
     **connection_kwargs: Any,
 ) -> AsyncIterator[tuple[AgentSideConnection, ChildProcess]]:
     """``acp.spawn_client_process`` on the connection drop-in: ``(AgentSideConnection, ChildProcess)``."""
-    check_sdk_version()
-    kwargs = _connection_options(connection_kwargs)
-    stream, limit = await spawn_stream(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs)
-    if limit is not None:
-        kwargs.setdefault("max_line_size", limit)
-    process = ChildProcess(stream)
-    conn = AgentSideConnection(to_agent, stream, **kwargs)
+    conn, process = await _spawned(AgentSideConnection, to_agent, command, args, env, cwd, transport_kwargs,
+                                   connection_kwargs)
     try:
         yield conn, process
     finally:
