@@ -141,9 +141,15 @@ def test_sdk_examples_run_unchanged(sdist: Path, site: Path, tmp_path: Path, mod
 
 @pytest.mark.parametrize("mode", MODES)
 def test_sdk_test_suite(sdist: Path, site: Path, tmp_path: Path, mode: str) -> None:
-    deps = _cache_dir() / "pytest-deps"
+    # per interpreter: pytest-asyncio's own dependencies depend on the Python version
+    deps = _cache_dir() / f"pytest-deps-py{sys.version_info[0]}{sys.version_info[1]}"
     if not (deps / "pytest_asyncio").is_dir():
-        done = _pip("install", "--no-deps", "--target", str(deps), PYTEST_ASYNCIO)
+        extra = []
+        if sys.version_info < (3, 11):
+            extra.append("backports.asyncio.runner>=1.1")
+        if sys.version_info < (3, 13):
+            extra.append("typing-extensions>=4.12")
+        done = _pip("install", "--no-deps", "--target", str(deps), PYTEST_ASYNCIO, *extra)
         if done.returncode != 0:
             _unavailable(f"cannot install {PYTEST_ASYNCIO} for the SDK's suite: {done.stderr[-500:]}")
     log = tmp_path / "installed.log"
