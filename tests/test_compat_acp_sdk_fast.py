@@ -443,3 +443,25 @@ def test_request_handlers_are_bounded_by_the_connections_backlog(engine: ModuleT
         await conn.close()
 
     run(body)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="asyncio.eager_task_factory is new in Python 3.12")
+def test_connections_work_under_the_eager_task_factory(engine: ModuleType) -> None:
+    # The SDK's own regression test for this reads its private receive loop's attributes
+    # (expected to fail on the drop-in); this is the behaviour it protects: a connection
+    # made while tasks start eagerly reads, answers and streams.
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined,unused-ignore]
+        a, b = memory_pair()
+        agent = fast.AgentSideConnection(load_test_agent()(), a, engine=engine)
+        client = RecordingClient(yield_every=5)
+        conn = fast.connect_to_agent(client, b, engine=engine)
+        assert (await conn.initialize(protocol_version=1)).protocol_version == 1
+        session = await conn.new_session(cwd="/")
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("stream 40")])
+        assert response.stop_reason == "end_turn" and len(client.texts()) == 40
+        await conn.close()
+        await agent.close()
+
+    run(body)

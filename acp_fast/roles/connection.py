@@ -175,8 +175,7 @@ class AcpConnection:
         #: ``(kind, method) -> handlers`` added at run time (see :meth:`add_dynamic_handler`)
         self._dynamic: dict[tuple[str, str], list[DynamicHandler]] = {}
         self._dynamic_installed: set[tuple[str, str]] = set()
-        #: child connections spawned from this one (closed with it)
-        self.children: set[AcpConnection] = set()
+        self._children: set[AcpConnection] = set()
         conn.on_any_request(self._on_request)
         conn.on_any_notification(self._on_notification)
         conn.closed.add_done_callback(self._on_closed)
@@ -212,6 +211,12 @@ class AcpConnection:
     async def wait_closed(self) -> None:
         await self.raw.wait_closed()
 
+    @property
+    def children(self) -> frozenset[AcpConnection]:
+        """The child connections spawned from this one that are still open (see
+        :meth:`spawn_connection`); all of them are closed when this connection closes."""
+        return frozenset(c for c in self._children if not c.raw.closed.done())
+
     async def drain(self) -> None:
         """Write what is queued and wait while the peer is not reading (backpressure).
 
@@ -245,7 +250,7 @@ class AcpConnection:
     def _on_closed(self, _fut: asyncio.Future[None]) -> None:
         for task in list(self._background):
             task.cancel()
-        for child in list(self.children):
+        for child in list(self._children):
             child.close()
         self.sessions.close(self.raw.closed_error("session/update"))
 
@@ -358,8 +363,8 @@ class AcpConnection:
         conn = Connection(stream, engine=resolve_engine(engine) if engine is not None else self.raw.engine,
                           lazy=getattr(builder, "_connection_type", AcpConnection).lazy_frames)
         child: AcpConnection = builder.bind(conn)
-        self.children.add(child)
-        conn.closed.add_done_callback(lambda _f: self.children.discard(child))
+        self._children.add(child)
+        conn.closed.add_done_callback(lambda _f: self._children.discard(child))
         if self.raw.closed.done():
             child.close()
         return child
