@@ -107,3 +107,20 @@ def test_console_script() -> None:
         sys.executable, "-c", "import sys; from acp_fast.cli.main import main; sys.exit(main(['--help']))"]
     proc = subprocess.run(argv, check=False, capture_output=True, text=True, cwd=REPO, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0 and "testy" in proc.stdout
+
+
+def test_testy_stream_choices_are_testys_modes() -> None:
+    from acp_fast.cli import testy as cli_testy
+    from acp_fast.testy import STREAM_MODES
+
+    assert cli_testy.STREAM_CHOICES == STREAM_MODES
+
+
+def test_building_the_parser_for_the_conductor_imports_neither_testy_nor_the_builder_api() -> None:
+    # the conductor process is measured for its peak RSS: its start-up loads only what it runs
+    code = ("import sys; from acp_fast.cli import main; main.build_parser(['conductor', 'agent', 'x']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('acp_fast.testy', 'acp_fast.roles'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

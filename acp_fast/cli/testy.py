@@ -7,10 +7,14 @@ import os
 import sys
 from typing import Any
 
-from ..testy import STREAM_MODES, build, parse_versions
 from .loops import LOOPS, run
 
-__all__ = ["add_parser", "main"]
+__all__ = ["STREAM_CHOICES", "add_parser", "main"]
+
+#: ``--stream`` choices: :data:`acp_fast.testy.STREAM_MODES`, spelled here so that building
+#: the ``acp-fast`` parser (every subcommand's start-up, e.g. the conductor's) does not
+#: import Testy and the builder API
+STREAM_CHOICES = ("api", "preencoded")
 
 
 def _engine_choice(name: str) -> str | None:
@@ -34,7 +38,7 @@ def add_parser(subparsers: Any) -> Any:
                         help="engine twin (default: auto, the compiled one unless ACP_FAST_NO_EXTENSIONS=1)")
     parser.add_argument("--loop", choices=LOOPS, default="auto",
                         help="event loop (default: auto, uvloop when installed)")
-    parser.add_argument("--stream", choices=STREAM_MODES, default="api", dest="stream_mode",
+    parser.add_argument("--stream", choices=STREAM_CHOICES, default="api", dest="stream_mode",
                         help="how benchmark chunks are sent: api (a fresh update per chunk through "
                              "cx.send_session_update, default) or preencoded (one line re-sent: a raw ceiling)")
     parser.add_argument("--require-auth", action="store_true",
@@ -46,6 +50,8 @@ def add_parser(subparsers: Any) -> Any:
 
 
 def main(args: Any) -> int:
+    from ..testy import build, parse_versions
+
     try:
         versions = parse_versions(args.versions)
     except ValueError as exc:
