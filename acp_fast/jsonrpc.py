@@ -151,6 +151,7 @@ class RequestContext:
         "_cancelled",
         "_deferred",
         "_done",
+        "_on_cancel",
         "_registered",
         "_slot",
         "connection",
@@ -167,6 +168,7 @@ class RequestContext:
         self._registered = False
         self._cancelled = False
         self._cancel_fut: asyncio.Future[None] | None = None
+        self._on_cancel: list[Callable[[], Any]] | None = None
 
     @property
     def id(self) -> int | str | None:
@@ -195,6 +197,24 @@ class RequestContext:
         """Return when the peer cancels this request (immediately if it already did)."""
         if not self._cancelled:
             await asyncio.shield(self._waiter())
+
+    def add_cancel_callback(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` when the peer cancels this request: at once (synchronously, from
+        the read path) when the ``$/cancel_request`` arrives, or soon if it already did.
+        A callback-based :meth:`wait_cancelled` that needs no task (e.g. to pass the
+        cancellation on to a forwarded request); an exception it raises is logged."""
+        if self._cancelled:
+            self.connection._loop.call_soon(self._call_cancel_callback, fn)
+        elif self._on_cancel is None:
+            self._on_cancel = [fn]
+        else:
+            self._on_cancel.append(fn)
+
+    def _call_cancel_callback(self, fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except Exception:
+            logger.exception("cancel callback of request %r (%s) failed", self.id, self.method)
 
     def raise_if_cancelled(self) -> None:
         """Raise ``JsonRpcError`` -32800 if the peer cancelled this request.
@@ -251,6 +271,11 @@ class RequestContext:
         fut = self._cancel_fut
         if fut is not None and not fut.done():
             fut.set_result(None)
+        callbacks = self._on_cancel
+        if callbacks is not None:
+            self._on_cancel = None
+            for fn in callbacks:
+                self._call_cancel_callback(fn)
 
     def __repr__(self) -> str:
         return f"<RequestContext id={self.id!r} method={self.method!r}>"
@@ -281,8 +306,11 @@ class Responder:
         ctx.connection._answer(ctx, result)
         return True
 
-    def respond_error(self, error: JsonRpcError) -> bool:
-        """Answer with ``error``; returns False (and warns) if already answered."""
+    def respond_error(self, error: BaseException) -> bool:
+        """Answer with ``error``; returns False (and warns) if already answered.
+
+        A :class:`~acp_fast.errors.JsonRpcError` is answered as it is (code, message,
+        data); any other exception -32603, as when a handler raises it."""
         ctx = self._ctx
         if ctx._done:
             ctx.connection._duplicate(ctx)
@@ -348,6 +376,14 @@ class PendingRequest:
 
     def done(self) -> bool:
         return self._fut.done()
+
+    def add_done_callback(self, fn: Callable[[asyncio.Future[Any]], Any]) -> None:
+        """Call ``fn(future)`` once the request is answered, failed, timed out or detached
+        (scheduled on the loop, as ``asyncio.Future.add_done_callback`` does): its
+        ``result()`` is what awaiting this handle returns, its ``exception()`` what
+        awaiting it raises. A way to follow the request without a task; nothing awaits
+        the handle, so cancellation is then the caller's (see :meth:`cancel`)."""
+        self._fut.add_done_callback(fn)
 
     def cancel(self) -> bool:
         """Ask the peer to cancel: sends ``$/cancel_request`` once (protocol.md §4.1).

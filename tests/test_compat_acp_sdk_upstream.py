@@ -143,6 +143,12 @@ def test_sdk_examples_run_unchanged(sdist: Path, site: Path, tmp_path: Path, mod
     assert _installed(log) == ([] if mode == "stock" else [mode, mode])
 
 
+def _failed(stdout: str) -> set[str]:
+    """The test ids a ``pytest -rfE`` run reports as failed or in error."""
+    names = {line.split()[1] for line in stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))}
+    return {name.split(" ")[0] for name in names}
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_sdk_test_suite(sdist: Path, site: Path, tmp_path: Path, mode: str) -> None:
     # per interpreter: pytest-asyncio's own dependencies depend on the Python version
@@ -164,10 +170,19 @@ def test_sdk_test_suite(sdist: Path, site: Path, tmp_path: Path, mode: str) -> N
          "tests"], capture_output=True, text=True, cwd=sdist, env=_env(site, mode, log, deps), timeout=600,
         check=False)
     report.write_text(out.stdout)
-    failed = {line.split()[1] for line in out.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))}
-    failed = {name.split(" ")[0] for name in failed}
+    failed = _failed(out.stdout)
     summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-2000:]
     assert " passed" in summary, summary
+    unexpected = sorted(failed - EXPECTED_FAILURES[mode])
+    if unexpected:
+        # Some of the SDK's tests give a child process 2 s (e.g. test_run_agent_stdio_buffer_limit,
+        # an import of pydantic included): on a loaded machine they fail on the stock SDK too.
+        # Each unexpected failure gets one more run on its own; one that fails again counts.
+        again = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-rfE", *unexpected],
+            capture_output=True, text=True, cwd=sdist, env=_env(site, mode, log, deps), timeout=600, check=False)
+        report.write_text(out.stdout + "\n\n--- unexpected failures, run again ---\n" + again.stdout)
+        failed = (failed - set(unexpected)) | _failed(again.stdout)
     assert failed == EXPECTED_FAILURES[mode], (summary, sorted(failed))
     if mode != "stock":
         assert mode in _installed(log)

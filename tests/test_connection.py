@@ -642,6 +642,60 @@ def test_incoming_cancel_marks_the_request_and_handler_answers_32800(engine: Any
     run(main)
 
 
+def test_task_free_forwarding_with_cancel_and_done_callbacks(engine: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # a handler that forwards each request to the peer and answers from callbacks (no task):
+    # add_cancel_callback passes the peer's cancellation on, add_done_callback answers
+    async def main() -> None:
+        conn, peer = with_peer(engine)
+        cancels: list[Any] = []
+        contexts: dict[Any, RequestContext] = {}
+
+        def forward(ctx: RequestContext) -> None:
+            contexts[ctx.id] = ctx
+            responder = ctx.defer()
+            pending = conn.request("inner/" + ctx.method, ctx.params)
+            ctx.add_cancel_callback(pending.cancel)
+            ctx.add_cancel_callback(lambda: cancels.append(ctx.id))
+            ctx.add_cancel_callback(lambda: 1 / 0)  # logged, the others still run
+
+            def answered(fut: asyncio.Future[Any]) -> None:
+                exc = fut.exception()
+                if exc is not None:
+                    responder.respond_error(exc)
+                else:
+                    responder.respond(fut.result())
+
+            pending.add_done_callback(answered)
+
+        for method in ("a", "b", "c"):
+            conn.on_request(method, forward)
+        conn.on_request("boom", lambda ctx: ctx.defer().respond_error(RuntimeError("boom")))
+        peer.send(req(10, "a", [1]), req(11, "b"), req(12, "c"))
+        assert [await peer.recv() for _ in range(3)] == [req(1, "inner/a", [1]), req(2, "inner/b"), req(3, "inner/c")]
+        peer.send(ok(1, {"x": 1}), err(2, -32001, "nope", {"why": 2}))
+        assert await peer.recv() == ok(10, {"x": 1})
+        assert await peer.recv() == err(11, -32001, "nope", {"why": 2})
+        peer.send(note("$/cancel_request", {"requestId": 12}))
+        assert await peer.recv() == note("$/cancel_request", {"requestId": 3})  # passed on, at once
+        assert cancels == [12]
+        late: list[str] = []
+        contexts[12].add_cancel_callback(lambda: late.append("late"))  # already cancelled: runs soon
+        await asyncio.sleep(0)
+        assert late == ["late"] and cancels == [12]
+        peer.send(err(3, -32800, "Request cancelled"))
+        assert await peer.recv() == err(12, -32800, "Request cancelled")
+        # a deferred answer with an exception that is not a JsonRpcError: -32603, as from a raising handler
+        peer.send(req(13, "boom"))
+        reply = await peer.recv()
+        assert reply["id"] == 13 and reply["error"]["code"] == -32603
+        await peer.probe()
+        assert conn.pending_requests == 0
+
+    with caplog.at_level(logging.ERROR, "acp_fast.jsonrpc"):
+        run(main)
+    assert "cancel callback of request 12" in caplog.text and "ZeroDivisionError" in caplog.text
+
+
 def test_incoming_cancel_matches_typed_ids_only(engine: Any, caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> None:
         conn, peer = with_peer(engine)

@@ -305,7 +305,7 @@ def test_d5_every_request_answered_when_str_or_items_raise(engine: ModuleType, k
 
 
 def test_d6_testy_v1_cancel_in_the_same_read_as_the_prompt(engine: ModuleType) -> None:
-    from acp_fast.cli import testy
+    from acp_fast import testy
 
     async def body() -> None:
         a, b = memory_pair()

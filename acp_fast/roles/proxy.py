@@ -41,7 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._rawjson import RawJson
-from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
+from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, REQUEST_CANCELLED, JsonRpcError
 from ..jsonrpc import CANCEL_METHOD, Connection, PendingRequest, RequestContext
 from ..protocol import negotiation as nego
 from ..protocol.guard import PROXY_DATA, InitializationGuard
@@ -538,23 +538,30 @@ class ProxyConnection(AcpConnection):
             pending = self.send_to_successor(method, params, passthrough=True)
         else:
             pending = self.raw.request(method, params)
-        watcher = asyncio.ensure_future(rctx.wait_cancelled())
-        watcher.add_done_callback(lambda _: pending.cancel() if not watcher.cancelled() else None)
-        try:
-            return await pending
-        finally:
-            watcher.cancel()
+        rctx.add_cancel_callback(pending.cancel)
+        return await pending
 
-    async def _forward_raw(self, rctx: RequestContext, pending: PendingRequest) -> Any:
-        """Await a forwarded request sent with ``raw=True``; its result bytes are the answer
-        (never decoded); an error answer is raised as before (code, message, data)."""
-        watcher = asyncio.ensure_future(rctx.wait_cancelled())
-        watcher.add_done_callback(lambda _: pending.cancel() if not watcher.cancelled() else None)
-        try:
-            response = await pending
-        finally:
-            watcher.cancel()
-        return response.result_raw
+    @staticmethod
+    def _forward_raw(rctx: RequestContext, pending: PendingRequest) -> None:
+        """Answer ``rctx`` with the answer to the forwarded ``pending`` (sent ``raw=True``):
+        its result bytes verbatim (never decoded), an error as it came (code, message,
+        data), -32800 if the forwarded request was detached. The peer's cancellation of
+        ``rctx`` is passed on as ``pending.cancel()`` (``$/cancel_request`` on the next
+        hop). Callbacks only: no task per forwarded request."""
+        responder = rctx.defer()
+        rctx.add_cancel_callback(pending.cancel)
+
+        def answered(fut: asyncio.Future[Any]) -> None:
+            if fut.cancelled():
+                responder.respond_error(JsonRpcError(REQUEST_CANCELLED))
+                return
+            exc = fut.exception()
+            if exc is not None:
+                responder.respond_error(exc)
+            else:
+                responder.respond(fut.result().result_raw)
+
+        pending.add_done_callback(answered)
 
 
 def _is_setup(method: str) -> bool:
