@@ -953,6 +953,35 @@ def test_proxy_answers_the_spec_spelling_in_that_spelling(engine: ModuleType) ->
     run(body)
 
 
+@pytest.mark.parametrize("registered", ["_proxy/initialize", "proxy/initialize"])
+def test_proxy_initialize_handler_serves_both_spellings_and_cannot_defer(engine: ModuleType, registered: str) -> None:
+    """A proxy's own initialize handler, registered under either spelling, answers the
+    conductor's spelling whichever it is; deferring it is refused (-32603) in both, and the
+    proxy can then still be initialized (the guard saw the failure)."""
+    async def body() -> None:
+        for incoming in ("_proxy/initialize", "proxy/initialize"):
+            calls: list[str] = []
+
+            async def init(params: Any, cx: Any) -> Any:
+                calls.append(cx.method)
+                if len(calls) == 1:
+                    cx.defer()
+                return await cx.connection.send_to_successor("initialize", params)
+
+            conductor = RawPeer(serve_in_memory(Proxy.v2().on_request(registered, init), engine))
+            assert error_of(await conductor.request(1, incoming, v2_init()))[0] == -32603
+            conductor.send({"jsonrpc": "2.0", "id": 2, "method": incoming, "params": v2_init()})
+            wrapped = await conductor.recv()
+            assert wrapped["params"]["method"] == "initialize"
+            assert wrapped["method"] == ("proxy/successor" if incoming == "proxy/initialize" else "_proxy/successor")
+            conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "result": {
+                "protocolVersion": 2, "info": {"name": "agent", "version": "1"}}})
+            assert (await conductor.recv())["result"]["protocolVersion"] == 2
+            assert calls == [incoming, incoming]
+
+    run(body)
+
+
 def test_proxy_cancellation_is_hop_local(engine: ModuleType) -> None:
     async def body() -> None:
         conductor = RawPeer(serve_in_memory(Proxy.builder(), engine))

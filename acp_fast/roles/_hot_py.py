@@ -148,7 +148,7 @@ class Context:
         """
         if self.request is None:
             raise RuntimeError("notifications are not answered")
-        if self.connection.manages_initialize and self.method == self.connection.guard.init_method:
+        if self.connection.manages_initialize and self.connection.initializes(self.method):
             raise RuntimeError("initialize handlers return their result (the guard checks it)")
         return self.request.defer()
 

@@ -457,9 +457,19 @@ class AcpConnection:
                 return result
         return NOT_HANDLED
 
-    def _initializes(self, method: str) -> bool:
-        """Whether an incoming ``method`` is this side's initializing request."""
+    def initializes(self, method: str) -> bool:
+        """Whether ``method`` is the request that initializes this side (``initialize``;
+        for a proxy ``_proxy/initialize`` in either spelling)."""
         return method == self.guard.init_method
+
+    def _initializes(self, method: str) -> bool:
+        """:meth:`initializes`, for an incoming request about to be handled (a proxy also
+        records which spelling its conductor uses)."""
+        return self.initializes(method)
+
+    def _init_handler(self, method: str) -> Any:
+        """The builder's handler of the initializing request ``method`` (or ``None``)."""
+        return self.table.requests.get(method)
 
     def _unhandled_request(self, rctx: RequestContext, method: str) -> Any:
         raise JsonRpcError.method_not_found(method)
@@ -508,7 +518,7 @@ class AcpConnection:
         seen = self._negotiate(rctx.message.params)
         guard = self.guard
         token = guard.begin()
-        fn = self.table.requests.get(rctx.message.method)
+        fn = self._init_handler(rctx.message.method)
         try:
             if fn is not None:
                 result = fn(seen, Context(self, rctx, rctx.message))

@@ -352,11 +352,22 @@ class ProxyConnection(AcpConnection):
             self.raw.on_request(name, self._from_successor_request)
             self.raw.on_notification(name, self._from_successor_notification)
 
+    def initializes(self, method: str) -> bool:
+        return method == PROXY_INITIALIZE or method == PROXY_INITIALIZE_SPEC
+
     def _initializes(self, method: str) -> bool:
         if method == PROXY_INITIALIZE_SPEC or method == PROXY_INITIALIZE:
             self._successor = SUCCESSOR_SPEC if method == PROXY_INITIALIZE_SPEC else SUCCESSOR
             return True
         return False
+
+    def _init_handler(self, method: str) -> Any:
+        # a handler registered under either spelling serves both (the conductor chooses)
+        requests = self.table.requests
+        fn = requests.get(method)
+        if fn is None:
+            fn = requests.get(PROXY_INITIALIZE if method == PROXY_INITIALIZE_SPEC else PROXY_INITIALIZE_SPEC)
+        return fn
 
     # -- incoming from the predecessor ---------------------------------------------------
 
