@@ -17,56 +17,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
+from conductor_support import Wire
 from package_path import pythonpath
 from roles_support import REPO, RawPeer, run, serve_in_memory, v1_init, v2_init
 
 from acp_fast import testy
 from acp_fast.transport import spawn
-
-
-class Wire:
-    """A raw client: ``call`` sends a request and returns ``(response, messages before it)``."""
-
-    def __init__(self, peer: RawPeer) -> None:
-        self.peer = peer
-        self.next_id = 0
-        self.backlog: list[Any] = []
-
-    async def recv(self) -> Any:
-        if self.backlog:
-            return self.backlog.pop(0)
-        return await self.peer.recv()
-
-    def send_request(self, method: str, params: Any = None) -> int:
-        self.next_id += 1
-        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
-        if params is not None:
-            msg["params"] = params
-        self.peer.send(msg)
-        return self.next_id
-
-    async def until(self, pred: Any) -> tuple[Any, list[Any]]:
-        seen = []
-        while True:
-            msg = await self.recv()
-            if pred(msg):
-                return msg, seen
-            seen.append(msg)
-
-    async def call(self, method: str, params: Any = None) -> tuple[Any, list[Any]]:
-        rid = self.send_request(method, params)
-        return await self.until(lambda m: m.get("id") == rid and "method" not in m)
-
-    async def result(self, method: str, params: Any = None) -> Any:
-        reply, _ = await self.call(method, params)
-        assert "result" in reply, reply
-        return reply["result"]
-
-    def notify(self, method: str, params: Any) -> None:
-        self.peer.notify(method, params)
-
-    def answer(self, request: Any, result: Any) -> None:
-        self.peer.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
 
 
 def updates(msgs: list[Any]) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ def proxy_cmd(name: str = "passthrough") -> list[str]:
 
 
 class Wire:
-    """A raw client on a stream."""
+    """A raw JSON-line client: ``call`` sends a request and returns ``(response, messages before it)``."""
 
     def __init__(self, peer: RawPeer) -> None:
         self.peer = peer
@@ -78,6 +78,9 @@ class Wire:
 
     def notify(self, method: str, params: Any) -> None:
         self.peer.notify(method, params)
+
+    def answer(self, request: Any, result: Any) -> None:
+        self.peer.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
 
 
 def text_prompt(sid: str, text: str) -> dict[str, Any]:
