@@ -53,7 +53,6 @@ import contextlib
 import itertools
 import logging
 import math
-import secrets
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -98,6 +97,14 @@ SERVER_UNAVAILABLE = -33001
 BACKEND_FAILED = -33002
 #: most concurrently active requests of one server (over it: -33000)
 MAX_ACTIVE_REQUESTS = 64
+
+
+def _token_hex(nbytes: int) -> str:
+    # secrets (with hashlib, hmac, random: ~0.8 MiB) is imported on first use, not by every
+    # process that imports the builder API
+    import secrets
+
+    return secrets.token_hex(nbytes)
 
 
 class McpServer:
@@ -328,7 +335,7 @@ class _Routes:
 
     def new_id(self) -> str:
         while True:
-            server_id = "acp-fast-mcp-" + secrets.token_hex(8)
+            server_id = "acp-fast-mcp-" + _token_hex(8)
             if server_id not in self._used:
                 self._used.add(server_id)
                 return server_id
@@ -574,7 +581,7 @@ async def open_mcp_session(connection: Any, server: Mapping[str, Any] | str, *,
     if type(server_id) is not str:
         raise ValueError(f"not an ACP-transport MCP server declaration: {server!r}")
     calls = _calls(connection)
-    prefix = f"acp-fast-{next(_SESSION_IDS)}-{secrets.token_hex(4)}-"
+    prefix = f"acp-fast-{next(_SESSION_IDS)}-{_token_hex(4)}-"
     to_client, client_in = anyio.create_memory_object_stream[SessionMessage | Exception](math.inf)
     client_out, from_client = anyio.create_memory_object_stream[SessionMessage](math.inf)
     outer: dict[Any, Any] = {}  # inner JSON-RPC id -> the outer mcp/message request
