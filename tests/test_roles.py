@@ -9,6 +9,7 @@ in-memory pairs, with a raw JSON-line peer where the wire itself is asserted.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -958,26 +959,64 @@ def test_proxy_initialize_handler_serves_both_spellings_and_cannot_defer(engine:
     """A proxy's own initialize handler, registered under either spelling, answers the
     conductor's spelling whichever it is; deferring it is refused (-32603) in both, and the
     proxy can then still be initialized (the guard saw the failure)."""
+    async def one(incoming: str) -> None:
+        calls: list[str] = []
+
+        async def init(params: Any, cx: Any) -> Any:
+            calls.append(cx.method)
+            if len(calls) == 1:
+                cx.defer()
+            return await cx.connection.send_to_successor("initialize", params)
+
+        conductor = RawPeer(serve_in_memory(Proxy.v2().on_request(registered, init), engine))
+        assert error_of(await conductor.request(1, incoming, v2_init()))[0] == -32603
+        conductor.send({"jsonrpc": "2.0", "id": 2, "method": incoming, "params": v2_init()})
+        wrapped = await conductor.recv()
+        assert wrapped["params"]["method"] == "initialize"
+        assert wrapped["method"] == ("proxy/successor" if incoming == "proxy/initialize" else "_proxy/successor")
+        conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "result": {
+            "protocolVersion": 2, "info": {"name": "agent", "version": "1"}}})
+        assert (await conductor.recv())["result"]["protocolVersion"] == 2
+        assert calls == [incoming, incoming]
+
     async def body() -> None:
         for incoming in ("_proxy/initialize", "proxy/initialize"):
-            calls: list[str] = []
+            await one(incoming)
 
-            async def init(params: Any, cx: Any) -> Any:
-                calls.append(cx.method)
-                if len(calls) == 1:
-                    cx.defer()
-                return await cx.connection.send_to_successor("initialize", params)
+    run(body)
 
-            conductor = RawPeer(serve_in_memory(Proxy.v2().on_request(registered, init), engine))
-            assert error_of(await conductor.request(1, incoming, v2_init()))[0] == -32603
-            conductor.send({"jsonrpc": "2.0", "id": 2, "method": incoming, "params": v2_init()})
-            wrapped = await conductor.recv()
-            assert wrapped["params"]["method"] == "initialize"
-            assert wrapped["method"] == ("proxy/successor" if incoming == "proxy/initialize" else "_proxy/successor")
-            conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "result": {
-                "protocolVersion": 2, "info": {"name": "agent", "version": "1"}}})
-            assert (await conductor.recv())["result"]["protocolVersion"] == 2
-            assert calls == [incoming, incoming]
+
+def test_proxy_forwards_an_unwrapped_notification_verbatim_only_when_it_holds_nothing_else(engine: ModuleType) -> None:
+    """A successor notification whose envelope params are exactly ``{"method","params"}`` (no
+    whitespace, an escape-free method) goes to the predecessor as the same bytes; anything else
+    in the envelope (its hop-local ``_meta``, another member) is dropped by re-encoding; the
+    inner ``params._meta`` always stays."""
+    async def body() -> None:
+        conductor = RawPeer(serve_in_memory(Proxy.v2(), engine))
+        conductor.send({"jsonrpc": "2.0", "id": 1, "method": "_proxy/initialize", "params": v2_init()})
+        wrapped = await conductor.recv()
+        conductor.send({"jsonrpc": "2.0", "id": wrapped["id"], "result": {
+            "protocolVersion": 2, "info": {"name": "agent", "version": "1"}}})
+        assert (await conductor.recv())["id"] == 1
+        params = b'{"sessionId":"s","update":{"sessionUpdate":"_vendor","x":[1,"\\u00e9 \xc3\xa9"]},"_meta":{"inner":1}}'
+        cases = [
+            (b'{"method":"session/update","params":' + params + b"}", True),
+            (b'{"params":' + params + b',"method":"session/update"}', True),  # still the two members only
+            (b'{"method":"_vendor/ping"}', True),
+            (b'{"method":"session/update","params":' + params + b',"_meta":{"hop":1}}', False),
+            (b'{"method":"session/update","params":' + params + b',"x":1}', False),
+            (b'{ "method": "session/update", "params": ' + params + b" }", False),
+            (b'{"method":"session\\/update","params":' + params + b"}", False),
+        ]
+        for envelope, verbatim in cases:
+            conductor.send_raw(b'{"jsonrpc":"2.0","method":"_proxy/successor","params":' + envelope + b"}")
+            got = await conductor.recv()
+            inner = json.loads(envelope)
+            expected = {"jsonrpc": "2.0", "method": inner["method"]}
+            if "params" in inner:
+                expected["params"] = inner["params"]
+            assert got == expected, envelope
+            assert (conductor.raw_lines[-1] == b'{"jsonrpc":"2.0",' + envelope[1:]) is verbatim, envelope
 
     run(body)
 
