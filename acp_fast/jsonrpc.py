@@ -632,22 +632,6 @@ class Connection:
         self._send(self._enc_notification(method, params))
         return True
 
-    def send_line(self, line: bytes) -> bool:
-        """Send one JSON-RPC message already encoded, verbatim: ``line`` is a whole JSON
-        object ending in ``\\n`` (e.g. a received frame's line, forwarded). Nothing is checked
-        or re-encoded; the caller vouches for it (a proxy sends a line the engine has just
-        validated). Returns False (nothing sent) once the connection closes.
-
-        Raises:
-            SendBufferFull: more than ``max_write_buffer`` bytes wait for the peer.
-        """
-        if self._closing:
-            return False
-        if self._write_paused or self._out_bytes > self._max_write_buffer:
-            self._check_room()
-        self._send(line)
-        return True
-
     def _check_room(self) -> None:
         buffered = self._out_bytes + self._stream.get_write_buffer_size()
         if buffered > self._max_write_buffer:

@@ -161,30 +161,6 @@ def test_send_buffer_is_bounded_for_a_peer_that_does_not_read(engine: ModuleType
     run(body)
 
 
-def test_send_line_is_verbatim_and_bounded_like_notify(engine: ModuleType) -> None:
-    """``Connection.send_line`` writes a pre-encoded line as it is, under the same write bound
-    as ``notify``, and sends nothing once the connection closes."""
-    async def body() -> None:
-        a, b = memory_pair()
-        got: list[bytes] = []
-        b.attach(got.append, lambda exc: None, lambda writable: None)
-        conn = Connection(a, engine=engine, max_write_buffer=1 << 16)
-        line = b'{"jsonrpc":"2.0", "method":"n","params":{"k":"\\u00e9"}}\n'  # odd spacing kept
-        assert conn.send_line(line) is True
-        await conn.drain()
-        await asyncio.sleep(0)
-        assert b"".join(got) == line
-        b.pause_reading()
-        with pytest.raises(SendBufferFull):
-            for _ in range(10_000):
-                conn.send_line(line)
-                await asyncio.sleep(0)
-        conn.close()
-        assert conn.send_line(line) is False
-
-    run(body)
-
-
 def test_drain_lets_a_send_loop_continue_when_the_peer_reads(engine: ModuleType) -> None:
     async def body() -> None:
         a, b = memory_pair()

@@ -207,9 +207,6 @@ class ProxyConnection(AcpConnection):
         #: method -> encoded envelope head ``{"method":"…"`` (bounded)
         self._heads: dict[str, bytes] = {}
         self._successor_notifications = table.successor_notifications
-        #: method -> length of ``"method":"…"`` when its JSON string has no escape, else -1 (bounded)
-        self._plain_method_len: dict[str, int] = {}
-        self._send_line = conn.send_line
         self._splice_in_dict = getattr(eng, "IMPLEMENTATION", "") == "c"
         super().__init__(conn, table, **kwargs)
 
@@ -519,9 +516,8 @@ class ProxyConnection(AcpConnection):
         raw = msg.params_raw
         if raw is None or raw[0] != 0x7B:
             return self._from_successor_notification_decoded(msg)
-        line = (_INNER_HEAD + raw[1:] + b"\n" if len(raw) < _JOIN_AT
-                else b"".join((_INNER_HEAD, memoryview(raw)[1:], b"\n")))
-        inner = self._inner_decoder.feed(line)[0]
+        inner = self._inner_decoder.feed(_INNER_HEAD + raw[1:] + b"\n" if len(raw) < _JOIN_AT
+                                         else b"".join((_INNER_HEAD, memoryview(raw)[1:], b"\n")))[0]
         if inner.kind != self._inner_kind:
             return self._from_successor_notification_decoded(msg)
         method = inner.method
@@ -530,30 +526,8 @@ class ProxyConnection(AcpConnection):
         fn = self._successor_notifications.get(method)
         if fn is not None:
             return fn(inner.params, Context(self, None, msg))
-        params_raw = inner.params_raw
-        if len(line) == self._canonical_len(method, params_raw):
-            # the line the engine has just validated is exactly {"jsonrpc","method","params"}
-            # (no other member, no whitespace: see _canonical_len): it goes out as it is
-            self._send_line(line)
-        else:  # other members (the envelope's hop-local _meta, ...) are dropped
-            self._notify(method, params_raw)
+        self._notify(method, inner.params_raw)
         return None
-
-    def _canonical_len(self, method: str, params_raw: Any) -> int:
-        """The length of ``{"jsonrpc":"2.0","method":…,"params":…}\\n`` without whitespace, or
-        -1 when ``method`` needs an escape. An unwrapped line of exactly this length holds
-        nothing else: a member more, a space or an escape in the method makes it longer, and
-        the method's own JSON string cannot be shorter than its escape-free form."""
-        n = self._plain_method_len.get(method)
-        if n is None:
-            encoded = self._encode_value(method)
-            n = -1 if b"\\" in encoded else len(encoded) + 9  # "method": + the string
-            if len(self._plain_method_len) < _MAX_HEADS:
-                self._plain_method_len[method] = n
-        if n < 0:
-            return -1
-        # head {"jsonrpc":"2.0", (17) + "method":"…" + ,"params": (10) + params + }\n (2)
-        return 17 + n + 2 + (0 if params_raw is None else 10 + len(params_raw))
 
     def _from_successor_notification_decoded(self, msg: Any) -> Any:
         try:

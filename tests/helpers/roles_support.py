@@ -67,8 +67,6 @@ class RawPeer:
         self.stream = stream
         self._buf = b""
         self.lines: asyncio.Queue[Any] = asyncio.Queue()
-        #: every non-blank line received, as bytes (for byte-exact checks)
-        self.raw_lines: list[bytes] = []
         self.eof = asyncio.get_running_loop().create_future()
         stream.attach(self._data, self._eof, lambda writable: None)
 
@@ -77,7 +75,6 @@ class RawPeer:
         *lines, self._buf = self._buf.split(b"\n")
         for line in lines:
             if line.strip():
-                self.raw_lines.append(line)
                 self.lines.put_nowait(json.loads(line))
 
     def _eof(self, exc: Any) -> None:
