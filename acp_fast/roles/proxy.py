@@ -356,10 +356,10 @@ class ProxyConnection(AcpConnection):
         return method == PROXY_INITIALIZE or method == PROXY_INITIALIZE_SPEC
 
     def _initializes(self, method: str) -> bool:
-        if method == PROXY_INITIALIZE_SPEC or method == PROXY_INITIALIZE:
-            self._successor = SUCCESSOR_SPEC if method == PROXY_INITIALIZE_SPEC else SUCCESSOR
-            return True
-        return False
+        if not self.initializes(method):
+            return False
+        self._successor = SUCCESSOR_SPEC if method == PROXY_INITIALIZE_SPEC else SUCCESSOR
+        return True
 
     def _init_handler(self, method: str) -> Any:
         # a handler registered under either spelling serves both (the conductor chooses)
