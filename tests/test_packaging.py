@@ -139,3 +139,44 @@ def test_package_data_names_only_files_that_exist() -> None:
         for pattern in patterns:
             assert list(folder.glob(pattern)), f"{package}: {pattern} matches nothing"
 
+
+
+# ---------------------------------------------------------------------------------------
+# One version source: acp_fast.__version__ (read statically into the build's metadata)
+# ---------------------------------------------------------------------------------------
+
+
+def test_version_has_one_source() -> None:
+    """pyproject.toml names no version of its own: setuptools reads ``acp_fast.__version__``."""
+    pyproject = _pyproject()
+    project = pyproject["project"]
+    assert isinstance(project, dict)
+    assert "version" not in project and "version" in project["dynamic"], project
+    dynamic = pyproject["tool"]["setuptools"]["dynamic"]  # type: ignore[index]
+    assert dynamic["version"] == {"attr": "acp_fast.__version__"}, dynamic
+
+
+def test_version_agrees_in_metadata_cli_and_module() -> None:
+    """The installed distribution's metadata, ``acp-fast version`` (run as a child, as a user
+    runs it) and ``acp_fast.__version__`` name the same version."""
+    import importlib.metadata
+
+    version = acp_fast.__version__
+    assert importlib.metadata.version("acp-fast") == version
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = package_path.pythonpath("")
+    out = subprocess.run([sys.executable, "-m", "acp_fast.cli.main", "version"], check=True, env=env,
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL).stdout
+    assert out.split()[:2] == ["acp-fast", version], out
+
+
+def test_changelog_names_the_current_version_as_its_newest_release() -> None:
+    """CHANGELOG.md (Keep a Changelog): an Unreleased section first, then the newest release,
+    which is the package's version."""
+    import re
+
+    text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", text, flags=re.MULTILINE)
+    assert headings and headings[0] == ("Unreleased", ""), headings
+    releases = [name for name, date in headings[1:] if date]
+    assert releases and releases[0] == acp_fast.__version__, (releases, acp_fast.__version__)
