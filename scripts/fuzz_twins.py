@@ -21,8 +21,16 @@ allow_nan=False)`` as UTF-8 with lone surrogates written as ``\\udxxx`` escapes,
 UTF-8, and decode back (with both twins) to an equal value; values ``json.dumps`` refuses
 must raise ``EncodeError`` in both.
 
+Crashes: ``Decoder.feed`` never raises for bad input, and neither do the other calls made
+here on frames the decoder returned (``forward``, ``error_reply``, ``BatchReply``, the
+``Forwarder`` methods with valid arguments): an exception from either twin -- even the same
+exception from both -- is a finding, as is a decoder holding more than ``max_line_size + 1``
+bytes (``Decoder.buffered``). The only exceptions compared as values are the ones an API
+documents: ``EncodeError`` from the encoders.
+
 Usage: python scripts/fuzz_twins.py --seed 1 --count 20000
-Prints one summary line; exits 1 on the first divergences (with a reproducer), 0 otherwise.
+Prints one summary line; exits 1 on any divergence or crash (printing the first ones with
+the seed, the input index and a command that reproduces them), 0 otherwise.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import math
 import random
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,6 +53,29 @@ from acp_fast._strictjson import utf8_json  # noqa: E402
 from acp_fast.errors import EncodeError  # noqa: E402
 
 TWINS = (("py", P), ("c", C))
+
+
+class Crash(Exception):
+    """An exception raised by a twin where its API never raises (a finding by itself)."""
+
+    def __init__(self, twin: str, exc: BaseException) -> None:
+        self.twin = twin
+        self.exc = exc
+        tb = traceback.extract_tb(exc.__traceback__)[-3:]
+        where = "; ".join(f"{Path(fr.filename).name}:{fr.lineno} in {fr.name}" for fr in tb)
+        super().__init__(f"{twin} raised {exc!r} (at {where})")
+
+
+class BoundExceeded(Exception):
+    """A decoder buffered more than its line limit allows."""
+
+
+def run_twin(name: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, with any exception turned into a :class:`Crash` naming the twin."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - any exception is a finding
+        raise Crash(name, exc) from exc
 
 
 # ---------------------------------------------------------------------------------------
@@ -260,7 +292,10 @@ def decode_all(engine: Any, data: bytes, cuts: list[int], lazy: bool, kw: dict[s
     prev = 0
     for cut in cuts + [len(data)]:
         frames += dec.feed(data[prev:cut])
-        assert dec.buffered <= kw["max_line_size"] + 1
+        # (not an assert: it must hold under python -O too, and is a finding of its own)
+        if not dec.buffered <= kw["max_line_size"] + 1:
+            raise BoundExceeded(f"Decoder.buffered={dec.buffered} > max_line_size + 1 = "
+                                f"{kw['max_line_size'] + 1} after {cut} bytes")
         prev = cut
     frames += dec.feed_eof()
     return [describe(engine, f) for f in frames]
@@ -321,14 +356,32 @@ def expected_encoding(v: Any) -> bytes | None:
     return utf8_json(text)
 
 
-def check_encoders(value: Any) -> str | None:
+def check_encoders(value: Any, twins: Any = None) -> str | None:
+    """The problem with encoding ``value`` (a divergence or a crash), or None.
+
+    ``EncodeError`` is the encoders' documented error for a value JSON cannot represent:
+    it is compared as a value. Any other exception, from a twin or from decoding the
+    encoded text back, is a crash and reported as such.
+    """
+    twins = TWINS if twins is None else twins
+    try:
+        return _check_encoders(value, twins)
+    except Crash as exc:
+        return f"crash: {exc}"
+    except Exception as exc:  # noqa: BLE001 - any exception is a finding
+        return f"crash: {Crash('check', exc)}"
+
+
+def _check_encoders(value: Any, twins: Any) -> str | None:
     if _has_raw(value):
         outs = []
-        for name, eng in TWINS:
+        for name, eng in twins:
             try:
-                outs.append(eng.encode_value(value))
-            except EncodeError as exc:
-                outs.append(("error", type(exc).__name__))
+                outs.append(run_twin(name, lambda: eng.encode_value(value)))
+            except Crash as crash:
+                if not isinstance(crash.exc, EncodeError):
+                    raise
+                outs.append(("error", type(crash.exc).__name__))
         if outs[0] != outs[1]:
             return f"RawJson encoding differs: {outs!r}"
         if isinstance(outs[0], bytes):
@@ -337,13 +390,15 @@ def check_encoders(value: Any) -> str | None:
                 return f"RawJson splice changes the value: {outs[0]!r}"
         return None
     want = expected_encoding(value)
-    for name, eng in TWINS:
+    for name, eng in twins:
         for call, wrap in ((eng.encode_value, lambda b: b),
                            (lambda v: eng.encode_result(7, v),
                             lambda b: b'{"jsonrpc":"2.0","id":7,"result":' + b + b"}\n")):
             try:
-                got = call(value)
-            except EncodeError:
+                got = run_twin(name, lambda: call(value))  # noqa: B023 - called at once
+            except Crash as crash:
+                if not isinstance(crash.exc, EncodeError):
+                    raise
                 if want is not None:
                     return f"{name}: EncodeError for a value json.dumps encodes: {value!r}"
                 continue
@@ -353,12 +408,60 @@ def check_encoders(value: Any) -> str | None:
                 return f"{name}: {got!r} != {wrap(want)!r} for {value!r}"
             got.decode("utf-8")  # never invalid UTF-8
     if want is not None:
-        (m,) = P.Decoder().feed(b'{"jsonrpc":"2.0","id":1,"result":' + want + b"}\n")
-        (mc,) = C.Decoder().feed(b'{"jsonrpc":"2.0","id":1,"result":' + want + b"}\n")
-        expect = json.loads(want)
-        if _norm(m.result) != _norm(expect) or _norm(mc.result) != _norm(expect):
-            return f"round trip differs for {value!r}"
+        line = b'{"jsonrpc":"2.0","id":1,"result":' + want + b"}\n"
+        expect = _norm(json.loads(want))
+        for name, eng in twins:
+            (m,) = run_twin(name, lambda: eng.Decoder().feed(line))  # noqa: B023 - called at once
+            if _norm(m.result) != expect:
+                return f"{name}: round trip differs for {value!r}"
     return None
+
+
+def compare_decoding(data: bytes, ways: dict[str, list[int]], kw: dict[str, int],
+                     twins: Any = None) -> tuple[list[str], int]:
+    """Decode ``data`` with every twin, eager and lazy, every way of cutting it.
+
+    Returns the problems found (a crash of any twin, or a result that differs from the
+    first one) and the number of frames of the first result. A crash is never a reference:
+    two twins crashing alike is two findings, not an agreement.
+    """
+    twins = TWINS if twins is None else twins
+    problems: list[str] = []
+    reference = None
+    ref_name = ""
+    frames = 0
+    for lazy in (False, True):
+        for name, eng in twins:
+            for way, cuts in ways.items():
+                where = f"{name}, lazy={lazy}, {way}"
+                try:
+                    got = run_twin(name, lambda: decode_all(eng, data, cuts, lazy, kw))  # noqa: B023
+                except Crash as crash:
+                    problems.append(f"crash ({where}): {crash}")
+                    continue
+                if reference is None:
+                    reference, ref_name = got, where
+                    frames = len(got)
+                elif got != reference:
+                    problems.append(f"divergence ({where} vs {ref_name}):\n  got={got!r}\n"
+                                    f"  reference={reference!r}")
+    return problems, frames
+
+
+def compare_forwarding(data: bytes, cuts: list[int], proxies: int, agent: bool, hop: int,
+                       kw: dict[str, int], twins: Any = None) -> list[str]:
+    """Run ``data`` through every twin's Forwarder; the crashes and the divergence found."""
+    twins = TWINS if twins is None else twins
+    problems: list[str] = []
+    outs = []
+    for name, eng in twins:
+        try:
+            outs.append((name, run_twin(name, lambda: forward_all(eng, data, cuts, proxies, agent, hop, kw))))  # noqa: B023
+        except Crash as crash:
+            problems.append(f"crash: {crash}")
+    if len(outs) == len(twins) and outs[0][1] != outs[1][1]:
+        problems.append(f"divergence:\n  {outs[0][0]}={outs[0][1]!r}\n  {outs[1][0]}={outs[1][1]!r}")
+    return problems
 
 
 # ---------------------------------------------------------------------------------------
@@ -368,12 +471,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--count", type=int, default=2000, help="decoder inputs (and as many encoder values)")
-    ap.add_argument("--show", type=int, default=3, help="divergences to print in full")
+    ap.add_argument("--show", type=int, default=3, help="findings (divergences, crashes) to print in full")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     gen = Gen(rng)
     t0 = time.monotonic()
-    lines_total = frames_total = divergences = 0
+    lines_total = frames_total = divergences = crashes = 0
     failures: list[str] = []
     for i in range(args.count):
         max_depth = rng.choice([P.DEFAULT_MAX_DEPTH, 3, 8, rng.randint(1, 12)])
@@ -388,48 +491,41 @@ def main(argv: list[str] | None = None) -> int:
             ways["bytewise"] = list(range(1, len(data)))
         ways["random"] = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(1, 6)))) \
             if len(data) > 1 else []
-        reference = None
-        for lazy in (False, True):
-            for name, eng in TWINS:
-                for way, cuts in ways.items():
-                    try:
-                        got = decode_all(eng, data, cuts, lazy, kw)
-                    except Exception as exc:  # noqa: BLE001 - any exception is a finding
-                        got = ("raised", repr(exc))
-                    if reference is None:
-                        reference = got
-                        frames_total += len(got) if isinstance(got, list) else 0
-                    elif got != reference:
-                        divergences += 1
-                        if len(failures) < args.show:
-                            failures.append(
-                                f"input #{i} ({name}, lazy={lazy}, {way}, {kw}):\n  data={data!r}\n"
-                                f"  got={got!r}\n  reference={reference!r}")
+        reproduce = f"python scripts/fuzz_twins.py --seed {args.seed} --count {i + 1}"
+        problems, frames = compare_decoding(data, ways, kw)
+        frames_total += frames
+        for problem in problems:
+            crash = problem.startswith("crash")
+            crashes, divergences = crashes + crash, divergences + (not crash)
+            if len(failures) < args.show:
+                failures.append(f"decoder, input #{i} (seed {args.seed}, {kw}; reproduce: {reproduce}):\n"
+                                f"  data={data!r}\n  {problem}")
         proxies, agent, hop = rng.randint(0, 3), rng.random() < 0.8, rng.randint(0, 4)
         fkw = {k: v for k, v in kw.items() if k != "max_depth"} | {"max_depth": max(max_depth, 2)}
-        got_fw = []
-        for name, eng in TWINS:
-            try:
-                got_fw.append(forward_all(eng, data, ways["random"], proxies, agent, hop, fkw))
-            except Exception as exc:  # noqa: BLE001 - any exception is a finding
-                got_fw.append(("raised", repr(exc)))
-        if got_fw[0] != got_fw[1]:
-            divergences += 1
+        for problem in compare_forwarding(data, ways["random"], proxies, agent, hop, fkw):
+            crash = problem.startswith("crash")
+            crashes, divergences = crashes + crash, divergences + (not crash)
             if len(failures) < args.show:
-                failures.append(f"forwarder, input #{i} (proxies={proxies}, agent={agent}, hop={hop}, {fkw}):\n"
-                                f"  data={data!r}\n  py={got_fw[0]!r}\n  c={got_fw[1]!r}")
+                failures.append(f"forwarder, input #{i} (seed {args.seed}, proxies={proxies}, agent={agent}, "
+                                f"hop={hop}, {fkw}; reproduce: {reproduce}):\n  data={data!r}\n  {problem}")
         value = gen.value()
         problem = check_encoders(value)
         if problem:
-            divergences += 1
+            crash = problem.startswith("crash")
+            crashes, divergences = crashes + crash, divergences + (not crash)
             if len(failures) < args.show:
-                failures.append(f"encoder, value #{i}: {problem}")
+                failures.append(f"encoder, value #{i} (seed {args.seed}; reproduce: {reproduce}): {problem}")
     dt = time.monotonic() - t0
     for f in failures:
         print(f, file=sys.stderr)
     print(f"fuzz_twins: seed={args.seed} inputs={args.count} lines={lines_total} frames={frames_total} "
-          f"encoder_values={args.count} divergences={divergences} ({dt:.1f}s)")
-    return 1 if divergences else 0
+          f"encoder_values={args.count} divergences={divergences} crashes={crashes} ({dt:.1f}s)")
+    if divergences or crashes:
+        print(f"fuzz_twins: FAILED: {divergences} divergence(s), {crashes} crash(es) "
+              f"(seed {args.seed}; the first {min(args.show, divergences + crashes)} printed above)",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

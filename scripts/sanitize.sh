@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Build the compiled engine with AddressSanitizer + UndefinedBehaviorSanitizer
-# (ACP_FAST_SANITIZE=1, see setup.py) in a temporary copy of the checkout, then run the
-# engine and connection tests against it. Exits non-zero on any test failure and on any
-# sanitizer report (ASan aborts the process; UBSan is made to halt on its first report, and
-# the output is searched for reports as well).
+# Build the three compiled modules -- the engine (acp_fast._engine_c), the read gate
+# (acp_fast.protocol._gate_c) and the hot path (acp_fast.roles._hot_c) -- with
+# AddressSanitizer + UndefinedBehaviorSanitizer (ACP_FAST_SANITIZE=1, see setup.py) in a
+# temporary copy of the checkout, check that all three link libasan and libubsan and are
+# the ones imported, then run the engine, connection, read-gate and roles tests against
+# them. Exits non-zero on any test failure and on any sanitizer report (ASan aborts the
+# process; UBSan is made to halt on its first report, and the output is searched for
+# reports as well).
 #
-# Usage: scripts/sanitize.sh [pytest args...]   (default: the engine and connection tests)
+# Usage: scripts/sanitize.sh [pytest args...]
+#        (default: the engine and connection tests, and the tests of the gate and hot path)
 # Env:   PYTHON (default: python3), KEEP_SANITIZE_DIR=1 keeps the temporary copy.
 #
 # CPython itself is not instrumented, so libasan is preloaded and leak detection is off
@@ -29,7 +33,8 @@ trap cleanup EXIT
 # The checkout's files (tracked and new, not ignored): no build outputs, no node_modules.
 git ls-files -z --cached --others --exclude-standard -- . ':!:peers/ts/node_modules' \
     | xargs -0 -r cp -P --parents -t "$work"
-rm -f "$work"/acp_fast/*.so "$work"/acp_fast/_engine_c.cpp
+rm -f "$work"/acp_fast/*.so "$work"/acp_fast/_engine_c.cpp "$work"/acp_fast/protocol/*.so \
+    "$work"/acp_fast/roles/*.so "$work"/acp_fast/protocol/_gate_c.c "$work"/acp_fast/roles/_hot_py.c
 
 echo "=== sanitizer build (ASan + UBSan) in $work ==="
 build() {
@@ -38,15 +43,16 @@ build() {
         ACP_FAST_SANITIZE=1 "$PYTHON" setup.py -q build_ext --inplace
     else
         # Otherwise let pip build a wheel with the pinned [build-system] requirements in an
-        # isolated environment, and take the extension out of it.
+        # isolated environment, and take the extensions out of it.
         ACP_FAST_SANITIZE=1 "$PYTHON" -m pip wheel -q --no-deps -w wheel .
         "$PYTHON" - <<'PY'
 import glob, zipfile
 (whl,) = glob.glob("wheel/*.whl")
 with zipfile.ZipFile(whl) as z:
-    names = [n for n in z.namelist() if n.startswith("acp_fast/_engine_c") and n.endswith(".so")]
-    assert len(names) == 1, names
-    z.extract(names[0], ".")
+    for prefix in ("acp_fast/_engine_c", "acp_fast/protocol/_gate_c", "acp_fast/roles/_hot_c"):
+        names = [n for n in z.namelist() if n.startswith(prefix) and n.endswith(".so")]
+        assert len(names) == 1, (prefix, names)
+        z.extract(names[0], ".")
 PY
     fi
 }
@@ -55,19 +61,30 @@ PY
     exit 1
 }
 
-so="$(ls "$work"/acp_fast/_engine_c*.so)"
-# (ldd's output is captured first: with pipefail, `ldd | grep -q` fails at random when grep
-# exits before ldd has written everything and ldd dies of SIGPIPE)
-linked="$(ldd "$so")"
-if ! grep -q libasan <<<"$linked" || ! grep -q libubsan <<<"$linked"; then
-    echo "sanitize.sh: $so is not linked against libasan/libubsan (ACP_FAST_SANITIZE ignored?)" >&2
-    exit 1
-fi
+for pattern in acp_fast/_engine_c acp_fast/protocol/_gate_c acp_fast/roles/_hot_c; do
+    sos=("$work"/$pattern*.so)
+    if [ "${#sos[@]}" -ne 1 ] || [ ! -e "${sos[0]}" ]; then
+        echo "sanitize.sh: expected one $pattern*.so in the sanitizer build, found: ${sos[*]}" >&2
+        exit 1
+    fi
+    # (ldd's output is captured first: with pipefail, `ldd | grep -q` fails at random when
+    # grep exits before ldd has written everything and ldd dies of SIGPIPE)
+    linked="$(ldd "${sos[0]}")"
+    if ! grep -q libasan <<<"$linked" || ! grep -q libubsan <<<"$linked"; then
+        echo "sanitize.sh: ${sos[0]} is not linked against libasan/libubsan (ACP_FAST_SANITIZE ignored?)" >&2
+        exit 1
+    fi
+    echo "sanitized build: ${sos[0]#"$work"/} links libasan + libubsan"
+done
 
 if [ "$#" -eq 0 ]; then
+    # the engine and the connection; the read gate (_gate_c: test_protocol_surfaces.py, and
+    # on live connections test_roles.py); the hot path (_hot_c: every role test, the
+    # dispatch of requests, notifications and session updates in test_roles*.py)
     set -- tests/test_engine_batch.py tests/test_engine_c_specific.py tests/test_engine_diff.py \
         tests/test_engine_encode.py tests/test_engine_envelope.py tests/test_engine_framing.py \
-        tests/test_engine_limits.py tests/test_engine_forwarder.py tests/test_connection.py
+        tests/test_engine_limits.py tests/test_engine_forwarder.py tests/test_connection.py \
+        tests/test_protocol_surfaces.py tests/test_roles.py tests/test_roles_runtime.py
 fi
 
 log="$work/sanitize.log"
@@ -80,10 +97,18 @@ status=0
     export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"
     export PYTHONMALLOC=malloc
     "$PYTHON" - <<'PY'
+import os
 import acp_fast, acp_fast._engine_c as c
+import acp_fast.protocol._gate_c as gate_c
+import acp_fast.roles._hot_c as hot_c
+from acp_fast.protocol import gate
+from acp_fast.roles import _hot
 assert acp_fast.IMPLEMENTATION == "c", acp_fast.IMPLEMENTATION
-assert c.__file__.startswith(__import__("os").getcwd()), c.__file__
-print("sanitized engine:", c.__file__)
+assert gate.compiled_available(), "the compiled read gate is not used"
+assert _hot.IMPLEMENTATION == "c", _hot.IMPLEMENTATION
+for module in (c, gate_c, hot_c):
+    assert module.__file__.startswith(os.getcwd()), module.__file__
+    print("sanitized:", module.__file__)
 PY
     "$PYTHON" -m pytest -q -p no:cacheprovider "$@"
 ) 2>&1 | tee "$log" || status=$?
