@@ -33,6 +33,9 @@ trap cleanup EXIT
 # The checkout's files (tracked and new, not ignored): no build outputs, no node_modules.
 git ls-files -z --cached --others --exclude-standard -- . ':!:peers/ts/node_modules' \
     | xargs -0 -r cp -P --parents -t "$work"
+# The pinned TypeScript SDK (scripts/install_peers.sh) is linked, not copied: the schema tests
+# read the ACP schemas it ships, and must not skip when the peers are required (CI).
+if [ -d "$ROOT/peers/ts/node_modules" ]; then ln -s "$ROOT/peers/ts/node_modules" "$work/peers/ts/node_modules"; fi
 rm -f "$work"/acp_fast/*.so "$work"/acp_fast/_engine_c.cpp "$work"/acp_fast/protocol/*.so \
     "$work"/acp_fast/roles/*.so "$work"/acp_fast/protocol/_gate_c.c "$work"/acp_fast/roles/_hot_py.c
 

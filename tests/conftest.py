@@ -32,6 +32,8 @@ import pytest
 # tests/helpers/ (shared test support modules) is importable from every test module
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
 
+import peer_rule
+
 from acp_fast import _compat
 
 try:  # hypothesis is a test extra; the fixtures below do not need it
@@ -130,6 +132,15 @@ def c_extensions_wanted(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     # Declared in pyproject too; repeated so the marker exists when run from elsewhere.
     config.addinivalue_line("markers", "c_extension: runs against the compiled twin")
+    config.addinivalue_line(
+        "markers",
+        "seed(*row_ids): the test asserts these rows of docs/seed-coverage.md (checked by "
+        "tests/test_seed_coverage.py)",
+    )
+    try:
+        peer_rule.peers_required()
+    except ValueError as exc:  # a typo must not silently mean "not required"
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -146,9 +157,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     wanted = "yes" if c_extensions_wanted(config) else "no (deselected)"
-    return f"acp_fast: compiled-twin tests: {wanted}"
+    peers = "required (a missing one fails)" if peer_rule.peers_required() else "optional (a missing one skips)"
+    return [f"acp_fast: compiled-twin tests: {wanted}", f"acp_fast: third-party peers: {peers}"]
+
+
+# ---------------------------------------------------------------------------------------
+# Safety net: no missing-peer skip when the peers are required
+# ---------------------------------------------------------------------------------------
+# Tests that need a peer go through tests/helpers/peer_rule.py, which fails instead of
+# skipping when the peers are required. These two hooks (defined there, registered here by
+# name) catch a skip that bypassed it (a new ``pytest.importorskip`` of a peer, a hand-written
+# skip naming a peer) and turn it into a failure, for a test and for a whole module alike.
+
+pytest_runtest_makereport = peer_rule.pytest_runtest_makereport
+pytest_make_collect_report = peer_rule.pytest_make_collect_report
 
 
 # ---------------------------------------------------------------------------------------
@@ -243,7 +267,7 @@ def schema_dir() -> "Path":
     """The pinned ACP schemas (``v1/``, ``v2/``): ``ACP_FAST_SCHEMA_DIR``, else the copy the
     pinned TypeScript SDK package ships (``scripts/install_peers.sh`` installs it), else a
     ``shared/acp-schema`` beside the checkout. Missing: a skip that says how to get them,
-    or a failure when the peers are required (``ACP_FAST_REQUIRE_PEERS=1``, as in CI)."""
+    or a failure when the peers are required (``tests/helpers/peer_rule.py``)."""
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
@@ -254,8 +278,4 @@ def schema_dir() -> "Path":
     for candidate in candidates:
         if (candidate / "v1" / "schema.json").is_file():
             return candidate
-    why = ("ACP schemas not available: run scripts/install_peers.sh (the pinned TS SDK ships them) "
-           "or set ACP_FAST_SCHEMA_DIR")
-    if os.environ.get("ACP_FAST_REQUIRE_PEERS"):
-        pytest.fail(why)
-    pytest.skip(why)
+    peer_rule.missing("acp-schema", "the ACP schemas (v1/schema.json, v2/...) are not available")

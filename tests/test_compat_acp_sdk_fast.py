@@ -23,9 +23,11 @@ from typing import Any
 
 import pytest
 
-acp = pytest.importorskip("acp", reason="the official Python SDK (agent-client-protocol) is not installed")
-
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+
+from peer_rule import require_module  # noqa: E402
+
+acp = require_module("acp", what="the official Python SDK (agent-client-protocol) is not installed")
 
 from acp.schema import (
     AgentMessageChunk,

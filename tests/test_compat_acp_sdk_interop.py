@@ -5,8 +5,9 @@ on ``stdio_transport()`` (the transport drop-in) or with ``fast.run_agent`` (the
 drop-in); the clients are the official SDKs' benchmark clients of ``peers/``
 (``ts/client.mjs`` on the TypeScript SDK, ``pysdk/client.py`` on the stock Python SDK).
 
-Skipped when the peer is not installed (``bash scripts/install_peers.sh``), except when
-``CI=true`` or ``ACP_FAST_REQUIRE_PEERS=1``: then a missing peer fails.
+Skipped when the peer is not installed (``bash scripts/install_peers.sh``), except when the
+peers are required (``tests/helpers/peer_rule.py``: ``ACP_FAST_REQUIRE_PEERS=1``, or ``CI``
+with the flag unset): then a missing peer fails.
 """
 
 from __future__ import annotations
@@ -22,21 +23,17 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("acp", reason="the official Python SDK (agent-client-protocol) is not installed")
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+
+from peer_rule import missing, require_module  # noqa: E402
+
+require_module("acp", what="the official Python SDK (agent-client-protocol) is not installed")
 
 REPO = Path(__file__).resolve().parent.parent
 HELPER = str(Path(__file__).parent / "helpers" / "compat_sdk_agent.py")
 TS_CLIENT = REPO / "peers" / "ts" / "client.mjs"
 TS_SDK = REPO / "peers" / "ts" / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
 PY_CLIENT = REPO / "peers" / "pysdk" / "client.py"
-
-
-def _missing(reason: str) -> None:
-    flag = os.environ.get("ACP_FAST_REQUIRE_PEERS")
-    required = flag not in ("", "0") if flag is not None else os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    if required:
-        pytest.fail(f"{reason} (install the peers with: bash scripts/install_peers.sh)", pytrace=False)
-    pytest.skip(f"{reason}; install the peers with: bash scripts/install_peers.sh")
 
 
 def json_line(argv: list[str], **extra_env: str) -> dict[str, Any]:
@@ -64,7 +61,7 @@ def agent(engine: ModuleType, switch: list[str]) -> list[str]:
 def test_ts_client_drives_sdk_agent_on_dropin(engine: ModuleType, switch: list[str]) -> None:
     node = shutil.which("node")
     if node is None or not TS_SDK.is_file():
-        _missing("node or the TypeScript SDK in peers/ts/node_modules is missing")
+        missing("ts-sdk", "node or the TypeScript SDK in peers/ts/node_modules is missing")
     out = json_line([str(node), str(TS_CLIENT), "--n", "200", "--permission", "--m", "30", "--inflight", "8",
                      "--inflight-m", "60", "--", *agent(engine, switch)], ACP_CHUNK="64")
     assert out["protocolVersion"] == 1 and out["agentInfo"]["name"] == "pysdk-test-agent"
@@ -77,7 +74,7 @@ def test_ts_client_drives_sdk_agent_on_dropin(engine: ModuleType, switch: list[s
 def test_ts_client_gets_1mib_chunks_from_sdk_agent_on_dropin(engine: ModuleType, switch: list[str]) -> None:
     node = shutil.which("node")
     if node is None or not TS_SDK.is_file():
-        _missing("node or the TypeScript SDK in peers/ts/node_modules is missing")
+        missing("ts-sdk", "node or the TypeScript SDK in peers/ts/node_modules is missing")
     out = json_line([str(node), str(TS_CLIENT), "--large", "--n", "4", "--m", "0", "--", *agent(engine, switch)])
     assert out["chunkSize"] == 1048576 and out["textBytes"] == 4 * 1048576 and out["textOk"]
 

@@ -10,8 +10,9 @@ the drop-in, so every Python process of an example (the client and the agent it 
 switches at start-up; each process records the mode it installed and where ``acp.run_agent``
 then comes from, which the tests check.
 
-Skipped when the index cannot be reached, except when ``CI=true`` or
-``ACP_FAST_REQUIRE_PEERS=1``: then that fails.
+Skipped when the index cannot be reached, except when the peers are required
+(``tests/helpers/peer_rule.py``: ``ACP_FAST_REQUIRE_PEERS=1``, or ``CI`` with the flag
+unset): then that fails.
 
 The SDK's suite needs ``pytest-asyncio``, installed (``--no-deps``, pinned) into the same
 cache, not into the environment. Its tests that fail on a drop-in, and why:
@@ -35,12 +36,17 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("acp", reason="the official Python SDK (agent-client-protocol) is not installed")
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+
+from peer_rule import missing, require_module  # noqa: E402
+
+require_module("acp", what="the official Python SDK (agent-client-protocol) is not installed")
 
 REPO = Path(__file__).resolve().parent.parent
 SDK_VERSION = "0.12.1"
 PYTEST_ASYNCIO = "pytest-asyncio==1.5.0"
 MODES = ["stock", "transport", "connection"]
+RERUNS = 3  # runs of an unexpected failure on its own before it counts
 
 EXPECTED_FAILURES = {
     "stock": set(),
@@ -72,14 +78,6 @@ if _log and _mode:
 """
 
 
-def _unavailable(reason: str) -> None:
-    flag = os.environ.get("ACP_FAST_REQUIRE_PEERS")
-    required = flag not in ("", "0") if flag is not None else os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    if required:
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
-
-
 def _cache_dir() -> Path:
     base = os.environ.get("ACP_FAST_SDK_SDIST_CACHE")
     root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "acp_fast" / "sdk-sdist"
@@ -102,7 +100,7 @@ def sdist() -> Path:
                     "-d", str(cache))
         archives = sorted(cache.glob(f"agent_client_protocol-{SDK_VERSION}.tar.gz"))
         if done.returncode != 0 or not archives:
-            _unavailable(f"cannot download the SDK sdist: {done.stderr[-500:]}")
+            missing("pip-index", f"cannot download the SDK sdist: {done.stderr[-500:]}")
         with tarfile.open(archives[0]) as tar:
             tar.extractall(cache, filter="data")
     return tree
@@ -149,6 +147,11 @@ def _failed(stdout: str) -> set[str]:
     return {name.split(" ")[0] for name in names}
 
 
+def _passed(stdout: str) -> set[str]:
+    """The test ids a ``pytest -rA`` run reports as passed."""
+    return {line.split()[1] for line in stdout.splitlines() if line.startswith("PASSED ")}
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_sdk_test_suite(sdist: Path, site: Path, tmp_path: Path, mode: str) -> None:
     # per interpreter: pytest-asyncio's own dependencies depend on the Python version
@@ -161,7 +164,7 @@ def test_sdk_test_suite(sdist: Path, site: Path, tmp_path: Path, mode: str) -> N
             extra.append("typing-extensions>=4.12")
         done = _pip("install", "--no-deps", "--target", str(deps), PYTEST_ASYNCIO, *extra)
         if done.returncode != 0:
-            _unavailable(f"cannot install {PYTEST_ASYNCIO} for the SDK's suite: {done.stderr[-500:]}")
+            missing("pip-index", f"cannot install {PYTEST_ASYNCIO} for the SDK's suite: {done.stderr[-500:]}")
     log = tmp_path / "installed.log"
     report = tmp_path / "report.txt"
     out = subprocess.run(
@@ -176,13 +179,23 @@ def test_sdk_test_suite(sdist: Path, site: Path, tmp_path: Path, mode: str) -> N
     unexpected = sorted(failed - EXPECTED_FAILURES[mode])
     if unexpected:
         # Some of the SDK's tests give a child process 2 s (e.g. test_run_agent_stdio_buffer_limit,
-        # an import of pydantic included): on a loaded machine they fail on the stock SDK too.
-        # Each unexpected failure gets one more run on its own; one that fails again counts.
-        again = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-rfE", *unexpected],
-            capture_output=True, text=True, cwd=sdist, env=_env(site, mode, log, deps), timeout=600, check=False)
-        report.write_text(out.stdout + "\n\n--- unexpected failures, run again ---\n" + again.stdout)
-        failed = (failed - set(unexpected)) | _failed(again.stdout)
+        # an import of pydantic included): on a loaded machine (CI runs two test workers on two
+        # cores) they fail on the stock SDK too. Each unexpected failure is run again on its
+        # own, up to RERUNS times; one that fails every time counts (a real regression fails
+        # every run).
+        text = out.stdout
+        for attempt in range(RERUNS):
+            again = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-rA",
+                 *unexpected], capture_output=True, text=True, cwd=sdist, env=_env(site, mode, log, deps),
+                timeout=600, check=False)
+            text += f"\n\n--- unexpected failures, run {attempt + 2} ---\n" + again.stdout
+            # only a test reported PASSED is cleared (a run that crashed clears nothing)
+            unexpected = sorted(set(unexpected) - _passed(again.stdout))
+            if not unexpected:
+                break
+        report.write_text(text)
+        failed = (failed & EXPECTED_FAILURES[mode]) | set(unexpected)
     assert failed == EXPECTED_FAILURES[mode], (summary, sorted(failed))
     if mode != "stock":
         assert mode in _installed(log)

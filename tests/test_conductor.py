@@ -63,6 +63,7 @@ async def init_chain(client: LinePeer, comps: list[Scripted], init: dict[str, An
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S004-07")
 def test_lazy_start_and_permanent_failure_before_initialize(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 1)
@@ -97,6 +98,7 @@ def test_invalid_protocol_version(engine: ModuleType, params: Any, code: int, da
     run(body)
 
 
+@pytest.mark.seed("S000-73", "S004-12")
 def test_exact_version_params_forwarded_verbatim_and_newer_lowered(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 1)
@@ -123,6 +125,7 @@ def test_exact_version_params_forwarded_verbatim_and_newer_lowered(engine: Modul
     run(body)
 
 
+@pytest.mark.seed("S000-74")
 def test_agent_answering_another_version_fails_initialize(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 0)
@@ -138,6 +141,7 @@ def test_agent_answering_another_version_fails_initialize(engine: ModuleType) ->
     run(body)
 
 
+@pytest.mark.seed("S004-13")
 def test_v1_chain_initializes_proxies_then_agent(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 2)
@@ -153,6 +157,7 @@ def test_v1_chain_initializes_proxies_then_agent(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S004-07")
 def test_chain_fails_to_start(engine: ModuleType) -> None:
     async def body() -> None:
         conductor = Conductor([], engine=engine)
@@ -176,6 +181,7 @@ def test_chain_fails_to_start(engine: ModuleType) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S004-11", "S004-16")
 def test_fresh_id_per_hop_and_params_bytes_kept_across_envelopes(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 1)
@@ -214,6 +220,7 @@ def test_fresh_id_per_hop_and_params_bytes_kept_across_envelopes(engine: ModuleT
     run(body)
 
 
+@pytest.mark.seed("S004-15")
 def test_unknown_methods_forwarded_and_method_not_found_only_from_the_end(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 0)
@@ -234,6 +241,7 @@ def test_unknown_methods_forwarded_and_method_not_found_only_from_the_end(engine
     run(body)
 
 
+@pytest.mark.seed("S004-10")
 def test_cancel_request_is_hop_local_plain_and_wrapped(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 1)
@@ -263,6 +271,7 @@ def test_cancel_request_is_hop_local_plain_and_wrapped(engine: ModuleType) -> No
     run(body)
 
 
+@pytest.mark.seed("S004-08", "S004-14")
 def test_misplaced_successor_and_proxy_initialize_from_outside(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 1)
@@ -296,6 +305,7 @@ def test_misplaced_successor_and_proxy_initialize_from_outside(engine: ModuleTyp
     run(body)
 
 
+@pytest.mark.seed("S004-17")
 @pytest.mark.parametrize("option", ["underscore", "spec"])
 def test_spelling_emitted_and_each_component_answered_in_its_own(engine: ModuleType, option: str) -> None:
     async def body() -> None:
@@ -325,6 +335,7 @@ def test_spelling_emitted_and_each_component_answered_in_its_own(engine: ModuleT
     run(body)
 
 
+@pytest.mark.seed("S000-03")
 def test_batches_stay_frames_across_hops(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 0)
@@ -350,6 +361,7 @@ def test_batches_stay_frames_across_hops(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S004-09")
 def test_malformed_lines_answered_upstream(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 0)
@@ -367,6 +379,7 @@ def test_malformed_lines_answered_upstream(engine: ModuleType) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S004-09")
 def test_component_exit_fails_pending_and_ends_the_chain(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, client, comps, _ = await start(engine, 1)
@@ -484,6 +497,7 @@ def test_trace_records_a_hop_local_cancel_and_its_reissue(engine: ModuleType, tm
     run(body)
 
 
+@pytest.mark.seed("S004-11")
 def test_proxy_mode_routes_the_last_proxy_to_the_parent(engine: ModuleType) -> None:
     async def body() -> None:
         conductor, parent, comps, _ = await start(engine, 0, mode="proxy")

@@ -88,6 +88,7 @@ async def v2_turns(w: Wire) -> None:
     assert idle["params"]["update"]["stopReason"] == "cancelled"
 
 
+@pytest.mark.seed("S000-75")
 @pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize(("n_proxies", "spelling"), [(0, "underscore"), (1, "underscore"), (3, "underscore"),
                                                      (1, "spec")])
@@ -104,6 +105,7 @@ def test_chain_against_testy(engine: ModuleType, n_proxies: int, spelling: str, 
     run(body)
 
 
+@pytest.mark.seed("S004-09")
 def test_component_crash_mid_turn_fails_the_turn_and_ends_the_chain(engine: ModuleType, tmp_path: Path) -> None:
     async def body() -> None:
         crash = [sys.executable, str(HELPERS / "conductor_crash_agent.py")]

@@ -314,6 +314,7 @@ def test_sync_handlers_run_inline_and_coroutines_become_tasks(engine: Any) -> No
     run(main)
 
 
+@pytest.mark.seed("S000-04")
 def test_lines_of_one_read_are_coalesced_into_one_write(engine: Any) -> None:
     async def main() -> None:
         conn, peer = with_peer(engine)
@@ -445,6 +446,7 @@ def batch_handlers(conn: Connection) -> None:
     conn.on_notification("note_error", note_error)
 
 
+@pytest.mark.seed("S000-02")
 def test_batch_mixed_example_gives_exactly_four_replies(engine: Any) -> None:
     async def main() -> None:
         conn, peer = with_peer(engine)

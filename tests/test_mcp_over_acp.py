@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp")
-
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+
+from peer_rule import require_module  # noqa: E402
+
+require_module("mcp", what="the MCP package (mcp) is not installed")
 
 from mcp.server.mcpserver import Context as McpContext
 from mcp.server.mcpserver import MCPServer
@@ -96,6 +98,7 @@ class Recorder:
         return agent
 
 
+@pytest.mark.seed("S000-53")
 def test_client_serves_mcp_tool_to_agent_over_acp(engine: ModuleType) -> None:
     """The agent lists and calls the client's in-process tool ``add`` over mcp/message."""
     async def body() -> None:
@@ -119,6 +122,7 @@ def test_client_serves_mcp_tool_to_agent_over_acp(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-51")
 def test_resume_and_fork_declare_their_servers_too(engine: ModuleType) -> None:
     async def body() -> None:
         rec = Recorder()
@@ -147,6 +151,7 @@ def test_resume_and_fork_declare_their_servers_too(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-50", "S000-51")
 def test_session_setup_builders_take_with_mcp_server(engine: ModuleType) -> None:
     """The builder form (seed 000): ``build_session_from(params).with_mcp_server(s).start_session()``,
     likewise for resume and fork; the request's own params are kept and the declaration appended."""
@@ -183,6 +188,7 @@ def test_session_setup_builders_take_with_mcp_server(engine: ModuleType) -> None
     run(body)
 
 
+@pytest.mark.seed("S000-52")
 def test_failed_setup_removes_the_attachment(engine: ModuleType) -> None:
     async def body() -> None:
         rec = Recorder()
@@ -211,6 +217,7 @@ def test_failed_setup_removes_the_attachment(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-52")
 def test_cancelled_setup_with_error_response_removes_the_attachment(engine: ModuleType) -> None:
     async def body() -> None:
         rec = Recorder()
@@ -294,6 +301,7 @@ def test_with_mcp_servers_needs_v2(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-50")
 def test_agent_can_use_the_server_during_setup(engine: ModuleType) -> None:
     """Routes are installed and the runner started before session/new is published: the
     agent calls the tool while handling session/new, before it answers."""
@@ -318,6 +326,7 @@ def _without_servers(params: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in params.items() if k != "mcpServers"})
 
 
+@pytest.mark.seed("S000-54")
 def test_proxy_global_server_is_added_to_setup_requests_only(engine: ModuleType) -> None:
     """Proxy.v2().with_mcp_server: one connection-scoped id added to the mcpServers of
     session/new, session/resume and session/fork; the rest of each request is unchanged
@@ -485,6 +494,7 @@ def http_agent(record: dict[str, Any]) -> Any:
     return agent
 
 
+@pytest.mark.seed("S000-55")
 @pytest.mark.parametrize("component", ["in-process", "child"])
 def test_polyfill_bridges_acp_declarations_to_http_for_agents_without_the_capability(
         engine: ModuleType, component: str) -> None:

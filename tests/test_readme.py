@@ -103,6 +103,10 @@ def test_quick_start_commands_name_real_things() -> None:
         assert "bash scripts/install_peers.sh" in command
         assert (REPO / "scripts" / "install_peers.sh").is_file()
     assert commands[0].strip().endswith("acp-fast bench --quick")
-    assert commands[1].strip().endswith("python -m pytest")
+    test_part = commands[1].strip().rsplit(" && ", 1)[1]
+    assert test_part.startswith("python -m pytest"), test_part
+    # CI runs the same command: the same install, pytest with the same options (XDIST=(...))
     ci = (REPO / ".ci" / "run").read_text()
-    assert 'pip install -e ".[test]"' in ci and "python -m pytest" in ci  # CI runs the same command
+    assert 'pip install -e ".[test]"' in ci and 'python -m pytest -q -p no:cacheprovider "${XDIST[@]}"' in ci
+    xdist = re.search(r"^XDIST=\((.*)\)$", ci, flags=re.M)
+    assert xdist is not None and test_part.split()[3:] == xdist.group(1).split(), (test_part, xdist)

@@ -58,6 +58,7 @@ def error_of(reply: dict[str, Any]) -> tuple[int, Any]:
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S000-01")
 def test_v1_agent_and_client_talk_v1(engine: ModuleType, transport: str) -> None:
     async def body() -> None:
         updates = []
@@ -80,6 +81,7 @@ def test_v1_agent_and_client_talk_v1(engine: ModuleType, transport: str) -> None
     run(body)
 
 
+@pytest.mark.seed("S000-01")
 def test_v2_agent_and_client_talk_v2(engine: ModuleType, transport: str) -> None:
     async def body() -> None:
         updates = []
@@ -121,6 +123,7 @@ def test_router_serves_v1_and_v2_clients(engine: ModuleType, transport: str) -> 
     run(body)
 
 
+@pytest.mark.seed("S000-85")
 def test_v2_client_against_v1_agent_fails_on_v1_answer_over_pipes(engine: ModuleType, transport: str) -> None:
     async def body() -> None:
         async def main(cx: Any) -> Any:
@@ -134,6 +137,7 @@ def test_v2_client_against_v1_agent_fails_on_v1_answer_over_pipes(engine: Module
     run(body)
 
 
+@pytest.mark.seed("S000-93")
 def test_router_rejects_and_closes_over_pipes(engine: ModuleType, transport: str) -> None:
     async def body() -> None:
         async def main(cx: Any) -> Any:
@@ -158,6 +162,7 @@ def _raw_to(agent: Any, engine: ModuleType) -> RawPeer:
     return RawPeer(serve_in_memory(agent, engine))
 
 
+@pytest.mark.seed("S000-86")
 def test_v1_agent_selects_v1_for_v2_request_and_normalises(engine: ModuleType) -> None:
     async def body() -> None:
         record: dict[str, Any] = {}
@@ -174,6 +179,7 @@ def test_v1_agent_selects_v1_for_v2_request_and_normalises(engine: ModuleType) -
     run(body)
 
 
+@pytest.mark.seed("S000-86")
 def test_v1_agent_selects_v1_for_version_0(engine: ModuleType) -> None:
     async def body() -> None:
         record: dict[str, Any] = {}
@@ -185,6 +191,7 @@ def test_v1_agent_selects_v1_for_version_0(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-87")
 def test_v2_agent_normalises_newer_version_to_2(engine: ModuleType) -> None:
     async def body() -> None:
         record: dict[str, Any] = {}
@@ -206,6 +213,7 @@ def test_v2_agent_response_version_is_pinned_to_2(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-87")
 def test_v2_agent_rejects_v1_without_invoking_handler(engine: ModuleType) -> None:
     async def body() -> None:
         record: dict[str, Any] = {}
@@ -222,6 +230,7 @@ def test_v2_agent_rejects_v1_without_invoking_handler(engine: ModuleType) -> Non
     run(body)
 
 
+@pytest.mark.seed("S000-93")
 def test_v2_agent_malformed_initialize_is_invalid_params(engine: ModuleType) -> None:
     async def body() -> None:
         record: dict[str, Any] = {}
@@ -237,6 +246,7 @@ def test_v2_agent_malformed_initialize_is_invalid_params(engine: ModuleType) -> 
     run(body)
 
 
+@pytest.mark.seed("S000-05")
 def test_v2_client_always_sends_2(engine: ModuleType) -> None:
     async def body() -> None:
         record: dict[str, Any] = {}
@@ -251,6 +261,7 @@ def test_v2_client_always_sends_2(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-83", "S000-85")
 def test_v2_client_fails_on_v1_answer_and_may_retry(engine: ModuleType) -> None:
     async def body() -> None:
         a, b = memory_pair()
@@ -291,6 +302,7 @@ def _counting_v2_agent(calls: list[str], **handlers: Any) -> Any:
     return agent
 
 
+@pytest.mark.seed("S000-80")
 def test_v2_agent_rejects_requests_before_ready(engine: ModuleType) -> None:
     async def body() -> None:
         calls: list[str] = []
@@ -303,6 +315,7 @@ def test_v2_agent_rejects_requests_before_ready(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-80")
 def test_v2_agent_drops_notifications_before_ready(engine: ModuleType) -> None:
     async def body() -> None:
         calls: list[str] = []
@@ -316,6 +329,7 @@ def test_v2_agent_drops_notifications_before_ready(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-84")
 def test_v2_agent_rejects_second_initialize_after_ready(engine: ModuleType) -> None:
     async def body() -> None:
         record: dict[str, Any] = {}
@@ -328,6 +342,7 @@ def test_v2_agent_rejects_second_initialize_after_ready(engine: ModuleType) -> N
     run(body)
 
 
+@pytest.mark.seed("S000-84")
 def test_v2_agent_rejects_initialize_while_in_progress(engine: ModuleType) -> None:
     async def body() -> None:
         gate = asyncio.Event()
@@ -345,6 +360,7 @@ def test_v2_agent_rejects_initialize_while_in_progress(engine: ModuleType) -> No
     run(body)
 
 
+@pytest.mark.seed("S000-81")
 def test_cancel_request_passes_only_while_initializing_and_failure_allows_retry(engine: ModuleType) -> None:
     async def body() -> None:
         attempts: list[int] = []
@@ -371,6 +387,7 @@ def test_cancel_request_passes_only_while_initializing_and_failure_allows_retry(
     run(body)
 
 
+@pytest.mark.seed("S000-83")
 def test_initialize_handler_cannot_defer_and_a_failure_allows_retry(engine: ModuleType) -> None:
     async def body() -> None:
         calls: list[int] = []
@@ -417,6 +434,7 @@ def test_v2_client_guard_refuses_outgoing_traffic_before_ready(engine: ModuleTyp
     run(body)
 
 
+@pytest.mark.seed("S000-82")
 def test_direction_rules(engine: ModuleType) -> None:
     async def body() -> None:
         # a v2 client answers an incoming initialize with the direction error
@@ -455,6 +473,7 @@ def test_v1_builders_are_unchecked(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-72")
 def test_without_acp_version_guard(engine: ModuleType) -> None:
     async def body() -> None:
         agent = Agent.v2().without_acp_version_guard().on_request(
@@ -470,6 +489,7 @@ def test_without_acp_version_guard(engine: ModuleType) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S003-06")
 def test_write_guard_refuses_variants_the_version_lacks(engine: ModuleType) -> None:
     async def body() -> None:
         results: list[Any] = []
@@ -516,6 +536,7 @@ def test_write_guard_refuses_methods_the_version_lacks(engine: ModuleType) -> No
     run(body)
 
 
+@pytest.mark.seed("S003-03")
 def test_read_gate_delivers_other_version_updates_as_passthrough(engine: ModuleType) -> None:
     async def body() -> None:
         a, b = memory_pair()
@@ -585,6 +606,7 @@ def test_session_update_fast_path_view_equals_the_full_read_gate(engine: ModuleT
     run(body)
 
 
+@pytest.mark.seed("S000-89")
 def test_no_conversion_after_negotiation(engine: ModuleType) -> None:
     async def body() -> None:
         peer = RawPeer(serve_in_memory(roles_agent.build("router"), engine))
@@ -601,6 +623,7 @@ def test_no_conversion_after_negotiation(engine: ModuleType) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S000-90")
 def test_router_picks_highest_configured_version_at_or_below(engine: ModuleType) -> None:
     async def body() -> None:
         for mode, requested, params, version, seen_keys in (
@@ -618,6 +641,7 @@ def test_router_picks_highest_configured_version_at_or_below(engine: ModuleType)
     run(body)
 
 
+@pytest.mark.seed("S000-90")
 def test_router_normalises_a_v2_request_for_the_v1_implementation(engine: ModuleType) -> None:
     async def body() -> None:
         seen: list[Any] = []
@@ -643,6 +667,7 @@ def test_router_exact_version_params_reach_implementation_unchanged(engine: Modu
     run(body)
 
 
+@pytest.mark.seed("S000-90")
 @pytest.mark.parametrize("mode, requested, supported", [("router-v2", 1, [2]), ("router", 0, [1, 2])])
 def test_router_rejects_with_32022_and_closes(engine: ModuleType, mode: str, requested: int,
                                                supported: list[int]) -> None:
@@ -677,6 +702,7 @@ def test_router_first_notification_closes_silently(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-92")
 def test_router_ignores_response_only_frames_before_initialize(engine: ModuleType) -> None:
     async def body() -> None:
         peer = RawPeer(serve_in_memory(roles_agent.build("router"), engine))
@@ -687,6 +713,7 @@ def test_router_ignores_response_only_frames_before_initialize(engine: ModuleTyp
     run(body)
 
 
+@pytest.mark.seed("S000-02", "S000-91")
 def test_router_batch_with_initialize_first_is_handed_over_whole(engine: ModuleType) -> None:
     async def body() -> None:
         calls: list[str] = []
@@ -789,6 +816,7 @@ def test_connector_uses_v2_with_a_v2_agent(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-96")
 def test_connector_falls_back_and_reuses_the_connection(engine: ModuleType) -> None:
     async def body() -> None:
         log: list[Any] = []
@@ -808,6 +836,7 @@ def test_connector_falls_back_and_reuses_the_connection(engine: ModuleType) -> N
     run(body)
 
 
+@pytest.mark.seed("S000-96")
 def test_connector_falls_back_on_a_fresh_connection_when_params_differ(engine: ModuleType) -> None:
     async def body() -> None:
         log: list[Any] = []
@@ -826,6 +855,7 @@ def test_connector_falls_back_on_a_fresh_connection_when_params_differ(engine: M
     run(body)
 
 
+@pytest.mark.seed("S000-94", "S000-96")
 def test_connector_surfaces_a_v2_rejection(engine: ModuleType) -> None:
     async def body() -> None:
         log: list[Any] = []
@@ -897,6 +927,7 @@ def test_connector_without_implementations_and_initialize_first(engine: ModuleTy
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S000-66", "S000-70", "S004-12")
 def test_proxy_rejects_plain_initialize_and_forwards_proxy_initialize(engine: ModuleType) -> None:
     async def body() -> None:
         conductor = RawPeer(serve_in_memory(Proxy.v2(), engine))
@@ -929,6 +960,7 @@ def test_proxy_rejects_plain_initialize_and_forwards_proxy_initialize(engine: Mo
     run(body)
 
 
+@pytest.mark.seed("S000-71", "S004-17")
 def test_proxy_answers_the_spec_spelling_in_that_spelling(engine: ModuleType) -> None:
     """``proxy/initialize`` (the spec spelling) is accepted, by the builder and the router, and
     the successor is then addressed as ``proxy/successor``; both envelopes are read."""
@@ -1018,6 +1050,7 @@ def test_proxy_unwraps_a_successor_notification_to_method_and_params_only(engine
     run(body)
 
 
+@pytest.mark.seed("S004-10")
 def test_proxy_cancellation_is_hop_local(engine: ModuleType) -> None:
     async def body() -> None:
         conductor = RawPeer(serve_in_memory(Proxy.builder(), engine))
@@ -1033,6 +1066,7 @@ def test_proxy_cancellation_is_hop_local(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-70", "S000-71", "S000-95")
 def test_proxy_v2_rejects_v1_and_proxy_router_requires_exact_match(engine: ModuleType) -> None:
     async def body() -> None:
         conductor = RawPeer(serve_in_memory(Proxy.v2(), engine))

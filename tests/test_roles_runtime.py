@@ -34,6 +34,7 @@ from acp_fast.transport import memory_pair
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S000-42")
 def test_dynamic_request_handlers_are_added_and_removed_at_run_time(engine: ModuleType) -> None:
     """A handler added while the connection runs answers its method; one returning
     NOT_HANDLED passes the message on (to the builder's handler, then the default -32601);
@@ -68,6 +69,7 @@ def test_dynamic_request_handlers_are_added_and_removed_at_run_time(engine: Modu
     run(body)
 
 
+@pytest.mark.seed("S000-42")
 def test_dynamic_handlers_added_before_initialize_apply_after_it(engine: ModuleType) -> None:
     """Added before the connection is ready, a dynamic handler still waits for the guard
     (requests before ``initialize`` are refused) and then answers."""
@@ -93,6 +95,7 @@ def test_dynamic_handlers_added_before_initialize_apply_after_it(engine: ModuleT
     run(body)
 
 
+@pytest.mark.seed("S000-43")
 def test_dynamic_session_update_handler_sees_gated_updates_per_session(engine: ModuleType) -> None:
     """A client's dynamic ``session/update`` handler gets the read-gated ``SessionUpdate``
     after the session state was tracked; NOT_HANDLED passes other sessions' updates to the
@@ -136,6 +139,7 @@ def test_dynamic_session_update_handler_sees_gated_updates_per_session(engine: M
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S000-40")
 def test_handler_spawns_a_v2_client_connection_with_its_own_builder(engine: ModuleType) -> None:
     """Seed 000: from a handler, ``spawn_connection(Client.v2(), transport)`` starts a child
     connection; callbacks installed on the child's builder get the child's traffic, the
@@ -176,6 +180,7 @@ def test_handler_spawns_a_v2_client_connection_with_its_own_builder(engine: Modu
     run(body)
 
 
+@pytest.mark.seed("S000-41")
 def test_spawn_connection_with_context_returns_the_childs_connection(engine: ModuleType) -> None:
     async def body() -> None:
         parent_a, parent_b = memory_pair()
@@ -253,6 +258,7 @@ def _update(sid: str, **fields: Any) -> dict[str, Any]:
         "sessionId": sid, "update": {"sessionUpdate": "state_update", "state": "idle", **fields}}}}
 
 
+@pytest.mark.seed("S000-60", "S000-61")
 def test_proxy_session_start_routes_new_and_fork_before_later_traffic(engine: ModuleType) -> None:
     """Seed 000: the setup is forwarded in order, the complete response goes back unchanged,
     the route (fork: under the response's new id) exists for an update that arrives in the
@@ -297,6 +303,7 @@ def test_proxy_session_start_routes_new_and_fork_before_later_traffic(engine: Mo
     run(body)
 
 
+@pytest.mark.seed("S000-62", "S000-63")
 def test_proxy_session_start_resume_route_precedes_the_request_and_failure_drops_it(engine: ModuleType) -> None:
     """Seed 000: for resume the route is ready before the request is published, so replay
     (before the response) is routed; a failed setup answers upstream with the downstream
@@ -332,6 +339,7 @@ def test_proxy_session_start_resume_route_precedes_the_request_and_failure_drops
     run(body)
 
 
+@pytest.mark.seed("S000-64")
 def test_proxy_session_start_forwards_cancellation_and_the_answer(engine: ModuleType) -> None:
     """Seed 000: the upstream $/cancel_request is forwarded downstream (hop-local: the
     proxy's own request id) and the downstream answer is still awaited and forwarded."""
@@ -351,6 +359,7 @@ def test_proxy_session_start_forwards_cancellation_and_the_answer(engine: Module
     run(body)
 
 
+@pytest.mark.seed("S000-65")
 def test_proxy_session_start_callback_commands_go_downstream(engine: ModuleType) -> None:
     """The callback's session handle sends to the successor (wrapped), through Testy."""
     async def body() -> None:
@@ -376,6 +385,7 @@ def test_proxy_session_start_callback_commands_go_downstream(engine: ModuleType)
     run(body)
 
 
+@pytest.mark.seed("S000-13")
 def test_session_setup_from_a_complete_request_on_a_client(engine: ModuleType) -> None:
     """``build_session_from`` / ``resume_session_from`` / ``fork_session_from`` take the
     complete request; ``start_session`` publishes it and opens the session with the complete
@@ -411,6 +421,7 @@ def test_session_setup_from_a_complete_request_on_a_client(engine: ModuleType) -
     run(body)
 
 
+@pytest.mark.seed("S000-16")
 def test_v2_client_without_handlers_ignores_updates_and_refuses_requests(engine: ModuleType) -> None:
     """Seed 000: without matching handlers a v2 client ignores notifications and answers
     requests -32601; nothing is retained for a later per-session receiver."""

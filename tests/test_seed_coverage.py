@@ -1,10 +1,14 @@
-"""``docs/seed-coverage.md`` stays true: every test a row names exists and asserts something.
+"""``docs/seed-coverage.md`` stays true: every test a row names exists, asserts something,
+and is marked as asserting *that row*.
 
 The list has one row per behaviour or API the seeds (000, 003, 004) name. This module
 parses its tables, collects the named test files with pytest (``--collect-only``, node ids
-with parameters left off) and checks each named test is collected and contains an
-``assert`` (or ``pytest.raises``). A row without any test, or naming a test that does not
-exist, is a failure; there is no exception.
+with parameters left off) and checks each named test is collected, contains an ``assert``
+(or ``pytest.raises``) and carries ``@pytest.mark.seed("<row id>", ...)`` with the row's id
+(the marker is registered in ``tests/conftest.py``). The reverse holds too: every seed mark
+on a test names a row that lists that test. So a test cannot cover a row by accident (being
+named in the doc): its author says which rows it asserts, next to the assertions. A row
+without any test, or naming a test that does not exist, is a failure; there is no exception.
 """
 
 from __future__ import annotations
@@ -46,9 +50,11 @@ def parse(text: str) -> list[Row]:
     return rows
 
 
-def problems(rows: list[Row], collected: set[tuple[str, str]], asserting: set[tuple[str, str]]) -> list[str]:
+def problems(rows: list[Row], collected: set[tuple[str, str]], asserting: set[tuple[str, str]],
+             marked: dict[tuple[str, str], set[str]]) -> list[str]:
     """Everything wrong with ``rows``; ``collected``: the node ids pytest found,
-    ``asserting``: those whose function contains an assertion."""
+    ``asserting``: those whose function contains an assertion, ``marked``: the row ids of
+    the ``seed`` marks of every test function (of all test files)."""
     out = []
     seen_ids: set[str] = set()
     for row in rows:
@@ -67,8 +73,15 @@ def problems(rows: list[Row], collected: set[tuple[str, str]], asserting: set[tu
             if (path, name) in collected:
                 if (path, name) not in asserting:
                     out.append(f"{row.row_id}: {path}::{name} asserts nothing")
+                if row.row_id not in marked.get((path, name), set()):
+                    out.append(f"{row.row_id}: {path}::{name} has no @pytest.mark.seed({row.row_id!r})")
                 continue
             out.append(f"{row.row_id}: {path}::{name} does not exist")
+    listed = {(row.row_id, test) for row in rows for test in row.tests}
+    for (path, name), ids in sorted(marked.items()):
+        for row_id in sorted(ids):
+            if (row_id, (path, name)) not in listed:
+                out.append(f"{path}::{name} is marked seed({row_id!r}) but that row does not name it")
     return out
 
 
@@ -104,6 +117,42 @@ def asserting_functions(paths: set[str]) -> set[tuple[str, str]]:
     return out
 
 
+def _seed_ids(decorator: ast.expr) -> list[str] | None:
+    """The row ids of a ``@pytest.mark.seed("S000-01", ...)`` decorator, else None."""
+    if not isinstance(decorator, ast.Call):
+        return None
+    func = decorator.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "seed" and isinstance(func.value, ast.Attribute)
+            and func.value.attr == "mark"):
+        return None
+    ids = [arg.value for arg in decorator.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+    if len(ids) != len(decorator.args) or not ids:
+        raise ValueError(f"line {decorator.lineno}: seed marks take row ids as string literals")
+    return ids
+
+
+def seed_marks(files: list[Path]) -> dict[tuple[str, str], set[str]]:
+    """``(file, function) -> row ids`` of the ``seed`` marks of the module-level functions
+    (files as paths relative to the repository)."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for file in files:
+        text = file.read_text(encoding="utf-8")
+        if "mark.seed" not in text:
+            continue
+        rel = file.resolve().relative_to(REPO).as_posix()
+        for node in ast.parse(text).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for decorator in node.decorator_list:
+                    ids = _seed_ids(decorator)
+                    if ids:
+                        out.setdefault((rel, node.name), set()).update(ids)
+    return out
+
+
+def all_test_files() -> list[Path]:
+    return sorted((REPO / "tests").rglob("test_*.py"))
+
+
 @pytest.fixture(scope="module")
 def rows() -> list[Row]:
     return parse(DOC.read_text())
@@ -112,7 +161,7 @@ def rows() -> list[Row]:
 def test_every_row_names_an_existing_asserting_test(rows: list[Row]) -> None:
     assert len(rows) >= 100  # the list is not silently truncated
     paths = {path for row in rows for path, _ in row.tests}
-    found = problems(rows, collect(paths), asserting_functions(paths))
+    found = problems(rows, collect(paths), asserting_functions(paths), seed_marks(all_test_files()))
     assert found == [], "\n".join(found)
 
 
@@ -121,6 +170,7 @@ def test_every_seed_has_rows(rows: list[Row]) -> None:
         assert any(row.row_id.startswith(seed) for row in rows), seed
 
 
+@pytest.mark.seed("S003-11")
 def test_checker_rejects_rows_without_tests() -> None:
     """The checker fails the rows it exists to catch (each case checked on its own)."""
     doc = "\n".join([  # noqa: FLY002 - one row per line
@@ -131,11 +181,14 @@ def test_checker_rejects_rows_without_tests() -> None:
         "| S000-07 | no Testy column | `tests/test_seed_coverage.py::test_checker_rejects_rows_without_tests` | |",
         "| S000-01 | a duplicate id | `tests/test_seed_coverage.py::test_checker_rejects_rows_without_tests` | v2: x |",
         "| S000-08 | a test that asserts nothing | `tests/test_seed_coverage.py::collect` | v2: x |",
+        "| S000-09 | a test not marked for this row | `tests/test_seed_coverage.py::parse` | v2: x |",
     ])
     me = "tests/test_seed_coverage.py"
-    collected = {(me, "test_checker_rejects_rows_without_tests"), (me, "collect")}
-    asserting = {(me, "test_checker_rejects_rows_without_tests")}
-    found = problems(parse(doc), collected, asserting)
+    collected = {(me, "test_checker_rejects_rows_without_tests"), (me, "collect"), (me, "parse")}
+    asserting = {(me, "test_checker_rejects_rows_without_tests"), (me, "parse")}
+    marked = {(me, "test_checker_rejects_rows_without_tests"): {"S000-01", "S000-07"}, (me, "collect"): {"S000-08"},
+              (me, "parse"): {"S000-01"}}  # parse: marked, but for another row
+    found = problems(parse(doc), collected, asserting, marked)
     assert found == [
         "S000-02: no test named",
         "S000-03: tests/test_seed_coverage.py::test_that_does_not_exist does not exist",
@@ -143,7 +196,17 @@ def test_checker_rejects_rows_without_tests() -> None:
         "S000-07: the Testy column names neither a Testy command nor `n/a:` with a reason",
         "S000-01: duplicate row id",
         "S000-08: tests/test_seed_coverage.py::collect asserts nothing",
+        "S000-09: tests/test_seed_coverage.py::parse has no @pytest.mark.seed('S000-09')",
+        "tests/test_seed_coverage.py::parse is marked seed('S000-01') but that row does not name it",
     ]
+
+
+def test_seed_marks_are_read_from_the_decorators(tmp_path: Path) -> None:
+    inside = REPO / "tests"
+    assert seed_marks([inside / "test_seed_rows.py"])[("tests/test_seed_rows.py",
+                                                       "test_an_unknown_stop_reason_keeps_its_payload")] == {"S000-100"}
+    with pytest.raises(ValueError, match="string literals"):
+        _seed_ids(ast.parse("@pytest.mark.seed(ROW)\ndef f(): pass").body[0].decorator_list[0])  # type: ignore[attr-defined]
 
 
 def test_collection_finds_parametrized_tests_by_function_name() -> None:

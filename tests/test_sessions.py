@@ -30,6 +30,7 @@ def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.mark.seed("S000-10")
 def test_v2_build_session_returns_complete_response_and_command_handle(engine: ModuleType, transport: str) -> None:
     async def body() -> None:
         async def main(cx: Any) -> Any:
@@ -46,6 +47,7 @@ def test_v2_build_session_returns_complete_response_and_command_handle(engine: M
     run(body)
 
 
+@pytest.mark.seed("S000-14")
 def test_v2_send_prompt_returns_insertion_receipt_and_idle_ends_work(engine: ModuleType, transport: str) -> None:
     async def body() -> None:
         inserted: list[Any] = []
@@ -69,6 +71,7 @@ def test_v2_send_prompt_returns_insertion_receipt_and_idle_ends_work(engine: Mod
     run(body)
 
 
+@pytest.mark.seed("S000-18")
 def test_v2_state_tracking_running_requires_action_idle(engine: ModuleType) -> None:
     async def body() -> None:
         states: list[str] = []
@@ -92,6 +95,7 @@ def test_v2_state_tracking_running_requires_action_idle(engine: ModuleType) -> N
     run(body)
 
 
+@pytest.mark.seed("S000-33", "S000-100")
 def test_v2_error_stop_reason_carries_the_error(engine: ModuleType) -> None:
     async def body() -> None:
         async def main(cx: Any) -> Any:
@@ -109,6 +113,7 @@ def test_v2_error_stop_reason_carries_the_error(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-20")
 def test_v2_cancel_active_work_ends_with_cancelled(engine: ModuleType, transport: str) -> None:
     async def body() -> None:
         running = asyncio.Event()
@@ -130,6 +135,7 @@ def test_v2_cancel_active_work_ends_with_cancelled(engine: ModuleType, transport
     run(body)
 
 
+@pytest.mark.seed("S000-17")
 def test_v2_state_reported_before_new_session_response_is_kept(engine: ModuleType) -> None:
     async def body() -> None:
         a, b = memory_pair()
@@ -153,6 +159,7 @@ def test_v2_state_reported_before_new_session_response_is_kept(engine: ModuleTyp
     run(body)
 
 
+@pytest.mark.seed("S000-19")
 def test_repeated_idle_snapshot_is_not_a_new_completion() -> None:
     state = SessionState()
     state.apply({"state": "idle", "stopReason": "end_turn"})  # a snapshot of an idle session
@@ -167,6 +174,7 @@ def test_repeated_idle_snapshot_is_not_a_new_completion() -> None:
     assert state.idle_epoch == 2 and state.stop_reason is None  # no reason reported
 
 
+@pytest.mark.seed("S000-11", "S000-25")
 def test_v2_resume_replay_delivered_in_order_before_the_response(engine: ModuleType, transport: str) -> None:
     async def body() -> None:
         seen: list[str] = []
@@ -191,6 +199,7 @@ def test_v2_resume_replay_delivered_in_order_before_the_response(engine: ModuleT
     run(body)
 
 
+@pytest.mark.seed("S000-27")
 def test_v1_prompt_turn_ends_with_stop_reason(engine: ModuleType, transport: str) -> None:
     async def body() -> None:
         chunks: list[str] = []
@@ -213,6 +222,7 @@ def test_v1_prompt_turn_ends_with_stop_reason(engine: ModuleType, transport: str
     run(body)
 
 
+@pytest.mark.seed("S000-27")
 def test_session_helpers_check_the_connection_version(engine: ModuleType) -> None:
     async def body() -> None:
         async def v1_main(cx: Any) -> Any:
@@ -231,6 +241,7 @@ def test_session_helpers_check_the_connection_version(engine: ModuleType) -> Non
     run(body)
 
 
+@pytest.mark.seed("S000-21", "S004-05", "S004-06")
 @pytest.mark.parametrize("version", [1, 2])
 def test_cancel_active_work_does_the_clients_part(engine: ModuleType, version: int) -> None:
     """Seed 000: cancel_active_work sends session/cancel, answers every pending permission
@@ -292,6 +303,7 @@ def test_cancel_active_work_does_the_clients_part(engine: ModuleType, version: i
     run(body)
 
 
+@pytest.mark.seed("S000-12")
 def test_fork_session_opens_the_new_session_with_the_complete_response(engine: ModuleType) -> None:
     """Seed 000 (unstable): fork publishes session/fork and the handle uses the new id."""
     from acp_fast import testy
@@ -374,6 +386,7 @@ def _helper_agent(hold: asyncio.Event | None = None) -> Any:
     return agent
 
 
+@pytest.mark.seed("S000-24")
 def test_v2_close_resolves_after_the_final_updates_were_handled(engine: ModuleType) -> None:
     """Seed 000 (client and agent helper): the close response follows the cancelled work's
     final updates and idle ``cancelled``; the client's ``close()`` resolves after their
@@ -414,6 +427,7 @@ def test_v2_close_resolves_after_the_final_updates_were_handled(engine: ModuleTy
     run(body)
 
 
+@pytest.mark.seed("S000-30", "S000-32")
 def test_agent_session_reports_failures_after_insertion_on_idle(engine: ModuleType) -> None:
     """Seed 000: an inserted prompt's failure (auth_required) is the idle update's error stop
     reason; the prompt response stayed successful; a second prompt while work runs is
@@ -441,6 +455,7 @@ def test_agent_session_reports_failures_after_insertion_on_idle(engine: ModuleTy
     run(body)
 
 
+@pytest.mark.seed("S000-15")
 def test_v2_session_handle_is_only_an_id_and_a_connection(engine: ModuleType) -> None:
     """Seed 000: ``V2Session`` is a cloneable command handle (session id + connection); it
     owns and buffers nothing, and dropping it has no effect on the wire."""
@@ -463,6 +478,7 @@ def test_v2_session_handle_is_only_an_id_and_a_connection(engine: ModuleType) ->
     run(body)
 
 
+@pytest.mark.seed("S000-26")
 def test_cancel_active_work_leaves_elicitations_to_the_agent(engine: ModuleType) -> None:
     """Seed 000: elicitations are not all cancelled implicitly by ``cancel_active_work``
     (the agent cancels irrelevant ones with ``$/cancel_request``); only the session's
@@ -514,6 +530,7 @@ def test_cancel_active_work_leaves_elicitations_to_the_agent(engine: ModuleType)
     run(body)
 
 
+@pytest.mark.seed("S000-105")
 def test_v2_upsert_patch_and_meta_rules() -> None:
     """Seed 000 (schema 1.12): omitted = unchanged, null = clear, value = replace whole;
     top-level ``_meta`` patches by key (null removes a key, nested objects replaced not

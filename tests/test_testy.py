@@ -308,6 +308,7 @@ def test_v1_callbacks(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S004-06")
 def test_v1_cancel_while_waiting_on_callback_sends_cancel_request(engine: ModuleType) -> None:
     async def body() -> None:
         w = await memory(engine)
@@ -331,6 +332,7 @@ def test_v1_cancel_while_waiting_on_callback_sends_cancel_request(engine: Module
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S000-14", "S000-30")
 def test_v2_prompt_lifecycle(engine: ModuleType) -> None:
     async def body() -> None:
         w = await memory(engine)
@@ -371,6 +373,7 @@ def test_v2_prompt_lifecycle(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-20", "S000-22", "S000-34")
 def test_v2_cancel_busy_and_close(engine: ModuleType) -> None:
     async def body() -> None:
         w = await memory(engine)
@@ -403,6 +406,7 @@ def test_v2_cancel_busy_and_close(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-29", "S000-37", "S000-38", "S000-39", "S000-104")
 def test_v2_resume_replay_and_idle_snapshot(engine: ModuleType) -> None:
     async def body() -> None:
         w = await memory(engine)
@@ -447,6 +451,7 @@ def _is_idle(m: Any) -> bool:
     return bool(m.get("params", {}).get("update", {}).get("state") == "idle")
 
 
+@pytest.mark.seed("S000-31", "S000-35")
 def test_v2_close_answers_an_uninserted_prompt_32800_after_idle_cancelled(engine: ModuleType) -> None:
     """Seed 000: closing a session with active work sends the final updates and idle
     ``cancelled`` before the close response; the uninserted prompt gets -32800 and no
@@ -468,6 +473,7 @@ def test_v2_close_answers_an_uninserted_prompt_32800_after_idle_cancelled(engine
     run(body)
 
 
+@pytest.mark.seed("S000-34", "S000-36")
 def test_v2_close_keeps_an_inserted_prompts_message_id(engine: ModuleType) -> None:
     """Seed 000: an inserted prompt cancelled by close still has its successful message id,
     and its final updates and idle ``cancelled`` precede the close response."""
@@ -486,6 +492,7 @@ def test_v2_close_keeps_an_inserted_prompts_message_id(engine: ModuleType) -> No
     run(body)
 
 
+@pytest.mark.seed("S000-35")
 def test_v2_session_cancel_before_insertion_answers_32800(engine: ModuleType) -> None:
     async def body() -> None:
         w = await memory(engine)
@@ -504,6 +511,7 @@ def test_v2_session_cancel_before_insertion_answers_32800(engine: ModuleType) ->
     run(body)
 
 
+@pytest.mark.seed("S000-23")
 def test_v2_cancel_request_of_an_uninserted_prompt_answers_32800(engine: ModuleType) -> None:
     """``$/cancel_request`` of a prompt not inserted yet cancels it (-32800, then idle
     ``cancelled``); after insertion the prompt is already answered with its message id."""
@@ -529,6 +537,7 @@ def test_v2_cancel_request_of_an_uninserted_prompt_answers_32800(engine: ModuleT
     run(body)
 
 
+@pytest.mark.seed("S004-03", "S004-04")
 @pytest.mark.parametrize("how", ["session/cancel", "session/close"])
 def test_v2_cancelled_work_cancels_its_pending_permission_request(engine: ModuleType, how: str) -> None:
     """Seed 004: on session/cancel the agent stops waiting for the cancelled work's
@@ -556,6 +565,7 @@ def test_v2_cancelled_work_cancels_its_pending_permission_request(engine: Module
     run(body)
 
 
+@pytest.mark.seed("S000-104")
 def test_v2_malformed_acted_on_setup_payloads_are_invalid_params(engine: ModuleType) -> None:
     """Seed 000 (schema 1.11): malformed ``mcpServers`` / ``additionalDirectories`` of
     session/new, resume and fork get -32602 and are not acted on; null means empty."""
@@ -574,6 +584,7 @@ def test_v2_malformed_acted_on_setup_payloads_are_invalid_params(engine: ModuleT
     run(body)
 
 
+@pytest.mark.seed("S000-33")
 def test_v2_failure_after_insertion_is_the_idle_error_stop_reason(engine: ModuleType) -> None:
     """Seed 000: after insertion a failure, auth_required included, keeps the prompt
     response successful and is reported on the idle update (stop reason ``error``)."""
@@ -593,6 +604,7 @@ def test_v2_failure_after_insertion_is_the_idle_error_stop_reason(engine: Module
     run(body)
 
 
+@pytest.mark.seed("S000-32", "S004-02")
 def test_v2_require_auth_rejects_before_insertion_and_answers_auth_status(engine: ModuleType) -> None:
     """``--require-auth`` on v2: auth/status is exempt from auth_required (seed 004 I6);
     a prompt refused for authentication before insertion is an error response with no
@@ -625,6 +637,7 @@ def test_v2_require_auth_rejects_before_insertion_and_answers_auth_status(engine
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.seed("S000-90")
 def test_router_serves_both_versions(engine: ModuleType) -> None:
     async def body() -> None:
         for init, version in ((v1_init(), 1), (v2_init(), 2), (v2_init(3), 2)):
@@ -646,6 +659,7 @@ def test_router_serves_both_versions(engine: ModuleType) -> None:
     run(body)
 
 
+@pytest.mark.seed("S000-87")
 def test_versions_2_rejects_v1_with_32022(engine: ModuleType) -> None:
     async def body() -> None:
         w, stream = await child(engine, "--versions", "2")
@@ -700,6 +714,7 @@ def test_bad_versions_argument_exits_2() -> None:
     assert proc.returncode == 2 and "invalid --versions" in proc.stderr
 
 
+@pytest.mark.seed("S004-01")
 def test_auth_status_is_answered_while_authentication_is_required(engine: Any) -> None:
     """Seed 004 I6: auth/status is exempt from auth_required (Testy --require-auth)."""
     from acp_fast import Client

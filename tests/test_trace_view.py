@@ -9,7 +9,9 @@ message, pairing, errors, filters, the detail pane); a few runs append a small s
 copy of the page to click, untick and scroll like a user. Screenshots are written under
 ``tmp_path`` and, when ``ACP_FAST_ARTEFACTS`` names a folder, copied there.
 
-Chromium absent: skipped with the reason, unless ``CI`` is set (then the tests fail).
+Chromium absent: skipped with the reason, unless the peers are required
+(``tests/helpers/peer_rule.py``: ``ACP_FAST_REQUIRE_PEERS=1``, or ``CI`` with the flag unset):
+then the tests fail.
 A browser run has a hang guard (a timeout), never a timing threshold.
 """
 
@@ -33,6 +35,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 from conductor_support import Wire, cmd_testy, component_env, text_prompt
+from peer_rule import missing, require_module
 from roles_support import RawPeer, run, v1_init
 
 from acp_fast import Proxy
@@ -298,9 +301,7 @@ def test_cli_view_and_summary(real_trace: Path, tmp_path: Path, capsys: pytest.C
 def chromium() -> str:
     path = shutil.which("chromium") or ("/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None)
     if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but chromium is missing: install it (apt-get install chromium; see .ci/run)")
-        pytest.skip("needs headless Chromium (/usr/bin/chromium, Debian package 'chromium'); CI installs it")
+        missing("chromium", "headless Chromium (chromium on PATH or /usr/bin/chromium) is not installed")
     return path
 
 
@@ -487,7 +488,7 @@ def assert_drawn(shot: Path, size: tuple[int, int], colours: list[tuple[int, int
     """The PNG has the window's size and shows strokes of each of ``colours`` (viewer.css)."""
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    image_module = pytest.importorskip("PIL.Image", reason="Pillow (a matplotlib dependency) reads the PNG")
+    image_module = require_module("PIL.Image", "pillow", "Pillow (a matplotlib dependency) reads the PNG")
     image = image_module.open(shot).convert("RGB")
     assert image.size == size
     counts = image.getcolors(maxcolors=1 << 22) or []

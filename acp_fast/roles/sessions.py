@@ -86,6 +86,10 @@ class StopReason:
             ``"cancelled"``, ``"error"`` or any other string (custom ones start with ``_``).
         error: the JSON-RPC error object of an ``error`` stop reason, if reported.
         payload: the whole update it came from (unknown fields preserved).
+
+    Equality compares what the stop reason *says*: ``kind`` and ``error`` (and a string
+    compares with ``kind``). ``payload`` is not compared, since it is the whole update (session
+    id, state, the agent's own fields); read the fields you care about from ``payload``.
     """
 
     __slots__ = ("error", "kind", "payload")

@@ -2,15 +2,14 @@
 
 ``node`` (>= 20) with ``peers/ts/node_modules`` (``@agentclientprotocol/sdk`` 2.4.0) and the
 Python SDK ``agent-client-protocol`` 0.12.1 are installed by ``bash scripts/install_peers.sh``.
-When one is missing the tests that need it are skipped with the reason, except under CI
-(``CI=true``) or ``ACP_FAST_REQUIRE_PEERS=1``, where a missing peer is a failure so that the
-interop matrix cannot pass vacuously (``ACP_FAST_REQUIRE_PEERS=0`` allows skipping in CI).
+When one is missing the tests that need it skip with the reason, or fail when the peers are
+required (``tests/helpers/peer_rule.py``: ``ACP_FAST_REQUIRE_PEERS=1``, or ``CI=true`` with
+the flag unset), so that the interop matrix cannot pass vacuously.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,21 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from interop_support import PEERS_TS, PYSDK_VERSION, TS_SDK_VERSION
-
-INSTALL = "install the peers with: bash scripts/install_peers.sh"
-
-
-def _required() -> bool:
-    flag = os.environ.get("ACP_FAST_REQUIRE_PEERS")
-    if flag is not None:
-        return flag not in ("", "0")
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _missing(reason: str) -> None:
-    if _required():
-        pytest.fail(f"{reason} ({INSTALL}; CI requires the interop peers)", pytrace=False)
-    pytest.skip(f"{reason}; {INSTALL}")
+from peer_rule import missing
 
 
 @pytest.fixture(scope="session")
@@ -43,10 +28,10 @@ def node() -> str:
     """The ``node`` executable (>= 20)."""
     exe = shutil.which("node")
     if exe is None:
-        _missing("node is not on PATH")
+        missing("node", "node is not on PATH")
     out = subprocess.run(check=False, args=[exe, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     if int(out.lstrip("v").split(".")[0]) < 20:
-        _missing(f"node {out} is too old (the TS SDK needs >= 20)")
+        missing("node", f"node {out} is too old (the TS SDK needs >= 20)")
     return exe  # type: ignore[return-value]
 
 
@@ -55,10 +40,10 @@ def ts_sdk(node: str) -> str:
     """``node``, once ``peers/ts/node_modules`` holds the pinned TS SDK."""
     pkg = PEERS_TS / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
     if not pkg.is_file():
-        _missing("the TypeScript SDK is not installed in peers/ts/node_modules")
+        missing("ts-sdk", "the TypeScript SDK is not installed in peers/ts/node_modules")
     version = json.loads(pkg.read_text())["version"]
     if version != TS_SDK_VERSION:
-        _missing(f"peers/ts has @agentclientprotocol/sdk {version}, not {TS_SDK_VERSION}")
+        missing("ts-sdk", f"peers/ts has @agentclientprotocol/sdk {version}, not {TS_SDK_VERSION}")
     return node
 
 
@@ -70,7 +55,7 @@ def pysdk() -> str:
     try:
         version = metadata.version("agent-client-protocol")
     except metadata.PackageNotFoundError:
-        _missing("the Python SDK agent-client-protocol is not installed")
+        missing("acp", "the Python SDK agent-client-protocol is not installed")
     if version != PYSDK_VERSION:
-        _missing(f"agent-client-protocol {version} is installed, not {PYSDK_VERSION}")
+        missing("acp", f"agent-client-protocol {version} is installed, not {PYSDK_VERSION}")
     return version

@@ -46,6 +46,7 @@ def test_ts_v1_client_through_the_conductor(ts_sdk: str, engine: ModuleType) -> 
     assert out["stopReason"] == "end_turn" and out["agentExit"] == 0
 
 
+@pytest.mark.seed("S000-75")
 @pytest.mark.usefixtures("ts_sdk")
 def test_ts_v2_client_through_three_proxies(ts_sdk: str, engine: ModuleType) -> None:
     out = json_line([ts_sdk, str(PEERS_TS / "client_v2.mjs"), "--n", "300", "--m", "30", "--",
@@ -56,6 +57,7 @@ def test_ts_v2_client_through_three_proxies(ts_sdk: str, engine: ModuleType) -> 
     assert out["updatesOk"] and out["textOk"] and out["stopReason"] == "end_turn" and out["agentExit"] == 0
 
 
+@pytest.mark.seed("S004-10")
 @pytest.mark.usefixtures("ts_sdk")
 def test_ts_cancellation_through_the_conductor(ts_sdk: str, engine: ModuleType) -> None:
     def probe(scenario: str) -> dict[str, Any]:

@@ -22,10 +22,12 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp")
-
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "helpers"))
+
+from peer_rule import require_module  # noqa: E402
+
+require_module("mcp", what="the MCP package (mcp) is not installed")
 
 from interop_support import HERE, REPO, env, json_line, run
 from mcp.server.mcpserver import MCPServer

@@ -31,6 +31,7 @@ from acp_fast.transport import spawn
 pytestmark = pytest.mark.usefixtures("ts_sdk")
 
 
+@pytest.mark.seed("S000-39", "S004-02")
 def test_ts_v2_client_fork_auth_status_and_prompt_acceptance_against_testy(ts_sdk: str, engine: ModuleType) -> None:
     out = json_line([ts_sdk, str(PEERS_TS / "seeds_client_v2.mjs"), "--",
                      *fast_testy(engine, "--versions", "2", "--require-auth")])
@@ -56,6 +57,7 @@ def test_ts_v2_client_fork_auth_status_and_prompt_acceptance_against_testy(ts_sd
     assert out["agentExit"] == 0
 
 
+@pytest.mark.seed("S004-02")
 def test_acp_fast_v2_client_forks_and_asks_auth_status_of_the_ts_agent(ts_sdk: str, engine: ModuleType) -> None:
     async def body() -> None:
         seen: list[tuple[str, str]] = []
