@@ -6,7 +6,15 @@ Usage::
     python -m bench.report --runs 5 --scale 0.2
     python -m bench.report --quick --runs 1     # CI-sized
     python -m bench.report --json a.json --json b.json   # no run: aggregate saved runs
+    python -m bench.report --runs 3 --scale 0.25 --write-json docs/bench/engine.json
+    python -m bench.report --from-json docs/bench/engine.json    # no run: the same report again
     python bench/report.py ...                  # same thing
+
+``--write-json PATH`` saves what the report is made of (per scenario × corpus × implementation:
+lines/s of every run, their median, the correctness flags and extra info; plus the command,
+date, Python and load), and ``--from-json PATH`` renders the report from that file alone
+(needs tabulate only, not pytest-benchmark, orjson or msgspec). ``--json`` is the other way
+round: it *reads* pytest-benchmark's raw JSON of earlier runs.
 
 Each run is one ``python -m pytest bench --benchmark-json=…`` process (fresh corpora, fresh
 heap); raw JSON and logs land in ``bench/.results/<timestamp>/`` (git-ignored) unless
@@ -36,7 +44,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LIMITS", "LIMITS_SOURCE", "TARGETS", "aggregate", "render", "main"]
+__all__ = ["LIMITS", "LIMITS_SOURCE", "TARGETS", "aggregate", "from_report_json", "main", "render",
+           "report_json"]
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / ".results"
@@ -330,7 +339,7 @@ def render(rows: dict[tuple[str, str, str], Row], meta: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in versions.items()),
     ]
     if meta.get("load"):
-        lines.append(f"- 1-min load average per run (start→end, {os.cpu_count()} CPUs here): "
+        lines.append(f"- 1-min load average per run (start→end, {meta.get('cpus') or os.cpu_count()} CPUs here): "
                      f"{', '.join(meta['load'])} (a load above ~1 means other processes shared the CPUs)")
     if missing:
         lines.append(f"- not measured: {', '.join(missing)}")
@@ -359,6 +368,78 @@ def render(rows: dict[tuple[str, str, str], Row], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------
+# The report's own JSON (--write-json / --from-json)
+# ---------------------------------------------------------------------------------------
+
+#: ``"kind"`` of the JSON :func:`report_json` writes
+KIND = "bench.report"
+
+
+def report_json(rows: dict[tuple[str, str, str], Row], meta: dict[str, Any],
+                command: str | None = None) -> dict[str, Any]:
+    """Everything :func:`render` reads, as JSON: rows in their order (their runs' lines/s by run
+    index, the median, the correctness flags, every run's ``extra_info``) and the facts about the
+    runs, with what :func:`render` would take from this machine filled in (Python, CPU, CPUs)."""
+    machine = dict(meta.get("machine") or {})
+    cpu = {k: v for k, v in (machine.get("cpu") or {}).items() if k != "flags"}
+    cpu.setdefault("brand_raw", platform.processor() or "?")
+    cpu.setdefault("count", os.cpu_count())
+    machine["cpu"] = cpu
+    machine.setdefault("python_version", platform.python_version())
+    machine.setdefault("acp_fast_bench", {})
+    return {
+        "kind": KIND,
+        "version": 1,
+        "meta": {
+            "command": command,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpus": meta.get("cpus") or os.cpu_count(),
+            "runs": meta["runs"],
+            "scales": sorted(x for x in meta["scales"] if x is not None),
+            "datetime": meta.get("datetime"),
+            "load": meta.get("load"),
+            "machine": machine,
+        },
+        "rows": [
+            {"scenario": s, "corpus": c, "impl": i, "lines": row.lines,
+             "runs": [{"run": run, "lines_per_s": rate} for run, rate in row.by_run.items()],
+             "median": row.rate if row.rates else None, "correct": row.correct, "extra": row.extra}
+            for (s, c, i), row in rows.items()
+        ],
+    }
+
+
+def from_report_json(path: Path) -> tuple[dict[tuple[str, str, str], Row], dict[str, Any]]:
+    """The rows and facts :func:`render` needs, from a file :func:`report_json` wrote; raises
+    ``acp_fast.benchmark.tables.BenchJSONError`` when ``path`` is not such a file."""
+    from acp_fast.benchmark.tables import BenchJSONError, load_json
+
+    what = "a bench.report JSON (written by --write-json)"
+    doc = load_json(path, what)
+    if doc.get("kind") != KIND:
+        hint = " (a pytest-benchmark JSON: pass it with --json)" if "benchmarks" in doc else ""
+        raise BenchJSONError(f"{path}: not {what}: its \"kind\" is {doc.get('kind')!r}, not {KIND!r}{hint}")
+    try:
+        meta = dict(doc["meta"])
+        meta["scales"] = set(meta.get("scales") or [])
+        meta["runs"] = int(meta["runs"])
+        if meta.get("load") is None:
+            meta.pop("load", None)
+        rows: dict[tuple[str, str, str], Row] = defaultdict(Row)
+        for d in doc["rows"]:
+            row = rows[(str(d["scenario"]), str(d["corpus"]), str(d["impl"]))]
+            row.lines = int(d["lines"])
+            row.by_run = {int(r["run"]): float(r["lines_per_s"]) for r in d["runs"]}
+            row.correct = [bool(x) for x in d["correct"]]
+            row.extra = [dict(e) for e in d.get("extra") or []]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BenchJSONError(f"{path}: not {what}: {type(exc).__name__}: {exc}") from None
+    return rows, meta
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="append", type=Path, default=[], metavar="PATH",
@@ -368,9 +449,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="CI-sized runs (scale 0.05, short timings)")
     parser.add_argument("--save-dir", type=Path, default=None, help="where run JSON/logs go")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown here")
+    parser.add_argument("--write-json", type=Path, default=None, metavar="PATH",
+                        help="also write the report's data (per scenario/corpus/impl: every run and the median; "
+                             "command, date, Python, load) as JSON, for --from-json")
+    parser.add_argument("--from-json", type=Path, default=None, metavar="PATH",
+                        help="run nothing: render the report from a --write-json file (needs tabulate only)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --), e.g. -- -k mixed")
     args = parser.parse_args(argv)
 
+    if args.from_json is not None:
+        from acp_fast.benchmark.tables import BenchJSONError
+
+        try:
+            rows, meta = from_report_json(args.from_json)
+        except BenchJSONError as exc:
+            print(f"python -m bench.report: {exc}", file=sys.stderr)
+            return 2
+        text = render(rows, meta)
+        print(text)
+        if args.out:
+            args.out.write_text(text)
+        return 0
     paths: list[Path] = list(args.json)
     if not paths:
         save_dir = args.save_dir or RESULTS / time.strftime("%Y%m%d-%H%M%S")
@@ -378,6 +477,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, meta = aggregate(paths)
     text = render(rows, meta)
     print(text)
+    if args.write_json is not None:
+        import shlex
+
+        from acp_fast.benchmark.tables import dump_json
+
+        command = "python -m bench.report " + shlex.join(sys.argv[1:] if argv is None else argv)
+        dump_json(args.write_json, report_json(rows, meta, command))
     if args.out:
         args.out.write_text(text)
     elif not args.json:

@@ -24,10 +24,14 @@ set (as CI sets it), every run would compile acp_fast's sources and measure that
 
 Prints one table of medians with the ratios against the stock SDK and the issue's goals;
 ``--json PATH`` writes everything (every run, the machine's load average before/after).
+``--from-json PATH`` runs nothing and prints the same report from such a file; with
+``--markdown`` the report comes out as a GitHub markdown table (the README's), a list of the
+goals and a table of the import times.
 
 Usage:
   python scripts/bench_sdk_dropin.py [--rounds 3] [--n 20000] [--m 3000] [--loop asyncio]
                                      [--import-runs 15] [--imports-only] [--json out.json]
+  python scripts/bench_sdk_dropin.py --from-json out.json [--markdown]
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -112,53 +117,14 @@ def measure_imports(runs: int) -> tuple[dict[str, list[tuple[float, float]]], di
     return imports, import_ms, bare_wall, bare_cpu
 
 
-def print_imports(runs: int, import_ms: dict[str, dict[str, float]], bare_wall: float, bare_cpu: float) -> None:
-    print(f"\nImport time (median of {runs} fresh interpreters, minus a bare start of "
-          f"{bare_wall * 1000:.1f} ms wall / {bare_cpu * 1000:.1f} ms CPU):")
-    stock_import = import_ms["stock: import acp"]
-    for name, ms in import_ms.items():
-        print(f"  {name:<20} {ms['wall']:>8.1f} ms wall {ms['cpu']:>8.1f} ms CPU  "
-              f"({ms['wall'] / stock_import['wall']:.2f}x the stock wall, "
-              f"{ms['cpu'] / stock_import['cpu']:.2f}x the stock CPU)")
+#: ``"kind"`` of the JSON this script writes (older files have none)
+KIND = "bench_sdk_dropin"
+#: README labels of the modes
+LABELS = {"stock": "stock SDK", "transport": "transport drop-in", "connection": "connection drop-in"}
 
 
-def imports_only(args: argparse.Namespace) -> int:
-    load_before = os.getloadavg()
-    imports, import_ms, bare_wall, bare_cpu = measure_imports(args.import_runs)
-    load_after = os.getloadavg()
-    print(f"load average {load_before[0]:.2f} -> {load_after[0]:.2f} on {os.cpu_count()} CPUs")
-    print_imports(args.import_runs, import_ms, bare_wall, bare_cpu)
-    if args.json is not None:
-        args.json.write_text(json.dumps({"importMs": import_ms, "importRuns": imports, "cpus": os.cpu_count(),
-                                         "loadAverage": {"before": load_before, "after": load_after}}, indent=1))
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--n", type=int, default=20000, help="streamed notifications per run")
-    ap.add_argument("--m", type=int, default=3000, help="sequential round trips per run")
-    ap.add_argument("--warmup", type=int, default=200)
-    ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
-    ap.add_argument("--import-runs", type=int, default=15)
-    ap.add_argument("--imports-only", action="store_true", help="measure the import times only")
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
-    if args.imports_only:
-        return imports_only(args)
-
-    load_before = os.getloadavg()
-    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
-    for r in range(args.rounds):
-        for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:  # rotated: no mode always runs last
-            runs[mode].append(run_pair(mode, args.n, args.m, args.loop, args.warmup))
-            print(f"round {r + 1}/{args.rounds} {mode}: {runs[mode][-1]['notificationsPerSec']} notif/s, "
-                  f"{runs[mode][-1]['roundTripsPerSec']} rt/s", file=sys.stderr)
-
-    imports, import_ms, bare_wall, bare_cpu = measure_imports(args.import_runs)
-    load_after = os.getloadavg()
-
+def medians(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row of medians per mode (:data:`MODES` order)."""
     def med(mode: str, key: str) -> float:
         return float(statistics.median(float(run[key]) for run in runs[mode]))
 
@@ -174,48 +140,240 @@ def main(argv: list[str]) -> int:
             "roundTripsPerSec": med(mode, "roundTripsPerSec"),
             "p50RttUs": med(mode, "p50RttUs"),
         })
-    stock = rows[0]
+    return rows
 
-    print(f"\nPython SDK pairs (client.py + agent.py of peers/pysdk), loop {args.loop}, medians of "
-          f"{args.rounds} runs, n={args.n} chunks of {os.environ.get('ACP_CHUNK', '100')} B, m={args.m} "
-          f"sequential echo round trips; load average {load_before[0]:.2f} -> {load_after[0]:.2f} on "
-          f"{os.cpu_count()} CPUs\n")
-    header = (f"{'mode':<12}{'notif/s':>10}{'x':>7}{'client µs/msg':>15}{'agent µs/msg':>14}{'both':>8}"
-              f"{'x cpu':>7}{'rt/s':>9}{'x':>7}{'p50 rt µs':>11}")
-    print(header)
-    for row in rows:
-        print(f"{row['mode']:<12}{row['notificationsPerSec']:>10.0f}"
-              f"{row['notificationsPerSec'] / stock['notificationsPerSec']:>7.2f}"
-              f"{row['streamClientCpuUsPerMsg']:>15.2f}{row['streamAgentCpuUsPerMsg']:>14.2f}"
-              f"{row['streamCpuUsPerMsgBothSides']:>8.2f}"
-              f"{stock['streamCpuUsPerMsgBothSides'] / row['streamCpuUsPerMsgBothSides']:>7.2f}"
-              f"{row['roundTripsPerSec']:>9.0f}{row['roundTripsPerSec'] / stock['roundTripsPerSec']:>7.2f}"
-              f"{row['p50RttUs']:>11.0f}")
-    print("\nGoals (issue 11), ratio vs stock (throughput; CPU per message both sides in brackets):")
+
+def goal_verdicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:data:`GOALS` judged on ``rows``: what, mode, goal, ratio (and the CPU or p50 ratio), met."""
+    stock = rows[0]
     by_mode = {row["mode"]: row for row in rows}
-    verdicts = []
+    out = []
     for (what, mode), goal in GOALS.items():
         row = by_mode[mode]
         if what == "streaming":
             ratio = row["notificationsPerSec"] / stock["notificationsPerSec"]
-            cpu_ratio = stock["streamCpuUsPerMsgBothSides"] / row["streamCpuUsPerMsgBothSides"]
-            ok = ratio >= goal and cpu_ratio >= goal
-            print(f"  {what:<12} {mode:<11} goal >= {goal}x: {ratio:.2f}x ({cpu_ratio:.2f}x)  "
-                  f"{'met' if ok else 'NOT met'}")
+            other = stock["streamCpuUsPerMsgBothSides"] / row["streamCpuUsPerMsgBothSides"]
+            ok = ratio >= goal and other >= goal
         else:
             ratio = row["roundTripsPerSec"] / stock["roundTripsPerSec"]
-            p50_ratio = stock["p50RttUs"] / row["p50RttUs"]
+            other = stock["p50RttUs"] / row["p50RttUs"]
             ok = ratio >= goal
-            print(f"  {what:<12} {mode:<11} goal >= {goal}x: {ratio:.2f}x (p50 latency {p50_ratio:.2f}x)  "
-                  f"{'met' if ok else 'NOT met'}")
-        verdicts.append({"what": what, "mode": mode, "goal": goal, "ratio": round(ratio, 3), "met": ok})
-    print_imports(args.import_runs, import_ms, bare_wall, bare_cpu)
+        out.append({"what": what, "mode": mode, "goal": goal, "ratio": ratio, "other": other, "met": ok})
+    return out
+
+
+def _import_lines(doc: dict[str, Any], markdown: bool) -> list[str]:
+    runs, import_ms = doc["importRunsCount"], doc["importMs"]
+    bare_wall, bare_cpu = doc["bareSeconds"]["wall"], doc["bareSeconds"]["cpu"]
+    head = (f"Import time (median of {runs} fresh interpreters, minus a bare start of "
+            f"{bare_wall * 1000:.1f} ms wall / {bare_cpu * 1000:.1f} ms CPU):")
+    stock_import = import_ms["stock: import acp"]
+    if markdown:
+        from acp_fast.benchmark.tables import MARKDOWN, markdown_table
+
+        body = [[name, f"{ms['wall']:.1f}", f"{ms['cpu']:.1f}", f"{ms['wall'] / stock_import['wall']:.2f}×",
+                 f"{ms['cpu'] / stock_import['cpu']:.2f}×"] for name, ms in import_ms.items()]
+        return ["", head, "", markdown_table(body, ["", "wall ms", "CPU ms", "× stock wall", "× stock CPU"],
+                                             ["left", "right", "right", "right", "right"], MARKDOWN)]
+    lines = ["", head]
+    for name, ms in import_ms.items():
+        lines.append(f"  {name:<20} {ms['wall']:>8.1f} ms wall {ms['cpu']:>8.1f} ms CPU  "
+                     f"({ms['wall'] / stock_import['wall']:.2f}x the stock wall, "
+                     f"{ms['cpu'] / stock_import['cpu']:.2f}x the stock CPU)")
+    return lines
+
+
+def render(doc: dict[str, Any], markdown: bool = False) -> str:
+    """The report this script prints, from its JSON document (:func:`build_doc`)."""
+    load = doc["loadAverage"]
+    cpus = doc["cpus"]
+    lines: list[str] = []
+    if "medians" not in doc:  # --imports-only
+        lines.append(f"load average {load['before'][0]:.2f} -> {load['after'][0]:.2f} on {cpus} CPUs")
+        return "\n".join(lines + _import_lines(doc, markdown))
+    rows = doc["medians"]
+    stock = rows[0]
+    chunk = doc.get("chunk", "?")
+    if markdown:
+        from acp_fast.benchmark.tables import MARKDOWN, markdown_table
+
+        command = doc.get("command")
+        lines.append(f"SDK agent + SDK client, both switched, {doc['loop']}, N = {doc['n']:,} × {chunk} B streaming "
+                     f"and {doc['m']:,} round trips, medians of {doc['rounds']}, load {load['before'][0]:.1f} → "
+                     f"{load['after'][0]:.1f} on {cpus} CPUs" + (f", `{command}`" if command else "") + ":")
+        lines.append("")
+        body = []
+        for row in rows:
+            x = "" if row is stock else f" ({row['notificationsPerSec'] / stock['notificationsPerSec']:.2f}×)"
+            xc = ("" if row is stock else
+                  f" ({stock['streamCpuUsPerMsgBothSides'] / row['streamCpuUsPerMsgBothSides']:.2f}×)")
+            xr = "" if row is stock else f" ({row['roundTripsPerSec'] / stock['roundTripsPerSec']:.2f}×)"
+            body.append([LABELS.get(row["mode"], row["mode"]), f"{row['notificationsPerSec']:,.0f}{x}",
+                         f"{row['streamClientCpuUsPerMsg']:.1f} + {row['streamAgentCpuUsPerMsg']:.1f}{xc}",
+                         f"{row['roundTripsPerSec']:,.0f}{xr}", f"{row['p50RttUs']:,.0f}"])
+        lines.append(markdown_table(body, ["", "notifications/s", "CPU µs/msg (client + agent)", "round trips/s",
+                                           "p50 round trip µs"], ["left", "right", "right", "right", "right"],
+                                    MARKDOWN))
+        lines.append("")
+        lines.append("Goals (issue 11), ratio vs stock (throughput; CPU per message both sides in brackets):")
+        lines.append("")
+        for v in goal_verdicts(rows):
+            extra = f"({v['other']:.2f}×)" if v["what"] == "streaming" else f"(p50 latency {v['other']:.2f}×)"
+            lines.append(f"- {v['what']}, {LABELS.get(v['mode'], v['mode'])}: goal ≥ {v['goal']}×: "
+                         f"{v['ratio']:.2f}× {extra} {'met' if v['met'] else 'NOT met'}")
+        return "\n".join(lines + _import_lines(doc, markdown))
+    lines.append(f"\nPython SDK pairs (client.py + agent.py of peers/pysdk), loop {doc['loop']}, medians of "
+                 f"{doc['rounds']} runs, n={doc['n']} chunks of {chunk} B, m={doc['m']} "
+                 f"sequential echo round trips; load average {load['before'][0]:.2f} -> {load['after'][0]:.2f} on "
+                 f"{cpus} CPUs\n")
+    lines.append(f"{'mode':<12}{'notif/s':>10}{'x':>7}{'client µs/msg':>15}{'agent µs/msg':>14}{'both':>8}"
+                 f"{'x cpu':>7}{'rt/s':>9}{'x':>7}{'p50 rt µs':>11}")
+    for row in rows:
+        lines.append(f"{row['mode']:<12}{row['notificationsPerSec']:>10.0f}"
+                     f"{row['notificationsPerSec'] / stock['notificationsPerSec']:>7.2f}"
+                     f"{row['streamClientCpuUsPerMsg']:>15.2f}{row['streamAgentCpuUsPerMsg']:>14.2f}"
+                     f"{row['streamCpuUsPerMsgBothSides']:>8.2f}"
+                     f"{stock['streamCpuUsPerMsgBothSides'] / row['streamCpuUsPerMsgBothSides']:>7.2f}"
+                     f"{row['roundTripsPerSec']:>9.0f}{row['roundTripsPerSec'] / stock['roundTripsPerSec']:>7.2f}"
+                     f"{row['p50RttUs']:>11.0f}")
+    lines.append("\nGoals (issue 11), ratio vs stock (throughput; CPU per message both sides in brackets):")
+    for v in goal_verdicts(rows):
+        if v["what"] == "streaming":
+            lines.append(f"  {v['what']:<12} {v['mode']:<11} goal >= {v['goal']}x: {v['ratio']:.2f}x "
+                         f"({v['other']:.2f}x)  {'met' if v['met'] else 'NOT met'}")
+        else:
+            lines.append(f"  {v['what']:<12} {v['mode']:<11} goal >= {v['goal']}x: {v['ratio']:.2f}x "
+                         f"(p50 latency {v['other']:.2f}x)  {'met' if v['met'] else 'NOT met'}")
+    return "\n".join(lines + _import_lines(doc, markdown))
+
+
+def build_doc(*, imports: dict[str, list[tuple[float, float]]], import_ms: dict[str, dict[str, float]],
+              bare_wall: float, bare_cpu: float, load_before: Any, load_after: Any,
+              runs: dict[str, list[dict[str, Any]]] | None = None, loop: str | None = None,
+              rounds: int | None = None, n: int | None = None, m: int | None = None,
+              command: str | None = None) -> dict[str, Any]:
+    """The JSON document of a run (``runs`` None: ``--imports-only``): what :func:`render` prints
+    and every measurement behind it."""
+    doc: dict[str, Any] = {"kind": KIND}
+    if runs is not None:
+        rows = medians(runs)
+        doc.update({"loop": loop, "rounds": rounds, "n": n, "m": m, "chunk": os.environ.get("ACP_CHUNK", "100"),
+                    "runs": runs, "medians": rows,
+                    "goals": [{"what": v["what"], "mode": v["mode"], "goal": v["goal"], "ratio": round(v["ratio"], 3),
+                               "met": v["met"]} for v in goal_verdicts(rows)]})
+    doc.update({"importMs": import_ms, "importRuns": {k: [list(x) for x in v] for k, v in imports.items()},
+                "importRunsCount": len(imports["bare interpreter"]),
+                "bareSeconds": {"wall": bare_wall, "cpu": bare_cpu},
+                "loadAverage": {"before": list(load_before), "after": list(load_after)}, "cpus": os.cpu_count(),
+                "command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "python": sys.version.split()[0]})
+    return doc
+
+
+def _acp_fast_tables() -> Any:
+    try:
+        from acp_fast.benchmark import tables
+    except ImportError:  # run from a checkout without acp_fast installed
+        sys.path.insert(0, str(REPO))
+        from acp_fast.benchmark import tables
+    return tables
+
+
+def read_doc(path: Path) -> dict[str, Any]:
+    """A JSON document of this script (also one written before it had ``"kind"``), with what
+    older files lack recomputed from their runs; raises ``BenchJSONError`` otherwise."""
+    tables = _acp_fast_tables()
+    what = "a bench_sdk_dropin.py JSON (its --json)"
+    doc: dict[str, Any] = tables.load_json(path, what, ("importMs", "importRuns", "loadAverage", "cpus"))
+    if doc.get("kind", KIND) != KIND:
+        raise tables.BenchJSONError(f"{path}: not {what}: its \"kind\" is {doc['kind']!r}")
+    try:
+        imports = doc["importRuns"]
+        doc.setdefault("importRunsCount", len(imports["bare interpreter"]))
+        doc.setdefault("bareSeconds", {"wall": statistics.median(w for w, _ in imports["bare interpreter"]),
+                                       "cpu": statistics.median(c for _, c in imports["bare interpreter"])})
+        if "medians" in doc or "runs" in doc:
+            for key in ("loop", "rounds", "n", "m", "runs"):
+                if key not in doc:
+                    raise KeyError(key)
+            doc["medians"] = medians(doc["runs"])  # the stored ones are the same numbers
+        render(doc)  # every key render needs is there
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
+        raise tables.BenchJSONError(f"{path}: not {what}: {type(exc).__name__}: {exc}") from None
+    return doc
+
+
+def write_doc(path: Path, doc: dict[str, Any]) -> None:
+    _acp_fast_tables().dump_json(path, doc)
+
+
+def imports_only(args: argparse.Namespace) -> int:
+    load_before = os.getloadavg()
+    imports, import_ms, bare_wall, bare_cpu = measure_imports(args.import_runs)
+    load_after = os.getloadavg()
+    doc = build_doc(imports=imports, import_ms=import_ms, bare_wall=bare_wall, bare_cpu=bare_cpu,
+                    load_before=load_before, load_after=load_after, command=_command())
+    print(render(doc, args.markdown))
     if args.json is not None:
-        args.json.write_text(json.dumps({
-            "loop": args.loop, "rounds": args.rounds, "n": args.n, "m": args.m, "runs": runs, "medians": rows,
-            "goals": verdicts, "importMs": import_ms, "importRuns": imports,
-            "loadAverage": {"before": load_before, "after": load_after}, "cpus": os.cpu_count(),
-        }, indent=1))
+        write_doc(args.json, doc)
+    return 0
+
+
+def _command() -> str:
+    return "python scripts/bench_sdk_dropin.py " + shlex.join(sys.argv[1:])
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--n", type=int, default=20000, help="streamed notifications per run")
+    ap.add_argument("--m", type=int, default=3000, help="sequential round trips per run")
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    ap.add_argument("--import-runs", type=int, default=15)
+    ap.add_argument("--imports-only", action="store_true", help="measure the import times only")
+    ap.add_argument("--json", type=Path, default=None, help="also write every measurement as JSON")
+    ap.add_argument("--from-json", type=Path, default=None, metavar="PATH",
+                    help="run nothing: print the report of the run that wrote this --json file")
+    ap.add_argument("--markdown", action="store_true", help="the report as GitHub markdown (tables, a list)")
+    args = ap.parse_args(argv)
+    if args.from_json is not None:
+        tables = _acp_fast_tables()
+        try:
+            doc = read_doc(args.from_json)
+        except tables.BenchJSONError as exc:
+            print(f"bench_sdk_dropin.py: {exc}", file=sys.stderr)
+            return 2
+        print(render(doc, args.markdown))
+        stored = doc.get("goals")
+        if stored is not None and "medians" in doc:
+            now = [{"what": v["what"], "mode": v["mode"], "goal": v["goal"], "ratio": round(v["ratio"], 3),
+                    "met": v["met"]} for v in goal_verdicts(doc["medians"])]
+            if now != stored:
+                msg = (f"WARNING: the goals stored in {args.from_json} differ from the ones recomputed from its "
+                       f"runs: the goal definitions changed since the run (the report shows the current ones)")
+                print(msg)
+                print(msg, file=sys.stderr)
+        return 0
+    if args.imports_only:
+        return imports_only(args)
+
+    load_before = os.getloadavg()
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    for r in range(args.rounds):
+        for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:  # rotated: no mode always runs last
+            runs[mode].append(run_pair(mode, args.n, args.m, args.loop, args.warmup))
+            print(f"round {r + 1}/{args.rounds} {mode}: {runs[mode][-1]['notificationsPerSec']} notif/s, "
+                  f"{runs[mode][-1]['roundTripsPerSec']} rt/s", file=sys.stderr)
+
+    imports, import_ms, bare_wall, bare_cpu = measure_imports(args.import_runs)
+    load_after = os.getloadavg()
+    doc = build_doc(imports=imports, import_ms=import_ms, bare_wall=bare_wall, bare_cpu=bare_cpu,
+                    load_before=load_before, load_after=load_after, runs=runs, loop=args.loop,
+                    rounds=args.rounds, n=args.n, m=args.m, command=_command())
+    print(render(doc, args.markdown))
+    if args.json is not None:
+        write_doc(args.json, doc)
     return 0
 
 

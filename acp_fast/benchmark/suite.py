@@ -26,8 +26,8 @@ from __future__ import annotations
 import functools
 import os
 import statistics
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .pairs import Pair, Variant
@@ -59,6 +59,37 @@ class RunConfig:
         one repetition of a smaller main step (N = 3,000) and of 3 × 1 MiB frames."""
         return cls(repeat=1, n=3_000, m=150, inflight_m=600, large_n=3, warmup=100, timeout_s=60.0,
                    large_repeat=1, **kw)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RunConfig:
+        """The config of a run from its JSON (``"config"`` of :func:`~.tables.write_json`): lists
+        back to tuples, missing keys at their defaults, keys this version does not know ignored.
+        Raises :class:`ValueError` when a value has the wrong type."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"config: expected an object, got {type(d).__name__}")
+        kw: dict[str, Any] = {}
+        try:
+            for f in fields(cls):
+                if f.name not in d:
+                    continue
+                v = d[f.name]
+                if f.name == "loops":
+                    if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+                        raise ValueError(f"a list of loop names, got {v!r}")
+                    kw[f.name] = tuple(v)
+                elif f.name == "pin":
+                    if v is not None and (not isinstance(v, (list, tuple)) or len(v) != 2):
+                        raise ValueError(f"[client CPU, agent CPU] or null, got {v!r}")
+                    kw[f.name] = None if v is None else (_int(v[0]), _int(v[1]))
+                elif f.name == "large_repeat":
+                    kw[f.name] = None if v is None else _int(v)
+                elif f.name == "timeout_s":
+                    kw[f.name] = _float(v)
+                else:
+                    kw[f.name] = _int(v)
+        except ValueError as exc:
+            raise ValueError(f"config.{f.name}: {exc}") from None
+        return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -200,6 +231,46 @@ class Measurement:
         if self.skipped is None:
             d.pop("skipped")
         return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Measurement:
+        """The inverse of :meth:`to_json`: ``pair`` and ``workload`` are required, the other keys
+        default as in the class, keys this version does not know are ignored. Raises
+        :class:`ValueError` when a value has the wrong type."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"row: expected an object, got {type(d).__name__}")
+        missing = [k for k in ("pair", "workload") if not isinstance(d.get(k), str)]
+        if missing:
+            raise ValueError(f"row without {' or '.join(missing)}: {str(dict(d))[:200]}")
+        try:
+            runs, errors = d.get("runs") or [], d.get("errors") or []
+            if not isinstance(runs, list) or not isinstance(errors, list):
+                raise ValueError("runs and errors must be lists")
+            return cls(pair=d["pair"], workload=d["workload"], unit=_opt_str(d.get("unit")),
+                       loop=str(d.get("loop", "asyncio")), runs=[_float(x) for x in runs],
+                       median=None if d.get("median") is None else _float(d["median"]),
+                       better=_opt_str(d.get("better")), errors=[str(e) for e in errors],
+                       skipped=_opt_str(d.get("skipped")))
+        except ValueError as exc:
+            raise ValueError(f"row {d['pair']} [{d.get('loop')}] {d['workload']}: {exc}") from None
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"expected an integer, got {v!r}")
+    return v
+
+
+def _float(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"expected a number, got {v!r}")
+    return float(v)
+
+
+def _opt_str(v: Any) -> str | None:
+    if v is not None and not isinstance(v, str):
+        raise ValueError(f"expected a string or null, got {v!r}")
+    return v
 
 
 def _check(inv: Invocation, step: Step, loop: str) -> None:

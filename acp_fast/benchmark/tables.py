@@ -1,4 +1,13 @@
-"""Rendering of a run: the results table, the goals table (``tabulate``) and the JSON document."""
+"""Rendering of a run: the results table, the goals table (``tabulate``) and the JSON document.
+
+The JSON a run writes (:func:`write_json`) is read back by :func:`read_json`, so the tables can
+be printed again from it (``acp-fast bench --from-json PATH``); :func:`dump_json`,
+:func:`load_json` and :func:`markdown_table` are shared with the other benchmark scripts of the
+source tree (``bench/report.py``, ``scripts/bench_sdk_dropin.py``).
+
+Tables come out in tabulate's ``"github"`` format by default (:data:`TABLEFMT`); pass
+``tablefmt="pipe"`` (:data:`MARKDOWN`) for markdown with alignment colons, as pasted in the README.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +15,8 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +24,14 @@ from .pairs import CEILING, PAIRS
 from .suite import Measurement, RunConfig
 from .targets import verdicts
 
-__all__ = ["CHAIN_COLUMNS", "COLUMNS", "chains_table", "format_value", "goals_table", "results_table", "write_json"]
+__all__ = ["CHAIN_COLUMNS", "COLUMNS", "MARKDOWN", "TABLEFMT", "BenchJSON", "BenchJSONError", "chains_table",
+           "dump_json", "format_value", "goals_changed", "goals_table", "load_json", "markdown_table", "read_json",
+           "results_table", "write_json"]
+
+#: tabulate format of the tables as a run prints them
+TABLEFMT = "github"
+#: tabulate format of ``--markdown``: GitHub markdown with alignment colons (numbers right-aligned)
+MARKDOWN = "pipe"
 
 #: (workload, column header) of the results table, in order
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -41,10 +58,17 @@ CHAIN_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _tabulate(rows: list[list[str]], headers: list[str], align: Sequence[str]) -> str:
+def markdown_table(rows: Sequence[Sequence[str]], headers: Sequence[str], align: Sequence[str],
+                   tablefmt: str = TABLEFMT) -> str:
+    """``rows`` under ``headers`` (``tabulate``; cells as given, no number parsing), each column
+    aligned ``"left"`` or ``"right"`` as in ``align``."""
     from tabulate import tabulate
 
-    return str(tabulate(rows, headers=headers, tablefmt="github", colalign=list(align), disable_numparse=True))
+    return str(tabulate([list(r) for r in rows], headers=list(headers), tablefmt=tablefmt, colalign=list(align),
+                        disable_numparse=True))
+
+
+_tabulate = markdown_table
 
 
 def format_value(v: float | None) -> str:
@@ -67,7 +91,7 @@ def _cell(row: Measurement | None) -> str:
     return cell
 
 
-def results_table(rows: Sequence[Measurement], config: RunConfig) -> str:
+def results_table(rows: Sequence[Measurement], config: RunConfig, *, tablefmt: str = TABLEFMT) -> str:
     """A line per pair and loop, a column per metric (:data:`COLUMNS`; medians of the runs;
     ``!k``: k runs failed). Skipped pairs and errors are listed under the table."""
     by_key = {(r.pair, r.loop, r.workload): r for r in rows if not r.skipped}
@@ -83,7 +107,7 @@ def results_table(rows: Sequence[Measurement], config: RunConfig) -> str:
             name = f"{pair} — {CEILING}" if p is not None and p.ceiling else pair
             body.append([name, loop, *(_cell(by_key.get((pair, loop, w))) for w, _ in COLUMNS)])
         out.append(_tabulate(body, ["pair (client/agent)", "loop", *(h for _, h in COLUMNS)],
-                             ["left", "left", *("right" for _ in COLUMNS)]))
+                             ["left", "left", *("right" for _ in COLUMNS)], tablefmt))
     else:
         out.append("(no runnable pair)")
     out.append("")
@@ -94,7 +118,7 @@ def results_table(rows: Sequence[Measurement], config: RunConfig) -> str:
         f"during the streaming prompt ÷ N. "
         + (f"Client on CPU {config.pin[0]}, agent on CPU {config.pin[1]}." if config.pin else "Not pinned (< 2 CPUs).")
     )
-    chains = chains_table(rows)
+    chains = chains_table(rows, tablefmt=tablefmt)
     if chains:
         out.extend(["", chains])
     for r in rows:
@@ -110,7 +134,7 @@ def results_table(rows: Sequence[Measurement], config: RunConfig) -> str:
     return "\n".join(out)
 
 
-def chains_table(rows: Sequence[Measurement]) -> str:
+def chains_table(rows: Sequence[Measurement], *, tablefmt: str = TABLEFMT) -> str:
     """The proxy-chain rows (pairs with ``hops``, :mod:`.chains`): throughput, its share of the
     direct pair's on the same loop, the conductor's CPU per notification per hop, the whole agent
     side's CPU per notification and the conductor's peak RSS; ``""`` without chain rows."""
@@ -135,14 +159,14 @@ def chains_table(rows: Sequence[Measurement]) -> str:
                      *(_cell(by_key.get((pair, loop, w))) for w, _ in CHAIN_COLUMNS)])
     table = _tabulate(body, ["proxy chain", "loop", "hops", "notif/s ↑", f"of {DIRECT}",
                              *(h for _, h in CHAIN_COLUMNS)],
-                      ["left", "left", "right", "right", "right", *("right" for _ in CHAIN_COLUMNS)])
+                      ["left", "left", "right", "right", "right", *("right" for _ in CHAIN_COLUMNS)], tablefmt)
     return (table + "\n\nProxy chains: the client spawns `acp-fast conductor agent PROXY… AGENT`; hops = proxies + 1 "
             "(conductor forwards per notification). Conductor CPU and RSS are the client's /proc readings of the "
             "process it spawned (CPU: thread run time during the streaming prompt; RSS: VmHWM); agent side = "
             "conductor + proxies + agent. The chain shares the agent's CPU when pinned.")
 
 
-def goals_table(rows: Sequence[Measurement], loops: Sequence[str]) -> str:
+def goals_table(rows: Sequence[Measurement], loops: Sequence[str], *, tablefmt: str = TABLEFMT) -> str:
     """The PASS/MISS table of :data:`~acp_fast.benchmark.targets.GOALS` for each loop."""
     body = []
     for v in verdicts(rows, loops):
@@ -151,7 +175,7 @@ def goals_table(rows: Sequence[Measurement], loops: Sequence[str]) -> str:
         goal = f"≥ {v['goal']:g}×" if v["unit"] == "×" else f"≤ {v['goal']:g} {v['unit']}"
         body.append([v["label"], v["loop"], v["pair"], v["reference"] or "—", measured, goal, v["result"]])
     return _tabulate(body, ["goal (issues 7 §3, 10, 11)", "loop", "pair", "vs", "measured", "goal", "result"],
-                     ["left", "left", "left", "left", "right", "right", "left"])
+                     ["left", "left", "left", "left", "right", "right", "left"], tablefmt)
 
 
 def write_json(path: str | os.PathLike[str], rows: Sequence[Measurement], raw: Sequence[dict[str, Any]],
@@ -164,6 +188,77 @@ def write_json(path: str | os.PathLike[str], rows: Sequence[Measurement], raw: S
         "goals": verdicts(rows, config.loops),
         "raw": list(raw),
     }
+    dump_json(path, doc)
+
+
+class BenchJSONError(ValueError):
+    """The file is not (readable as) the JSON of the benchmark producer asked for; the message says
+    which file and why."""
+
+
+def dump_json(path: str | os.PathLike[str], doc: Any) -> None:
+    """Writes ``doc`` to ``path`` (indented, UTF-8, a final newline), creating its folder."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def load_json(path: str | os.PathLike[str], what: str, required: Iterable[str] = ()) -> dict[str, Any]:
+    """The JSON object in ``path``, which must hold the keys ``required``; otherwise
+    :class:`BenchJSONError` saying that ``path`` is not ``what`` (e.g. ``"an acp-fast bench JSON"``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BenchJSONError(f"{path}: cannot read it: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise BenchJSONError(f"{path}: not {what}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise BenchJSONError(f"{path}: not {what}: a JSON {type(doc).__name__}, not an object")
+    missing = [k for k in required if k not in doc]
+    if missing:
+        raise BenchJSONError(f"{path}: not {what}: no {', '.join(repr(k) for k in missing)} "
+                             f"(it has: {', '.join(map(repr, list(doc)[:8])) or 'nothing'})")
+    return doc
+
+
+@dataclass
+class BenchJSON:
+    """A run read back from its JSON (:func:`read_json`)."""
+
+    rows: list[Measurement]
+    config: RunConfig
+    meta: dict[str, Any]
+    goals: list[dict[str, Any]] | None  #: as stored (``None``: the file has none)
+
+
+def read_json(path: str | os.PathLike[str]) -> BenchJSON:
+    """The rows, config, meta and stored goals of the JSON :func:`write_json` wrote (keys a newer
+    or older version wrote and this one does not know are ignored); :class:`BenchJSONError` when
+    ``path`` is not such a file."""
+    what = "an acp-fast bench JSON (the --json of a suite run)"
+    doc = load_json(path, what, ("config", "rows"))
+    if doc.get("mode") == "agent":
+        raise BenchJSONError(f"{path}: the JSON of an --agent probe, not of a suite run")
+    try:
+        if not isinstance(doc["rows"], list):
+            raise ValueError("rows: expected a list")
+        rows = [Measurement.from_json(r) for r in doc["rows"]]
+        config = RunConfig.from_json(doc["config"])
+        meta = doc.get("meta") or {}
+        goals = doc.get("goals")
+        if not isinstance(meta, dict) or not (goals is None or isinstance(goals, list)):
+            raise ValueError("meta must be an object and goals a list")
+    except ValueError as exc:
+        raise BenchJSONError(f"{path}: not {what}: {exc}") from None
+    return BenchJSON(rows, config, meta, goals)
+
+
+def goals_changed(stored: Sequence[dict[str, Any]] | None, rows: Sequence[Measurement],
+                  loops: Sequence[str]) -> bool:
+    """Whether the goals ``stored`` with a run differ from the verdicts recomputed from its rows
+    (the goal definitions changed since the run); ``False`` when none were stored."""
+    if stored is None:
+        return False
+    return bool(json.loads(json.dumps(verdicts(rows, loops), ensure_ascii=False)) != list(stored))

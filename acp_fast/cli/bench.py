@@ -13,6 +13,10 @@ Two modes:
   calibration before and after (with a warning when the machine was busy), the results
   table and the PASS/MISS table of the goals on stdout; ``--json PATH``, ``--png PATH``.
   Needs the ``bench`` extra (psutil, tabulate, tqdm).
+* **from JSON** (``--from-json PATH``): prints the tables and notes of a saved run again from
+  the ``--json`` it wrote, without running anything (and redraws ``--png``); with
+  ``--markdown`` (also for a run) the tables come out as GitHub markdown with aligned columns,
+  ready to paste.
 * **probe** (``--agent 'CMD'``): any ACP agent measured the way a client sees it (start-up
   to ``initialize`` response, ``session/new``, time to first update, updates/s, turn time).
 
@@ -29,9 +33,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["add_parser", "main", "run"]
+if TYPE_CHECKING:
+    from acp_fast.benchmark.suite import Measurement, RunConfig
+
+__all__ = ["AGENT_NOTES", "add_parser", "main", "report_text", "run"]
 
 _DESCRIPTION = __doc__.split("\n\n")[0] if __doc__ else ""
 
@@ -72,6 +79,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("both")
     g.add_argument("--timeout", type=float, help="seconds allowed per client invocation / probe run")
     g.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    g = p.add_argument_group("from a saved run")
+    g.add_argument("--from-json", metavar="PATH",
+                   help="run nothing: print the tables of the suite run that wrote this --json file again "
+                        "(with --png: redraw its chart)")
+    g.add_argument("--markdown", action="store_true",
+                   help="tables as GitHub markdown with alignment colons (tabulate 'pipe'), notes as a list")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -90,6 +103,8 @@ def _err(msg: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs the parsed command; returns the exit status."""
+    if getattr(args, "from_json", None):
+        return _run_from_json(args)
     if args.agent:
         return _run_probe(args)
     return _run_suite(args)
@@ -171,7 +186,7 @@ def _run_suite(args: argparse.Namespace) -> int:
     from acp_fast.benchmark.progress import Progress
     from acp_fast.benchmark.runner import pin_plan
     from acp_fast.benchmark.suite import STEPS, RunConfig, run_pairs
-    from acp_fast.benchmark.tables import goals_table, results_table, write_json
+    from acp_fast.benchmark.tables import MARKDOWN, TABLEFMT, write_json
 
     if args.acp_agent:
         os.environ["ACP_FAST_BENCH_AGENT"] = args.acp_agent
@@ -222,8 +237,7 @@ def _run_suite(args: argparse.Namespace) -> int:
     total = len(variants) * (config.repeat * (len(STEPS) - 1) + large_reps)
     progress = Progress(total=total, enabled=not args.no_progress)
     kind, agent_cmd = pairs_mod.acp_fast_agent()
-    agent_note = {"testy": "acp-fast testy (public API: cx.send_session_update per chunk)",
-                  "override": "--acp-agent"}[kind]
+    agent_note = AGENT_NOTES[kind]
     for note in loop_notes:
         _err(note)
     for p in selected:
@@ -243,29 +257,13 @@ def _run_suite(args: argparse.Namespace) -> int:
 
     command = "acp-fast bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "bench"
                                              else sys.argv[1:])
-    print(results_table(rows, config))
-    print()
-    print(f"Goals (medians of this run; public-API pairs only, each against the reference on the same loop; "
-          f"ratios compared unrounded, shown with at least 2 decimals):")
-    print()
-    print(goals_table(rows, config.loops))
-    print()
-    print(f"Command: {command}")
-    print(f"Run: {'quick' if args.quick else 'full'}, {elapsed:.0f} s, started {before.at}; loops: "
-          f"{', '.join(config.loops)}; {machine.cpu_count()} CPUs"
-          + (f", client on CPU {pin[0]} and agent on CPU {pin[1]}" if pin else ", not pinned"))
-    print(f"acp_fast agent: {agent_note}")
-    print(f"Load average (1/5/15 min): {before.load_text()} before, {after.load_text()} after; "
-          f"CPU calibration {before.calibration_ms:.0f} ms before, {after.calibration_ms:.0f} ms after")
-    for w in warnings:
-        print(f"WARNING: machine busy: {w}; throughput ratios are unreliable, compare CPU µs/msg")
-        _err(f"warning: machine busy: {w}")
-    if args.quick:
-        print("(quick: one repetition, small N and little warm-up, so JIT peers (node) run cold: "
-              "ratios are indicative; judge the goals on a full run)")
-    meta = {"command": command, "elapsed_s": round(elapsed, 1), "quick": args.quick,
+    meta = {"command": command, "elapsed_s": elapsed, "quick": args.quick,
             "before": before.to_json(), "after": after.to_json(), "busy": warnings,
-            "acp_fast_agent": {"kind": kind, "argv": list(agent_cmd)}, "baseline": pairs_mod.BASELINE}
+            "acp_fast_agent": {"kind": kind, "argv": list(agent_cmd)}, "baseline": pairs_mod.BASELINE,
+            "cpus_allowed": machine.cpu_count()}
+    print(report_text(rows, config, meta, tablefmt=MARKDOWN if args.markdown else TABLEFMT))
+    for w in warnings:
+        _err(f"warning: machine busy: {w}")
     if args.json:
         write_json(args.json, rows, raw, config, meta)
         print(f"JSON written to {args.json}")
@@ -282,6 +280,100 @@ def _run_suite(args: argparse.Namespace) -> int:
             print(f"chart written to {args.png}")
     failed = any(r.errors and not r.runs for r in rows)
     return 1 if failed else 0
+
+
+#: the ``acp_fast agent:`` note of the report, per kind of :func:`~acp_fast.benchmark.pairs.acp_fast_agent`
+AGENT_NOTES = {"testy": "acp-fast testy (public API: cx.send_session_update per chunk)", "override": "--acp-agent"}
+
+GOALS_HEADING = ("Goals (medians of this run; public-API pairs only, each against the reference on the same loop; "
+                 "ratios compared unrounded, shown with at least 2 decimals):")
+
+
+def _snapshot_text(snap: Any) -> tuple[str, str, str]:
+    """(load text, calibration ms, time stamp) of a snapshot's JSON (``?`` for what it lacks)."""
+    from acp_fast.benchmark.machine import Snapshot
+
+    if not isinstance(snap, dict):
+        return "?", "?", "?"
+    load = snap.get("load")
+    try:
+        text = Snapshot(None if load is None else tuple(load), 0.0, "").load_text()
+    except (TypeError, ValueError):
+        text = "?"
+    cal = snap.get("calibration_ms")
+    return text, "?" if not isinstance(cal, (int, float)) else f"{cal:.0f}", str(snap.get("at", "?"))
+
+
+def report_text(rows: Sequence[Measurement], config: RunConfig, meta: dict[str, Any], *,
+                tablefmt: str | None = None) -> str:
+    """What a suite run prints on stdout before "JSON written to": the results (and chain)
+    table, the goals table and the notes from ``meta`` (command, run, agent, load, warnings).
+    The same text whether ``rows``, ``config`` and ``meta`` come from the run or from its JSON."""
+    from acp_fast.benchmark.tables import MARKDOWN, TABLEFMT, goals_table, results_table
+
+    fmt = tablefmt or TABLEFMT
+    md = fmt == MARKDOWN
+    before, after = meta.get("before"), meta.get("after")
+    load_before, cal_before, started = _snapshot_text(before)
+    load_after, cal_after, _ = _snapshot_text(after)
+    quick = bool(meta.get("quick"))
+    elapsed = meta.get("elapsed_s")
+    cpus = meta.get("cpus_allowed", meta.get("cpus", "?"))
+    pin = config.pin
+    agent = meta.get("acp_fast_agent")
+    kind = agent.get("kind") if isinstance(agent, dict) else None
+    command = str(meta.get("command", "?"))
+    notes = [
+        f"Command: `{command}`" if md else f"Command: {command}",
+        f"Run: {'quick' if quick else 'full'}, "
+        f"{f'{elapsed:.0f}' if isinstance(elapsed, (int, float)) else '?'} s, started {started}; loops: "
+        f"{', '.join(config.loops)}; {cpus} CPUs"
+        + (f", client on CPU {pin[0]} and agent on CPU {pin[1]}" if pin else ", not pinned"),
+        f"acp_fast agent: {AGENT_NOTES.get(str(kind), str(kind or '?'))}",
+        f"Load average (1/5/15 min): {load_before} before, {load_after} after; "
+        f"CPU calibration {cal_before} ms before, {cal_after} ms after",
+    ]
+    for w in meta.get("busy") or []:
+        notes.append(f"WARNING: machine busy: {w}; throughput ratios are unreliable, compare CPU µs/msg")
+    if quick:
+        notes.append("(quick: one repetition, small N and little warm-up, so JIT peers (node) run cold: "
+                     "ratios are indicative; judge the goals on a full run)")
+    return "\n".join([results_table(rows, config, tablefmt=fmt), "", GOALS_HEADING, "",
+                      goals_table(rows, config.loops, tablefmt=fmt), "",
+                      *(f"- {n}" if md else n for n in notes)])
+
+
+def _run_from_json(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from acp_fast.benchmark.tables import MARKDOWN, TABLEFMT, BenchJSONError, goals_changed, read_json
+
+    if importlib.util.find_spec("tabulate") is None:
+        _err("--from-json needs tabulate (part of the bench extra): pip install tabulate")
+        return 2
+    try:
+        doc = read_json(args.from_json)
+    except BenchJSONError as exc:
+        _err(str(exc))
+        return 2
+    print(report_text(doc.rows, doc.config, doc.meta, tablefmt=MARKDOWN if args.markdown else TABLEFMT))
+    if goals_changed(doc.goals, doc.rows, doc.config.loops):
+        msg = (f"the goals stored in {args.from_json} differ from the ones recomputed from its rows: the goal "
+               f"definitions changed since the run (the table above shows the current definitions)")
+        print(f"{'- ' if args.markdown else ''}WARNING: {msg}")
+        _err(f"warning: {msg}")
+    if args.png:
+        from acp_fast.benchmark.chart import MissingMatplotlib, write_png
+
+        load, _, _ = _snapshot_text(doc.meta.get("before"))
+        try:
+            write_png(args.png, doc.rows, title=f"acp-fast bench ({'quick' if doc.meta.get('quick') else 'full'}, "
+                                                 f"medians of {doc.config.repeat}; load {load})")
+        except MissingMatplotlib as exc:
+            _err(f"--png: chart skipped: {exc}")
+            return 1
+        print(f"chart written to {args.png}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
