@@ -110,3 +110,37 @@ def test_quick_start_commands_name_real_things() -> None:
     assert 'pip install -e ".[test]"' in ci and 'python -m pytest -q -p no:cacheprovider "${XDIST[@]}"' in ci
     xdist = re.search(r"^XDIST=\((.*)\)$", ci, flags=re.M)
     assert xdist is not None and test_part.split()[3:] == xdist.group(1).split(), (test_part, xdist)
+
+
+def _collected(*args: str) -> int:
+    """How many tests ``pytest --collect-only`` finds for ``args``, both twins counted."""
+    env = {k: v for k, v in os.environ.items() if k != "ACP_FAST_NO_EXTENSIONS"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=False)
+    found = re.search(r"^(\d+) tests? collected", out.stdout, flags=re.M)
+    assert found is not None, out.stdout[-2000:] + out.stderr[-2000:]
+    return int(found.group(1))
+
+
+def _reliability_row(start: str) -> str:
+    section = README.split("## Reliability\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith(f"| {start}")]
+    assert len(rows) == 1, f"expected one Reliability row starting {start!r}"
+    return rows[0]
+
+
+def test_reliability_counts_are_what_is_collected() -> None:
+    """The README's test counts of the fault tests and of the sanitizer job are the numbers
+    collected now (the sanitizer job's test list is the default of scripts/sanitize.sh)."""
+    faults = re.search(r"\| (\d+) tests \(both twins counted\)", _reliability_row("fault injection"))
+    assert faults is not None
+    assert int(faults.group(1)) == _collected("tests/test_faults.py", "tests/test_faults_regressions.py")
+
+    script = (REPO / "scripts" / "sanitize.sh").read_text(encoding="utf-8")
+    default = re.search(r"^\s*set -- (tests/.*?)\n\s*fi$", script, flags=re.M | re.S)
+    assert default is not None, "scripts/sanitize.sh: no default test list"
+    files = default.group(1).replace("\\\n", " ").split()
+    assert files and all((REPO / f).is_file() for f in files), files
+    sanitized = re.search(r"\| ([\d,]+) tests, no report", _reliability_row("sanitizers"))
+    assert sanitized is not None
+    assert int(sanitized.group(1).replace(",", "")) == _collected(*files)
