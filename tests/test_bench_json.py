@@ -336,3 +336,30 @@ def test_dropin_refuses_other_files(tmp_path: Path, dropin: ModuleType, capsys: 
     path.write_text(json.dumps(doc))
     assert dropin.main(["--from-json", str(path)]) == 2
     assert "KeyError: 'transport'" in capsys.readouterr().err
+
+
+def test_dump_json_keeps_no_machine_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Result files are committed (docs/bench/): this machine's interpreter, working folder and
+    home folder never reach them."""
+    import json
+    import os
+    import sys
+
+    from acp_fast.benchmark.tables import dump_json
+
+    work = tmp_path / "checkout"
+    (work / "peers").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    home = os.path.expanduser("~")
+    doc = {"argv": [sys.executable, str(work / "peers" / "agent.py"), "--loop", "asyncio"],
+           "cmd": f"taskset -c 1 {sys.executable} -m acp_fast.cli.main testy", "cwd": str(work),
+           "cache": os.path.join(home, ".cache", "x"), "n": 3, "nested": [{"p": str(work / "a")}]}
+    out = tmp_path / "out.json"
+    dump_json(out, doc)
+    text = out.read_text(encoding="utf-8")
+    for path in (sys.executable, str(work), home + os.sep):
+        assert path not in text, (path, text)
+    back = json.loads(text)
+    assert back["argv"] == ["python", "peers/agent.py", "--loop", "asyncio"]
+    assert back["cmd"] == "taskset -c 1 python -m acp_fast.cli.main testy" and back["cwd"] == "."
+    assert back["cache"] == "~/.cache/x" and back["n"] == 3 and back["nested"] == [{"p": "a"}]

@@ -144,3 +144,22 @@ def test_reliability_counts_are_what_is_collected() -> None:
     sanitized = re.search(r"\| ([\d,]+) tests, no report", _reliability_row("sanitizers"))
     assert sanitized is not None
     assert int(sanitized.group(1).replace(",", "")) == _collected(*files)
+
+
+def test_benchmark_tables_are_regenerated_from_the_committed_json() -> None:
+    """Each benchmark table block of the README is exactly what its command prints from the raw
+    JSON committed in docs/bench/ (``python scripts/readme_bench.py`` rewrites them)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_bench", REPO / "scripts" / "readme_bench.py")
+    assert spec is not None and spec.loader is not None
+    readme_bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = readme_bench  # its dataclass looks its module up there
+    spec.loader.exec_module(readme_bench)
+    found = readme_bench.blocks(README)
+    assert {b.name for b in found} >= {"e2e", "engine", "sdk-dropin"}, [b.name for b in found]
+    for b in found:
+        sources = re.findall(r"docs/bench/[\w.-]+\.json", b.command)
+        assert sources and all((REPO / s).is_file() for s in sources), b.command
+    diffs = readme_bench.differences(README)
+    assert not diffs, "\n".join(diffs)

@@ -25,8 +25,8 @@ from .suite import Measurement, RunConfig
 from .targets import verdicts
 
 __all__ = ["CHAIN_COLUMNS", "COLUMNS", "MARKDOWN", "TABLEFMT", "BenchJSON", "BenchJSONError", "chains_table",
-           "dump_json", "format_value", "goals_changed", "goals_table", "load_json", "markdown_table", "read_json",
-           "results_table", "write_json"]
+           "dump_json", "format_value", "goals_changed", "goals_table", "load_json", "markdown_table",
+           "portable_paths", "read_json", "results_table", "write_json"]
 
 #: tabulate format of the tables as a run prints them
 TABLEFMT = "github"
@@ -196,11 +196,36 @@ class BenchJSONError(ValueError):
     which file and why."""
 
 
+def portable_paths(doc: Any) -> Any:
+    """``doc`` with this machine's paths in its strings made portable, so that a result file can
+    be kept and compared across machines: this interpreter becomes ``python``, the working
+    folder ``.`` and the home folder ``~`` (longest first; other strings unchanged)."""
+    places = sorted({(sys.executable, "python"), (os.path.realpath(sys.executable), "python"),
+                     (os.getcwd() + os.sep, ""), (os.getcwd(), "."),
+                     (os.path.expanduser("~") + os.sep, "~" + os.sep)},
+                    key=lambda pair: -len(pair[0]))
+    places = [(old, new) for old, new in places if old not in ("", os.sep)]
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, str):
+            for old, new in places:
+                value = value.replace(old, new)
+            return value
+        if isinstance(value, dict):
+            return {fix(k): fix(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [fix(v) for v in value]
+        return value
+
+    return fix(doc)
+
+
 def dump_json(path: str | os.PathLike[str], doc: Any) -> None:
-    """Writes ``doc`` to ``path`` (indented, UTF-8, a final newline), creating its folder."""
+    """Writes ``doc`` to ``path`` (indented, UTF-8, a final newline), creating its folder; this
+    machine's paths are made portable first (:func:`portable_paths`)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    p.write_text(json.dumps(portable_paths(doc), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def load_json(path: str | os.PathLike[str], what: str, required: Iterable[str] = ()) -> dict[str, Any]:
