@@ -82,7 +82,7 @@ BATCH_SLACK_KIB = 1536
 def batch_bound_kib(requests: int) -> int:
     """Peak-RSS growth allowed while a batch of ``requests`` requests is handled: 1,000
     requests -> 4.4 MiB against ~2.5 MiB measured. An agent that keeps 8 KiB per handled
-    request (``leaky_fault_agent.py``: ~8 MiB more for 1,000) exceeds it with room to spare
+    request (``fault_agent.py`` with ``FAULT_LEAK_KIB=8``: ~8 MiB more for 1,000) exceeds it with room to spare
     (a 4 KiB leak measured 3.8-5.6 MiB: too close to the bound to be a steady check), see
     ``test_batch_bound_sees_a_per_request_leak``."""
     return BATCH_SLACK_KIB + requests * BATCH_REQUEST_KIB
@@ -196,9 +196,8 @@ def test_huge_batch_gets_one_reply_with_one_entry_per_request(engine: ModuleType
 
 def test_batch_bound_sees_a_per_request_leak(engine: ModuleType) -> None:
     """The bound above is tight enough to matter: the same batch against an agent that keeps
-    4 KiB per handled request (750 of the 1,000: the unknown method is not handled) fails it."""
-    leaky = [sys.executable, str(Path(__file__).parent / "helpers" / "leaky_fault_agent.py")]
-    with RawChild(leaky, child_env(engine.IMPLEMENTATION, FAULT_LEAK_KIB="8")) as child:
+    8 KiB per handled request (750 of the 1,000: the unknown method is not handled) fails it."""
+    with RawChild(agent_argv(), child_env(engine.IMPLEMENTATION, FAULT_LEAK_KIB="8")) as child:
         base = warm_rss(child)
         replies = send_huge_batch(child)
         assert len(replies) == 1 and len(replies[0]) == BATCH_N + BATCH_N // 100

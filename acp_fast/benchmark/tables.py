@@ -68,8 +68,6 @@ def markdown_table(rows: Sequence[Sequence[str]], headers: Sequence[str], align:
                         disable_numparse=True))
 
 
-_tabulate = markdown_table
-
 
 def format_value(v: float | None) -> str:
     """A compact cell: thousands separators for rates, one or two decimals for small values."""
@@ -106,8 +104,8 @@ def results_table(rows: Sequence[Measurement], config: RunConfig, *, tablefmt: s
             p = PAIRS.get(pair)
             name = f"{pair} — {CEILING}" if p is not None and p.ceiling else pair
             body.append([name, loop, *(_cell(by_key.get((pair, loop, w))) for w, _ in COLUMNS)])
-        out.append(_tabulate(body, ["pair (client/agent)", "loop", *(h for _, h in COLUMNS)],
-                             ["left", "left", *("right" for _ in COLUMNS)], tablefmt))
+        out.append(markdown_table(body, ["pair (client/agent)", "loop", *(h for _, h in COLUMNS)],
+                                  ["left", "left", *("right" for _ in COLUMNS)], tablefmt))
     else:
         out.append("(no runnable pair)")
     out.append("")
@@ -157,9 +155,9 @@ def chains_table(rows: Sequence[Measurement], *, tablefmt: str = TABLEFMT) -> st
             share = f"{100.0 * stream.median / direct.median:.0f} %"
         body.append([pair, loop, str(getattr(PAIRS.get(pair), "hops", "?")), _cell(stream), share,
                      *(_cell(by_key.get((pair, loop, w))) for w, _ in CHAIN_COLUMNS)])
-    table = _tabulate(body, ["proxy chain", "loop", "hops", "notif/s ↑", f"of {DIRECT}",
-                             *(h for _, h in CHAIN_COLUMNS)],
-                      ["left", "left", "right", "right", "right", *("right" for _ in CHAIN_COLUMNS)], tablefmt)
+    table = markdown_table(body, ["proxy chain", "loop", "hops", "notif/s ↑", f"of {DIRECT}",
+                                  *(h for _, h in CHAIN_COLUMNS)],
+                           ["left", "left", "right", "right", "right", *("right" for _ in CHAIN_COLUMNS)], tablefmt)
     return (table + "\n\nProxy chains: the client spawns `acp-fast conductor agent PROXY… AGENT`; hops = proxies + 1 "
             "(conductor forwards per notification). Conductor CPU and RSS are the client's /proc readings of the "
             "process it spawned (CPU: thread run time during the streaming prompt; RSS: VmHWM); agent side = "
@@ -174,8 +172,8 @@ def goals_table(rows: Sequence[Measurement], loops: Sequence[str], *, tablefmt: 
                                  (f" {v['unit']}" if v["shown"] != "—" else ""))
         goal = f"≥ {v['goal']:g}×" if v["unit"] == "×" else f"≤ {v['goal']:g} {v['unit']}"
         body.append([v["label"], v["loop"], v["pair"], v["reference"] or "—", measured, goal, v["result"]])
-    return _tabulate(body, ["goal (issues 7 §3, 10, 11)", "loop", "pair", "vs", "measured", "goal", "result"],
-                     ["left", "left", "left", "left", "right", "right", "left"], tablefmt)
+    return markdown_table(body, ["goal (issues 7 §3, 10, 11)", "loop", "pair", "vs", "measured", "goal", "result"],
+                          ["left", "left", "left", "left", "right", "right", "left"], tablefmt)
 
 
 def write_json(path: str | os.PathLike[str], rows: Sequence[Measurement], raw: Sequence[dict[str, Any]],

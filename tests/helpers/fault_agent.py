@@ -9,7 +9,10 @@ Environment knobs:
 
 * ``FAULT_MAX_LINE=n``: serve only ``echo`` and ``rss`` on a plain ``jsonrpc.Connection``
   with ``max_line_size=n`` (the builders have no such knob);
-* ``FAULT_V2=1``: serve the same handlers on ``Agent.v2()`` (unguarded), for v2 clients.
+* ``FAULT_V2=1``: serve the same handlers on ``Agent.v2()`` (unguarded), for v2 clients;
+* ``FAULT_LEAK_KIB=n``: a deliberate per-request leak, to prove a memory bound bites: every
+  ``echo``/``aecho``/``sleep`` handled keeps its params and ``n`` KiB of its own for the life of
+  the process (the shape of a registry that is never pruned).
 
 Requests (``_fault/...``):
 
@@ -45,6 +48,16 @@ def proc_status() -> dict[str, int]:
     return out
 
 
+#: what FAULT_LEAK_KIB keeps alive (empty without it)
+LEAK = int(os.environ.get("FAULT_LEAK_KIB", "0")) * 1024
+KEPT: list[Any] = []
+
+
+def keep(params: Any) -> None:
+    if LEAK:
+        KEPT.append((params, b"\x01" * LEAK))  # written, so its pages are resident
+
+
 def log(text: str) -> None:
     os.write(2, text.encode() + b"\n")
 
@@ -56,15 +69,18 @@ def build(v2: bool) -> Any:
 
     @agent.on_request("_fault/echo")
     def echo(params: Any, cx: Any) -> Any:
+        keep(params)
         return params
 
     @agent.on_request("_fault/aecho")
     async def aecho(params: Any, cx: Any) -> Any:
+        keep(params)
         await asyncio.sleep(0)
         return params
 
     @agent.on_request("_fault/sleep")
     async def sleep(params: Any, cx: Any) -> Any:
+        keep(params)
         await asyncio.sleep(params["s"])
         return params
 
