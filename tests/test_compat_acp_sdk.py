@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -414,6 +415,12 @@ def test_helpers_keep_the_sdk_parameters(engine: ModuleType, monkeypatch: pytest
             transport = conn._conn._transport
             assert isinstance(transport, StreamTransport)
             assert transport._receive_timeout == 12.5 and transport._decoder.max_line_size == 4096
+            # the environment is the child's own only once it has exec'd the interpreter (before
+            # that, /proc shows the forking parent's): wait for its command line, bounded
+            deadline = time.monotonic() + 10
+            while b"time.sleep(30)" not in Path(f"/proc/{process.pid}/cmdline").read_bytes():
+                assert time.monotonic() < deadline, "the child never exec'd"
+                await asyncio.sleep(0.01)
             with open(f"/proc/{process.pid}/environ", "rb") as f:
                 environ = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
             assert environ[b"ACP_DROPIN_PROBE"] == b"1" and b"PYTHONPATH" not in environ
