@@ -305,6 +305,7 @@ class Batch:
 
     @property
     def raw(self) -> RawJson:
+        """The whole batch line, verbatim (without its newline)."""
         return RawJson(self._line)
 
     def __len__(self) -> int:
@@ -505,18 +506,22 @@ class Decoder:
 
     @property
     def lazy(self) -> bool:
+        """True when ``params``/``result`` stay raw JSON until first accessed."""
         return self._lazy
 
     @property
     def max_line_size(self) -> int:
+        """The longest line buffered, in bytes before the newline; longer lines are ``Malformed``."""
         return self._max_line_size
 
     @property
     def max_depth(self) -> int:
+        """The deepest container nesting accepted; deeper lines are -32700."""
         return self._max_depth
 
     @property
     def max_batch_size(self) -> int:
+        """The most entries a batch may have; a longer one is a single -32600 ``Malformed``."""
         return self._max_batch_size
 
     @property
@@ -1127,14 +1132,17 @@ class Forwarder:
 
     @property
     def hops(self) -> int:
+        """Number of hops: upstream, the proxies, and the agent when there is one."""
         return self._hops
 
     @property
     def proxies(self) -> int:
+        """Number of proxies in the chain (hops ``1 .. proxies``)."""
         return self._proxies
 
     @property
     def agent(self) -> bool:
+        """True when the last hop is the agent (agent mode); False in proxy mode."""
         return self._agent
 
     @property
@@ -1303,6 +1311,7 @@ class Forwarder:
         self._fast[self._hop(hop)] = bool(on)
 
     def fast(self, hop: int) -> bool:
+        """True when ``hop``'s lines are routed here (see :meth:`set_fast`)."""
         return self._fast[self._hop(hop)]
 
     def close(self, hop: int) -> None:
@@ -1310,6 +1319,7 @@ class Forwarder:
         self._closed[self._hop(hop)] = True
 
     def closed(self, hop: int) -> bool:
+        """True once :meth:`close` was called for ``hop``."""
         return self._closed[self._hop(hop)]
 
     def successor(self, hop: int) -> str:
@@ -1317,6 +1327,11 @@ class Forwarder:
         return self._succ[self._hop(hop)]
 
     def set_successor(self, hop: int, name: str) -> None:
+        """Write successor envelopes to ``hop`` as ``name`` (``"_proxy/successor"`` or ``"proxy/successor"``).
+
+        Raises:
+            ValueError: ``name`` is neither spelling.
+        """
         h = self._hop(hop)
         if name not in _SUCCESSOR_NAMES:
             raise ValueError(f"successor must be one of {_SUCCESSOR_NAMES}, not {name!r}")

@@ -95,6 +95,7 @@ class BatchReply:
 
     @property
     def slot_count(self) -> int:
+        """Number of slots: the entries that get an answer in the reply array."""
         return len(self._lines)
 
     @property
@@ -104,6 +105,7 @@ class BatchReply:
 
     @property
     def complete(self) -> bool:
+        """True when every slot is filled and :meth:`encode` can build the reply."""
         return self._pending == 0
 
     def slot(self, entry_index: int) -> int | None:

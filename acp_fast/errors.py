@@ -111,30 +111,37 @@ class JsonRpcError(AcpFastError):
 
     @classmethod
     def parse_error(cls, line: str | None = None) -> JsonRpcError:
+        """-32700 Parse error: invalid JSON; ``line`` (if given) goes in ``data`` as ``{"line": line}``."""
         return cls(PARSE_ERROR, data={"line": line} if line is not None else _MISSING)
 
     @classmethod
     def invalid_request(cls, data: Any = _MISSING) -> JsonRpcError:
+        """-32600 Invalid request: valid JSON that is not a valid JSON-RPC envelope."""
         return cls(INVALID_REQUEST, data=data)
 
     @classmethod
     def method_not_found(cls, method: str) -> JsonRpcError:
+        """-32601 Method not found, with the method name as ``data``."""
         return cls(METHOD_NOT_FOUND, data=method)
 
     @classmethod
     def invalid_params(cls, data: Any = _MISSING) -> JsonRpcError:
+        """-32602 Invalid params."""
         return cls(INVALID_PARAMS, data=data)
 
     @classmethod
     def internal_error(cls, data: Any = _MISSING, message: str | None = None) -> JsonRpcError:
+        """-32603 Internal error (``message`` defaults to ``"Internal error"``)."""
         return cls(INTERNAL_ERROR, message, data)
 
     @classmethod
     def request_cancelled(cls, data: Any = _MISSING) -> JsonRpcError:
+        """-32800 Request cancelled: the answer to a request cancelled by ``$/cancel_request``."""
         return cls(REQUEST_CANCELLED, data=data)
 
     @classmethod
     def unsupported_protocol_version(cls, requested: int, supported: list[int]) -> JsonRpcError:
+        """-32022 Unsupported protocol version, ``data`` ``{"requested": N, "supported": [...]}``."""
         return cls(
             UNSUPPORTED_PROTOCOL_VERSION,
             data={"requested": requested, "supported": list(supported)},

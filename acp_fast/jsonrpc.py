@@ -49,7 +49,7 @@ import collections
 import logging
 import types
 import weakref
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Literal, TypeVar
 
 from . import engine as _engine
@@ -177,6 +177,7 @@ class RequestContext:
 
     @property
     def method(self) -> str:
+        """The request's method."""
         return self.message.method  # type: ignore[no-any-return]
 
     @property
@@ -186,6 +187,7 @@ class RequestContext:
 
     @property
     def answered(self) -> bool:
+        """True once the request has its answer (a result, an error or the fallback)."""
         return self._done
 
     @property
@@ -291,10 +293,12 @@ class Responder:
 
     @property
     def context(self) -> RequestContext:
+        """The deferred request this responder answers."""
         return self._ctx
 
     @property
     def answered(self) -> bool:
+        """True once the request has its answer (from this responder or otherwise)."""
         return self._ctx._done
 
     def respond(self, result: Any = None) -> bool:
@@ -375,6 +379,7 @@ class PendingRequest:
             raise
 
     def done(self) -> bool:
+        """True once the request is answered, failed, timed out or detached."""
         return self._fut.done()
 
     def add_done_callback(self, fn: Callable[[asyncio.Future[Any]], Any]) -> None:
@@ -471,6 +476,8 @@ class Connection:
             :meth:`set_writable` (a first-frame router hands a connection over this way).
         decoder: an engine ``Decoder`` to continue with (one that already read the start of
             the stream); default: a new one.
+        first_id: the id of the first request sent, then one more for each (default 1;
+            the official Python SDK starts at 0).
 
     Must be created inside a running event loop. Register handlers before the first
     ``await`` after creating it: messages are delivered from the next loop turn on.
@@ -489,6 +496,7 @@ class Connection:
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
         attach: bool = True,
         decoder: Any = None,
+        first_id: int = 1,
     ) -> None:
         eng: Any = engine if engine is not None else _engine
         if (eng.REQUEST, eng.NOTIFICATION, eng.RESPONSE, eng.BATCH, eng.MALFORMED) != (
@@ -524,7 +532,7 @@ class Connection:
         self._request_fallback: RequestHandler | None = None
         self._notification_fallback: NotificationHandler | None = None
 
-        self._next_id = 0
+        self._next_id = first_id - 1
         self._pending: dict[Any, PendingRequest] = {}
         self._inflight: dict[Any, RequestContext] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -664,10 +672,12 @@ class Connection:
 
     @property
     def engine(self) -> types.ModuleType:
+        """The engine twin this connection decodes and encodes with."""
         return self._engine  # type: ignore[no-any-return]
 
     @property
     def stream(self) -> Stream:
+        """The byte stream the connection reads and writes."""
         return self._stream
 
     @property
@@ -677,6 +687,7 @@ class Connection:
 
     @property
     def is_closing(self) -> bool:
+        """True once the connection is closing or closed (:meth:`close`, or finished after EOF)."""
         return self._closing
 
     @property
@@ -690,11 +701,32 @@ class Connection:
         return len(self._pending)
 
     @property
+    def running_handlers(self) -> int:
+        """Request handler tasks running: coroutine handlers, and :meth:`start_handler_task`'s."""
+        return len(self._tasks)
+
+    def start_handler_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``coro`` as one of this connection's request handler tasks.
+
+        For a handler that answers through ``ctx.defer()`` from a task of its own: the task
+        counts in the backlog (reading pauses past ``max_backlog``), :meth:`close` cancels
+        it and the end of input waits for it, as for a coroutine handler; unlike one, the
+        rest of the read is dispatched before it first runs.
+        """
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    @property
     def reading_paused(self) -> bool:
+        """True while reading is paused: the peer does not read our answers, or too many
+        handlers are queued."""
         return self._reading_paused
 
     @property
     def writing_paused(self) -> bool:
+        """True while the stream's write side is paused (its buffer is above the high mark)."""
         return self._write_paused
 
     def close(self) -> None:

@@ -51,7 +51,7 @@ def test_builder_tables_are_frozen_snapshots() -> None:
 def test_chaining_keeps_the_builder_type() -> None:
     from acp_fast import Proxy
 
-    proxy = Proxy.v2().with_info("p", "1").on_successor_request("x", lambda p, cx: None)
+    proxy = Proxy.v2().with_info("p", "1").on_successor_request("_x", lambda p, cx: None)
     assert type(proxy).__name__ == "ProxyBuilder"
 
 

@@ -402,6 +402,8 @@ def test_helpers_keep_the_sdk_parameters(engine: ModuleType, monkeypatch: pytest
     from acp_fast.compat import acp_sdk
     from acp_fast.compat.acp_sdk import connect
 
+    assert acp_sdk.TESTED_SDK_VERSIONS is connect.TESTED_SDK_VERSIONS  # re-exported by the package
+
     async def body() -> None:
         with pytest.raises(TypeError, match="unsupported transport_kwargs"):
             async with spawn_agent_process(RecordingClient(), sys.executable, transport_kwargs={"bogus": 1}):
@@ -428,7 +430,7 @@ def test_helpers_keep_the_sdk_parameters(engine: ModuleType, monkeypatch: pytest
 
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     run(body)
-    monkeypatch.setattr(acp_sdk, "TESTED_SDK_VERSIONS", ("0.0.0",))
+    monkeypatch.setattr(connect, "TESTED_SDK_VERSIONS", ("0.0.0",))
     monkeypatch.setattr(connect, "_warned_version", [])
     with pytest.warns(RuntimeWarning, match="tested with agent-client-protocol 0.0.0"):
         connect.check_sdk_version()

@@ -438,7 +438,7 @@ def test_request_handlers_are_bounded_by_the_connections_backlog(engine: ModuleT
             await asyncio.sleep(0)
         rpc = conn._conn
         assert rpc is not None and rpc.reading_paused  # the handlers' Tasks count in its backlog
-        assert len(rpc._tasks) < 40
+        assert rpc.running_handlers < 40
         release.set()
         answers = [await peer.recv() for _ in range(40)]
         assert sorted(r["id"] for r in answers) == list(range(40))

@@ -287,6 +287,52 @@ def test_unknown_server_id_and_malformed_envelope_are_binding_errors(engine: Mod
     run(body)
 
 
+def test_a_builders_own_mcp_message_handlers_get_what_the_binding_does_not_serve(engine: ModuleType) -> None:
+    """The binding's ``mcp/message`` handlers are dynamic handlers of the connection (its
+    state is ``connection.mcp``): a client's own ``mcp/message`` request handler gets the
+    requests for server ids no attached server has (and malformed ones) instead of -33001 /
+    -32602, and an agent's own notification handler the notifications no open MCP session
+    owns; the attached server and the open session still get theirs."""
+    async def body() -> None:
+        agent = Agent.v2()
+        seen: dict[str, Any] = {}
+        notes: list[Any] = []
+
+        def new_session(params: Any, cx: Context) -> Any:
+            seen["decl"] = params["mcpServers"][0]
+            seen["cx"] = cx.connection
+            return {"sessionId": "s"}
+
+        agent.on_request("session/new", new_session)
+        agent.on_notification("mcp/message", lambda p, cx: notes.append(p))
+        agent.on_request("_x/ping", lambda p, cx: "pong")
+        client = Client.v2().on_request("mcp/message", lambda p, cx: {"result": {"mine": p.get("serverId")}})
+
+        async def main(cx: Any) -> Any:
+            await cx.initialize()
+            await cx.build_session("/tmp", with_mcp_servers=[tools_server()])
+            conn = seen["cx"]
+            server_id = seen["decl"]["serverId"]
+            out: dict[str, Any] = {"state": (type(cx.mcp).__name__, sorted(cx.mcp.routes.hosts) == [server_id])}
+            out["unknown"] = await conn.send_request(
+                "mcp/message", {"serverId": "nope", "requestId": "r1", "method": "tools/list"})
+            out["malformed"] = await conn.send_request("mcp/message", {"serverId": server_id})
+            async with acp_mcp.open_mcp_session(conn, server_id) as session:
+                out["tools"] = [t.name for t in (await session.list_tools()).tools]
+                cx.send_notification("mcp/message", {"serverId": "other", "requestId": "x", "method": "n"})
+                await cx.send_request("_x/ping")  # a round trip: the notification was handled
+            return out
+
+        out = await client.connect_with(serve_in_memory(agent, engine), main, engine=engine)
+        assert out["state"] == ("McpState", True)
+        assert out["unknown"] == {"result": {"mine": "nope"}}
+        assert out["malformed"] == {"result": {"mine": seen["decl"]["serverId"]}}
+        assert out["tools"] == ["add"]
+        assert notes == [{"serverId": "other", "requestId": "x", "method": "n"}]
+
+    run(body)
+
+
 def test_with_mcp_servers_needs_v2(engine: ModuleType) -> None:
     async def body() -> None:
         agent = Agent.builder().on_request("session/new", lambda p, cx: {"sessionId": "s"})

@@ -298,7 +298,7 @@ def on_cancel(params: CancelSessionNotification, cx: Context) -> None:
     return None
 
 
-agent.on_request(methods.session.prompt, async_prompt).on_request("x/y", lambda p, cx: p)
+agent.on_request(methods.session.prompt, async_prompt).on_request("_x/y", lambda p, cx: p)
 agent.on_request(methods.session.prompt, lambda p, cx: {"messageId": p["sessionId"]})
 agent.on_request(methods.session.prompt, lambda p, cx: {"messageId": p["nope"]})  # BAD
 agent.on_request(methods.session.prompt, lambda p, cx: {"sessionId": "s"})  # BAD

@@ -32,13 +32,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .pairs import (
+from .registry import (
     ACP_FAST,
     ACP_FAST_COMPILED,
     PAIRS,
     Pair,
     Variant,
-    _acp_env,
+    acp_env,
     acp_fast_agent,
 )
 
@@ -103,7 +103,7 @@ def register_chain_pairs() -> list[str]:
             client_cmd=(*client, *hops),
             agent_cmd=conductor_command(k, agent),
             requires=(ACP_FAST, ACP_FAST_COMPILED),
-            env=_acp_env(ACP_FAST_NO_EXTENSIONS="0"),
+            env=acp_env(ACP_FAST_NO_EXTENSIONS="0"),
             description=f"acp_fast client → acp-fast conductor, {k} pass-through prox{'y' if k == 1 else 'ies'}"
                         f" → acp_fast agent, compiled engine",
             py_client=True,

@@ -67,6 +67,14 @@ class Args(argparse.Namespace):
 
 
 def parse_args(argv: list[str]) -> Args:
+    """Parse the client's command line (the options, then ``--`` and the agent command).
+
+    Args:
+        argv: the arguments without the program name.
+
+    Returns:
+        The options, with the workload sizes filled in from ``ACP_N``/``ACP_CHUNK`` where not given.
+    """
     if "--" in argv:
         i = argv.index("--")
         opts, cmd = argv[:i], argv[i + 1:]
@@ -409,6 +417,14 @@ async def run(args: Args) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark client and print its one JSON result line on stdout.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The process exit status.
+    """
     args = parse_args(sys.argv[1:] if argv is None else argv)
     result = run_loop(run(args), loop=args.loop)
     sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")

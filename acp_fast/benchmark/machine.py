@@ -54,9 +54,11 @@ class Snapshot:
     at: str
 
     def load_text(self) -> str:
+        """The three load averages with two decimals, or ``"n/a"`` when unknown."""
         return "n/a" if self.load is None else " ".join(f"{x:.2f}" for x in self.load)
 
     def to_json(self) -> dict[str, Any]:
+        """The snapshot as a JSON-ready dict (one key per field)."""
         return asdict(self)
 
 

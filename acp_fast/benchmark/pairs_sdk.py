@@ -9,7 +9,7 @@ the SDK), both sides switched, compiled engine:
 ``pysdk-fast/pysdk-fast``                SDK client and agent on the connection drop-in
 =======================================  ==============================================
 
-Compare them with ``pysdk/pysdk`` (the stock SDK, :data:`~.pairs.BASELINE`) in one run:
+Compare them with ``pysdk/pysdk`` (the stock SDK, ``BASELINE`` of :mod:`.pairs`) in one run:
 ``acp-fast bench --pairs pysdk/pysdk,pysdk-transport/pysdk-transport,pysdk-fast/pysdk-fast``.
 The issue-11 targets and the import-time comparison: ``scripts/bench_sdk_dropin.py``.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from . import pairs
+from . import registry
 
 __all__ = ["DROPIN_PAIRS", "register"]
 
@@ -36,11 +36,11 @@ _DESCRIPTIONS = {
 def register() -> None:
     """(Re)registers the drop-in pairs with the current peers' folder."""
     py = sys.executable
-    pysdk = pairs.PEERS / "pysdk"
+    pysdk = registry.PEERS / "pysdk"
     launcher = str(pysdk / "dropin.py")
-    env = pairs._acp_env(ACP_FAST_NO_EXTENSIONS="0")
+    env = registry.acp_env(ACP_FAST_NO_EXTENSIONS="0")
     for name, mode in DROPIN_PAIRS.items():
-        pairs.register_pair(
+        registry.register_pair(
             name, (py, launcher, mode, str(pysdk / "client.py")), (py, launcher, mode, str(pysdk / "agent.py")),
-            requires=[pairs.PYSDK_PEER, pairs.ACP_FAST, pairs.ACP_FAST_COMPILED], env=env, replace=True,
+            requires=[registry.PYSDK_PEER, registry.ACP_FAST, registry.ACP_FAST_COMPILED], env=env, replace=True,
             py_client=True, py_agent=True, description=_DESCRIPTIONS[mode])

@@ -41,13 +41,17 @@ class ProbeResult:
     errors: list[str] = field(default_factory=list)
 
     def values(self, key: str) -> list[float]:
+        """The value of metric ``key`` in every run that recorded it, in run order."""
         return [float(r[key]) for r in self.runs if r.get(key) is not None]
 
     def median(self, key: str) -> float | None:
+        """The median of metric ``key`` over the runs, or ``None`` when no run recorded it."""
         v = self.values(key)
         return statistics.median(v) if v else None
 
     def to_json(self) -> dict[str, Any]:
+        """The result as a JSON-ready dict: the command, the prompt, one row per metric with
+        its runs and median, the runs' records and the errors."""
         return {
             "command": self.command,
             "prompt": self.prompt,
@@ -170,6 +174,8 @@ def _fmt(v: float | None) -> str:
 
 
 def probe_markdown(result: ProbeResult) -> str:
+    """The probe's report in Markdown: the agent and prompt, a table of each metric's median
+    and runs, the stop reasons seen and the errors."""
     runs = result.runs
     proto = sorted({str(r.get("protocol")) for r in runs}) or ["?"]
     agent = next((r.get("agent") for r in runs if r.get("agent")), None)

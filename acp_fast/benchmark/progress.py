@@ -48,4 +48,5 @@ class Progress:
             self._write(text, file=self.stream)
 
     def close(self) -> None:
+        """Remove the progress bar (the lines already written stay)."""
         self._bar.close()

@@ -225,6 +225,7 @@ class Measurement:
     skipped: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The measurement as a JSON-ready dict; ``errors`` and ``skipped`` only when set."""
         d = asdict(self)
         if not self.errors:
             d.pop("errors")

@@ -53,6 +53,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def main(args: Any) -> int:
+    """Run the chain described by ``args`` on stdio until it ends.
+
+    Args:
+        args: the parsed ``acp-fast conductor`` arguments.
+
+    Returns:
+        The exit status: 1 when the chain ended because a component exited, 2 for a bad
+        component spec, else 0.
+    """
     from ..conductor import Conductor
     from ..transport import connect_stdio
 

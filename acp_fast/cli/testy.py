@@ -23,6 +23,7 @@ def _engine_choice(name: str) -> str | None:
 
 
 def add_parser(subparsers: Any) -> Any:
+    """Registers ``testy`` on the ``acp-fast`` subparsers (called by ``acp_fast.cli.main``)."""
     parser = subparsers.add_parser(
         "testy", help="run the deterministic test agent (Testy) on stdio",
         description=("Serve the deterministic ACP test agent (Testy) on stdin/stdout: v1 and v2 "
@@ -50,6 +51,15 @@ def add_parser(subparsers: Any) -> Any:
 
 
 def main(args: Any) -> int:
+    """Serve Testy on stdio, in the versions, engine twin and event loop ``args`` asks for,
+    until the client hangs up.
+
+    Args:
+        args: the parsed ``acp-fast testy`` arguments.
+
+    Returns:
+        The exit status: 0, or 2 for a bad ``--versions``.
+    """
     from ..testy import build, parse_versions
 
     try:

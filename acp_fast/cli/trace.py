@@ -35,6 +35,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def main(args: Any) -> int:
+    """Run ``acp-fast trace view`` (write the HTML page) or ``acp-fast trace summary`` (print
+    the counts) on the trace file ``args`` names.
+
+    Args:
+        args: the parsed ``acp-fast trace`` arguments.
+
+    Returns:
+        The exit status: 0, or 1 when the trace cannot be read or the page not written.
+    """
     from ..conductor.trace_view import (
         TraceError,
         analyse,

@@ -54,4 +54,5 @@ class DebugLog:
         self._file.flush()
 
     def close(self) -> None:
+        """Close the file; later :meth:`log` calls write nothing."""
         self._file.close()

@@ -97,15 +97,18 @@ class McpHttpBridge:
         self._server_ids: set[str] = set()
 
     async def start(self) -> None:
+        """Listen on a free port of 127.0.0.1 (once)."""
         if self._server is None:
             self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
             self._port = self._server.sockets[0].getsockname()[1]
 
     def url(self, server_id: str) -> str:
+        """The HTTP URL that serves ``server_id`` (from now on; call after :meth:`start`)."""
         self._server_ids.add(server_id)
         return f"http://127.0.0.1:{self._port}/mcp/{quote(server_id, safe='')}"
 
     def close(self) -> None:
+        """Stop listening."""
         if self._server is not None:
             self._server.close()
 

@@ -58,6 +58,8 @@ class Tracer:
             self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def call(self, src: str, dst: str, rid: Any, method: str, params_raw: Any, is_request: bool) -> None:
+        """Record a request (``is_request``; ``rid`` its id on this hop) or a notification
+        from component ``src`` to ``dst``; ``params_raw`` is decoded (``None`` if it is not JSON)."""
         params = _value(params_raw)
         record: dict[str, Any] = {"type": "request" if is_request else "notification",
                                   "ts": time.monotonic() - self._t0, "protocol": "acp",
@@ -72,9 +74,12 @@ class Tracer:
         self._write(record)
 
     def response(self, src: str, dst: str, rid: Any, error: Any, result_raw: Any) -> None:
+        """Record the response to request ``rid`` from ``src`` to ``dst``: ``error`` when it is
+        not ``None``, else the decoded ``result_raw``."""
         self._write({"type": "response", "ts": time.monotonic() - self._t0, "from": src, "to": dst,
                      "id": rid, "is_error": error is not None,
                      "payload": error if error is not None else _value(result_raw)})
 
     def close(self) -> None:
+        """Close the file; later events are not written."""
         self._file.close()

@@ -138,6 +138,7 @@ class TraceModel:
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """The model as one JSON-ready object (what the page's script reads), with :data:`KINDS`."""
         return {"title": self.title, "lanes": self.lanes, "sessions": self.sessions, "methods": self.methods,
                 "kinds": list(KINDS), "rows": self.rows, "events": self.events, "warnings": self.warnings}
 

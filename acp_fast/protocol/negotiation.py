@@ -81,7 +81,7 @@ def parse_protocol_version(params: Any) -> int:
 def unsupported_protocol_version(requested: int, supported: Iterable[int]) -> JsonRpcError:
     """The -32022 error of a failed negotiation (protocol.md §6.2 [SEED]).
 
-    Example:
+    Examples:
         >>> unsupported_protocol_version(1, [2]).to_dict()
         {'code': -32022, 'message': 'Unsupported protocol version', 'data': {'requested': 1, 'supported': [2]}}
     """
@@ -257,7 +257,7 @@ def normalize_v2_to_v1(params: dict[str, Any]) -> dict[str, Any]:
     ``auth.terminal: {…}`` turned into the v1 boolean (its ``_meta`` dropped) and
     ``session.configOptions.boolean`` advertised; ``fs``/``terminal`` are never enabled.
 
-    Example:
+    Examples:
         >>> normalize_v2_to_v1({"protocolVersion": 2, "info": {"name": "e", "version": "1"},
         ...                     "capabilities": {"auth": {"terminal": {}}}})["clientCapabilities"]["auth"]
         {'terminal': True}

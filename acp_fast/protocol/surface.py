@@ -169,6 +169,7 @@ class SessionUpdateView:
 
     @property
     def known(self) -> bool:
+        """True when the negotiated version defines this update's tag and shape (``status == KNOWN``)."""
         return self.status == KNOWN
 
     def __repr__(self) -> str:

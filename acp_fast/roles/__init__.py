@@ -9,6 +9,7 @@ API (seed 000) in Python form. One idea per module:
 ``api``             the role namespaces ``Agent`` / ``Client`` / ``Proxy``, ``run_agent_stdio``
 ``builders``        the builders: register handlers; ``serve`` / ``connect`` / ``connect_with``
 ``table``           the frozen :class:`HandlerTable` a builder hands each connection
+``names``           which method names a handler may be registered for (checked then)
 ``context``         request handles (``Request``, ``SentRequest``) and ``Peer``
 ``_hot_py``         what handlers see, ``Context`` and ``SessionUpdate``, and the per-method
                     dispatchers: the hot path's one source (compiled as ``_hot_c``)
@@ -22,7 +23,9 @@ API (seed 000) in Python form. One idea per module:
                     ``with_mcp_server``, an agent's ``open_mcp_session`` (the ``mcp`` extra)
 ==================  ========================================================================
 
-Handlers are registered by method name or by schema type name and get ``(params, cx)``;
+Handlers are registered by method name or by schema type name and get ``(params, cx)``; a
+name the implementation's version does not define for its side is refused at once (with the
+nearest known name), unless it starts with ``_`` (an extension method).
 ``cx`` is a :class:`Context` (the request's cancellation state plus a way to send requests
 and notifications back). A handler returns the result (or a coroutine giving it); raising
 :class:`~acp_fast.errors.JsonRpcError` answers with that error.

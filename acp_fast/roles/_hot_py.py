@@ -99,6 +99,7 @@ class Context:
 
     @property
     def method(self) -> str:
+        """The message's method."""
         return self.message.method  # type: ignore[no-any-return]
 
     @property

@@ -63,14 +63,17 @@ class Proxy:
 
     @staticmethod
     def builder() -> ProxyBuilder:
+        """A v1 proxy: accepts only a v1 ``_proxy/initialize`` (exact version match)."""
         return ProxyBuilder(1)
 
     @staticmethod
     def v2() -> ProxyBuilder:
+        """A v2 proxy: accepts only a v2 ``_proxy/initialize`` (exact version match)."""
         return ProxyBuilder(2)
 
     @staticmethod
     def protocol_router() -> ProxyRouter:
+        """Serve v1 and v2 proxies on one endpoint (see :class:`ProxyRouter`)."""
         return ProxyRouter()
 
 

@@ -13,19 +13,20 @@ The verbs are the same everywhere: ``serve(transport)`` answers a peer until it 
 from __future__ import annotations
 
 import contextlib
-import types
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar, Union, overload
+from typing import Any, ClassVar, TypeVar, Union, overload
 
-from .. import transport as _transport
 from ..jsonrpc import Connection
 from ..protocol import negotiation as nego
 from ..protocol.methods import Method, NotificationMethod, RequestMethod
 from ..protocol.surface import WireSurface
 from .connection import AcpConnection
+from .mcp import McpServer
 from .proxy import ProxyConnection
 from ._hot import Context
+from .names import check_handler_method
+from .streams import EngineChoice, Transport, open_stream, resolve_engine
 from .table import Handler, HandlerTable, Main, UpdateHandler
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
 
 _T = TypeVar("_T")
 _B = TypeVar("_B", bound="Builder")
+_PB = TypeVar("_PB", bound="ProxyBuilder")
 _F = TypeVar("_F", bound=Callable[..., Any])
 _P = TypeVar("_P")
 _R = TypeVar("_R")
@@ -50,42 +52,19 @@ TypedRequestHandler = Callable[[_P, Context], Union[_R, Awaitable[_R]]]
 #: A typed notification handler: ``fn(params: P, cx)``.
 TypedNotificationHandler = Callable[[_P, Context], Union[None, Awaitable[None]]]
 
-#: A stream, or an awaitable of one (``spawn(...)``, ``connect_tcp(...)``).
-Transport = Union[_transport.Stream, Awaitable[_transport.Stream]]
-#: Which engine twin: ``"c"`` (compiled), ``"py"`` (pure), ``None`` (the selected one), or
-#: an engine module (tests pass the twins' modules).
-EngineChoice = Union[Literal["c", "py"], types.ModuleType, None]
-
-
 def _default_info() -> dict[str, str]:
     from .. import __version__
 
     return {"name": "acp_fast", "version": __version__}
 
 
-def resolve_engine(engine: EngineChoice) -> types.ModuleType | None:
-    """The engine module for ``engine`` (see :data:`EngineChoice`)."""
-    if engine is None or isinstance(engine, types.ModuleType):
-        return engine
-    if engine in ("py", "c"):
-        import importlib
-
-        return importlib.import_module(f"acp_fast._engine_{engine}")
-    raise ValueError(f"engine must be 'c', 'py', None or an engine module, not {engine!r}")
-
-
-async def open_stream(transport: Transport) -> _transport.Stream:
-    """The stream of ``transport`` (awaited when it is an awaitable)."""
-    if isinstance(transport, _transport.Stream) or hasattr(transport, "attach"):
-        return transport  # type: ignore[return-value]
-    return await transport
-
-
 class Builder:
     """Common part of the role builders: the handler registry and the ways to run it."""
 
     role = "agent"
-    _connection_type: type[AcpConnection] = AcpConnection
+    #: the connection class :meth:`bind` makes (and whose ``lazy_frames`` its JSON-RPC
+    #: connections get)
+    connection_type: ClassVar[type[AcpConnection]] = AcpConnection
 
     def __init__(self, version: int) -> None:
         if version not in nego.SUPPORTED_VERSIONS:
@@ -105,27 +84,32 @@ class Builder:
 
     # -- registering ----------------------------------------------------------------------
 
-    def _method(self, name: str | Method[Any, Any], kind: str) -> str:
+    def _method(self, name: str | Method[Any, Any], kind: str, from_successor: bool = False) -> str:
         """A method name, a typed descriptor (``acp_fast.protocol.methods_v2.session.prompt``),
-        or the method whose params type is the schema type ``name``.
+        or the method whose params type is the schema type ``name``, checked against the
+        methods this side receives (:func:`~acp_fast.roles.names.check_handler_method`).
 
         Raises:
-            ValueError: a descriptor of another kind or version, or an unknown type name.
+            ValueError: a descriptor of another kind or version, an unknown type name, or a
+                method name this side does not receive in this version (not ``_``-prefixed).
         """
         if isinstance(name, Method):
             if name.kind != kind:
                 raise ValueError(f"{name!r} is a {name.kind}, not a {kind}")
             if name.version != self.version:
                 raise ValueError(f"{name!r} is an ACP v{name.version} method; this builder is v{self.version}")
-            return name.name
-        if not name[:1].isupper():
-            return name
-        surface = WireSurface.for_version(self.version)
-        for method in sorted(surface.methods):
-            info = surface.method_info(method, kind)
-            if info is not None and info.params_type == name:
-                return method
-        raise ValueError(f"no ACP v{self.version} {kind} has params type {name!r}")
+            name = name.name
+        elif name[:1].isupper():
+            surface = WireSurface.for_version(self.version)
+            for method in sorted(surface.methods):
+                info = surface.method_info(method, kind)
+                if info is not None and info.params_type == name:
+                    name = method
+                    break
+            else:
+                raise ValueError(f"no ACP v{self.version} {kind} has params type {name!r}")
+        return check_handler_method(name, version=self.version, role=self.role, kind=kind,
+                                    from_successor=from_successor)
 
     @overload
     def on_request(self: _B, method: RequestMethod[_P, _R], fn: TypedRequestHandler[_P, _R]) -> _B: ...
@@ -157,7 +141,10 @@ class Builder:
             ...     return {"messageId": "m1"}
 
         Raises:
-            ValueError: a descriptor of another version or kind, or an unknown type name.
+            ValueError: a descriptor of another version or kind, an unknown type name, or a
+                method name that is not a request this side receives in this version and
+                does not start with ``_`` (extension methods); the message names the nearest
+                known name (see :mod:`acp_fast.roles.names`).
         """
         return self._register(self._requests, method, "request", fn)
 
@@ -195,8 +182,8 @@ class Builder:
         return self
 
     def _register(self, table: dict[str, Handler], name: str | Method[Any, Any], kind: str,
-                  fn: Handler | None) -> Any:
-        method = self._method(name, kind)
+                  fn: Handler | None, from_successor: bool = False) -> Any:
+        method = self._method(name, kind, from_successor)
         if fn is None:
             def decorator(f: _F) -> _F:
                 table[method] = f
@@ -239,12 +226,12 @@ class Builder:
 
     def bind(self, conn: Connection, **kwargs: Any) -> AcpConnection:
         """Run this implementation on an existing JSON-RPC connection."""
-        return self._connection_type(conn, self.table(), **kwargs)
+        return self.connection_type(conn, self.table(), **kwargs)
 
     async def serve(self, transport: Transport, *, engine: EngineChoice = None) -> None:
         """Serve on ``transport`` (a ``Stream`` or an awaitable of one) until it closes."""
         stream = await open_stream(transport)
-        conn = Connection(stream, engine=resolve_engine(engine), lazy=self._connection_type.lazy_frames)
+        conn = Connection(stream, engine=resolve_engine(engine), lazy=self.connection_type.lazy_frames)
         self.bind(conn)
         await conn.wait_closed()
 
@@ -259,7 +246,7 @@ class Builder:
                 opened = await conn.build_session(cwd="/tmp")
         """
         stream = await open_stream(transport)
-        conn = Connection(stream, engine=resolve_engine(engine), lazy=self._connection_type.lazy_frames)
+        conn = Connection(stream, engine=resolve_engine(engine), lazy=self.connection_type.lazy_frames)
         acp = self.bind(conn)
         try:
             yield acp
@@ -298,29 +285,27 @@ class ProxyBuilder(Builder):
     """
 
     role = "proxy"
-    _connection_type = ProxyConnection
-    _mcp_server: Any = None
+    connection_type = ProxyConnection
+    _mcp_server: McpServer | None = None
 
-    def with_mcp_server(self: _B, server: Any, name: str | None = None) -> _B:
+    def with_mcp_server(self: _PB, server: Any, name: str | None = None) -> _PB:
         """Serve one MCP server (MCP-over-ACP) on every connection of this proxy.
 
         Each connection gives it one connection-scoped server id and adds its declaration
         (``{"type": "acp", …}``) to the ``mcpServers`` of every ``session/new``,
         ``session/resume`` and ``session/fork`` it sends to its successor; nothing else in
-        those requests changes. ``server``: an ``mcp`` ``Server`` / ``MCPServer`` or a
-        factory of one (see :mod:`acp_fast.roles.mcp`).
+        those requests changes (:meth:`ProxyConnection.serve_mcp_server
+        <acp_fast.roles.proxy.ProxyConnection.serve_mcp_server>`). ``server``: an ``mcp``
+        ``Server`` / ``MCPServer`` or a factory of one (see :mod:`acp_fast.roles.mcp`).
         """
-        from .mcp import McpServer
-
-        self._mcp_server = McpServer(server, name)  # type: ignore[attr-defined]
+        self._mcp_server = McpServer(server, name)
         return self
 
     def bind(self, conn: Connection, **kwargs: Any) -> AcpConnection:
         acp = super().bind(conn, **kwargs)
         if self._mcp_server is not None:
-            from .mcp import install_proxy_server
-
-            acp._mcp_declaration = install_proxy_server(acp, self._mcp_server).declaration  # type: ignore[attr-defined]
+            assert isinstance(acp, ProxyConnection)  # connection_type
+            acp.serve_mcp_server(self._mcp_server)
         return acp
 
     @overload
@@ -330,8 +315,13 @@ class ProxyBuilder(Builder):
     def on_successor_request(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
 
     def on_successor_request(self, method: str, fn: Handler | None = None) -> Any:
-        """Handle requests that arrive from the successor (inside ``_proxy/successor``)."""
-        return self._register(self._successor_requests, method, "request", fn)
+        """Handle requests that arrive from the successor (inside ``_proxy/successor``).
+
+        Raises:
+            ValueError: not a request the client side receives in this version, and not
+                ``_``-prefixed (see :meth:`on_request`).
+        """
+        return self._register(self._successor_requests, method, "request", fn, from_successor=True)
 
     @overload
     def on_successor_notification(self: _B, method: str, fn: Handler) -> _B: ...
@@ -341,4 +331,4 @@ class ProxyBuilder(Builder):
 
     def on_successor_notification(self, method: str, fn: Handler | None = None) -> Any:
         """Handle notifications that arrive from the successor."""
-        return self._register(self._successor_notifications, method, "notification", fn)
+        return self._register(self._successor_notifications, method, "notification", fn, from_successor=True)

@@ -31,11 +31,14 @@ from ..protocol.surface import WireSurface
 from ._hot import NotificationHandler, RequestHandler, UpdateDispatcher, UpdateSender
 from ._hot import Context, SessionUpdate
 from .context import Request, SentRequest
+from .mcp import McpState
+from .names import check_handler_method
 from .sessions import OpenedSession, SessionSetup, SessionStates, build_session, fork_session, resume_session
-from .table import Handler, HandlerTable
+from .streams import EngineChoice, Transport, open_stream, resolve_engine
+from .table import NOT_HANDLED, Handler, HandlerTable
 
-__all__ = ["INITIALIZE", "NOT_HANDLED", "PROXY_INITIALIZE", "SESSION_UPDATE", "AcpConnection", "DynamicHandler",
-           "InitializeHooks"]
+__all__ = ["INITIALIZE", "NOT_HANDLED", "PROXY_INITIALIZE", "SESSION_UPDATE", "AcpConnection", "ConnectionBuilder",
+           "DynamicHandler", "InitializeHooks"]
 
 logger = logging.getLogger("acp_fast.roles")
 
@@ -50,22 +53,12 @@ SESSION_UPDATE = "session/update"
 PERMISSION = "session/request_permission"
 
 
-class _NotHandled:
-    """The type of :data:`NOT_HANDLED`."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "NOT_HANDLED"
-
-
-#: What a dynamic handler returns (synchronously) to pass a message on to the next handler:
-#: a later dynamic handler, then the builder's handler, then the connection's default.
-NOT_HANDLED: Any = _NotHandled()
-
-
 class DynamicHandler:
-    """One handler added at run time (:meth:`AcpConnection.add_dynamic_handler`).
+    """One handler added at run time (:meth:`AcpConnection.add_dynamic_handler`, which makes it).
+
+    Args:
+        handlers: the connection's list of the dynamic handlers of ``(kind, method)``, which
+            this one joins (asked in order) and leaves on :meth:`remove`.
 
     Attributes:
         method: the method it handles (``session/update``: it gets ``(SessionUpdate, cx)``).
@@ -73,23 +66,24 @@ class DynamicHandler:
         fn: the handler.
     """
 
-    __slots__ = ("_connection", "fn", "kind", "method")
+    __slots__ = ("_handlers", "fn", "kind", "method")
 
-    def __init__(self, connection: AcpConnection, method: str, kind: str, fn: Handler) -> None:
-        self._connection = connection
+    def __init__(self, handlers: list[DynamicHandler], method: str, kind: str, fn: Handler) -> None:
+        self._handlers = handlers
         self.method = method
         self.kind = kind
         self.fn = fn
+        handlers.append(self)
 
     @property
     def active(self) -> bool:
-        return self in self._connection._dynamic.get((self.kind, self.method), ())
+        """True until :meth:`remove`."""
+        return self in self._handlers
 
     def remove(self) -> None:
         """Unregister it (later messages go to the next handler); idempotent."""
-        handlers = self._connection._dynamic.get((self.kind, self.method))
-        if handlers is not None and self in handlers:
-            handlers.remove(self)
+        if self in self._handlers:
+            self._handlers.remove(self)
 
     def __enter__(self) -> DynamicHandler:  # noqa: PYI034 - final in practice
         return self
@@ -119,6 +113,18 @@ class InitializeHooks(Protocol):
 
     def on_version_mismatch(self, params: dict[str, Any], result: Any) -> None:
         """The peer answered our ``initialize`` with another version."""
+
+
+class ConnectionBuilder(Protocol):
+    """What :meth:`AcpConnection.spawn_connection` needs of a builder (every builder of
+    :mod:`acp_fast.roles.builders` is one)."""
+
+    @property
+    def connection_type(self) -> type[AcpConnection]:
+        """The connection class :meth:`bind` makes."""
+
+    def bind(self, conn: Connection) -> AcpConnection:
+        """Run the builder's implementation on ``conn``."""
 
 
 class AcpConnection:
@@ -176,6 +182,7 @@ class AcpConnection:
         self._dynamic: dict[tuple[str, str], list[DynamicHandler]] = {}
         self._dynamic_installed: set[tuple[str, str]] = set()
         self._children: set[AcpConnection] = set()
+        self._mcp: McpState | None = None
         conn.on_any_request(self._on_request)
         conn.on_any_notification(self._on_notification)
         conn.closed.add_done_callback(self._on_closed)
@@ -209,7 +216,17 @@ class AcpConnection:
         self.raw.close()
 
     async def wait_closed(self) -> None:
+        """Wait until the connection and its stream are closed."""
         await self.raw.wait_closed()
+
+    @property
+    def mcp(self) -> McpState:
+        """This connection's MCP-over-ACP state (made on first use): the MCP servers it
+        serves and the MCP sessions open on it (see :mod:`acp_fast.roles.mcp`)."""
+        state = self._mcp
+        if state is None:
+            state = self._mcp = McpState(self)
+        return state
 
     @property
     def children(self) -> frozenset[AcpConnection]:
@@ -271,15 +288,17 @@ class AcpConnection:
             The :class:`DynamicHandler`; ``remove()`` it (or use it as a context manager).
 
         Raises:
-            ValueError: ``kind`` is neither ``"request"`` nor ``"notification"``, or
-                ``method`` is an initializing request (the guard handles those).
+            ValueError: ``kind`` is neither ``"request"`` nor ``"notification"``,
+                ``method`` is an initializing request (the guard handles those), or it is
+                not a ``kind`` this side receives in its version and does not start with
+                ``_`` (see :mod:`acp_fast.roles.names`).
         """
         if kind not in ("request", "notification"):
             raise ValueError(f"kind must be 'request' or 'notification', not {kind!r}")
         if kind == "request" and method in _INITIALIZES:
             raise ValueError(f"{method!r} is handled by the initialization guard")
-        handler = DynamicHandler(self, method, kind, fn)
-        self._dynamic.setdefault((kind, method), []).append(handler)
+        check_handler_method(method, version=self.version, role=self.role, kind=kind)
+        handler = DynamicHandler(self._dynamic.setdefault((kind, method), []), method, kind, fn)
         if self._installed:
             self._install_dynamic(kind, method)
         return handler
@@ -341,7 +360,8 @@ class AcpConnection:
             return fallback(event.params, cx)
         return None
 
-    async def spawn_connection(self, builder: Any, transport: Any, *, engine: Any = None) -> AcpConnection:
+    async def spawn_connection(self, builder: ConnectionBuilder, transport: Transport, *,
+                               engine: EngineChoice = None) -> AcpConnection:
         """Start a child connection with its own builder (Rust ``spawn_connection``).
 
         The child speaks ``builder``'s role and version (``Client.v2()`` gives a v2 client
@@ -357,20 +377,18 @@ class AcpConnection:
             The child connection (the context its builder selects: an
             :class:`AcpConnection`, or a ``ProxyConnection`` for a proxy builder).
         """
-        from .builders import open_stream, resolve_engine
-
         stream = await open_stream(transport)
         conn = Connection(stream, engine=resolve_engine(engine) if engine is not None else self.raw.engine,
-                          lazy=getattr(builder, "_connection_type", AcpConnection).lazy_frames)
-        child: AcpConnection = builder.bind(conn)
+                          lazy=getattr(builder, "connection_type", AcpConnection).lazy_frames)
+        child = builder.bind(conn)
         self._children.add(child)
         conn.closed.add_done_callback(lambda _f: self._children.discard(child))
         if self.raw.closed.done():
             child.close()
         return child
 
-    def spawn_connection_with_context(self, builder: Any, transport: Any, *,
-                                      engine: Any = None) -> Awaitable[AcpConnection]:
+    def spawn_connection_with_context(self, builder: ConnectionBuilder, transport: Transport, *,
+                                      engine: EngineChoice = None) -> Awaitable[AcpConnection]:
         """Same as :meth:`spawn_connection` (in Python the child's context is always the one
         its builder selects)."""
         return self.spawn_connection(builder, transport, engine=engine)
@@ -757,9 +775,21 @@ class AcpConnection:
 
     def send_to_successor(self, method: str, params: Any = None, *, passthrough: bool = False,
                           timeout: float | None = None) -> Request[Any]:
+        """Proxies only: send a request to the successor (see
+        :meth:`~acp_fast.roles.ProxyConnection.send_to_successor`).
+
+        Raises:
+            TypeError: always here; only a proxy has a successor.
+        """
         raise TypeError("only proxies have a successor")
 
     def notify_successor(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+        """Proxies only: send a notification to the successor (see
+        :meth:`~acp_fast.roles.ProxyConnection.notify_successor`).
+
+        Raises:
+            TypeError: always here; only a proxy has a successor.
+        """
         raise TypeError("only proxies have a successor")
 
     def __repr__(self) -> str:

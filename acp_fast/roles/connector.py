@@ -11,15 +11,16 @@ answer instead of sending a second ``initialize``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection
 from ..protocol import negotiation as nego
-from .builders import ClientBuilder, EngineChoice, Transport, open_stream, resolve_engine
+from .builders import ClientBuilder
 from .connection import AcpConnection
 from .context import SentRequest
+from .streams import EngineChoice, Transport, open_stream, resolve_engine
 
 __all__ = ["ClientConnector", "ClientFactory", "TransportFactory"]
 
@@ -29,6 +30,13 @@ TransportFactory = Callable[[], Transport]
 
 async def _never() -> Any:
     await asyncio.get_running_loop().create_future()
+
+
+def _main(acp: AcpConnection) -> Awaitable[Any]:
+    """``main(acp)`` of the client implementation running on ``acp`` (checked by ``_build``)."""
+    main = acp.table.main
+    assert main is not None
+    return main(acp)
 
 
 class _Handshake:
@@ -76,16 +84,18 @@ class ClientConnector:
         self._factories: dict[int, ClientFactory] = {}
 
     def with_v1(self, factory: ClientFactory) -> ClientConnector:
+        """Use ``factory`` (returning a v1 client builder ``with_main``) for v1; returns self."""
         self._factories[1] = factory
         return self
 
     def with_v2(self, factory: ClientFactory) -> ClientConnector:
+        """Use ``factory`` (returning a v2 client builder ``with_main``) for v2; returns self."""
         self._factories[2] = factory
         return self
 
     def _build(self, version: int) -> ClientBuilder:
         builder = self._factories[version]()
-        if builder.version != version or builder.role != "client" or builder._main is None:
+        if builder.version != version or builder.role != "client" or builder.table().main is None:
             raise TypeError(f"the v{version} factory must return a v{version} client builder with_main()")
         return builder
 
@@ -107,7 +117,7 @@ class ClientConnector:
         conn = Connection(await open_stream(transport_factory()), engine=eng)
         hs2 = _Handshake(2)
         acp2 = builder2.bind(conn, hooks=hs2)
-        main2 = asyncio.ensure_future(builder2._main(acp2))  # type: ignore[misc]
+        main2 = asyncio.ensure_future(_main(acp2))
         try:
             await asyncio.wait({main2, hs2.mismatch}, return_when=asyncio.FIRST_COMPLETED)
             if not hs2.mismatch.done():
@@ -118,7 +128,7 @@ class ClientConnector:
             builder1 = self._build(1)
             hs1 = _Handshake(1, reuse=(nego.normalize_v2_to_v1_lossless(v2_params), dict(response)))
             acp1 = builder1.bind(conn, hooks=hs1)  # the v1 implementation takes over dispatch
-            main1 = asyncio.ensure_future(builder1._main(acp1))  # type: ignore[misc]
+            main1 = asyncio.ensure_future(_main(acp1))
             await asyncio.wait({main1, hs1.reused}, return_when=asyncio.FIRST_COMPLETED)
             if not hs1.reused.done() or hs1.reused.result():
                 return await main1
@@ -134,7 +144,7 @@ class ClientConnector:
         conn = Connection(await open_stream(transport_factory()), engine=engine)
         acp = builder.bind(conn, hooks=_Handshake(version))
         try:
-            return await builder._main(acp)  # type: ignore[misc]
+            return await _main(acp)
         finally:
             conn.close()
             await conn.wait_closed()

@@ -36,16 +36,25 @@ class Request(Protocol[_T_co]):
     """
 
     @property
-    def id(self) -> Any: ...
+    def id(self) -> Any:
+        """The request's id (``None`` for a locally answered request)."""
 
     @property
-    def method(self) -> str: ...
+    def method(self) -> str:
+        """The request's method."""
 
-    def done(self) -> bool: ...
+    def done(self) -> bool:
+        """True once the request is answered, failed, timed out or detached."""
 
-    def cancel(self) -> bool: ...
+    def cancel(self) -> bool:
+        """Ask the peer to cancel (``$/cancel_request``, sent once); the handle still resolves.
 
-    def detach(self) -> None: ...
+        Returns:
+            False when nothing was sent (already answered, detached or cancelled).
+        """
+
+    def detach(self) -> None:
+        """Forget the request: no ``$/cancel_request``; awaiting it raises ``CancelledError``."""
 
     def __await__(self) -> Generator[Any, None, _T_co]: ...
 
@@ -82,6 +91,7 @@ class SentRequest(Generic[_T]):
         return None if self.pending is None else self.pending.id
 
     def done(self) -> bool:
+        """True once the mapped result or the error is there, or the request was detached."""
         return self._task.done()
 
     def cancel(self) -> bool:
@@ -113,31 +123,44 @@ class Peer(Protocol):
     """What a handler's ``cx.connection`` offers (an ``AcpConnection`` or ``ProxyConnection``)."""
 
     @property
-    def version(self) -> int: ...
+    def version(self) -> int:
+        """The ACP version of the implementation (1 or 2)."""
 
     @property
-    def guard(self) -> InitializationGuard: ...
+    def guard(self) -> InitializationGuard:
+        """The connection's :class:`~acp_fast.protocol.guard.InitializationGuard`."""
 
     @property
-    def manages_initialize(self) -> bool: ...
+    def manages_initialize(self) -> bool:
+        """True when this side answers ``initialize`` itself (negotiation applies)."""
 
-    def initializes(self, method: str) -> bool: ...
+    def initializes(self, method: str) -> bool:
+        """Whether ``method`` is the request that initializes this side (``initialize``;
+        for a proxy ``_proxy/initialize`` in either spelling)."""
 
     def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
-                     timeout: float | None = None) -> Request[Any]: ...
+                     timeout: float | None = None) -> Request[Any]:
+        """Send a request through the guards; returns its handle (``await`` it for the result)."""
 
-    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool: ...
+    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+        """Send a notification through the guards; returns False when it was dropped."""
 
     def send_session_update(self, session_id: str, update: dict[str, Any], *,
-                            passthrough: bool = False, **fields: Any) -> bool: ...
+                            passthrough: bool = False, **fields: Any) -> bool:
+        """Send ``session/update`` ``{"sessionId", "update", …fields}`` through the write guard."""
 
-    def update_sender(self, session_id: str, update: dict[str, Any]) -> bool: ...
+    def update_sender(self, session_id: str, update: dict[str, Any]) -> bool:
+        """``send_session_update(session_id, update)`` without options (the fast path once ready)."""
 
-    async def drain(self) -> None: ...
+    async def drain(self) -> None:
+        """Write what is queued and wait while the peer is not reading (backpressure)."""
 
-    def start_task(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]: ...
+    def start_task(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
+        """Run ``coro`` in the background, owned by the connection (cancelled when it closes)."""
 
     def send_to_successor(self, method: str, params: Any = None, *, passthrough: bool = False,
-                          timeout: float | None = None) -> Request[Any]: ...
+                          timeout: float | None = None) -> Request[Any]:
+        """Proxies: send a request to the successor (others raise ``TypeError``)."""
 
-    def notify_successor(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool: ...
+    def notify_successor(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+        """Proxies: send a notification to the successor (others raise ``TypeError``)."""

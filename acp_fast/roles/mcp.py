@@ -13,7 +13,10 @@ carries its version, client info and capabilities in ``params._meta``; there is 
 handshake, so the binding needs no connect/disconnect methods.
 
 The MCP side is the ``mcp`` package (the ``mcp`` extra); nothing here imports it until an
-MCP server is attached or a session is opened.
+MCP server is attached or a session is opened. What one ACP connection has of MCP-over-ACP
+(the servers it serves, the MCP sessions open on it) is its :class:`McpState`,
+``connection.mcp``; the ``mcp/message`` handlers are dynamic handlers of the connection, so a
+handler the builder registered for ``mcp/message`` still gets what they do not serve.
 
 * Provider: :func:`~acp_fast.roles.sessions.build_session` / ``resume_session`` /
   ``fork_session`` take ``with_mcp_servers=[…]`` (``mcp`` ``Server`` or ``MCPServer``
@@ -53,12 +56,12 @@ import contextlib
 import itertools
 import logging
 import math
-import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
 from .context import SentRequest
+from .table import NOT_HANDLED
 
 if TYPE_CHECKING:  # pragma: no cover
     from mcp.client.session import ClientSession
@@ -73,9 +76,12 @@ __all__ = [
     "SERVER_UNAVAILABLE",
     "SETUP_METHODS",
     "McpAttachment",
+    "McpCalls",
+    "McpRoutes",
     "McpServer",
     "McpServerHost",
     "McpSetupRequest",
+    "McpState",
     "acp_mcp_servers",
     "attach_for_setup",
     "install_proxy_server",
@@ -124,6 +130,7 @@ class McpServer:
 
     @classmethod
     def of(cls, value: Any) -> McpServer:
+        """``value`` when it is an :class:`McpServer`, else ``McpServer(value)`` (its own name)."""
         return value if isinstance(value, McpServer) else cls(value)
 
     def check(self) -> None:
@@ -210,6 +217,7 @@ class McpServerHost:
 
     @property
     def running(self) -> bool:
+        """True while the runner task is started and not finished."""
         return self._task is not None and not self._task.done()
 
     def start(self) -> None:
@@ -322,8 +330,16 @@ class McpServerHost:
             self._task.cancel()
 
 
-class _Routes:
-    """The MCP servers one ACP connection serves, by server id (connection-scoped)."""
+class McpRoutes:
+    """The MCP servers one ACP connection serves, by server id (connection-scoped).
+
+    Its ``mcp/message`` handler is a dynamic handler of the connection
+    (:meth:`~acp_fast.roles.AcpConnection.add_dynamic_handler`): a request for a server id it
+    does not serve (or not an ``mcp/message`` envelope at all) goes on to the connection's own
+    ``mcp/message`` handler when the builder registered one, else is answered -33001 (-32602).
+    A proxy's routes (``towards_successor``) serve the requests of its successor
+    (:func:`successor_request`) and register nothing.
+    """
 
     def __init__(self, connection: Any, *, towards_successor: bool = False) -> None:
         self.connection = connection
@@ -334,6 +350,7 @@ class _Routes:
         connection.closed.add_done_callback(lambda _f: self.close())
 
     def new_id(self) -> str:
+        """A server id not used on this connection before (``acp-fast-mcp-<16 hex>``)."""
         while True:
             server_id = "acp-fast-mcp-" + _token_hex(8)
             if server_id not in self._used:
@@ -346,44 +363,80 @@ class _Routes:
         return self.connection.send_notification(MCP_MESSAGE, params)
 
     def add(self, spec: McpServer) -> McpServerHost:
+        """Serve ``spec`` under a new server id (its runner started now); returns its host."""
         host = McpServerHost(spec, self.new_id(), self._notify)
         self.hosts[host.server_id] = host
         if not self._installed and not self._towards_successor:
             self._installed = True
-            self.connection.raw.on_request(MCP_MESSAGE, self.on_request)
+            self.connection.add_dynamic_handler(MCP_MESSAGE, self.on_request)
         host.start()
         return host
 
     def remove(self, host: McpServerHost) -> None:
+        """Stop serving ``host`` (its active and later requests fail with -33001)."""
         if self.hosts.get(host.server_id) is host:
             del self.hosts[host.server_id]
         host.close()
 
     def route(self, params: Any) -> tuple[McpServerHost | None, str, str, dict[str, Any] | None]:
+        """``(host or None, requestId, method, inner params)`` of an ``mcp/message`` envelope.
+
+        Raises:
+            JsonRpcError: -32602 when ``params`` is not an ``mcp/message`` envelope.
+        """
         server_id, request_id, method, inner = _check_envelope(params)
         return self.hosts.get(server_id), request_id, method, inner
 
-    def on_request(self, rctx: RequestContext) -> Any:
-        host, request_id, method, inner = self.route(rctx.message.params)
+    def on_request(self, params: Any, cx: Any) -> Any:
+        """The ``mcp/message`` request handler (``(params, cx)``, a dynamic handler)."""
+        try:
+            host, request_id, method, inner = self.route(params)
+        except JsonRpcError:
+            if MCP_MESSAGE in self.connection.table.requests:
+                return NOT_HANDLED
+            raise
         if host is None:
-            raise _error(SERVER_UNAVAILABLE, f"no MCP server registered for serverId "
-                                             f"{rctx.message.params.get('serverId')!r}")
-        return host.handle(rctx, request_id, method, inner)
+            if MCP_MESSAGE in self.connection.table.requests:
+                return NOT_HANDLED
+            raise _error(SERVER_UNAVAILABLE, f"no MCP server registered for serverId {params.get('serverId')!r}")
+        return host.handle(cx.request, request_id, method, inner)
 
     def close(self) -> None:
+        """Stop every server (the connection closed)."""
         hosts, self.hosts = self.hosts, {}
         for host in hosts.values():
             host.close()
 
 
-_ROUTES: weakref.WeakKeyDictionary[Any, _Routes] = weakref.WeakKeyDictionary()
+class McpState:
+    """The MCP-over-ACP state of one ACP connection: its :attr:`~acp_fast.roles.AcpConnection.mcp`.
 
+    Attributes:
+        connection: the connection.
+        routes: the MCP servers it serves (:class:`McpRoutes`), ``None`` until one is attached.
+        calls: the routing of ``mcp/message`` notifications to the MCP sessions open on it
+            (:class:`McpCalls`), ``None`` until :func:`open_mcp_session` opens one.
+    """
 
-def _routes(connection: Any) -> _Routes:
-    routes = _ROUTES.get(connection)
-    if routes is None:
-        routes = _ROUTES[connection] = _Routes(connection)
-    return routes
+    __slots__ = ("calls", "connection", "routes")
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.routes: McpRoutes | None = None
+        self.calls: McpCalls | None = None
+
+    def serve(self, *, towards_successor: bool = False) -> McpRoutes:
+        """The connection's :class:`McpRoutes` (made on first use, ``towards_successor``
+        deciding where its servers' notifications go and who their requests come from)."""
+        if self.routes is None:
+            self.routes = McpRoutes(self.connection, towards_successor=towards_successor)
+        return self.routes
+
+    def consume(self) -> McpCalls:
+        """The connection's :class:`McpCalls` (made on first use)."""
+        if self.calls is None:
+            self.calls = McpCalls(self.connection)
+        return self.calls
 
 
 class McpAttachment:
@@ -395,20 +448,23 @@ class McpAttachment:
             ``"removed"`` (the setup failed or was cancelled).
     """
 
-    def __init__(self, routes: _Routes, hosts: list[McpServerHost]) -> None:
+    def __init__(self, routes: McpRoutes, hosts: list[McpServerHost]) -> None:
         self._routes = routes
         self.hosts = hosts
         self.state = "pending"
 
     @property
     def declarations(self) -> list[dict[str, Any]]:
+        """The ``mcpServers`` entries of the attached servers, in order."""
         return [host.declaration for host in self.hosts]
 
     def promote(self) -> None:
+        """The setup succeeded: a pending attachment becomes ``"attached"``."""
         if self.state == "pending":
             self.state = "attached"
 
     def remove(self) -> None:
+        """The setup failed or was cancelled: stop serving the servers (once); ``"removed"``."""
         if self.state != "removed":
             self.state = "removed"
             for host in self.hosts:
@@ -450,7 +506,7 @@ def attach_for_setup(
     specs = [McpServer.of(server) for server in servers]
     for spec in specs:
         spec.check()
-    routes = _routes(connection)
+    routes = connection.mcp.serve()
     attachment = McpAttachment(routes, [routes.add(spec) for spec in specs])
     try:
         sent = publish([*(mcp_servers or ()), *attachment.declarations])
@@ -472,7 +528,7 @@ def attach_for_setup(
 
 def attachments(connection: Any) -> dict[str, McpServerHost]:
     """The MCP servers ``connection`` currently serves, by server id (for inspection)."""
-    routes = _ROUTES.get(connection)
+    routes = connection.mcp.routes
     return dict(routes.hosts) if routes is not None else {}
 
 
@@ -486,16 +542,14 @@ def install_proxy_server(connection: Any, server: Any) -> McpServerHost:
     to its successor; ``mcp/message`` requests from the successor for that id are served,
     others are forwarded as usual.
     """
-    routes = _ROUTES.get(connection)
-    if routes is None:
-        routes = _ROUTES[connection] = _Routes(connection, towards_successor=True)
+    routes: McpRoutes = connection.mcp.serve(towards_successor=True)
     return routes.add(McpServer.of(server))
 
 
 def successor_request(connection: Any, rctx: RequestContext, params: Any) -> Any:
     """A proxy's ``mcp/message`` request from its successor: served when the server id is
     one of this proxy's, else ``NotImplemented`` (forward it)."""
-    routes = _ROUTES.get(connection)
+    routes = connection.mcp.routes
     if routes is None or type(params) is not dict or params.get("serverId") not in routes.hosts:
         return NotImplemented
     host, request_id, method, inner = routes.route(params)
@@ -526,31 +580,27 @@ def acp_mcp_servers(params: Any) -> list[dict[str, Any]]:
             and type(s.get("serverId")) is str]
 
 
-class _Calls:
-    """Routes incoming ``mcp/message`` notifications to the open session owning the request."""
+class McpCalls:
+    """Routes incoming ``mcp/message`` notifications to the open MCP session owning the
+    request (a dynamic notification handler of the connection; a notification no open session
+    owns goes on to the connection's own handler, if any)."""
 
     def __init__(self, connection: Any) -> None:
         self.owners: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {}
-        connection.raw.on_notification(MCP_MESSAGE, self.on_notification)
+        connection.add_dynamic_handler(MCP_MESSAGE, self.on_notification, kind="notification")
 
-    def on_notification(self, msg: Any) -> None:
-        params = msg.params
+    def on_notification(self, params: Any, cx: Any) -> Any:
+        """The ``mcp/message`` notification handler (``(params, cx)``, a dynamic handler)."""
         if type(params) is not dict:
-            return
+            return NOT_HANDLED
         owner = self.owners.get((params.get("serverId"), params.get("requestId")))  # type: ignore[arg-type]
-        if owner is not None:
-            owner(params)
+        if owner is None:
+            return NOT_HANDLED
+        owner(params)
+        return None
 
 
-_CALLS: weakref.WeakKeyDictionary[Any, _Calls] = weakref.WeakKeyDictionary()
 _SESSION_IDS = itertools.count(1)
-
-
-def _calls(connection: Any) -> _Calls:
-    calls = _CALLS.get(connection)
-    if calls is None:
-        calls = _CALLS[connection] = _Calls(connection)
-    return calls
 
 
 @contextlib.asynccontextmanager
@@ -580,7 +630,7 @@ async def open_mcp_session(connection: Any, server: Mapping[str, Any] | str, *,
     server_id = server if isinstance(server, str) else server.get("serverId")
     if type(server_id) is not str:
         raise ValueError(f"not an ACP-transport MCP server declaration: {server!r}")
-    calls = _calls(connection)
+    calls = connection.mcp.consume()
     prefix = f"acp-fast-{next(_SESSION_IDS)}-{_token_hex(4)}-"
     to_client, client_in = anyio.create_memory_object_stream[SessionMessage | Exception](math.inf)
     client_out, from_client = anyio.create_memory_object_stream[SessionMessage](math.inf)

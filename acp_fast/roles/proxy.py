@@ -48,6 +48,7 @@ from ..protocol.guard import PROXY_DATA, InitializationGuard
 from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC, SESSION_UPDATE, AcpConnection
 from ._hot import Context
 from .context import Request, SentRequest
+from .mcp import MCP_MESSAGE, SETUP_METHODS, McpServerHost, install_proxy_server, successor_request, with_declaration
 from .sessions import OpenedSession, SessionSetup, SessionStates, V2Session
 from .table import Handler, HandlerTable
 
@@ -113,44 +114,45 @@ class _SuccessorPeer:
     """The successor seen as a session peer: a :class:`V2Session` made by a proxy's
     ``on_proxy_session_start`` sends its commands downstream."""
 
-    __slots__ = ("_conn",)
+    __slots__ = ("proxy",)
 
-    def __init__(self, conn: ProxyConnection) -> None:
-        self._conn = conn
+    def __init__(self, proxy: ProxyConnection) -> None:
+        #: the proxy connection whose successor this is
+        self.proxy = proxy
 
     @property
     def version(self) -> int:
-        return self._conn.version
+        return self.proxy.version
 
     @property
     def sessions(self) -> SessionStates:
-        return self._conn.sessions
+        return self.proxy.sessions
 
     def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
                      timeout: float | None = None) -> Request[Any]:
-        return self._conn.send_to_successor(method, params, passthrough=passthrough, timeout=timeout)
+        return self.proxy.send_to_successor(method, params, passthrough=passthrough, timeout=timeout)
 
     def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
-        return self._conn.notify_successor(method, params, passthrough=passthrough)
+        return self.proxy.notify_successor(method, params, passthrough=passthrough)
 
     def mapped_request(self, method: str, params: Any, fn: Callable[[Any], Any], *,
                        settle: bool = False) -> SentRequest[Any]:
-        pending = self._conn.send_to_successor(method, params)
+        pending = self.proxy.send_to_successor(method, params)
         assert isinstance(pending, PendingRequest)  # never initialize
 
         async def mapped() -> Any:
             result = await pending
             if settle:
-                await self._conn.raw.settled()
+                await self.proxy.raw.settled()
             return fn(result)
 
         return SentRequest(pending, mapped())
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _SuccessorPeer) and other._conn is self._conn
+        return isinstance(other, _SuccessorPeer) and other.proxy is self.proxy
 
     def __hash__(self) -> int:
-        return id(self._conn)
+        return id(self.proxy)
 
 
 class _PendingSetup:
@@ -188,8 +190,9 @@ class ProxyConnection(AcpConnection):
     role = "proxy"
     #: the successor envelope's spelling: the one of the predecessor's initialize
     _successor = SUCCESSOR
-    #: the declaration of the proxy's global MCP server (``Proxy.v2().with_mcp_server``)
-    _mcp_declaration: dict[str, Any] | None = None
+    #: the declaration of the MCP server this proxy serves to its successor
+    #: (:meth:`serve_mcp_server`, ``Proxy.v2().with_mcp_server``); ``None`` without one
+    mcp_declaration: dict[str, Any] | None = None
 
     #: a proxy's JSON-RPC connection decodes lazily (the builders and the proxy router ask for
     #: ``Decoder(lazy=True)``): what it only forwards is never decoded
@@ -386,7 +389,7 @@ class ProxyConnection(AcpConnection):
     def _unhandled_request(self, rctx: RequestContext, method: str) -> Any:
         if method in _SUCCESSORS:
             return self._from_successor_request(rctx)
-        if method == INITIALIZE or (self._mcp_declaration is not None and _is_setup(method)):
+        if method == INITIALIZE or (self.mcp_declaration is not None and method in SETUP_METHODS):
             # decoded: initialize gets its version pinned, a setup request the MCP declaration
             return self._forward_request(rctx, method, rctx.message.params, to_successor=True)
         pending = self.raw.request(self._successor, self._wrap(method, rctx.message.params_raw), raw=True)
@@ -399,6 +402,25 @@ class ProxyConnection(AcpConnection):
             return self._from_successor_notification(msg)
         self.raw.notify(self._successor, self._wrap(method, msg.params_raw))
         return None
+
+    # -- an MCP server for the successor (MCP-over-ACP) ----------------------------------
+
+    def serve_mcp_server(self, server: Any) -> McpServerHost:
+        """Serve ``server`` to the successor under one connection-scoped server id.
+
+        What ``Proxy.v2().with_mcp_server`` does for every connection: from now on its
+        declaration (:attr:`mcp_declaration`) is added to the ``mcpServers`` of every
+        ``session/new``, ``session/resume`` and ``session/fork`` sent to the successor, and
+        the successor's ``mcp/message`` requests for its id are served here (others are
+        forwarded as usual). ``server``: an ``mcp`` ``Server`` / ``MCPServer``, a factory of
+        one, or an :class:`~acp_fast.roles.mcp.McpServer`.
+
+        Returns:
+            The server's :class:`~acp_fast.roles.mcp.McpServerHost`.
+        """
+        host = install_proxy_server(self, server)
+        self.mcp_declaration = host.declaration
+        return host
 
     # -- outgoing to the successor -------------------------------------------------------
 
@@ -416,10 +438,8 @@ class ProxyConnection(AcpConnection):
             WireSurfaceError: the version does not define ``method`` (unless ``passthrough``).
         """
         self.surface.check_outgoing_method(method, "request", passthrough=passthrough)
-        if self._mcp_declaration is not None:
-            from .mcp import with_declaration
-
-            params = with_declaration(method, params, self._mcp_declaration)
+        if self.mcp_declaration is not None:
+            params = with_declaration(method, params, self.mcp_declaration)
         inner: dict[str, Any] = {"method": method}
         if method == INITIALIZE:
             params = dict(params or {}, protocolVersion=self.version)
@@ -496,9 +516,7 @@ class ProxyConnection(AcpConnection):
             method = inner.method
         if method in (INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC):
             raise JsonRpcError(INVALID_REQUEST, data=PROXY_DATA)
-        if self._mcp_declaration is not None and method == "mcp/message":
-            from .mcp import successor_request
-
+        if self.mcp_declaration is not None and method == MCP_MESSAGE:
             served = successor_request(self, rctx, params if inner is None else inner.params)
             if served is not NotImplemented:
                 return served
@@ -573,9 +591,3 @@ class ProxyConnection(AcpConnection):
                 responder.respond(fut.result().result_raw)
 
         pending.add_done_callback(answered)
-
-
-def _is_setup(method: str) -> bool:
-    from .mcp import SETUP_METHODS
-
-    return method in SETUP_METHODS

@@ -23,8 +23,9 @@ from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection
 from ..protocol import negotiation as nego
 from ..transport import Stream
-from .builders import Builder, EngineChoice, Transport, open_stream, resolve_engine
+from .builders import Builder
 from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC
+from .streams import EngineChoice, Transport, open_stream, resolve_engine
 
 __all__ = ["AgentRouter", "ProxyRouter"]
 
@@ -150,6 +151,7 @@ class _Router:
 
     @property
     def versions(self) -> tuple[int, ...]:
+        """The versions configured so far (``with_v1`` / ``with_v2``), ascending."""
         return tuple(sorted(self._impls))
 
     def _select(self, params: Any) -> tuple[int, Any]:
@@ -206,7 +208,7 @@ class _Router:
         eng: types.ModuleType = resolve_engine(engine) or _engine
         stream = await open_stream(transport)
         first = _FirstFrame(stream, eng, lambda frame: self._decide(eng, frame),
-                            lazy=any(impl._connection_type.lazy_frames for impl in self._impls.values()))
+                            lazy=any(impl.connection_type.lazy_frames for impl in self._impls.values()))
         version = await first.decision
         if version is None:
             await stream.wait_closed()

@@ -282,18 +282,24 @@ class SessionPeer(Protocol):
     """What the session helpers need of a client connection (an ``AcpConnection`` is one)."""
 
     @property
-    def version(self) -> int: ...
+    def version(self) -> int:
+        """The ACP version of the implementation (1 or 2)."""
 
     @property
-    def sessions(self) -> SessionStates: ...
+    def sessions(self) -> SessionStates:
+        """The tracked v2 session states."""
 
     def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
-                     timeout: float | None = None) -> Request[Any]: ...
+                     timeout: float | None = None) -> Request[Any]:
+        """Send a request through the guards; returns its handle (``await`` it for the result)."""
 
-    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool: ...
+    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+        """Send a notification through the guards; returns False when it was dropped."""
 
     def mapped_request(self, method: str, params: Any, fn: Callable[[Any], _T], *,
-                       settle: bool = False) -> SentRequest[_T]: ...
+                       settle: bool = False) -> SentRequest[_T]:
+        """Send a request whose result is mapped by ``fn`` (``settle``: first wait for the
+        handlers of the notifications received before the response)."""
 
 
 class V2Session:
@@ -316,6 +322,8 @@ class V2Session:
 
     @property
     def idle_epoch(self) -> int:
+        """The session's :attr:`SessionState.idle_epoch` now (take it before prompting, for
+        :meth:`wait_idle`'s ``after``)."""
         return self.state.idle_epoch
 
     def send_prompt(self, prompt: Sequence[Any] | str, **fields: Any) -> Request[Any]:
@@ -396,6 +404,7 @@ class OpenedSession:
         self.response = response
 
     def into_parts(self) -> tuple[V2Session | V1Session, dict[str, Any]]:
+        """``(session, response)``."""
         return self.session, self.response
 
     def __repr__(self) -> str:
@@ -576,6 +585,10 @@ class PromptTurn:
     (-32000), ends the work with an ``idle`` update whose stop reason is ``error`` and
     carries the JSON-RPC error object.
 
+    Args:
+        on_finished: called with the turn once its work ended (its :class:`AgentSession`
+            is idle again from then on).
+
     Attributes:
         session_id: the session.
         message_id: the id the inserted user message gets (and the prompt response carries).
@@ -584,7 +597,8 @@ class PromptTurn:
         inserted: True once :meth:`insert` ran.
     """
 
-    def __init__(self, session: AgentSession, cx: Any, params: dict[str, Any], message_id: str) -> None:
+    def __init__(self, session: AgentSession, cx: Any, params: dict[str, Any], message_id: str, *,
+                 on_finished: Callable[[PromptTurn], None] | None = None) -> None:
         self.session = session
         self.session_id = session.session_id
         self.cx = cx
@@ -595,6 +609,7 @@ class PromptTurn:
         self._responder = cx.defer()
         self._cancelled = asyncio.Event()
         self._requests: list[Any] = []  # requests this work sent to the client, not yet answered
+        self._on_finished = on_finished
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -604,6 +619,7 @@ class PromptTurn:
         return self._cancelled.is_set()
 
     async def wait_cancelled(self) -> None:
+        """Wait until the work is cancelled (see :attr:`cancelled`)."""
         await self._cancelled.wait()
 
     def send(self, update: dict[str, Any]) -> bool:
@@ -655,7 +671,22 @@ class PromptTurn:
         self.send(update)
         return receipt
 
-    def _cancel(self) -> None:
+    def start(self, work: Callable[[PromptTurn], Awaitable[str | None]]) -> asyncio.Task[None]:
+        """Run ``work(turn)`` as this turn's :attr:`task`, owned by the connection
+        (:meth:`AgentSession.prompt` does). When it ends, the turn reports ``idle`` (or
+        answers the prompt with an error if it was never inserted), then calls the
+        ``on_finished`` it was made with."""
+        task: asyncio.Task[None] = self.cx.start_task(self._run(work))
+        self.task = task
+        return task
+
+    def cancel(self) -> None:
+        """Cancel the work (``session/cancel``, ``session/close``; idempotent).
+
+        The requests it sent to the client and still waits for are cancelled with
+        ``$/cancel_request``; work not yet inserted stops at once (its task is cancelled),
+        inserted work sees :attr:`cancelled` and ends with ``idle`` / ``cancelled``.
+        """
         if self.cancelled:
             return
         self._cancelled.set()
@@ -713,7 +744,8 @@ class PromptTurn:
                 self._idle(reason)
         finally:
             watcher.cancel()
-            self.session._finished(self)
+            if self._on_finished is not None:
+                self._on_finished(self)
 
     async def _watch_request_cancel(self) -> None:
         request = self.cx.request
@@ -721,7 +753,7 @@ class PromptTurn:
             return
         await request.wait_cancelled()
         if not self.inserted:  # after insertion the request is answered; nothing to cancel
-            self._cancel()
+            self.cancel()
 
 
 class AgentSession:
@@ -786,13 +818,13 @@ class AgentSession:
         if message_id is None:
             self._count += 1
             message_id = f"{self.session_id}-user-{self._count}"
-        turn = self.turn = PromptTurn(self, cx, params, message_id)
-        turn.task = cx.start_task(turn._run(work))
+        turn = self.turn = PromptTurn(self, cx, params, message_id, on_finished=self._finished)
+        turn.start(work)
 
     def cancel(self) -> None:
         """``session/cancel``: cancel the active foreground work (nothing when idle)."""
         if self.turn is not None:
-            self.turn._cancel()
+            self.turn.cancel()
 
     def close(self) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """``session/close``: the close response, after the cancelled work's final updates."""
@@ -800,7 +832,7 @@ class AgentSession:
         turn = self.turn
         if turn is None or turn.task is None:
             return {}
-        turn._cancel()
+        turn.cancel()
         task = turn.task
 
         async def after_work() -> dict[str, Any]:

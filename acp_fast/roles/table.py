@@ -1,4 +1,5 @@
-"""The frozen handler table a builder hands to each connection it serves."""
+"""The frozen handler table a builder hands to each connection it serves, and the
+:data:`NOT_HANDLED` a dynamic handler returns to pass a message on."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ._hot import Context, SessionUpdate
 
-__all__ = ["Handler", "HandlerTable", "Main", "UpdateHandler"]
+__all__ = ["NOT_HANDLED", "Handler", "HandlerTable", "Main", "UpdateHandler"]
 
 #: ``fn(params, cx)``: returns the result (or an awaitable of it) for requests.
 Handler = Callable[[Any, "Context"], Any]
@@ -18,6 +19,22 @@ Handler = Callable[[Any, "Context"], Any]
 UpdateHandler = Callable[["SessionUpdate", "Context"], Any]
 #: ``main(connection)`` of a client implementation (it gets the ``AcpConnection``).
 Main = Callable[[Any], Awaitable[Any]]
+
+
+class _NotHandled:
+    """The type of :data:`NOT_HANDLED`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_HANDLED"
+
+
+#: What a dynamic handler (:meth:`~acp_fast.roles.AcpConnection.add_dynamic_handler`) returns
+#: (synchronously) to pass a message on to the next handler: a later dynamic handler, then
+#: the builder's handler, then the connection's default.
+NOT_HANDLED: Any = _NotHandled()
+
 
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})

@@ -53,6 +53,7 @@ def prompt_text(prompt: Any) -> str:
 
 
 def chunk_size() -> int:
+    """Bytes per streamed chunk: ``$ACP_CHUNK`` (at least 0), else (unset or invalid) 100."""
     try:
         return max(0, int(os.environ.get("ACP_CHUNK", "100")))
     except ValueError:

@@ -56,10 +56,16 @@ NOTIFICATIONS: tuple[tuple[str, str], ...] = (
 
 
 def text_block(text: str) -> dict[str, Any]:
+    """A ``text`` content block."""
     return {"type": "text", "text": text}
 
 
 def session_id(params: Any) -> str:
+    """The ``sessionId`` of ``params``.
+
+    Raises:
+        JsonRpcError: -32602 when ``params`` has no string ``sessionId``.
+    """
     sid = params.get("sessionId") if isinstance(params, dict) else None
     if not isinstance(sid, str):
         raise JsonRpcError(INVALID_PARAMS, data="`sessionId` must be a string")
@@ -67,6 +73,7 @@ def session_id(params: Any) -> str:
 
 
 def unknown_session(sid: str) -> JsonRpcError:
+    """The -32602 error for a session id Testy does not know."""
     return JsonRpcError(INVALID_PARAMS, data=f"unknown session `{sid}`")
 
 
@@ -143,15 +150,19 @@ class TestyBase:
         return {"state": "unauthenticated" if self.require_auth else "not_required"}
 
     def echo(self, params: Any, cx: Any) -> Any:
+        """``_test/echo`` and ``_bench/echo``: answer with ``params`` (``{}`` when absent)."""
         return params if params is not None else {}
 
     def stats(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``_test/stats``: this process's resource use and counters (:func:`process_stats`)."""
         return process_stats(self.notes, self.engine)
 
     def note(self, params: Any, cx: Any) -> None:
+        """``_test/note``: count the notification (reported by ``_test/stats``)."""
         self.notes += 1
 
     def list_sessions(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``session/list``: the open sessions, ordered by id (only those in ``cwd`` when given)."""
         cwd = params.get("cwd") if isinstance(params, dict) else None
         sessions: dict[str, Any] = getattr(self, "sessions")  # noqa: B009 - defined by the variants
         return {"sessions": [

@@ -63,6 +63,8 @@ class TestyV1(TestyBase):
     # -- lifecycle --------------------------------------------------------------------
 
     def initialize(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``initialize``: keep the client's capabilities (for the callback scenarios) and
+        answer Testy's agent capabilities, auth method and info, echoing ``protocolVersion``."""
         caps = params.get("clientCapabilities")
         self.client_caps = caps if isinstance(caps, dict) else {}
         return {
@@ -80,6 +82,11 @@ class TestyV1(TestyBase):
         }
 
     def authenticate(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``authenticate``: accept Testy's one auth method.
+
+        Raises:
+            JsonRpcError: -32602 for any other ``methodId``.
+        """
         method = params.get("methodId") if isinstance(params, dict) else None
         if method != AUTH_METHOD:
             raise JsonRpcError(INVALID_PARAMS, data=f"unsupported auth method `{method}`")
@@ -87,6 +94,7 @@ class TestyV1(TestyBase):
         return {}
 
     def logout(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``logout``: forget the authentication."""
         self.authenticated = False
         return {}
 
@@ -103,12 +111,19 @@ class TestyV1(TestyBase):
         return {"modes": _modes(session.mode), "configOptions": _config_v1(session.verbosity)}
 
     def new_session(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``session/new``: a new session in ``cwd``, with its modes and config options.
+
+        Raises:
+            JsonRpcError: -32602 when ``cwd`` is not a string.
+        """
         cwd = self._new_cwd(params)
         sid = f"testy-session-{self.next_session}"
         session = self.sessions[sid] = _Session1(cwd)
         return {"sessionId": sid, **self._setup(session)}
 
     def load_session(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``session/load`` and ``session/resume``: the session with that id (made anew when
+        unknown or closed; ``cwd`` updated when given), with its modes and config options."""
         sid = session_id(params)
         cwd = params.get("cwd")
         session = self.sessions.get(sid)
@@ -119,6 +134,8 @@ class TestyV1(TestyBase):
         return self._setup(session)
 
     def close_session(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``session/close`` and ``session/delete``: close the session and cancel its prompt
+        (an unknown id is not an error)."""
         sid = params.get("sessionId") if isinstance(params, dict) else None
         session = self.sessions.get(sid) if isinstance(sid, str) else None
         if session is not None:
@@ -132,6 +149,11 @@ class TestyV1(TestyBase):
     delete_session = close_session
 
     def set_mode(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``session/set_mode``: ``"chat"`` or ``"plan"``.
+
+        Raises:
+            JsonRpcError: -32602 for an unknown session or mode.
+        """
         _, session = self._get(params)
         mode = params.get("modeId")
         if mode not in ("chat", "plan"):
@@ -140,6 +162,11 @@ class TestyV1(TestyBase):
         return {}
 
     def set_config_option(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``session/set_config_option``: set ``verbosity``; answers the new config options.
+
+        Raises:
+            JsonRpcError: -32602 for an unknown session, config option or value.
+        """
         _, session = self._get(params)
         config = params.get("configId")
         if config != "verbosity":
@@ -163,6 +190,8 @@ class TestyV1(TestyBase):
             session.pending_cancel = True
 
     def cancel(self, params: Any, cx: Any) -> None:
+        """``session/cancel``: cancel the session's running prompt, or remember the
+        cancellation for the ``cancel_status`` scenario when none runs."""
         sid = params.get("sessionId") if isinstance(params, dict) else None
         session = self.sessions.get(sid) if isinstance(sid, str) else None
         if session is not None:
@@ -194,6 +223,14 @@ class TestyV1(TestyBase):
     # -- prompt -------------------------------------------------------------------------
 
     async def prompt(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``session/prompt``: run the command of the prompt's text (see
+        :mod:`acp_fast.testy.commands`) and answer its stop reason (``"end_turn"`` or
+        ``"cancelled"``).
+
+        Raises:
+            JsonRpcError: -32602 for an unknown session or a ``prompt`` that is not an array;
+                -32800 when the prompt's own request was cancelled.
+        """
         sid, session = self._get(params)
         prompt = params.get("prompt")
         if not isinstance(prompt, list):

@@ -54,6 +54,8 @@ class TestyV2(TestyBase):
         self.next_prompt = 0
 
     def initialize(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``initialize``: version 2, Testy's info and capabilities (session fork, auth
+        status), and its auth method with ``--require-auth``."""
         result: dict[str, Any] = {"protocolVersion": 2, "info": {"name": AGENT_NAME, "version": __version__},
                                   "capabilities": {"session": {"fork": {}}, "auth": {"status": {}}}}
         if self.require_auth:
@@ -81,6 +83,12 @@ class TestyV2(TestyBase):
         return sid, session
 
     def new_session(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``session/new``: a new session in ``cwd``.
+
+        Raises:
+            JsonRpcError: -32602 for a malformed ``cwd``, ``mcpServers`` or
+                ``additionalDirectories``.
+        """
         _check_acted_on(params)
         cwd = self._new_cwd(params)
         sid = f"testy-v2-session-{self.next_session}"
@@ -88,6 +96,14 @@ class TestyV2(TestyBase):
         return {"sessionId": sid}
 
     def resume_session(self, params: Any, cx: Any) -> dict[str, Any]:
+        """``session/resume``: with ``replayFrom: {"type": "start"}`` the session's history is
+        replayed first; then an idle ``state_update`` snapshot, before the response.
+
+        Raises:
+            JsonRpcError: -32602 for a malformed ``mcpServers`` or ``additionalDirectories``,
+                an unknown session, one with active work, another ``cwd`` than the
+                session's, or an unsupported replay cursor.
+        """
         _check_acted_on(params)
         sid, session = self._get(params)
         if session.turn is not None:
@@ -136,6 +152,8 @@ class TestyV2(TestyBase):
         return after_work()
 
     def cancel(self, params: Any, cx: Any) -> None:
+        """``session/cancel``: cancel the session's active work, or remember the cancellation
+        for the ``cancel_status`` command when it is idle."""
         sid = params.get("sessionId") if isinstance(params, dict) else None
         session = self.sessions.get(sid) if isinstance(sid, str) else None
         if session is None:
@@ -146,6 +164,15 @@ class TestyV2(TestyBase):
             session.pending_cancel = True
 
     def prompt(self, params: Any, cx: Any) -> None:
+        """``session/prompt``: run the command of the prompt's text (see
+        :mod:`acp_fast.testy.commands`) as the session's foreground work
+        (:meth:`AgentSession.prompt <acp_fast.roles.AgentSession.prompt>`); the response is the
+        insertion receipt, and the work ends with an idle ``state_update``.
+
+        Raises:
+            JsonRpcError: -32602 for an unknown session, one with active work, or a ``prompt``
+                that is not an array.
+        """
         _sid, session = self._get(params)
         prompt = params.get("prompt")
         if not isinstance(prompt, list):

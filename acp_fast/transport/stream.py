@@ -123,6 +123,7 @@ class Stream:
 
     @property
     def reading_paused(self) -> bool:
+        """True between :meth:`pause_reading` and :meth:`resume_reading`."""
         return self._paused
 
     @property
@@ -132,9 +133,16 @@ class Stream:
 
     @property
     def closing(self) -> bool:
+        """True once the stream is closing or closed; writes are then dropped."""
         return self._closing
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the stream was made in (its consumer's callbacks run there)."""
+        return self._loop
+
     def get_write_buffer_size(self) -> int:
+        """Bytes written but not yet handed to the OS (0 before the stream is connected)."""
         wt = self._wt
         return 0 if wt is None else int(wt.get_write_buffer_size())
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .connect import (
+    TESTED_SDK_VERSIONS,
     ChildProcess,
     check_sdk_version,
     run_agent,
@@ -56,9 +57,6 @@ from .connect import (
 if TYPE_CHECKING:  # resolved on first access (module __getattr__ below): they import the engine
     from .transport import DEFAULT_FLUSH_SIZE, DEFAULT_MAX_PENDING, StreamTransport
 _LAZY = frozenset(("DEFAULT_FLUSH_SIZE", "DEFAULT_MAX_PENDING", "StreamTransport"))
-
-#: The ``agent-client-protocol`` releases this drop-in is tested with.
-TESTED_SDK_VERSIONS = ("0.12.1",)
 
 __all__ = [
     "DEFAULT_FLUSH_SIZE",

@@ -42,6 +42,8 @@ import os
 import sys
 from typing import Any
 
+from .originals import original, remember
+
 __all__ = ["ENV", "MODES", "install", "install_from_env", "installed", "original"]
 
 #: The environment variable :func:`install_from_env` reads.
@@ -50,16 +52,6 @@ ENV = "ACP_FAST_SDK_DROPIN"
 MODES = ("transport", "connection")
 
 _installed: list[str] = []
-_originals: dict[str, Any] = {}
-
-
-def original(name: str) -> Any:
-    """The SDK's own ``acp.<name>`` (as it was before :func:`install` replaced it)."""
-    if name in _originals:
-        return _originals[name]
-    import acp
-
-    return getattr(acp, name)
 
 
 def installed() -> str | None:
@@ -147,7 +139,7 @@ def install(mode: str) -> None:
     for module in (acp, acp.core, acp.stdio, acp.connection):
         for name, value in names.items():
             if name in vars(module):
-                _originals.setdefault(name, vars(module)[name])
+                remember(name, vars(module)[name])
                 setattr(module, name, value)
     _installed.append(mode)
 

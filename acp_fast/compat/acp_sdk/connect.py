@@ -26,11 +26,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .originals import original
+
 if TYPE_CHECKING:
     from ...transport import ChildStream
     from .transport import StreamTransport
 
 __all__ = [
+    "TESTED_SDK_VERSIONS",
     "ChildProcess",
     "check_sdk_version",
     "run_agent",
@@ -42,6 +45,10 @@ __all__ = [
     "tcp_transport",
     "unix_transport",
 ]
+
+#: The ``agent-client-protocol`` releases the drop-ins are tested with (re-exported by the
+#: package; :func:`check_sdk_version` warns for any other).
+TESTED_SDK_VERSIONS = ("0.12.1",)
 
 
 def stdio_transport(**options: Any) -> StreamTransport:
@@ -89,15 +96,18 @@ class ChildProcess:
 
     @property
     def pid(self) -> int:
+        """The child's pid (also its process-group id)."""
         assert self._stream.pid is not None
         return self._stream.pid
 
     @property
     def returncode(self) -> int | None:
+        """The exit status once the child exited, else ``None``."""
         return self._stream.returncode
 
     @property
     def stderr_tail(self) -> bytes:
+        """The newest bytes the child wrote to stderr."""
         return self._stream.stderr_tail
 
     async def wait(self) -> int:
@@ -107,13 +117,16 @@ class ChildProcess:
         return self._stream.returncode
 
     def send_signal(self, sig: int) -> None:
+        """Send signal ``sig`` to the child (nothing once it has exited)."""
         if self._stream.returncode is None:
             os.kill(self.pid, sig)
 
     def terminate(self) -> None:
+        """Send ``SIGTERM`` to the child (nothing once it has exited)."""
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
+        """Send ``SIGKILL`` to the child (nothing once it has exited)."""
         self.send_signal(signal.SIGKILL)
 
     def __repr__(self) -> str:
@@ -126,8 +139,6 @@ _warned_version: list[str] = []
 def check_sdk_version() -> str:
     """The installed SDK's version; warns once (``RuntimeWarning``) if it is not a tested one."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from . import TESTED_SDK_VERSIONS
 
     try:
         installed = version("agent-client-protocol")
@@ -282,10 +293,7 @@ async def run_agent(
         input_stream = stdio_transport(**options)
     elif stdio_buffer_limit_bytes is not None:
         connection_kwargs["stdio_buffer_limit_bytes"] = stdio_buffer_limit_bytes
-    from .activate import (
-        original,  # the SDK's own, also when activate.install() replaced acp.run_agent
-    )
-
+    # the SDK's own, also when activate.install() replaced acp.run_agent
     await original("run_agent")(agent, input_stream, output_stream, use_unstable_protocol=use_unstable_protocol,
                                 **connection_kwargs)
 

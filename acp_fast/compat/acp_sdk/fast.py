@@ -176,7 +176,7 @@ def _source(writer: Any, reader: Any) -> StreamSource | None:
         if isinstance(writer, StreamTransport):
             if writer.stream is not None:
                 return writer.stream
-            return writer._open
+            return writer.open
         return None
     if isinstance(writer, asyncio.StreamWriter) and isinstance(reader, asyncio.StreamReader):
         from ._streams import AsyncioStream
@@ -279,16 +279,27 @@ class Connection:
     def _make(self, stream: Stream) -> _RpcConnection:
         from ...jsonrpc import Connection as _RpcConnection
 
-        conn = _RpcConnection(stream, attach=False, **self._options)
-        conn._next_id = -1
+        conn = _RpcConnection(stream, attach=False, first_id=0, **self._options)  # the SDK's ids start at 0
         conn.on_any_request(self._on_request)
         conn.on_any_notification(self._on_notification)
         for setup in self._setup:
             setup(conn)
         self._conn = conn
         self._stream = stream
-        self._eof = conn._loop.create_future()
+        self._eof = asyncio.get_running_loop().create_future()  # the loop conn was made in
         return conn
+
+    @property
+    def guard(self) -> InitializationGuard | None:
+        """The initialization guard applied (``strict_initialization``), or ``None``."""
+        return self._guard
+
+    async def settled(self) -> None:
+        """Wait until the handlers of every notification received so far have finished
+        (:meth:`acp_fast.jsonrpc.Connection.settled`; at once before the connection exists)."""
+        conn = self._conn
+        if conn is not None:
+            await conn.settled()
 
     def on_connection(self, setup: Callable[[_RpcConnection], None]) -> None:
         """Run ``setup(conn)`` on the acp_fast connection once it exists (now, if it does)."""
@@ -372,6 +383,12 @@ class Connection:
         self._observers.append(observer)
 
     async def send_request(self, method: str, params: Any = None) -> Any:
+        """Send a request and wait for its result (opening the connection on first use).
+
+        Raises:
+            RequestError: the peer answered with an error, or the guard refused the request.
+            ConnectionError: the connection is closed (or closed while waiting).
+        """
         conn = self._conn if self._conn is not None and not self._closed else await self._ready()
         if conn.eof or conn.is_closing:
             raise ConnectionError("Connection closed")
@@ -409,6 +426,12 @@ class Connection:
         return result
 
     async def send_notification(self, method: str, params: Any = None) -> None:
+        """Send a notification (opening the connection on first use; waits while the peer is
+        not reading).
+
+        Raises:
+            ConnectionError: the connection is closed.
+        """
         conn = self._conn if self._conn is not None and not self._closed else await self._ready()
         if conn.writing_paused:
             await conn.drain()
@@ -440,12 +463,9 @@ class Connection:
         notification's handler (both are scheduled in arrival order).
         """
         responder = ctx.defer()
-        rpc = ctx.connection
-        task = rpc._loop.create_task(self._respond(responder, coro))
         # accounted as the connection's own handler tasks: its backlog bound (reading pauses
         # past max_backlog), its close (cancelled) and its end of input (waited for)
-        rpc._tasks.add(task)
-        task.add_done_callback(rpc._task_done)
+        ctx.connection.start_handler_task(self._respond(responder, coro))
 
     async def _respond(self, responder: Any, coro: Any) -> None:
         from ...errors import REQUEST_CANCELLED, JsonRpcError
@@ -465,7 +485,7 @@ class Connection:
             if self._observers:
                 self._observed_answer(responder.context.id, "result", result)
         rpc = responder.context.connection
-        if len(rpc._tasks) == 1:
+        if rpc.running_handlers == 1:
             await rpc.drain()  # the only handler running: write the answer now, not a turn later
 
     async def _run_initialize(self, guard: InitializationGuard, params: Any) -> Any:
@@ -627,7 +647,7 @@ class ClientSideConnection(_SdkClientSideConnection):  # type: ignore[misc]  # t
             on_connect(self)
 
     def _make_updates(self, func: Callable[..., Any]) -> Callable[[Any], Any]:
-        guard = cast("Connection", self._conn)._guard
+        guard = cast("Connection", self._conn).guard
         validate = SessionNotification.model_validate
 
         def on_update(msg: Any) -> Any:
@@ -656,9 +676,7 @@ class _Barrier:
         self._conn = conn
 
     async def wait(self, session_id: str) -> None:
-        rpc = self._conn._conn
-        if rpc is not None:
-            await rpc.settled()
+        await self._conn.settled()
 
 
 async def run_agent(

@@ -163,7 +163,7 @@ class StreamTransport:
         """Queue one message (encoded now); waits while the peer is not reading."""
         if self._closed:
             raise ConnectionError("Transport closed")
-        stream = self._stream if self._stream is not None else await self._open()
+        stream = self._stream if self._stream is not None else await self.open()
         if stream.closing:
             raise ConnectionError("Transport closed")
         line = self._encode(message)
@@ -179,7 +179,7 @@ class StreamTransport:
     async def receive(self) -> dict[str, Any] | None:
         """The next message from the peer, in order; ``None`` at end of input."""
         if self._stream is None and not self._closed:
-            await self._open()
+            await self.open()
         while True:
             inbox = self._inbox
             if inbox:
@@ -230,7 +230,13 @@ class StreamTransport:
 
     # -- opening ------------------------------------------------------------------------
 
-    async def _open(self) -> Stream:
+    async def open(self) -> Stream:
+        """The acp_fast stream, opened now if it is not yet (a lazily opened source is
+        awaited once, however many callers wait; this transport then reads it).
+
+        Raises:
+            ConnectionError: the transport is closed (or was closed while opening).
+        """
         if self._stream is not None:
             return self._stream
         if self._closed:
@@ -258,7 +264,7 @@ class StreamTransport:
         return await asyncio.shield(opening)
 
     def _attach(self, stream: Stream) -> None:
-        self._loop = stream._loop
+        self._loop = stream.loop
         on_invalid = self._on_invalid
         if on_invalid is None:
             on_invalid = "skip" if getattr(stream, "reads_child_stdout", False) else "reply"
