@@ -3,7 +3,7 @@
 # benchmarks (acp-fast bench):
 #   * the official TypeScript SDK, @agentclientprotocol/sdk 2.4.0: `npm ci` in peers/ts
 #     (exact versions from the committed peers/ts/package-lock.json);
-#   * the official Python SDK, agent-client-protocol 0.12.1: pip, into the Python that runs
+#   * the official Python SDK, agent-client-protocol[http] 0.12.1 (its HTTP/WebSocket extra): pip, into the Python that runs
 #     this script ($PYTHON, else `python3`/`python` on PATH: the current venv if one is active).
 #
 # Idempotent: each part is skipped when the pinned version is already in place.
@@ -73,12 +73,12 @@ if [[ $DO_PY == 1 ]]; then
     status=1
   else
     installed="$("$PYTHON" -c "import importlib.metadata as m; print(m.version('agent-client-protocol'))" 2>/dev/null || true)"
-    if [[ $FORCE == 0 && "$installed" == "$PY_SDK_VERSION" ]]; then
+    if [[ $FORCE == 0 && "$installed" == "$PY_SDK_VERSION" ]] && "$PYTHON" -c "import httpx, websockets" 2>/dev/null; then
       say "py: agent-client-protocol $PY_SDK_VERSION already installed for $PYTHON"
     else
       say "py: pip install agent-client-protocol==$PY_SDK_VERSION into $PYTHON${installed:+ (had $installed)}"
       if "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-input \
-          "agent-client-protocol==$PY_SDK_VERSION" </dev/null; then
+          "agent-client-protocol[http]==$PY_SDK_VERSION" </dev/null; then
         say "py: installed agent-client-protocol $("$PYTHON" -c "import importlib.metadata as m; print(m.version('agent-client-protocol'))")"
       else
         say "py: FAILED, pip exited non-zero"

@@ -37,7 +37,7 @@ export PIP_ONLY_BINARY=":all:" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PY
 "$PY" -m venv "$work/venv"
 VPY="$work/venv/bin/python"
 "$VPY" -m pip install -q "${WHEEL}[test]"
-"$VPY" -m pip install -q "agent-client-protocol==0.12.1"
+"$VPY" -m pip install -q "agent-client-protocol[http]==0.12.1"
 
 # The tests, from the sdist, without the package's Python sources.
 mkdir "$work/src"

@@ -43,7 +43,7 @@ def _env() -> dict[str, str]:
 
 
 def test_the_readme_has_the_snippets_this_module_runs() -> None:
-    assert len(BLOCKS) == 3
+    assert len(BLOCKS) == 5
     for block in BLOCKS:
         assert "..." not in block  # no elisions: every snippet is complete
 
@@ -86,6 +86,42 @@ def test_client_snippet_runs_against_testy(tmp_path: Path) -> None:
                           timeout=TIMEOUT, env=_env(), cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "Hello, world!" in proc.stdout  # Testy's answer, streamed as chunks
+
+
+def test_remote_server_and_client_snippets(tmp_path: Path) -> None:
+    """The server snippet under ``uvicorn server:app`` and the client snippet against it, over
+    WebSocket and Streamable HTTP (the README's port replaced by a free one)."""
+    import socket
+
+    (tmp_path / "server.py").write_text(_block("asgi_app(build()"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "server:app", "--port", str(port), "--log-level",
+                               "warning"], cwd=tmp_path, env=_env(), stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        import httpx
+
+        for _ in range(300):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                import time
+
+                time.sleep(0.1)
+        client = _block('asyncio.run(main("ws://')
+        assert "127.0.0.1:8000" in client
+        for scheme in ("ws", "http"):
+            script = tmp_path / f"client_{scheme}.py"
+            script.write_text(client.replace("ws://127.0.0.1:8000", f"{scheme}://127.0.0.1:{port}"))
+            proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT,
+                                  env=_env(), cwd=tmp_path, check=False)
+            assert proc.returncode == 0, proc.stderr
+            assert "'stopReason': 'end_turn'" in proc.stdout
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def test_engine_snippet_runs(capsys: pytest.CaptureFixture[str]) -> None:

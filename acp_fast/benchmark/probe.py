@@ -67,6 +67,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
     """One spawn → initialize → session/new → prompt → end-of-turn run; returns its numbers."""
     from acp_fast import Client
     from acp_fast.transport import spawn
+    from acp_fast.transport.remote import connect_url, is_url
 
     perf = time.perf_counter
     cwd = cwd or os.getcwd()
@@ -90,6 +91,8 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
 
     def transport() -> Any:
         st["t_spawn"] = perf()
+        if len(command) == 1 and is_url(command[0]):  # a remote agent: ws(s):// or http(s)://
+            return connect_url(command[0])
         return spawn(list(command), env=env, cwd=cwd)
 
     async def session_v1(cx: Any) -> tuple[Any, Any]:

@@ -70,7 +70,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--png", metavar="PATH", help="also draw a bar chart (needs matplotlib)")
     g.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     g = p.add_argument_group("probe mode")
-    g.add_argument("--agent", metavar="CMD", help="measure this ACP agent command instead of the suite")
+    g.add_argument("--agent", metavar="CMD|URL",
+                   help="measure this ACP agent command (or remote agent: ws(s):// or http(s):// URL) instead of the suite")
     g.add_argument("--prompt", default="stream 1000 chunks", help="prompt text of the turn (default: %(default)r)")
     g.add_argument("--runs", type=int, default=None,
                    help="runs (default 3; medians reported); in suite mode the same as --repeat")

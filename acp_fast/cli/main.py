@@ -26,7 +26,7 @@ from typing import Any
 __all__ = ["build_parser", "main"]
 
 #: optional subcommand modules: registered when importable, silently absent otherwise
-OPTIONAL_SUBCOMMANDS = ("acp_fast.cli.bench", "acp_fast.cli.conductor", "acp_fast.cli.trace")
+OPTIONAL_SUBCOMMANDS = ("acp_fast.cli.bench", "acp_fast.cli.conductor", "acp_fast.cli.serve", "acp_fast.cli.trace")
 
 
 def _version(args: Any) -> int:

@@ -5,6 +5,8 @@ A component is one of:
 * a command spec string: shell words with leading ``NAME=value`` environment words, or JSON
   ``{"command", "args"?, "env"?}`` (parsed by :func:`acp_fast.transport.parse_command`);
 * an argv list (already split);
+* a URL of a remote agent: ``ws(s)://…`` (WebSocket) or ``http(s)://…`` (Streamable HTTP),
+  reached with :func:`acp_fast.transport.remote.connect_url` (the ``remote`` extra);
 * an in-process builder (``Proxy.builder()`` / ``Proxy.v2()`` / ``Proxy.protocol_router()``
   for proxies, an agent builder or router for the agent), served over an in-memory pair.
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from ..transport import Stream, memory_pair, parse_command, spawn
+from ..transport.remote import is_url
 
 __all__ = ["ComponentSpec", "Started", "describe", "start_component", "validate"]
 
@@ -34,7 +37,7 @@ def validate(spec: ComponentSpec) -> ComponentSpec:
         ValueError: an unparsable command spec.
         TypeError: neither a command nor a builder.
     """
-    if _is_builder(spec):
+    if _is_builder(spec) or is_url(spec):
         return spec
     if isinstance(spec, str) or (isinstance(spec, Sequence) and not isinstance(spec, bytes)):
         parse_command(spec)
@@ -71,5 +74,9 @@ async def start_component(spec: ComponentSpec, *, env: Mapping[str, str] | None 
         builder: Any = spec
         task = asyncio.get_running_loop().create_task(builder.serve(far, engine=engine))
         return Started(near, task)
+    if is_url(spec):
+        from ..transport.remote import connect_url
+
+        return Started(await connect_url(str(spec).strip()), None, False)
     stream = await spawn(spec, env=dict(env) if env else None, on_stderr=on_stderr)
     return Started(stream, None, True)

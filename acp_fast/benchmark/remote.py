@@ -1,0 +1,401 @@
+"""The remote rows of the benchmark: ACP over WebSocket and Streamable HTTP, server and client
+in separate processes (``acp-fast bench --remote``, or ``python -m acp_fast.benchmark.remote``).
+
+Pairs (server + client, each a public-API program doing what a user's would):
+
+* ``acp_fast``: ``acp-fast serve --testy`` (Testy in-process, uvicorn) and
+  :mod:`acp_fast.benchmark.remote_client` (``connect_url``, reads every update's text);
+* ``pysdk``: the official Python SDK's ASGI app on uvicorn (``peers/pysdk/remote_server.py``)
+  and its HTTP / WebSocket clients (``peers/pysdk/remote_client.py``);
+* ``ts``: the TypeScript SDK's server and clients (``peers/ts/remote_server.mjs``,
+  ``remote_client.mjs``);
+* ``gateway``: ``acp-fast serve -- acp-fast testy`` (a stdio child per connection) with the
+  acp_fast client, against ``direct``: the same client spawning ``acp-fast testy`` on stdio.
+
+Workloads: ``stream`` (one prompt streaming N ``agent_message_chunk`` updates of 100 bytes),
+``roundtrips`` (M sequential ``_test/echo`` requests; the peers' own round-trip request), and
+``connections`` (K WebSocket connections held open at once against one ``acp-fast serve
+--testy``, each with a session: all must be served; the server's RSS growth per connection).
+
+Every Python process of a row runs the same event loop (``--loops``). Rounds are interleaved
+(round 1 of every row, then round 2, …) and each figure is the median of the rounds. CPU per
+message per side is measured from outside: the server's CPU over the client's run (psutil) and
+the client process's whole CPU (``os.wait4``), both including start-up and the warm-up, so
+they are upper bounds, labelled as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GOALS", "RemoteConfig", "RemoteResult", "main", "run_remote"]
+
+PEERS = Path(__file__).resolve().parents[2] / "peers"
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """Sizes and repetitions of a remote benchmark run."""
+
+    rounds: int = 3
+    n: int = 20_000  #: streamed updates per prompt
+    m: int = 1_000  #: sequential round trips
+    connections: int = 1_000  #: concurrent WebSocket connections
+    warmup: int = 1_000
+    loops: tuple[str, ...] = ("uvloop",)
+    peers: Path = PEERS
+    timeout: float = 300.0
+
+    @classmethod
+    def quick(cls, **kw: Any) -> RemoteConfig:
+        """One short round (about a minute)."""
+        return cls(**{"rounds": 1, "n": 3_000, "m": 200, "connections": 200, "warmup": 200, **kw})
+
+
+@dataclass
+class RemoteResult:
+    """One row: ``pair``/``transport``/``workload`` on ``loop``, its runs and their median."""
+
+    pair: str
+    transport: str
+    workload: str
+    loop: str
+    unit: str
+    runs: list[float] = field(default_factory=list)
+    server_us: list[float] = field(default_factory=list)
+    client_us: list[float] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def median(self) -> float | None:
+        """The median of the runs (``None`` when none succeeded)."""
+        return statistics.median(self.runs) if self.runs else None
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A target: ``row`` / ``reference`` of one workload and transport at least ``ratio``."""
+
+    label: str
+    row: tuple[str, str, str]
+    reference: tuple[str, str, str] | None
+    ratio: float
+
+
+GOALS = (
+    Goal("WebSocket streaming vs the Python SDK", ("acp_fast", "ws", "stream"), ("pysdk", "ws", "stream"), 10.0),
+    Goal("WebSocket streaming vs the TS SDK", ("acp_fast", "ws", "stream"), ("ts", "ws", "stream"), 3.0),
+    Goal("HTTP (SSE) streaming vs the Python SDK", ("acp_fast", "http", "stream"), ("pysdk", "http", "stream"), 10.0),
+    Goal("WebSocket round trips vs the Python SDK", ("acp_fast", "ws", "roundtrips"), ("pysdk", "ws", "roundtrips"), 2.0),
+    Goal("HTTP round trips vs the Python SDK", ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"), 2.0),
+    Goal("gateway (WebSocket) vs the direct stdio pair", ("gateway", "ws", "stream"), ("direct", "stdio", "stream"), 0.5),
+)
+#: The connection row's bound: server RSS growth per connection, KiB.
+RSS_PER_CONNECTION_KIB = 200.0
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+class _Server:
+    """A server process; its port is read from its first line (stdout or stderr)."""
+
+    def __init__(self, argv: list[str], *, port_on_stderr: bool) -> None:
+        # Output goes to files, never to a pipe nobody drains (a full pipe would stall the server).
+        self.out = tempfile.TemporaryFile("w+")
+        self.err = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(argv, stdout=self.out, stderr=self.err, start_new_session=True, text=True)
+        watched = self.err if port_on_stderr else self.out
+        deadline = time.monotonic() + 60
+        found = None
+        while found is None and time.monotonic() < deadline and self.proc.poll() is None:
+            time.sleep(0.05)
+            watched.seek(0)
+            for line in watched.read().splitlines():
+                found = re.search(r"(?::|^)(\d{2,5})(?:/|\s*$)", line.strip())
+                if found:
+                    break
+        if not found:
+            self.stop()
+            self.err.seek(0)
+            raise RuntimeError(f"server {argv[:3]} did not print its port: {self.err.read()[-300:]!r}")
+        self.port = int(found.group(1))
+        import psutil
+
+        self.ps = psutil.Process(self.proc.pid)
+
+    def cpu(self) -> float:
+        import psutil
+
+        total = 0.0
+        for p in [self.ps, *self.ps.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+            except psutil.Error:
+                pass
+        return total
+
+    def rss(self) -> int:
+        return int(self.ps.memory_info().rss)
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.out.close()
+        self.err.close()
+
+
+def _client(argv: list[str], timeout: float) -> tuple[dict[str, Any], float]:
+    """Run a client; its JSON line and the process's CPU seconds (``os.wait4``)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                out.seek(0)
+                err.seek(0)
+                return _last_json(out.read(), err.read()), usage.ru_utime + usage.ru_stime
+            time.sleep(0.01)
+        proc.kill()
+        proc.wait()
+    raise RuntimeError(f"client {argv[:3]} timed out after {timeout:.0f} s")
+
+
+def _last_json(out: str, err: str) -> dict[str, Any]:
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            result: dict[str, Any] = json.loads(line)
+            return result
+    raise RuntimeError(f"the client printed no result: {err.strip()[-300:]!r}")
+
+
+def _server_argv(pair: str, loop: str, cfg: RemoteConfig) -> tuple[list[str], bool]:
+    py = [sys.executable]
+    if pair == "acp_fast":
+        return [*py, "-m", "acp_fast.cli.main", "serve", "--testy", "--versions", "1", "--port", "0", "--loop", loop], True
+    if pair == "gateway":
+        return [*py, "-m", "acp_fast.cli.main", "serve", "--port", "0", "--loop", loop, "--",
+                sys.executable, "-m", "acp_fast.cli.main", "testy", "--versions", "1", "--loop", loop], True
+    if pair == "pysdk":
+        return [*py, str(cfg.peers / "pysdk" / "remote_server.py"), "--port", "0", "--loop", loop], False
+    if pair == "ts":
+        return ["node", str(cfg.peers / "ts" / "remote_server.mjs"), "--port", "0"], False
+    raise ValueError(pair)
+
+
+def _client_argv(pair: str, url: str, workload: str, n: int, loop: str, cfg: RemoteConfig) -> list[str]:
+    if pair in ("acp_fast", "gateway", "direct"):
+        return [sys.executable, "-m", "acp_fast.benchmark.remote_client", url, workload, str(n),
+                "--warmup", str(cfg.warmup), "--loop", loop]
+    if pair == "pysdk":
+        return [sys.executable, str(cfg.peers / "pysdk" / "remote_client.py"), url, workload, str(n),
+                "--timeout", str(cfg.timeout), "--loop", loop]
+    if pair == "ts":
+        return ["node", str(cfg.peers / "ts" / "remote_client.mjs"), url, workload, str(n), "--timeout", str(cfg.timeout)]
+    raise ValueError(pair)
+
+
+def _rate(result: dict[str, Any], workload: str, n: int) -> float:
+    if not result.get("ok", False):
+        raise RuntimeError(str(result.get("error") or result))
+    if workload == "stream":
+        got = result.get("updatesReceived", result.get("n"))
+        if got != n:
+            raise RuntimeError(f"{got} updates received of {n}")
+        return float(result.get("rate") or result.get("updatesPerSec") or n / float(result["seconds"]))
+    return float(result.get("rate") or result.get("roundTripsPerSec") or n / float(result["seconds"]))
+
+
+ROWS: tuple[tuple[str, str, str], ...] = (
+    ("acp_fast", "ws", "stream"), ("pysdk", "ws", "stream"), ("ts", "ws", "stream"),
+    ("acp_fast", "http", "stream"), ("pysdk", "http", "stream"), ("ts", "http", "stream"),
+    ("acp_fast", "ws", "roundtrips"), ("pysdk", "ws", "roundtrips"),
+    ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"),
+    ("gateway", "ws", "stream"), ("direct", "stdio", "stream"),
+)
+
+
+def _one(pair: str, transport: str, workload: str, loop: str, cfg: RemoteConfig, row: RemoteResult) -> None:
+    n = cfg.n if workload == "stream" else cfg.m
+    server: _Server | None = None
+    try:
+        if pair == "direct":
+            target = f"{sys.executable} -m acp_fast.cli.main testy --versions 1 --loop {loop}"
+        else:
+            argv, on_stderr = _server_argv(pair, loop, cfg)
+            server = _Server(argv, port_on_stderr=on_stderr)
+            target = f"{transport}://127.0.0.1:{server.port}/acp"
+        cpu0 = server.cpu() if server else 0.0
+        result, client_cpu = _client(_client_argv(pair, target, workload, n, loop, cfg), cfg.timeout)
+        server_cpu = (server.cpu() - cpu0) if server else 0.0
+        row.runs.append(round(_rate(result, workload, n), 1))
+        row.client_us.append(round(client_cpu / n * 1e6, 2))
+        if server:
+            row.server_us.append(round(server_cpu / n * 1e6, 2))
+    except Exception as exc:  # a failed run is reported in its row, the others go on
+        row.error = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _connections(loop: str, cfg: RemoteConfig, row: RemoteResult) -> None:
+    server = _Server(_server_argv("acp_fast", loop, cfg)[0], port_on_stderr=True)
+    try:
+        asyncio.run(_hold_and_measure(server, 20))  # warm: imports, first allocations
+        before = server.rss()
+        served = asyncio.run(_hold_and_measure(server, cfg.connections))
+        growth_kib = (served[1] - before) / max(served[0], 1) / 1024
+        if served[0] != cfg.connections:
+            row.error = f"{served[0]} of {cfg.connections} connections served"
+        row.runs.append(round(growth_kib, 1))
+    except Exception as exc:
+        row.error = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        server.stop()
+
+
+async def _hold_and_measure(server: _Server, k: int) -> tuple[int, int]:
+    served = await _hold_connections_keep(server.port, k)
+    rss = server.rss()
+    for ws in served:
+        await ws.close()
+    return len(served), rss
+
+
+async def _hold_connections_keep(port: int, k: int) -> list[Any]:
+    import websockets
+
+    init = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                       "params": {"protocolVersion": 1, "clientCapabilities": {}}})
+    new = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}})
+    held: list[Any] = []
+    gate = asyncio.Semaphore(64)
+
+    async def one() -> None:
+        async with gate:
+            ws = await websockets.connect(f"ws://127.0.0.1:{port}/acp", open_timeout=60, max_queue=4)
+            await ws.send(init)
+            await ws.recv()
+            await ws.send(new)
+            if "sessionId" in str(await ws.recv()):
+                held.append(ws)
+
+    await asyncio.gather(*[one() for _ in range(k)], return_exceptions=True)
+    return held
+
+
+def run_remote(cfg: RemoteConfig, *, rows: Sequence[tuple[str, str, str]] = ROWS,
+               progress: Any = None) -> list[RemoteResult]:
+    """Run every row on every loop, rounds interleaved; returns the rows."""
+    results: dict[tuple[str, str, str, str], RemoteResult] = {}
+    for loop in cfg.loops:
+        for pair, transport, workload in rows:
+            unit = "updates/s" if workload == "stream" else "round trips/s"
+            results[(pair, transport, workload, loop)] = RemoteResult(pair, transport, workload, loop, unit)
+        results[("acp_fast", "ws", "connections", loop)] = RemoteResult(
+            "acp_fast", "ws", "connections", loop, "KiB RSS per connection")
+    for r in range(cfg.rounds):
+        for key, row in results.items():
+            if progress is not None:
+                progress(f"round {r + 1}/{cfg.rounds}: {key[0]} {key[1]} {key[2]} ({key[3]})")
+            if row.workload == "connections":
+                _connections(row.loop, cfg, row)
+            else:
+                _one(row.pair, row.transport, row.workload, row.loop, cfg, row)
+    return list(results.values())
+
+
+def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[dict[str, Any]]:
+    """Each goal on each loop: the measured ratio (or value) and whether it is met."""
+    by = {(r.pair, r.transport, r.workload, r.loop): r for r in rows}
+    out: list[dict[str, Any]] = []
+    for loop in cfg.loops:
+        for g in GOALS:
+            a = by.get((*g.row, loop))
+            b = by.get((*g.reference, loop)) if g.reference else None
+            value = None
+            if a and b and a.median and b.median:
+                value = a.median / b.median
+            out.append({"goal": g.label, "loop": loop, "target": f">= {g.ratio:g}x", "measured": value,
+                        "met": value is not None and value >= g.ratio})
+        c = by.get(("acp_fast", "ws", "connections", loop))
+        value = c.median if c else None
+        out.append({"goal": f"{cfg.connections} WebSocket connections, server RSS per connection", "loop": loop,
+                    "target": f"<= {RSS_PER_CONNECTION_KIB:g} KiB, all served",
+                    "measured": value, "met": value is not None and value <= RSS_PER_CONNECTION_KIB
+                    and c is not None and c.error is None})
+    return out
+
+
+def render(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> str:
+    """The rows and the goals as two plain-text tables."""
+    from tabulate import tabulate
+
+    table = [[r.pair, r.transport, r.workload, r.loop, "" if r.median is None else f"{r.median:,.1f}", r.unit,
+              " / ".join(f"{v:,.0f}" for v in r.runs),
+              "" if not r.server_us else f"{statistics.median(r.server_us):.1f}",
+              "" if not r.client_us else f"{statistics.median(r.client_us):.1f}",
+              r.error or ""] for r in rows]
+    head = ["pair", "transport", "workload", "loop", "median", "unit", "runs", "server µs/msg*", "client µs/msg*", "error"]
+    goals = [[v["goal"], v["loop"], v["target"], "" if v["measured"] is None else f"{v['measured']:.2f}",
+              "PASS" if v["met"] else "MISS"] for v in verdicts(rows, cfg)]
+    return (tabulate(table, head, disable_numparse=True) + "\n\n* CPU per message of the whole process, "
+            "start-up and warm-up included (an upper bound)\n\n"
+            + tabulate(goals, ["goal", "loop", "target", "measured", ""], disable_numparse=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m acp_fast.benchmark.remote [--quick] [--rounds R] [--loops L,L] [--json PATH]``."""
+    parser = argparse.ArgumentParser(prog="python -m acp_fast.benchmark.remote", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one short round")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--n", type=int, help="streamed updates per prompt (default 20,000)")
+    parser.add_argument("--m", type=int, help="sequential round trips (default 1,000)")
+    parser.add_argument("--connections", type=int, help="concurrent WebSocket connections (default 1,000)")
+    parser.add_argument("--loops", default="uvloop", help="comma-separated: asyncio,uvloop (default uvloop)")
+    parser.add_argument("--peers", type=Path, default=PEERS, help="the peers/ folder (with peers/ts/node_modules)")
+    parser.add_argument("--json", type=Path, help="write the rows and verdicts as JSON")
+    args = parser.parse_args(argv)
+    kw: dict[str, Any] = {"loops": tuple(x for x in args.loops.split(",") if x), "peers": args.peers}
+    for name in ("rounds", "n", "m", "connections"):
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
+    cfg = RemoteConfig.quick(**kw) if args.quick else RemoteConfig(**kw)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    rows = run_remote(cfg, progress=lambda s: print(s, file=sys.stderr, flush=True))
+    print(f"remote rows: {cfg.rounds} round(s), N={cfg.n}, M={cfg.m}, K={cfg.connections}, load at start {load}")
+    print(render(rows, cfg))
+    if args.json:
+        args.json.write_text(json.dumps({"config": {**asdict(cfg), "peers": "peers"}, "load": load,
+                                         "rows": [asdict(r) | {"median": r.median} for r in rows],
+                                         "verdicts": verdicts(rows, cfg)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""``acp-fast serve``: expose a stdio agent (or Testy) over Streamable HTTP and WebSocket.
+
+Each remote connection gets its own agent child process (see
+:mod:`acp_fast.transport.remote.gateway`); ``--testy`` serves the test agent in-process.
+Needs the ``remote`` extra (``pip install 'acp-fast[remote]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from .loops import LOOPS, run
+
+__all__ = ["add_parser", "main"]
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def add_parser(subparsers: Any) -> Any:
+    """Register ``acp-fast serve`` on the ``acp-fast`` parser's subparsers."""
+    parser = subparsers.add_parser(
+        "serve", help="serve a stdio agent (or Testy) to remote clients over HTTP and WebSocket",
+        description=("Expose a stdio ACP agent over Streamable HTTP (POST/GET-SSE/DELETE) and WebSocket on "
+                     "one path; every remote connection gets its own agent process. "
+                     "Example: acp-fast serve --port 8000 -- python my_agent.py"),
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    parser.add_argument("--path", default="/acp", help="endpoint path (default: /acp)")
+    parser.add_argument("--token-env", metavar="VAR",
+                        help="require 'Authorization: Bearer <token>' with the token read from this environment variable")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="accept requests from this browser Origin (repeatable; default: none)")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
+                        help="accept this Host name (repeatable; default: 127.0.0.1, localhost, ::1)")
+    parser.add_argument("--max-body", type=int, default=None, help="largest POST body / WebSocket frame in bytes (default: 16 MiB)")
+    parser.add_argument("--max-connections", type=int, default=None, help="open connections at most (default: 4096)")
+    parser.add_argument("--idle-timeout", type=float, default=None,
+                        help="seconds an HTTP connection nobody reads lives (default: 300)")
+    parser.add_argument("--server", choices=("uvicorn", "hypercorn"), default="uvicorn",
+                        help="ASGI server: uvicorn (HTTP/1.1 + WebSocket, default) or hypercorn (adds HTTP/2 over TLS)")
+    parser.add_argument("--certfile", help="TLS certificate (https/wss; HTTP/2 with hypercorn)")
+    parser.add_argument("--keyfile", help="TLS private key")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes (uvicorn only); Streamable HTTP then needs sticky routing on Acp-Connection-Id")
+    parser.add_argument("--testy", action="store_true", help="serve Testy in-process instead of a command")
+    parser.add_argument("--versions", default="1,2", help="with --testy: protocol versions (default: 1,2)")
+    parser.add_argument("--engine", choices=("auto", "c", "py"), default="auto", help="engine twin for --testy")
+    parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (default: auto, uvloop when installed)")
+    parser.add_argument("--log-level", default=os.environ.get("ACP_FAST_LOG", "WARNING"), help="log level (default: WARNING)")
+    parser.add_argument("agent", nargs=argparse.REMAINDER, metavar="-- AGENT_CMD...",
+                        help="the agent command, after --")
+    parser.set_defaults(func=main)
+    return parser
+
+
+def _config(args: Any, command: list[str]) -> dict[str, Any]:
+    hosts = list(args.allow_host) or list(_LOOPBACK)
+    return {
+        "command": command or None,
+        "testy": args.versions if args.testy else None,
+        "path": args.path,
+        "token_env": args.token_env,
+        "allow_hosts": hosts,
+        "allow_origins": list(args.allow_origin),
+        "max_body": args.max_body,
+        "max_connections": args.max_connections,
+        "idle_timeout": args.idle_timeout,
+    }
+
+
+def main(args: Any) -> int:
+    """Run the server until SIGINT/SIGTERM."""
+    command = list(args.agent)
+    if command and command[0] == "--":
+        command = command[1:]
+    if bool(command) == bool(args.testy):
+        print("acp-fast serve: give an agent command after -- or --testy (one of them)", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=str(args.log_level).upper(), format="acp-fast serve: %(levelname)s %(message)s")
+    from ..transport.remote._wire import MissingExtraError, require_extra
+
+    try:
+        require_extra("uvicorn" if args.server == "uvicorn" else "hypercorn")
+    except MissingExtraError as exc:
+        print(f"acp-fast serve: {exc}", file=sys.stderr)
+        return 2
+    from ..transport.remote import gateway
+
+    cfg = _config(args, command)
+    try:
+        policy = gateway.policy_from_config(cfg)
+    except (RuntimeError, ValueError) as exc:
+        print(f"acp-fast serve: {exc}", file=sys.stderr)
+        return 2
+    if args.host not in _LOOPBACK and policy.token is None:
+        print(f"acp-fast serve: WARNING: binding {args.host} without --token-env: anyone who can reach this "
+              "address can drive the agent", file=sys.stderr)
+    if args.workers > 1:
+        return _workers(args, cfg)
+    if args.testy:
+        app = gateway.testy_app(versions=args.versions, path=args.path, policy=policy,
+                                engine=None if args.engine == "auto" else args.engine)
+    else:
+        app = gateway.gateway_app(command, path=args.path, policy=policy)
+    from ..transport.remote.runner import Served, serve_app
+
+    def ready(where: Served) -> None:
+        print(f"acp-fast serve: listening on {where.http_url} and {where.ws_url}", file=sys.stderr, flush=True)
+
+    run(serve_app(app, server=args.server, host=args.host, port=args.port, certfile=args.certfile,
+                  keyfile=args.keyfile, log_level=str(args.log_level).lower(), on_ready=ready),
+        loop=getattr(args, "loop", "auto"))
+    return 0
+
+
+def _workers(args: Any, cfg: dict[str, Any]) -> int:
+    if args.server != "uvicorn":
+        print("acp-fast serve: --workers needs --server uvicorn", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from ..transport.remote.gateway import CONFIG_ENV
+
+    os.environ[CONFIG_ENV] = json.dumps(cfg)
+    print(f"acp-fast serve: {args.workers} workers on {args.host}:{args.port}{args.path} "
+          "(Streamable HTTP needs sticky routing on Acp-Connection-Id)", file=sys.stderr, flush=True)
+    uvicorn.run("acp_fast.transport.remote.gateway:app_from_env", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level=str(args.log_level).lower(), lifespan="on",
+                ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
+    return 0

@@ -1,0 +1,70 @@
+"""Remote ACP: Streamable HTTP and WebSocket, server and client (the ``remote`` extra).
+
+* :func:`asgi_app` — an ASGI 3 application serving a builder, router or conductor to remote
+  clients (one in-process connection each); :func:`gateway_app` — the same for a stdio agent
+  command, one child process per connection (``acp-fast serve``). Serve either with
+  :func:`serve_app` (uvicorn, or hypercorn for HTTP/2) or mount it in Starlette/FastAPI.
+* :func:`connect_url` — a client transport for ``http(s)://`` (Streamable HTTP) and
+  ``ws(s)://`` (WebSocket) URLs, beside :func:`acp_fast.transport.spawn`::
+
+      async with Client.v2().connect(connect_url("ws://127.0.0.1:8000/acp")) as conn:
+          await conn.initialize()
+
+The server module needs no third-party package; the client and the runners need the
+``remote`` extra (``pip install 'acp-fast[remote]'``) and say so when it is missing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._wire import (
+    CONNECTION_ID_HEADER,
+    DEFAULT_MAX_BODY,
+    DEFAULT_PATH,
+    SESSION_ID_HEADER,
+    URL_SCHEMES,
+    MissingExtraError,
+    is_url,
+)
+from .gateway import gateway_app
+from .runner import Served, serve_app, served
+from .server import DEFAULT_ALLOW_HOSTS, AcpApp, ServerPolicy, Servable, StreamOpener, asgi_app
+
+__all__ = [
+    "CONNECTION_ID_HEADER",
+    "DEFAULT_ALLOW_HOSTS",
+    "DEFAULT_MAX_BODY",
+    "DEFAULT_PATH",
+    "SESSION_ID_HEADER",
+    "URL_SCHEMES",
+    "AcpApp",
+    "MissingExtraError",
+    "RemoteConnectError",
+    "Servable",
+    "Served",
+    "ServerPolicy",
+    "StreamOpener",
+    "asgi_app",
+    "connect_url",
+    "gateway_app",
+    "is_url",
+    "resolve_url",
+    "serve_app",
+    "served",
+]
+
+if TYPE_CHECKING:
+    from .client import RemoteConnectError, connect_url, resolve_url
+
+_CLIENT_NAMES = ("RemoteConnectError", "connect_url", "resolve_url")
+
+
+def __getattr__(name: str) -> object:
+    # The client module is loaded when first asked for (it imports httpx and websockets on
+    # use; serving needs neither).
+    if name in _CLIENT_NAMES:
+        from . import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

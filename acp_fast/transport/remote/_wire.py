@@ -1,0 +1,191 @@
+"""The remote wire profile shared by the server and the client (``notes``: Streamable HTTP and
+WebSocket, after the ACP RFD "Streamable HTTP & WebSocket transport").
+
+Names, header spellings, content types, the session-scoped method list, Server-Sent Events
+encoding and an incremental SSE parser, and the check that the ``remote`` extra is installed.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterable
+
+__all__ = [
+    "CONNECTION_ID_HEADER",
+    "CONTENT_TYPE_JSON",
+    "CONTENT_TYPE_SSE",
+    "DEFAULT_MAX_BODY",
+    "DEFAULT_PATH",
+    "EXTRA_HINT",
+    "HEALTH_PATH",
+    "KEEPALIVE_SECONDS",
+    "LAST_EVENT_ID_HEADER",
+    "MissingExtraError",
+    "SESSION_ID_HEADER",
+    "SESSION_SCOPED_METHODS",
+    "SseParser",
+    "URL_SCHEMES",
+    "is_url",
+    "one_line",
+    "require_extra",
+    "sse_events",
+]
+
+#: The endpoint path the server answers on and that a client appends to a bare base URL.
+DEFAULT_PATH = "/acp"
+#: Liveness probe answered 200 by the server.
+HEALTH_PATH = "/health"
+#: Server-chosen connection id: on the ``initialize`` response and on the WebSocket upgrade.
+CONNECTION_ID_HEADER = "Acp-Connection-Id"
+#: Names the session a POST or an SSE GET belongs to.
+SESSION_ID_HEADER = "Acp-Session-Id"
+#: A reconnecting SSE reader names the last event it saw (resumable streams).
+LAST_EVENT_ID_HEADER = "Last-Event-ID"
+CONTENT_TYPE_JSON = "application/json"
+CONTENT_TYPE_SSE = "text/event-stream"
+#: The largest POST body or WebSocket text frame accepted (bigger: HTTP 413 / close 1009).
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+#: An SSE comment line is sent this often on an idle stream so proxies keep it open.
+KEEPALIVE_SECONDS = 15.0
+
+#: Methods that act on an existing session: their POST needs a session id, from the
+#: ``Acp-Session-Id`` header or ``params.sessionId`` (the Rust SDK's list).
+SESSION_SCOPED_METHODS = frozenset({
+    "session/prompt",
+    "session/cancel",
+    "session/close",
+    "session/delete",
+    "session/fork",
+    "session/load",
+    "session/resume",
+    "session/set_config_option",
+    "session/set_mode",
+    "session/set_model",
+})
+
+#: The URL schemes of the remote client transport (``connect_url``).
+URL_SCHEMES = ("ws://", "wss://", "http://", "https://")
+
+
+def is_url(spec: object) -> bool:
+    """True when ``spec`` is a string naming a remote agent (``ws(s)://`` or ``http(s)://``)."""
+    return isinstance(spec, str) and spec.strip().lower().startswith(URL_SCHEMES)
+
+
+#: What to install for the remote transports.
+EXTRA_HINT = "pip install 'acp-fast[remote]'"
+
+
+class MissingExtraError(ImportError):
+    """A remote transport was used without the ``remote`` extra's packages installed."""
+
+
+def require_extra(*modules: str) -> None:
+    """Raise :class:`MissingExtraError` naming the extra when one of ``modules`` is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtraError(
+            f"the remote ACP transport needs {', '.join(missing)}, which is not installed: {EXTRA_HINT}")
+
+
+def one_line(payload: bytes) -> bytes:
+    """One JSON text (a POST body, an SSE ``data`` payload, a WebSocket text frame) as one line.
+
+    Outer whitespace is dropped. A newline inside a valid JSON text can only be whitespace
+    between tokens, so when the text holds one it is checked with the strict JSON rules and
+    the newlines become spaces; in a text that is not valid JSON they become a control
+    character, so that the engine sees exactly one line, still malformed, and answers it once. The result has no newline; the caller appends the one that ends it.
+    """
+    payload = payload.strip()
+    if b"\n" in payload:
+        # Rare (pretty-printed input): valid JSON keeps its meaning with spaces; anything
+        # else gets a control character that no JSON text may hold, so it stays malformed.
+        sep = b" " if _valid_json(payload) else b"\x1f"
+        payload = payload.replace(b"\n", sep)
+    return payload
+
+
+def sse_events(lines: Iterable[bytes], first_id: int | None = None) -> bytes:
+    """Server-Sent Events for JSON lines, one event each (``data: <line>``), as one chunk.
+
+    With ``first_id`` every event carries an ``id:`` cursor, counting up from it.
+    """
+    if first_id is None:
+        return b"".join([b"data: " + line + b"\n\n" for line in lines])
+    out = []
+    n = first_id
+    for line in lines:
+        out.append(b"id: %d\ndata: %s\n\n" % (n, line))
+        n += 1
+    return b"".join(out)
+
+
+class SseParser:
+    """An incremental Server-Sent Events parser (the WHATWG event-stream rules).
+
+    ``feed(chunk)`` returns the ``data`` of every event completed by the chunk, as bytes
+    (multi-line data joined with ``\\n``, as the rules say); comments, ``event:`` and
+    ``retry:`` lines are skipped; the last ``id:`` seen is kept in :attr:`last_event_id`.
+    A line longer than ``max_event`` bytes (or an event's data over it) raises
+    ``ValueError``: memory stays bounded whatever the server sends.
+    """
+
+    __slots__ = ("_buf", "_data", "_size", "last_event_id", "max_event")
+
+    def __init__(self, max_event: int = DEFAULT_MAX_BODY) -> None:
+        self._buf = b""
+        self._data: list[bytes] = []
+        self._size = 0
+        self.last_event_id: str | None = None
+        self.max_event = max_event
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buf = self._buf + chunk if self._buf else chunk
+        events: list[bytes] = []
+        start = 0
+        n = len(buf)
+        while start < n:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            end = nl - 1 if nl > start and buf[nl - 1] == 13 else nl  # CRLF
+            line = buf[start:end]
+            start = nl + 1
+            if not line:
+                if self._data:
+                    events.append(b"\n".join(self._data))
+                    self._data = []
+                    self._size = 0
+                continue
+            if line[0] == 58:  # ":" comment (keep-alive)
+                continue
+            colon = line.find(b":")
+            if colon < 0:
+                field, value = line, b""
+            else:
+                field = line[:colon]
+                value = line[colon + 1:]
+                if value[:1] == b" ":
+                    value = value[1:]
+            if field == b"data":
+                self._size += len(value)
+                if self._size > self.max_event:
+                    raise ValueError(f"SSE event over {self.max_event} bytes")
+                self._data.append(value)
+            elif field == b"id" and b"\0" not in value:
+                self.last_event_id = value.decode("utf-8", "replace")
+        rest = buf[start:]
+        if len(rest) > self.max_event:
+            raise ValueError(f"SSE line over {self.max_event} bytes")
+        self._buf = rest
+        return events
+
+
+def _valid_json(payload: bytes) -> bool:
+    try:
+        json.loads(payload)
+    except ValueError:
+        return False
+    return True

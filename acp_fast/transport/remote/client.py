@@ -1,0 +1,747 @@
+"""The remote client transport: :func:`connect_url` over Streamable HTTP or WebSocket.
+
+``connect_url(url)`` returns a :class:`~acp_fast.transport.Stream` like every other transport
+helper, so ``async with Client.v2().connect(connect_url("ws://127.0.0.1:8000/acp")) as cx``
+works as it does over stdio. The scheme picks the wire (``notes``: remote.md): ``ws``/``wss``
+a WebSocket (the ``websockets`` package), ``http``/``https`` Streamable HTTP (``httpx``, HTTP/2
+where the server offers it over TLS). A bare base URL gets ``/acp`` appended.
+
+Design: :func:`~acp_fast.transport.memory_pair` gives two connected streams; the caller gets
+one, a *bridge* attaches to the other and moves bytes between it and the network. Lines the
+connection writes arrive at the bridge in chunks; messages from the network are written to
+the connection as single lines (:func:`~acp_fast.transport.remote._wire.one_line`), so the
+connection's own engine decodes and validates them.
+
+Bounds and backpressure:
+
+* Incoming: the bridge reads the network only while the connection reads what it was given
+  (the stream's ``writing_paused``); the SSE parser and the WebSocket frame size are bounded
+  by ``max_message_size``.
+* Outgoing: messages wait in the bridge until the network takes them; above
+  :data:`SEND_HIGH_WATER` queued bytes it stops reading from the connection (whose writers
+  then wait) and resumes below :data:`SEND_LOW_WATER`. A message over ``max_message_size``
+  ends the stream with an error instead (the server would refuse it anyway).
+
+Ending: the network side ending (the WebSocket closing, the connection's SSE stream ending
+or failing) is EOF on the stream, so the connection's pending requests fail at once. The
+connection closing its stream makes the bridge flush what is queued (at most
+:data:`CLOSE_TIMEOUT` seconds), end the HTTP connection with ``DELETE`` or close the
+WebSocket, and stop; the stream's ``wait_closed()`` returns only after that. WebSocket
+compression is not offered: a compressed read could inflate to far more than its size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
+
+from ..._kinds import BATCH, MALFORMED, REQUEST, RESPONSE
+from ...engine import Decoder, encode_error
+from ..memory import memory_pair
+from ..stream import Stream
+from ._wire import (
+    CONNECTION_ID_HEADER,
+    CONTENT_TYPE_JSON,
+    CONTENT_TYPE_SSE,
+    DEFAULT_MAX_BODY,
+    DEFAULT_PATH,
+    SESSION_ID_HEADER,
+    SseParser,
+    one_line,
+    require_extra,
+)
+
+if TYPE_CHECKING:
+    import httpx
+    from websockets.asyncio.client import ClientConnection
+
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "SEND_HIGH_WATER",
+    "SEND_LOW_WATER",
+    "RemoteConnectError",
+    "connect_url",
+    "resolve_url",
+]
+
+logger = logging.getLogger("acp_fast.transport.remote")
+
+#: Bytes of outgoing messages not yet sent above which the bridge stops reading from the
+#: connection (the connection's writers then wait) ...
+SEND_HIGH_WATER = 256 * 1024
+#: ... and below which it reads again.
+SEND_LOW_WATER = 64 * 1024
+#: Seconds that closing may take: flushing queued messages, then the ``DELETE`` or the
+#: WebSocket closing handshake.
+CLOSE_TIMEOUT = 3.0
+#: Agent requests whose session is remembered so that the answer's POST names it.
+MAX_ROUTES = 4096
+#: Session SSE streams open at once (each is a long-lived request).
+MAX_SESSION_STREAMS = 256
+#: Bytes of a refused request's body quoted in the error delivered for it.
+BODY_QUOTE = 512
+_INTERNAL_ERROR = -32603
+_SCHEMES = {"http": "http", "https": "http", "ws": "websocket", "wss": "websocket"}
+
+_T = TypeVar("_T")
+
+
+class RemoteConnectError(ConnectionError):
+    """The remote endpoint could not be reached, or refused the WebSocket handshake.
+
+    Attributes:
+        status: the HTTP status of a refused handshake (``401``, ``403``, ...), else ``None``.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def resolve_url(url: str) -> tuple[str, str]:
+    """``(kind, url)`` for an endpoint URL: kind ``"http"`` or ``"websocket"``; a bare base
+    URL (empty path or ``/``) gets ``/acp`` appended.
+
+    Raises:
+        ValueError: a scheme other than ``http``, ``https``, ``ws``, ``wss``, or no host.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    kind = _SCHEMES.get(scheme)
+    if kind is None:
+        raise ValueError(f"unsupported URL scheme {parts.scheme!r} in {url!r}: use http, https, ws or wss")
+    if not parts.hostname:
+        raise ValueError(f"no host in {url!r}")
+    path = parts.path if parts.path not in ("", "/") else DEFAULT_PATH
+    return kind, urlunsplit((scheme, parts.netloc, path, parts.query, ""))
+
+
+async def connect_url(url: str, *, headers: Mapping[str, str] | None = None, token: str | None = None,
+                      http2: bool = True, max_message_size: int = DEFAULT_MAX_BODY,
+                      connect_timeout: float = 10.0) -> Stream:
+    """Open an ACP client transport to a remote agent; returns the stream to connect on.
+
+    Args:
+        url: ``ws://``/``wss://`` for a WebSocket, ``http://``/``https://`` for Streamable
+            HTTP; ``/acp`` is appended to a bare base URL.
+        headers: extra headers for every request (and the WebSocket handshake).
+        token: sent as ``Authorization: Bearer <token>`` on every request and the handshake.
+        http2: let httpx speak HTTP/2 where the server offers it (over TLS).
+        max_message_size: the largest message either way, in bytes (an SSE event, a
+            response body, a WebSocket frame, an outgoing line).
+        connect_timeout: seconds to establish a network connection (the WebSocket
+            handshake included); once connected, reads have no timeout.
+
+    A WebSocket is opened before this returns. Streamable HTTP does no I/O until the
+    connection sends ``initialize``, its first message: an HTTP refusal of it (401, 404,
+    ...) fails that ``initialize`` call with a -32603 error naming the status.
+
+    Raises:
+        ValueError: an unsupported scheme, or no host.
+        MissingExtraError: ``httpx`` (with ``h2`` when ``http2``) or ``websockets`` is not
+            installed (``pip install 'acp-fast[remote]'``).
+        RemoteConnectError: the WebSocket could not be opened (refused, timed out, the
+            handshake answered with an HTTP status).
+    """
+    kind, target = resolve_url(url)
+    if max_message_size <= 0:
+        raise ValueError("max_message_size must be positive")
+    hdrs = dict(headers or {})
+    if token is not None:
+        hdrs["Authorization"] = f"Bearer {token}"
+    if kind == "websocket":
+        require_extra("websockets")
+        return await _WebSocketBridge.open(target, hdrs, max_message_size, connect_timeout)
+    require_extra("httpx", *(("h2",) if http2 else ()))
+    return _HttpBridge(target, hdrs, http2, max_message_size, connect_timeout).start()
+
+
+# ---------------------------------------------------------------------------------------
+# The bridge: one end of a memory pair on one side, the network on the other
+# ---------------------------------------------------------------------------------------
+
+
+class _Lane(Generic[_T]):
+    """Outgoing items sent in order by one task; ``busy`` while the head is being sent."""
+
+    __slots__ = ("items", "ready", "busy")
+
+    def __init__(self) -> None:
+        self.items: collections.deque[tuple[_T, int]] = collections.deque()
+        self.ready = asyncio.Event()
+        self.busy = False
+
+
+class _RemoteStream(Stream):
+    """The caller's end of the pair (a :class:`Stream` whose class is switched to this one):
+    closing it reaches the bridge even while the bridge is not reading, and ``wait_closed()``
+    returns once the bridge has ended its network side too."""
+
+    bridge: _Bridge
+
+    def close(self) -> None:
+        super().close()
+        self.bridge.caller_closed()
+
+    async def wait_closed(self) -> None:
+        await super().wait_closed()
+        await asyncio.shield(self.bridge.done)
+
+    def set_extra(self, name: str, value: Any) -> None:
+        """Answer ``get_extra_info(name)`` with ``value``."""
+        self._extra[name] = value
+
+
+class _Bridge:
+    """What both wires share: the memory pair, backpressure both ways, the tasks, closing."""
+
+    def __init__(self, kind: str, url: str, max_message_size: int) -> None:
+        self._url = url
+        self._max = max_message_size
+        a, self._b = memory_pair()
+        a.__class__ = _RemoteStream
+        self._a = cast(_RemoteStream, a)
+        self._a.bridge = self
+        self._a.set_extra("url", url)
+        self._a.set_extra("transport", kind)
+        #: Set once the bridge has ended (its tasks and its network side).
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._draining = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._lanes: list[_Lane[Any]] = []
+        self._queued = 0
+        self._paused = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closer: asyncio.Task[None] | None = None
+
+    def start(self) -> Stream:
+        """Attach to the bridge's end of the pair; returns the caller's end."""
+        self._b.attach(self._on_data, self._on_eof, self._on_writable)
+        return self._a
+
+    # -- the connection's side ----------------------------------------------------------
+
+    def _on_data(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _on_eof(self, exc: BaseException | None) -> None:
+        self._shutdown("the connection closed the stream", flush=True)
+
+    def caller_closed(self) -> None:
+        """The caller closed its end: read what it wrote before (reading again if the
+        network's backlog had paused it); its EOF follows that and starts the closing."""
+        self._draining = True
+        if self._paused:
+            self._paused = False
+            self._b.resume_reading()
+
+    def _on_writable(self, writable: bool) -> None:
+        if writable:
+            self._writable.set()
+        else:
+            self._writable.clear()
+
+    async def _until_writable(self) -> None:
+        """Wait while the connection is not reading what the bridge gave it."""
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    def _deliver(self, data: bytes) -> None:
+        """Give bytes (whole lines) to the connection."""
+        self._b.write(data)
+
+    # -- outgoing queue -----------------------------------------------------------------
+
+    def _enqueue(self, lane: _Lane[_T], item: _T, size: int) -> None:
+        lane.items.append((item, size))
+        lane.ready.set()
+        self._idle.clear()
+        self._queued += size
+        if not self._paused and not self._draining and self._queued > SEND_HIGH_WATER:
+            self._paused = True
+            self._b.pause_reading()
+
+    async def _drain(self, lane: _Lane[_T], send: Callable[[_T], Awaitable[None]]) -> None:
+        """Send ``lane``'s items in order with ``await send(item)``, forever."""
+        while True:
+            while not lane.items:
+                lane.ready.clear()
+                if not any(other.items or other.busy for other in self._lanes):
+                    self._idle.set()
+                await lane.ready.wait()
+            item, size = lane.items[0]
+            lane.busy = True
+            try:
+                await send(item)
+            finally:
+                lane.busy = False
+                lane.items.popleft()
+                self._queued -= size
+                if self._paused and self._queued <= SEND_LOW_WATER:
+                    self._paused = False
+                    self._b.resume_reading()
+
+    # -- tasks and closing --------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            logger.error("remote transport task failed (%s)", self._url, exc_info=exc)
+            self._lost(f"failed: {exc!r}")
+
+    def _lost(self, reason: str) -> None:
+        """The network side ended: EOF to the connection now, then close."""
+        if self._closer is None:
+            logger.info("remote ACP connection to %s ended: %s", self._url, reason)
+        self._b.close()
+        self._shutdown(reason, flush=False)
+
+    def _fatal(self, reason: str) -> None:
+        logger.error("remote ACP connection to %s: %s", self._url, reason)
+        self._lost(reason)
+
+    def _shutdown(self, reason: str, *, flush: bool) -> None:
+        if self._closer is None:
+            self._closer = asyncio.get_running_loop().create_task(self._close(flush))
+
+    async def _close(self, flush: bool) -> None:
+        try:
+            flushed = True
+            if flush and self._lanes:
+                try:
+                    await asyncio.wait_for(self._idle.wait(), CLOSE_TIMEOUT)
+                except asyncio.TimeoutError:
+                    flushed = False
+                    logger.warning("remote ACP connection to %s: closing with unsent messages", self._url)
+            self._b.close()
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            try:
+                await asyncio.wait_for(self._close_network(flushed), CLOSE_TIMEOUT + 1.0)
+            except (asyncio.TimeoutError, Exception) as exc:  # best effort: the peer may be gone
+                logger.debug("remote ACP connection to %s: closing the network side: %r", self._url, exc)
+        finally:
+            self._b.close()
+            if not self.done.done():
+                self.done.set_result(None)
+
+    async def _close_network(self, flushed: bool) -> None:
+        """End the network side (``flushed``: everything queued was sent)."""
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------
+# WebSocket
+# ---------------------------------------------------------------------------------------
+
+
+class _WebSocketBridge(_Bridge):
+    """One text frame per outgoing line; one incoming text frame, one line; binary ignored."""
+
+    def __init__(self, url: str, ws: ClientConnection, max_message_size: int) -> None:
+        super().__init__("websocket", url, max_message_size)
+        self._ws = ws
+        self._partial = b""
+        self._out: _Lane[bytes] = _Lane()
+        self._lanes.append(self._out)
+        conn_id = ws.response.headers.get(CONNECTION_ID_HEADER) if ws.response is not None else None
+        if conn_id:
+            self._a.set_extra("acp_connection_id", conn_id)
+        self._spawn(self._drain(self._out, self._send))
+        self._spawn(self._receive())
+
+    @classmethod
+    async def open(cls, url: str, headers: dict[str, str], max_message_size: int,
+                   connect_timeout: float) -> Stream:
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+
+        try:
+            ws = await connect(url, additional_headers=headers or None, max_size=max_message_size,
+                               open_timeout=connect_timeout, close_timeout=CLOSE_TIMEOUT, compression=None)
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            raise RemoteConnectError(
+                f"the WebSocket handshake with {url} was refused: HTTP {status} {exc.response.reason_phrase}",
+                status) from exc
+        except InvalidURI as exc:
+            raise ValueError(f"invalid WebSocket URL {url!r}: {exc}") from exc
+        except (OSError, asyncio.TimeoutError, InvalidHandshake) as exc:
+            raise RemoteConnectError(f"cannot open a WebSocket to {url}: {exc or type(exc).__name__}") from exc
+        return cls(url, ws, max_message_size).start()
+
+    def _on_data(self, data: bytes) -> None:
+        if self._partial:
+            data = self._partial + data
+            self._partial = b""
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            if len(line) > self._max:
+                self._fatal(f"an outgoing message of {len(line)} bytes is over max_message_size ({self._max})")
+                return
+            if line:
+                self._enqueue(self._out, line, len(line))
+        if len(tail) > self._max:
+            self._fatal(f"an outgoing message is over max_message_size ({self._max})")
+            return
+        self._partial = tail
+
+    async def _send(self, line: bytes) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await self._ws.send(line.decode("utf-8", "replace"))
+        except ConnectionClosed as exc:
+            self._lost(f"the WebSocket closed ({_close_text(exc)})")
+
+    async def _receive(self) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        ws = self._ws
+        reason = "the WebSocket closed"
+        try:
+            while True:
+                await self._until_writable()
+                message = await ws.recv()
+                if isinstance(message, str):  # binary frames carry no ACP messages
+                    line = one_line(message.encode("utf-8"))
+                    if line:
+                        self._deliver(line + b"\n")
+        except ConnectionClosed as exc:
+            reason = f"the WebSocket closed ({_close_text(exc)})"
+        except OSError as exc:
+            reason = f"the WebSocket failed: {exc!r}"
+        finally:
+            self._lost(reason)
+
+    async def _close_network(self, flushed: bool) -> None:
+        try:
+            if flushed:  # else the peer is not reading: no closing handshake can get through
+                await asyncio.wait_for(self._ws.close(), CLOSE_TIMEOUT)
+        finally:
+            self._ws.transport.abort()  # nothing after a completed handshake
+
+
+def _close_text(exc: Any) -> str:
+    frame = getattr(exc, "rcvd", None)
+    if frame is None:
+        return "no close frame"
+    return f"code {frame.code}{': ' + frame.reason if frame.reason else ''}"
+
+
+# ---------------------------------------------------------------------------------------
+# Streamable HTTP
+# ---------------------------------------------------------------------------------------
+
+
+class _HttpBridge(_Bridge):
+    """POSTs out (``initialize`` first, its reply in the body), SSE streams in.
+
+    Two ordered send lanes: calls (requests and notifications) and answers (responses to the
+    agent's requests), so that an answer the agent waits for never queues behind a request
+    POST that the server holds (a server may hold a POST until its client reads more).
+    """
+
+    def __init__(self, url: str, headers: dict[str, str], http2: bool, max_message_size: int,
+                 connect_timeout: float) -> None:
+        import httpx
+
+        super().__init__("http", url, max_message_size)
+        self._httpx = httpx
+        self._client = httpx.AsyncClient(
+            http2=http2,
+            timeout=httpx.Timeout(None, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=MAX_SESSION_STREAMS),
+        )
+        self._headers = headers
+        self._out = Decoder(lazy=True, max_line_size=max_message_size)
+        self._inspect = Decoder(lazy=True, max_line_size=max_message_size + 1)
+        self._calls: _Lane[Any] = _Lane()
+        self._answers: _Lane[Any] = _Lane()
+        self._lanes += [self._calls, self._answers]
+        self._conn_id: str | None = None
+        self._sessions: dict[str, asyncio.Task[Any]] = {}
+        self._refused: set[str] = set()
+        self._routes: collections.OrderedDict[tuple[bool, Any], str] = collections.OrderedDict()
+        self._spawn(self._drain(self._calls, self._post))
+        self._spawn(self._drain(self._answers, self._post))
+
+    # -- outgoing -----------------------------------------------------------------------
+
+    def _on_data(self, data: bytes) -> None:
+        frames: list[Any] = self._out.feed(data)
+        for frame in frames:
+            if frame.kind == MALFORMED:
+                if frame.reason.startswith("line too long"):
+                    self._fatal(f"an outgoing message is over max_message_size ({self._max})")
+                    return
+                logger.warning("remote transport: dropping an invalid outgoing line: %r", frame)
+                continue
+            raw = frame.raw
+            lane = self._answers if frame.kind == RESPONSE else self._calls
+            self._enqueue(lane, frame, len(raw))
+
+    async def _post(self, frame: Any) -> None:
+        if self._conn_id is None:
+            if frame.kind == REQUEST and frame.method == "initialize":
+                await self._initialize(frame)
+            else:
+                self._refuse(frame, "no Streamable HTTP connection yet: the first message must be the "
+                                    "initialize request")
+            return
+        headers = {**self._headers, "Content-Type": CONTENT_TYPE_JSON, CONNECTION_ID_HEADER: self._conn_id}
+        session = self._session_of(frame)
+        if session is not None:
+            headers[SESSION_ID_HEADER] = session
+            self._open_session(session, confirmed=False)
+        try:
+            response, body = await self._exchange("POST", headers, bytes(frame.raw))
+        except Exception as exc:  # noqa: BLE001 - any failure of the POST fails its requests
+            self._refuse(frame, f"POST to {self._url} failed: {exc!r}")
+            return
+        status = response.status_code
+        if 200 <= status < 300:
+            if body.strip():  # a server may answer in the body
+                self._incoming([body], None)
+            return
+        self._refuse(frame, f"HTTP {status} {response.reason_phrase} from {self._url}", status, body)
+
+    async def _initialize(self, frame: Any) -> None:
+        headers = {**self._headers, "Content-Type": CONTENT_TYPE_JSON, "Accept": CONTENT_TYPE_JSON}
+        try:
+            response, body = await self._exchange("POST", headers, bytes(frame.raw))
+        except Exception as exc:  # noqa: BLE001 - any failure of the POST fails initialize
+            self._refuse(frame, f"initialize POST to {self._url} failed: {exc!r}")
+            return
+        status = response.status_code
+        conn_id = response.headers.get(CONNECTION_ID_HEADER)
+        reply = self._reply_to(body, frame.id)
+        if reply is not None and reply.error is not None:
+            self._deliver(one_line(body) + b"\n")  # the agent's own refusal, whatever the status
+            if conn_id:  # a server that kept the refused connection: end it
+                self._spawn(self._delete(conn_id))
+            return
+        if status != 200 or reply is None:
+            self._refuse(frame, f"HTTP {status} {response.reason_phrase} from {self._url}: initialize refused",
+                         status, body)
+            return
+        if not conn_id:
+            self._refuse(frame, f"{self._url} answered initialize without an {CONNECTION_ID_HEADER} header")
+            return
+        self._conn_id = conn_id
+        self._a.set_extra("acp_connection_id", conn_id)
+        self._deliver(one_line(body) + b"\n")
+        self._spawn(self._sse(None))
+
+    async def _exchange(self, method: str, headers: dict[str, str], content: bytes | None = None
+                        ) -> tuple[httpx.Response, bytes]:
+        """One request; the response and its body (at most ``max_message_size`` bytes).
+
+        Raises:
+            httpx.HTTPError: the request failed.
+            ValueError: the body is over ``max_message_size``.
+        """
+        async with self._client.stream(method, self._url, headers=headers, content=content) as response:
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self._max:
+                    raise ValueError(f"response body over max_message_size ({self._max})")
+                chunks.append(chunk)
+            return response, b"".join(chunks)
+
+    def _reply_to(self, body: bytes, ident: Any) -> Any:
+        """``body`` decoded, when it is one JSON-RPC response with id ``ident``."""
+        line = one_line(body)
+        if not line or b"\n" in line:
+            return None
+        frames: list[Any] = Decoder(lazy=True, max_line_size=self._max + 1).feed(line + b"\n")
+        if len(frames) != 1:
+            return None
+        reply = frames[0]
+        if reply.kind != RESPONSE or reply.id != ident or type(reply.id) is not type(ident):
+            return None
+        return reply
+
+    def _refuse(self, frame: Any, message: str, status: int | None = None, body: bytes = b"") -> None:
+        """A POST failed: every request in it gets an error response (-32603) now."""
+        data: dict[str, Any] = {"url": self._url}
+        if status is not None:
+            data["status"] = status
+        if body:
+            data["body"] = body[:BODY_QUOTE].decode("utf-8", "replace")
+        entries = frame.entries if frame.kind == BATCH else [frame]
+        out = []
+        for entry in entries:
+            if entry.kind == REQUEST:
+                out.append(encode_error(entry.id, _INTERNAL_ERROR, f"{message} ({entry.method})",
+                                        {**data, "method": entry.method}))
+            elif entry.kind != MALFORMED:
+                logger.warning("remote transport: %s; a %s was not delivered", message,
+                               "response" if entry.kind == RESPONSE else f"notification {entry.method!r}")
+        if out:
+            self._deliver(b"".join(out))
+
+    def _session_of(self, frame: Any) -> str | None:
+        """The ``Acp-Session-Id`` for a POST: ``params.sessionId`` of a call (not ``$/``
+        methods), the session an answered agent request came on; for a batch, the one
+        session its entries agree on."""
+        if frame.kind == BATCH:
+            found = {s for e in frame.entries if e.kind != MALFORMED for s in [self._session_of(e)] if s}
+            return found.pop() if len(found) == 1 else None
+        if frame.kind == MALFORMED:
+            return None
+        if frame.kind == RESPONSE:
+            return self._routes.pop(_id_key(frame.id), None)
+        method = frame.method or ""
+        if method.startswith("$/") or b'"sessionId"' not in frame.raw:
+            return None
+        params = frame.params
+        if isinstance(params, dict):
+            session = params.get("sessionId")
+            if isinstance(session, str):
+                return session
+        return None
+
+    # -- incoming -----------------------------------------------------------------------
+
+    async def _sse(self, session: str | None) -> None:
+        """Read one SSE stream (the connection's, or ``session``'s) into the connection."""
+        assert self._conn_id is not None
+        headers = {**self._headers, "Accept": CONTENT_TYPE_SSE, CONNECTION_ID_HEADER: self._conn_id}
+        if session is not None:
+            headers[SESSION_ID_HEADER] = session
+        what = "the connection's SSE stream" if session is None else f"the SSE stream of session {session!r}"
+        reason = f"{what} ended"
+        failed = False
+        try:
+            async with self._client.stream("GET", self._url, headers=headers) as response:
+                if response.status_code != 200:
+                    reason = f"{what} was refused: HTTP {response.status_code} {response.reason_phrase}"
+                    if session is not None:
+                        self._refused.add(session)
+                        logger.warning("remote transport: %s", reason)
+                    return
+                parser = SseParser(self._max)
+                async for chunk in response.aiter_bytes():
+                    events = parser.feed(chunk)
+                    if events:
+                        self._incoming(events, session)
+                    await self._until_writable()
+        except (self._httpx.HTTPError, ValueError) as exc:
+            # A broken stream (network, an event over the limit) loses messages that calls
+            # may wait for: the whole connection ends, so that none of them hangs.
+            reason = f"{what} failed: {exc!r}"
+            failed = True
+        finally:
+            if session is None or failed:
+                self._lost(reason)
+            else:
+                self._sessions.pop(session, None)
+                logger.debug("remote transport: %s", reason)
+
+    def _incoming(self, payloads: list[bytes], session: str | None) -> None:
+        lines = []
+        for payload in payloads:
+            line = one_line(payload)
+            if line:
+                self._inspect_incoming(line, session)
+                lines.append(line)
+        if lines:
+            lines.append(b"")
+            self._deliver(b"\n".join(lines))
+
+    def _inspect_incoming(self, line: bytes, session: str | None) -> None:
+        """Note what routing needs: the session of an agent request that came on a session
+        stream (its answer's POST names it), and session ids not streamed yet (a response's
+        ``result.sessionId``; on the connection stream also a call's ``params.sessionId``).
+
+        Only lines that can hold such a thing are decoded: a quoted key cannot appear inside
+        a JSON string (its quotes would be escaped), so plain byte tests rule out the rest,
+        such as every ``session/update`` on a session stream.
+        """
+        if session is None:
+            if b'"sessionId"' not in line:
+                return
+        elif not ((b'"method"' in line and b'"id"' in line) or (b'"result"' in line and b'"sessionId"' in line)):
+            return
+        frames: list[Any] = self._inspect.feed(line + b"\n")
+        for frame in frames:
+            entries: list[Any] = frame.entries if frame.kind == BATCH else [frame]
+            for m in entries:
+                if m.kind == MALFORMED:
+                    continue
+                if m.kind == RESPONSE:
+                    found, confirmed = m.result, True
+                elif session is not None:
+                    if m.kind == REQUEST:
+                        self._remember_route(m.id, session)
+                    continue
+                else:
+                    found, confirmed = m.params, False
+                sid = found.get("sessionId") if isinstance(found, dict) else None
+                if isinstance(sid, str):
+                    self._open_session(sid, confirmed=confirmed)
+
+    def _remember_route(self, ident: Any, session: str) -> None:
+        routes = self._routes
+        routes[_id_key(ident)] = session
+        while len(routes) > MAX_ROUTES:
+            routes.popitem(last=False)
+
+    def _open_session(self, session: str, *, confirmed: bool) -> None:
+        """Open ``session``'s SSE stream unless it is open. One the server refused is asked
+        for again only when a response names the session (``confirmed``)."""
+        if session in self._sessions or self._closer is not None or self._conn_id is None:
+            return
+        if session in self._refused:
+            if not confirmed:
+                return
+            self._refused.discard(session)
+        if len(self._sessions) >= MAX_SESSION_STREAMS:
+            logger.warning("remote transport: %d session streams open; not opening one for %r",
+                           len(self._sessions), session)
+            return
+        if len(self._refused) > MAX_ROUTES:
+            self._refused.clear()
+        self._sessions[session] = self._spawn(self._sse(session))
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def _delete(self, conn_id: str) -> None:
+        """End the server's connection ``conn_id`` (best effort, bounded)."""
+        headers = {**self._headers, CONNECTION_ID_HEADER: conn_id}
+        try:
+            await asyncio.wait_for(self._client.delete(self._url, headers=headers), CLOSE_TIMEOUT)
+        except (asyncio.TimeoutError, self._httpx.HTTPError) as exc:
+            logger.debug("remote transport: DELETE of connection %s failed: %r", conn_id, exc)
+
+    async def _close_network(self, flushed: bool) -> None:
+        try:
+            if self._conn_id is not None:
+                await self._delete(self._conn_id)
+        finally:
+            await self._client.aclose()
+
+
+def _id_key(ident: Any) -> tuple[bool, Any]:
+    """A JSON-RPC id as a dict key: ``1`` and ``"1"`` differ."""
+    return isinstance(ident, str), ident

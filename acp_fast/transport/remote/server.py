@@ -1,0 +1,935 @@
+"""The remote ACP server: an ASGI 3 application speaking Streamable HTTP and WebSocket.
+
+One ACP connection per ``Acp-Connection-Id``; each connection gets its own agent side from an
+*opener* (an in-process builder, router or conductor on an in-memory stream pair, or a child
+process for the gateway) and the server moves JSON lines between that stream and the network:
+
+* ``POST /acp`` carries client→agent messages. The first one, ``initialize`` without a
+  connection id, is answered 200 with the response as the body and the new
+  ``Acp-Connection-Id`` header; every later POST names its connection and gets 202 while its
+  replies go out on SSE.
+* ``GET /acp`` with ``Accept: text/event-stream`` opens the connection stream, or a session's
+  stream with ``Acp-Session-Id``; events carry ``id:`` cursors and a reader that reconnects
+  with ``Last-Event-ID`` is replayed what it missed, within a bounded window (409 outside).
+* ``DELETE /acp`` ends the connection (its child is killed); a WebSocket upgrade on the same
+  path is a connection for the socket's lifetime, one text frame per message or batch.
+* ``GET /health`` answers 200.
+
+Every message the server reads from the network goes through the engine's decoder: POST bodies
+here (to route them and check their session), WebSocket frames in the agent connection's own
+engine; malformed input is answered with a JSON-RPC error. Lines the agent writes arrive in
+coalesced chunks and leave as one SSE body chunk per stream per turn.
+
+Security defaults (:class:`ServerPolicy`): only loopback ``Host`` names (421 otherwise, the
+DNS-rebinding guard) and no ``Origin`` (403 for any browser origin not listed), on every
+request and on the upgrade; an optional bearer token (401, compared in constant time); a body
+limit (413); a connection cap (503); bounded queues that pause the agent instead of growing or
+dropping; an idle timeout for HTTP connections nobody reads; ids from :func:`secrets.token_urlsafe`;
+error bodies are fixed texts, never an agent's stderr or a traceback. No CORS headers are sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hmac
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Union
+
+from ... import _kinds
+import types
+
+from ... import engine as _default_engine
+from ...engine import encode_error
+from ...errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
+from ..memory import memory_pair
+from ..stream import Stream
+from ._wire import (
+    CONNECTION_ID_HEADER,
+    CONTENT_TYPE_JSON,
+    CONTENT_TYPE_SSE,
+    DEFAULT_MAX_BODY,
+    DEFAULT_PATH,
+    HEALTH_PATH,
+    KEEPALIVE_SECONDS,
+    SESSION_SCOPED_METHODS,
+    one_line,
+)
+
+__all__ = [
+    "DEFAULT_ALLOW_HOSTS",
+    "AcpApp",
+    "ServerPolicy",
+    "StreamOpener",
+    "Servable",
+    "asgi_app",
+]
+
+logger = logging.getLogger("acp_fast.remote")
+
+#: ``Host`` names accepted unless :attr:`ServerPolicy.allow_hosts` says otherwise.
+DEFAULT_ALLOW_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+#: Opens the agent side of one new connection: a stream that reads and writes JSON lines.
+StreamOpener = Callable[[], Awaitable[Stream]]
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Servable(Protocol):
+    """Anything that serves one ACP connection on a stream: builders, routers, a ``Conductor``."""
+
+    def serve(self, transport: Stream, /) -> Awaitable[None]:
+        """Serve one connection on ``transport`` until it closes."""
+        ...
+
+
+@dataclass(frozen=True)
+class ServerPolicy:
+    """The limits and access rules of an :class:`AcpApp`.
+
+    Attributes:
+        token: when set, every request (and the WebSocket upgrade) needs
+            ``Authorization: Bearer <token>`` (401 otherwise; compared in constant time).
+        allow_hosts: accepted ``Host`` header names (port ignored; ``"*"`` accepts any).
+            The default accepts loopback names only: a DNS name an attacker points at this
+            machine (DNS rebinding) gets 421. Add the names clients use when you bind
+            another address.
+        allow_origins: accepted ``Origin`` values (``"*"`` accepts any). A request without
+            ``Origin`` (any non-browser client) passes; one from a browser origin not listed
+            gets 403, on every request and on the WebSocket upgrade.
+        max_body: the largest POST body or WebSocket text frame, in bytes (413 / close 1009).
+        max_connections: open connections at most; the next gets 503.
+        idle_timeout: seconds an HTTP connection with no SSE reader and no request lives;
+            then it is closed and its agent with it. WebSocket connections live as long as
+            their socket (the ASGI server's pings detect a dead peer).
+        queue_high: bytes of agent output queued for the network (all streams of one
+            connection) above which the agent's stream is paused; it resumes below
+            ``queue_high // 4``. Nothing is dropped.
+        replay_window: bytes of already sent SSE events kept per stream for readers that
+            reconnect with ``Last-Event-ID`` (0 turns resuming off).
+        keepalive: seconds between SSE comment lines on a quiet stream.
+    """
+
+    token: str | None = None
+    allow_hosts: Sequence[str] = DEFAULT_ALLOW_HOSTS
+    allow_origins: Sequence[str] = ()
+    max_body: int = DEFAULT_MAX_BODY
+    max_connections: int = 4096
+    idle_timeout: float = 300.0
+    queue_high: int = 1024 * 1024
+    replay_window: int = 256 * 1024
+    keepalive: float = KEEPALIVE_SECONDS
+    _hosts: frozenset[str] = field(init=False, repr=False, compare=False)
+    _origins: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.max_body < 1 or self.max_connections < 1 or self.queue_high < 1:
+            raise ValueError("max_body, max_connections and queue_high must be positive")
+        if self.idle_timeout <= 0 or self.keepalive <= 0 or self.replay_window < 0:
+            raise ValueError("idle_timeout and keepalive must be positive, replay_window >= 0")
+        object.__setattr__(self, "_hosts", frozenset(h.lower().strip("[]") for h in self.allow_hosts))
+        object.__setattr__(self, "_origins", frozenset(o.lower().rstrip("/") for o in self.allow_origins))
+
+    def refusal(self, headers: Mapping[bytes, bytes]) -> tuple[int, str] | None:
+        """Why a request with these (lower-cased) headers is refused, or ``None``."""
+        if "*" not in self._hosts:
+            host = _host_name(headers.get(b"host", b"").decode("latin-1"))
+            if host not in self._hosts:
+                return 421, "Host not allowed"
+        origin = headers.get(b"origin")
+        if origin is not None and "*" not in self._origins:
+            if origin.decode("latin-1").lower().rstrip("/") not in self._origins:
+                return 403, "Origin not allowed"
+        if self.token is not None:
+            auth = headers.get(b"authorization", b"")
+            expected = b"Bearer " + self.token.encode()
+            if not hmac.compare_digest(auth, expected):
+                return 401, "missing or wrong bearer token"
+        return None
+
+
+def _host_name(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    if host.count(":") == 1:
+        return host.split(":", 1)[0]
+    return host
+
+
+def _error_body(status: int, message: str, code: int = INVALID_REQUEST) -> bytes:
+    return encode_error(None, code, f"HTTP {status}: {message}")
+
+
+# -- one stream of SSE events ---------------------------------------------------------------
+
+
+class _EventStream:
+    """The queue of one SSE stream (connection or session) and its replay window."""
+
+    __slots__ = ("key", "queue", "queued", "next_id", "sent", "sent_bytes", "reader", "ever_read",
+                 "wake", "ended")
+
+    def __init__(self, key: str | None) -> None:
+        self.key = key
+        self.queue: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.queued = 0
+        self.next_id = 1
+        self.sent: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.sent_bytes = 0
+        self.reader: object | None = None  # the token of the attached reader
+        self.ever_read = False
+        self.wake: asyncio.Event = asyncio.Event()
+        self.ended = False
+
+    def put(self, line: bytes) -> int:
+        self.queue.append((self.next_id, line))
+        self.next_id += 1
+        self.queued += len(line)
+        self.wake.set()
+        return len(line)
+
+    def take(self, window: int) -> tuple[int, list[bytes], int]:
+        """Everything queued: ``(first id, lines, bytes)``; kept in the replay window."""
+        items = list(self.queue)
+        self.queue.clear()
+        size = self.queued
+        self.queued = 0
+        if window:
+            self.sent.extend(items)
+            self.sent_bytes += size
+            while self.sent and self.sent_bytes > window:
+                self.sent_bytes -= len(self.sent.popleft()[1])
+        return items[0][0], [line for _, line in items], size
+
+    def rewind(self, last_seen: int) -> bool:
+        """Queue again what was sent after ``last_seen``; False when it is out of the window."""
+        if last_seen >= self.next_id:
+            return False
+        if last_seen == self.next_id - 1 - len(self.queue):
+            return True  # nothing sent after it is missing
+        if not self.sent or self.sent[0][0] > last_seen + 1:
+            return False
+        again = [(i, line) for i, line in self.sent if i > last_seen]
+        for i, line in reversed(again):
+            self.queue.appendleft((i, line))
+            self.queued += len(line)
+        keep = [(i, line) for i, line in self.sent if i <= last_seen]
+        self.sent = collections.deque(keep)
+        self.sent_bytes = sum(len(line) for _, line in keep)
+        return True
+
+
+# -- one ACP connection -------------------------------------------------------------------------
+
+
+def _key(ident: object) -> tuple[bool, object]:
+    return (type(ident) is str, ident)
+
+
+class _Connection:
+    """One ACP connection: the agent's stream and what the network side has in flight."""
+
+    def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool) -> None:
+        self.app = app
+        self.id = cid
+        self.stream = stream
+        self.websocket = websocket
+        self.policy = app.policy
+        self.closed = False
+        self.agent_gone = False
+        self.last_active = time.monotonic()
+        # HTTP: routing state
+        self.decoder = app.engine.Decoder(lazy=True, max_line_size=max(self.policy.max_body, 1 << 20))
+        self.routes: dict[tuple[bool, object], tuple[str | None, str | None]] = {}
+        self.streams: dict[str | None, _EventStream] = {None: _EventStream(None)}
+        self.sessions: set[str] = set()
+        self.init_id: tuple[bool, object] | None = None
+        self.init_reply: asyncio.Future[bytes] | None = None
+        self.queued = 0
+        self.paused = False
+        # WebSocket: lines waiting for the socket
+        self.ws_lines: collections.deque[bytes] = collections.deque()
+        self.ws_partial = b""
+        self.ws_wake = asyncio.Event()
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.done = asyncio.Event()
+        stream.attach(self._on_data, self._on_eof, self._on_writable)
+
+    # agent side ----------------------------------------------------------------------------
+
+    def _on_writable(self, ok: bool) -> None:
+        if ok:
+            self.writable.set()
+        else:
+            self.writable.clear()
+
+    def _on_eof(self, exc: BaseException | None) -> None:
+        self.agent_gone = True
+        if self.init_reply is not None and not self.init_reply.done():
+            self.init_reply.set_exception(ConnectionError("the agent closed before answering initialize"))
+        self.writable.set()
+        for s in self.streams.values():
+            s.ended = True
+            s.wake.set()
+        self.ws_wake.set()
+        self.done.set()
+        self.app._forget(self)
+
+    def _on_data(self, data: bytes) -> None:
+        if self.websocket:
+            self._ws_data(data)
+        else:
+            self._http_data(data)
+
+    def _ws_data(self, data: bytes) -> None:
+        if self.ws_partial:
+            data = self.ws_partial + data
+        lines = data.split(b"\n")
+        self.ws_partial = lines.pop()
+        if len(self.ws_partial) > self.decoder.max_line_size:
+            logger.warning("connection %s: agent line over %d bytes dropped", self.id[:8], self.decoder.max_line_size)
+            self.ws_partial = b""
+        size = 0
+        for line in lines:
+            if line.strip():
+                self.ws_lines.append(line)
+                size += len(line)
+        if size:
+            self._count(size)
+            self.ws_wake.set()
+
+    def _http_data(self, data: bytes) -> None:
+        size = 0
+        for frame in self.decoder.feed(data):
+            kind = frame.kind
+            if kind == _kinds.MALFORMED:
+                logger.warning("connection %s: agent wrote a line that is not JSON-RPC; not forwarded", self.id[:8])
+                continue
+            line = bytes(frame.raw)
+            if kind == _kinds.BATCH:
+                for entry in frame:
+                    if entry.kind == _kinds.RESPONSE:
+                        self.routes.pop(_key(entry.id), None)
+                size += self.streams[None].put(line)
+                continue
+            if kind == _kinds.RESPONSE:
+                k = _key(frame.id)
+                if k == self.init_id and self.init_reply is not None:
+                    self.init_id = None
+                    if not self.init_reply.done():
+                        self.init_reply.set_result(line)
+                    continue
+                route, method = self.routes.pop(k, (None, None))
+                if method is not None and method.startswith("session/") and frame.error is None:
+                    result = frame.result
+                    if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
+                        self.sessions.add(result["sessionId"])
+                size += self._stream_for(route).put(line)
+                continue
+            params = frame.params
+            sid = params.get("sessionId") if isinstance(params, dict) else None
+            if isinstance(sid, str):
+                self.sessions.add(sid)
+                size += self._stream_for(sid).put(line)
+            else:
+                size += self.streams[None].put(line)
+        if size:
+            self._count(size)
+
+    def _stream_for(self, session: str | None) -> _EventStream:
+        """A session's stream once a reader has opened it; the connection stream before."""
+        if session is not None:
+            s = self.streams.get(session)
+            if s is not None and s.ever_read:
+                return s
+        return self.streams[None]
+
+    def _count(self, size: int) -> None:
+        self.queued += size
+        if not self.paused and self.queued > self.policy.queue_high:
+            self.paused = True
+            self.stream.pause_reading()
+
+    def sent(self, size: int) -> None:
+        """``size`` bytes left for the network: resume the agent below the low-water mark."""
+        self.queued -= size
+        self.last_active = time.monotonic()
+        if self.paused and self.queued <= self.policy.queue_high // 4:
+            self.paused = False
+            self.stream.resume_reading()
+
+    # network side --------------------------------------------------------------------------
+
+    async def write(self, lines: Iterable[bytes]) -> None:
+        """Hand lines to the agent; waits while the agent is not reading (backpressure)."""
+        self.last_active = time.monotonic()
+        data = b"".join(lines)
+        if data and not self.agent_gone:
+            self.stream.write(data)
+        if not self.writable.is_set():
+            await self.writable.wait()
+
+    def close(self) -> None:
+        """End the connection: the agent's stream is closed (a child is killed), readers end."""
+        if self.closed:
+            return
+        self.closed = True
+        for s in self.streams.values():
+            s.ended = True
+            s.wake.set()
+        self.ws_wake.set()
+        self.writable.set()
+        self.stream.close()
+        self.app._forget(self)
+
+
+# -- the application ----------------------------------------------------------------------------
+
+
+class AcpApp:
+    """An ASGI 3 application serving ACP over Streamable HTTP and WebSocket.
+
+    Args:
+        opener: opens the agent side of each new connection (see :func:`asgi_app` for a
+            builder, router or conductor, and :func:`acp_fast.transport.remote.gateway_app`
+            for a command).
+        path: the endpoint path (``/acp``); ``/health`` answers beside it.
+        policy: limits and access rules (:class:`ServerPolicy`; secure defaults).
+        engine: the engine module that decodes POST bodies and the agent's output (the
+            active twin by default; tests pass each twin).
+
+    Mount it in Starlette or FastAPI (``app.mount("/agents", acp)``, then the endpoint is
+    ``/agents/acp``) or serve it directly with uvicorn or hypercorn.
+    """
+
+    def __init__(self, opener: StreamOpener, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
+                 engine: types.ModuleType | None = None) -> None:
+        if not path.startswith("/"):
+            raise ValueError(f"path must start with '/': {path!r}")
+        self.opener = opener
+        self.path = path.rstrip("/") or "/"
+        self.policy = policy if policy is not None else ServerPolicy()
+        #: The engine twin that decodes what the network sends and what the agent writes.
+        self.engine: Any = engine if engine is not None else _default_engine
+        self._conns: dict[str, _Connection] = {}
+        self._opening = 0
+        self._reaper: asyncio.Task[None] | None = None
+
+    @property
+    def connections(self) -> int:
+        """How many ACP connections are open."""
+        return len(self._conns)
+
+    def _forget(self, conn: _Connection) -> None:
+        if self._conns.get(conn.id) is conn:
+            del self._conns[conn.id]
+            if not conn.closed:
+                conn.close()
+
+    async def aclose(self) -> None:
+        """Close every connection (and its agent)."""
+        conns = list(self._conns.values())
+        for c in conns:
+            c.close()
+        for c in conns:
+            try:
+                await asyncio.wait_for(c.stream.wait_closed(), 5.0)
+            except (asyncio.TimeoutError, Exception):  # noqa: PERF203 - shutdown, best effort
+                pass
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+
+    async def _open(self, websocket: bool) -> _Connection | None:
+        if len(self._conns) + self._opening >= self.policy.max_connections:
+            return None
+        self._opening += 1
+        try:
+            stream = await self.opener()
+        finally:
+            self._opening -= 1
+        cid = secrets.token_urlsafe(24)
+        conn = _Connection(self, cid, stream, websocket)
+        self._conns[cid] = conn
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.get_running_loop().create_task(self._reap())
+        return conn
+
+    async def _reap(self) -> None:
+        timeout = self.policy.idle_timeout
+        while self._conns:
+            await asyncio.sleep(min(timeout / 4, 30.0))
+            now = time.monotonic()
+            for c in list(self._conns.values()):
+                if c.websocket:
+                    continue
+                if any(s.reader is not None for s in c.streams.values()):
+                    c.last_active = now
+                elif now - c.last_active > timeout:
+                    logger.info("connection %s idle for %.0f s: closed", c.id[:8], timeout)
+                    c.close()
+
+    # ASGI entry -----------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        path = scope.get("path", "")
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root):]
+        path = path.rstrip("/") or "/"
+        headers = {k.lower(): v for k, v in scope.get("headers", ())}
+        if kind == "websocket":
+            await self._websocket(scope, headers, path, receive, send)
+            return
+        if kind != "http":
+            return
+        method = scope["method"]
+        if path == HEALTH_PATH.rstrip("/") and method in ("GET", "HEAD"):
+            await _respond(send, 200, b'{"status":"ok"}')
+            return
+        if path != self.path:
+            await _respond(send, 404, _error_body(404, "not found"))
+            return
+        refused = self.policy.refusal(headers)
+        if refused is not None:
+            await _respond(send, refused[0], _error_body(*refused), www_auth=refused[0] == 401)
+            return
+        if method == "POST":
+            await self._post(headers, receive, send)
+        elif method == "GET":
+            await self._get(headers, receive, send)
+        elif method == "DELETE":
+            conn = await self._named(headers, send)
+            if conn is not None:
+                conn.close()
+                await _respond(send, 202, b"")
+        else:
+            await _respond(send, 405, _error_body(405, "method not allowed"),
+                           extra=[(b"allow", b"GET, POST, DELETE")])
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _named(self, headers: Mapping[bytes, bytes], send: Send) -> _Connection | None:
+        raw = headers.get(CONNECTION_ID_HEADER.lower().encode())
+        if raw is None:
+            await _respond(send, 400, _error_body(400, f"missing {CONNECTION_ID_HEADER} header"))
+            return None
+        conn = self._conns.get(raw.decode("latin-1"))
+        if conn is None:
+            await _respond(send, 404, _error_body(
+                404, f"unknown {CONNECTION_ID_HEADER}: closed, expired, or owned by another server "
+                     f"process (route requests by {CONNECTION_ID_HEADER})"))
+            return None
+        return conn
+
+    # POST -----------------------------------------------------------------------------------
+
+    async def _post(self, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
+        ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
+        if ctype != CONTENT_TYPE_JSON.encode():
+            await _respond(send, 415, _error_body(415, f"Content-Type must be {CONTENT_TYPE_JSON}"))
+            return
+        body = await _read_body(headers, receive, self.policy.max_body)
+        if body is None:
+            await _respond(send, 413, _error_body(413, f"body over {self.policy.max_body} bytes"))
+            return
+        line = one_line(body)
+        cid = headers.get(CONNECTION_ID_HEADER.lower().encode())
+        if cid is None:
+            await self._initialize(line, send)
+            return
+        conn = await self._named(headers, send)
+        if conn is None:
+            return
+        if conn.websocket:
+            await _respond(send, 400, _error_body(400, "this connection is a WebSocket"))
+            return
+        frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
+        if len(frames) != 1:
+            await _respond(send, 400, _error_body(400, "empty body", INVALID_REQUEST))
+            return
+        frame = frames[0]
+        if frame.kind == _kinds.MALFORMED:
+            await _respond(send, 400, encode_error(None, frame.code, _reason(frame.code), frame.reason))
+            return
+        raw_session = headers.get(b"acp-session-id")
+        session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
+        batch = frame.kind == _kinds.BATCH
+        entries = list(frame) if batch else [frame]
+        parts: list[bytes] = []
+        rewritten = False
+        for entry in entries:
+            if entry.kind == _kinds.MALFORMED:  # the agent answers it, in its place
+                parts.append(bytes(entry.raw))
+                continue
+            checked = _checked(entry, session, self.engine)
+            if isinstance(checked, str):
+                await _respond(send, 400, _error_body(400, checked, INVALID_PARAMS))
+                return
+            route, line_out = checked
+            if entry.kind == _kinds.REQUEST:
+                conn.routes[_key(entry.id)] = (route, entry.method)
+            if line_out is not None:
+                rewritten = True
+                parts.append(line_out)
+            else:
+                parts.append(bytes(entry.raw))
+        if not rewritten:
+            out = bytes(frame.raw)
+        elif batch:
+            out = b"[" + b",".join(parts) + b"]"
+        else:
+            out = parts[0]
+        await conn.write((out, b"\n"))
+        await _respond(send, 202, b"")
+
+    async def _initialize(self, line: bytes, send: Send) -> None:
+        frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
+        frame = frames[0] if frames else None
+        if frame is None or frame.kind != _kinds.REQUEST or frame.method != "initialize":
+            code = frame.code if frame is not None and frame.kind == _kinds.MALFORMED else INVALID_REQUEST
+            await _respond(send, 400, _error_body(
+                400, f"a POST without {CONNECTION_ID_HEADER} must be an initialize request", code))
+            return
+        conn = await self._open(websocket=False)
+        if conn is None:
+            await _respond(send, 503, _error_body(503, "too many connections"))
+            return
+        conn.init_id = _key(frame.id)
+        conn.init_reply = asyncio.get_running_loop().create_future()
+        await conn.write([line + b"\n"])
+        try:
+            reply = await conn.init_reply
+        except ConnectionError:
+            conn.close()
+            await _respond(send, 200, encode_error(frame.id, INTERNAL_ERROR, "the agent closed before answering"))
+            return
+        if b'"error"' in reply and self.engine.Decoder(lazy=True).feed(reply + b"\n")[0].error is not None:
+            conn.close()
+            await _respond(send, 200, reply + b"\n")
+            return
+        await _respond(send, 200, reply + b"\n", extra=[(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())])
+
+    # GET (SSE) ------------------------------------------------------------------------------
+
+    async def _get(self, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
+        if CONTENT_TYPE_SSE.encode() not in headers.get(b"accept", b""):
+            await _respond(send, 406, _error_body(406, f"Accept must include {CONTENT_TYPE_SSE}"))
+            return
+        conn = await self._named(headers, send)
+        if conn is None:
+            return
+        if conn.websocket:
+            await _respond(send, 400, _error_body(400, "this connection is a WebSocket"))
+            return
+        raw_session = headers.get(b"acp-session-id")
+        key = raw_session.decode("utf-8", "replace") if raw_session is not None else None
+        if key is not None and key not in conn.sessions:
+            await _respond(send, 404, _error_body(404, "unknown session"))
+            return
+        events = conn.streams.get(key)
+        if events is None:
+            events = conn.streams[key] = _EventStream(key)
+        if events.reader is not None:
+            await _respond(send, 409, _error_body(409, "this stream already has a reader"))
+            return
+        last = headers.get(b"last-event-id")
+        if last is not None:
+            try:
+                ok = self.policy.replay_window > 0 and events.rewind(int(last))
+            except ValueError:
+                ok = False
+            if not ok:
+                await _respond(send, 409, _error_body(409, "cannot resume from that Last-Event-ID"))
+                return
+        token = object()
+        events.reader = token
+        events.ever_read = True
+        try:
+            await self._stream(conn, events, receive, send)
+        finally:
+            if events.reader is token:
+                events.reader = None
+            conn.last_active = time.monotonic()
+
+    async def _stream(self, conn: _Connection, events: _EventStream, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
+            (b"x-accel-buffering", b"no")]})
+        gone = asyncio.ensure_future(_disconnected(receive))
+        window = self.policy.replay_window
+        keepalive = self.policy.keepalive
+        try:
+            while True:
+                if events.queue:
+                    first, lines, size = events.take(window)
+                    chunk = _sse(lines, first if window else None)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    conn.sent(size)
+                    continue
+                if events.ended or gone.done():
+                    break
+                events.wake.clear()
+                waker = asyncio.ensure_future(events.wake.wait())
+                done, _ = await asyncio.wait({waker, gone}, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED)
+                if waker not in done:
+                    waker.cancel()
+                if not done:
+                    await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+            if not gone.done():
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass
+        finally:
+            gone.cancel()
+
+    # WebSocket ------------------------------------------------------------------------------
+
+    async def _websocket(self, scope: Scope, headers: Mapping[bytes, bytes], path: str, receive: Receive,
+                         send: Send) -> None:
+        first = await receive()
+        if first["type"] != "websocket.connect":
+            return
+        if path != self.path:
+            await _deny(scope, send, 404, "not found")
+            return
+        refused = self.policy.refusal(headers)
+        if refused is not None:
+            await _deny(scope, send, *refused)
+            return
+        conn = await self._open(websocket=True)
+        if conn is None:
+            await _deny(scope, send, 503, "too many connections")
+            return
+        await send({"type": "websocket.accept", "headers": [(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())]})
+        sender = asyncio.ensure_future(self._ws_send(conn, send))
+        code = 1000
+        try:
+            limit = self.policy.max_body
+            while True:
+                message = await receive()
+                t = message["type"]
+                if t == "websocket.receive":
+                    text = message.get("text")
+                    if text is None:
+                        continue  # binary frames are ignored
+                    data = text.encode("utf-8", "surrogatepass")
+                    if len(data) > limit:
+                        code = 1009
+                        break
+                    await conn.write((one_line(data), b"\n"))
+                    if conn.closed:
+                        break
+                elif t == "websocket.disconnect":
+                    break
+        finally:
+            conn.close()
+            conn.ws_wake.set()
+            try:
+                await asyncio.wait_for(sender, 10.0)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the socket is gone
+                sender.cancel()
+            if code != 1000:
+                try:
+                    await send({"type": "websocket.close", "code": code})
+                except Exception:  # noqa: BLE001 - already closed
+                    pass
+
+    async def _ws_send(self, conn: _Connection, send: Send) -> None:
+        lines = conn.ws_lines
+        try:
+            while True:
+                if lines:
+                    size = 0
+                    while lines:
+                        line = lines.popleft()
+                        size += len(line)
+                        await send({"type": "websocket.send", "text": line.decode("utf-8", "surrogateescape")})
+                    conn.sent(size)
+                    continue
+                if conn.agent_gone or conn.closed:
+                    break
+                conn.ws_wake.clear()
+                await conn.ws_wake.wait()
+            if conn.agent_gone:  # the agent ended the connection: tell the client at once
+                await send({"type": "websocket.close", "code": 1011, "reason": "agent closed"})
+        except Exception:  # noqa: BLE001 - the client went away; the receiver ends the connection
+            pass
+
+
+def _sse(lines: list[bytes], first_id: int | None) -> bytes:
+    if first_id is None:
+        return b"".join([b"data: " + line + b"\n\n" for line in lines])
+    return b"".join([b"id: %d\ndata: %s\n\n" % (first_id + i, line) for i, line in enumerate(lines)])
+
+
+def _reason(code: int) -> str:
+    return {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid Request"}.get(code, "Invalid Request")
+
+
+def _checked(entry: Any, session: str | None, engine: Any) -> tuple[str | None, bytes | None] | str:
+    """The route of one client message and its rewritten line (or ``None``), or why it is refused."""
+    kind = entry.kind
+    if kind == _kinds.RESPONSE:
+        return None, None
+    method: str = entry.method
+    if method.startswith("$/") or (method == "_proxy/successor" and _inner_is_dollar(entry.params)):
+        return None, None  # connection-scoped: never takes the session header
+    scoped = method in SESSION_SCOPED_METHODS
+    if session is None and not scoped:
+        return None, None
+    params = entry.params
+    if isinstance(params, list):
+        return "params must be an object for a session-scoped message"
+    sid = params.get("sessionId") if isinstance(params, dict) else None
+    if session is None:
+        if not isinstance(sid, str):
+            return f"{method} needs Acp-Session-Id or params.sessionId"
+        return sid, None
+    if sid is None:
+        filled = dict(params) if isinstance(params, dict) else {}
+        filled["sessionId"] = session
+        if kind == _kinds.REQUEST:
+            return session, engine.encode_request(entry.id, method, filled).rstrip(b"\n")
+        return session, engine.encode_notification(method, filled).rstrip(b"\n")
+    if sid != session:
+        return "Acp-Session-Id and params.sessionId differ"
+    return session, None
+
+
+def _inner_is_dollar(params: Any) -> bool:
+    inner = params.get("message") if isinstance(params, dict) else None
+    m = inner.get("method") if isinstance(inner, dict) else None
+    return isinstance(m, str) and m.startswith("$/")
+
+
+async def _read_body(headers: Mapping[bytes, bytes], receive: Receive, limit: int) -> bytes | None:
+    length = headers.get(b"content-length")
+    if length is not None:
+        try:
+            if int(length) > limit:
+                return None
+        except ValueError:
+            return None
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _respond(send: Send, status: int, body: bytes, *, extra: Sequence[tuple[bytes, bytes]] = (),
+                   www_auth: bool = False) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if www_auth:
+        headers.append((b"www-authenticate", b"Bearer"))
+    headers.extend(extra)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _deny(scope: Scope, send: Send, status: int, message: str) -> None:
+    """Refuse a WebSocket upgrade: an HTTP status where the server supports it, else close."""
+    if "websocket.http.response" in scope.get("extensions", {}) or {}:
+        body = _error_body(status, message)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if status == 401:
+            headers.append((b"www-authenticate", b"Bearer"))
+        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1008})
+
+
+# -- building apps --------------------------------------------------------------------------------
+
+
+Target = Union[Servable, Callable[[Stream], Awaitable[None]]]
+
+
+def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
+             engine: Any = None) -> AcpApp:
+    """An ASGI app serving ``target`` to remote clients, one in-process connection each.
+
+    Args:
+        target: an agent builder (``Agent.v2()…``), a router (``Agent.protocol_router()…``), a
+            ``Conductor``, or a coroutine function ``serve(stream)``; each remote connection
+            runs it on its own in-memory stream.
+        path: the endpoint path.
+        policy: limits and access rules (:class:`ServerPolicy`).
+        engine: the engine twin for builders and routers (``"c"``, ``"py"`` or ``None``).
+
+    Example::
+
+        from acp_fast.transport.remote import asgi_app
+        app = asgi_app(agent)          # uvicorn module:app
+    """
+    twin: types.ModuleType | None = engine if isinstance(engine, types.ModuleType) else None
+    if engine in ("c", "py"):
+        import importlib
+
+        twin = importlib.import_module("acp_fast._engine_c" if engine == "c" else "acp_fast._engine_py")
+    serve = getattr(target, "serve", None)
+    run: Callable[[Stream], Awaitable[None]]
+    if serve is not None:
+        if engine is not None:
+            run = lambda s: serve(s, engine=engine)  # noqa: E731
+        else:
+            run = serve
+    elif callable(target):
+        run = target
+    else:
+        raise TypeError(f"asgi_app needs a builder, router, conductor or serve(stream) function, not {target!r}")
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def opener() -> Stream:
+        agent_side, server_side = memory_pair()
+        task = asyncio.ensure_future(_serve_logged(run, agent_side))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return server_side
+
+    return AcpApp(opener, path=path, policy=policy, engine=twin)
+
+
+async def _serve_logged(run: Callable[[Stream], Awaitable[None]], stream: Stream) -> None:
+    try:
+        await run(stream)
+    except Exception:
+        logger.exception("the in-process agent of a remote connection failed")
+    finally:
+        stream.close()

@@ -1,0 +1,135 @@
+"""The official SDKs' remote (Streamable HTTP + WebSocket) servers, started for tests.
+
+``peers/pysdk/remote_server.py`` (the Python SDK's ASGI app on uvicorn) and
+``peers/ts/remote_server.mjs`` (the TypeScript SDK's ``AcpServer`` on ``node:http``), each
+bound to 127.0.0.1 on a free port that it prints. :func:`start` waits a bounded time for the
+port; :meth:`RemotePeer.stop` kills the process. A missing peer goes through
+``peer_rule.missing`` (a skip on a developer's machine, a failure where peers are required).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import IO
+
+from peer_rule import missing
+
+REPO = Path(__file__).resolve().parent.parent.parent
+PEERS = REPO / "peers"
+TS_SDK_VERSION = "2.4.0"
+PYSDK_VERSION = "0.12.1"
+#: Seconds a server may take to print its port.
+START_TIMEOUT = 30.0
+KINDS = ("pysdk", "ts")
+
+
+def require(kind: str) -> list[str]:
+    """The command that runs ``kind``'s server, or a skip/failure naming what is missing."""
+    if kind == "pysdk":
+        try:
+            version = metadata.version("agent-client-protocol")
+        except metadata.PackageNotFoundError:
+            missing("acp", "the Python SDK agent-client-protocol is not installed")
+        if version != PYSDK_VERSION:
+            missing("acp", f"agent-client-protocol {version} is installed, not {PYSDK_VERSION}")
+        for module in ("uvicorn", "websockets"):
+            try:
+                __import__(module)
+            except ImportError:
+                missing("acp", f"{module} (the Python SDK's [http] extra and uvicorn) is not installed")
+        return [sys.executable, str(PEERS / "pysdk" / "remote_server.py")]
+    if kind == "ts":
+        node = shutil.which("node")
+        if node is None:
+            missing("node", "node is not on PATH")
+        out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30, check=False)
+        if int(out.stdout.strip().lstrip("v").split(".")[0] or 0) < 20:
+            missing("node", f"node {out.stdout.strip()} is too old (the TS SDK needs >= 20)")
+        pkg = PEERS / "ts" / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
+        if not pkg.is_file():
+            missing("ts-sdk", "the TypeScript SDK is not installed in peers/ts/node_modules")
+        version = json.loads(pkg.read_text())["version"]
+        if version != TS_SDK_VERSION:
+            missing("ts-sdk", f"peers/ts has @agentclientprotocol/sdk {version}, not {TS_SDK_VERSION}")
+        return [node, str(PEERS / "ts" / "remote_server.mjs")]
+    raise ValueError(f"unknown peer {kind!r}")
+
+
+@dataclass
+class RemotePeer:
+    """A running peer server: its ``port``; :meth:`kill` / :meth:`stop` end it."""
+
+    kind: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: IO[bytes]
+    token: str | None = None
+    args: list[str] = field(default_factory=list)
+
+    def base(self, scheme: str) -> str:
+        """The bare base URL (the client appends ``/acp``)."""
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def stderr(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")[-4000:]
+
+    def kill(self) -> None:
+        """SIGKILL now (a crash, as the client sees it)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.log.close()
+
+
+def start(kind: str, *args: str, token: str | None = None, env: dict[str, str] | None = None) -> RemotePeer:
+    """Start ``kind``'s server (``--number``, and ``--token`` when given) and wait for its port."""
+    cmd = require(kind) + ["--number", *args]
+    if token is not None:
+        cmd += ["--token", token]
+    full_env = {**os.environ, "ACP_CHUNK": "10", **(env or {})}
+    log = tempfile.TemporaryFile()
+    cwd = PEERS / "ts" if kind == "ts" else REPO
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, cwd=cwd,
+                            env=full_env)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + START_TIMEOUT
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or proc.poll() is not None:
+            break
+        ready, _, _ = select.select([proc.stdout], [], [], min(left, 0.5))
+        if ready:
+            byte = os.read(proc.stdout.fileno(), 1)
+            if not byte:
+                break
+            line += byte
+    if not line.strip().isdigit():
+        peer = RemotePeer(kind, proc, 0, log)
+        text = peer.stderr()
+        peer.stop()
+        raise RuntimeError(f"the {kind} remote server did not print its port (got {line!r}); stderr:\n{text}")
+    return RemotePeer(kind, proc, int(line), log, token, list(args))

@@ -1,0 +1,546 @@
+"""The remote client transport (``connect_url``) against the official SDKs' remote servers.
+
+Peers (``tests/helpers/remote_peers.py``): the Python SDK 0.12.1's ASGI app on uvicorn
+(``peers/pysdk/remote_server.py``, ACP v1) and the TypeScript SDK 2.4.0's ``AcpServer``
+(``peers/ts/remote_server.mjs``, v1 and draft v2), both over Streamable HTTP and WebSocket,
+on 127.0.0.1, requiring a bearer token, numbering the streamed chunks (``--number``) so that
+order can be checked. Both engine twins (``engine`` fixture).
+
+Covered: initialize, session/new, a prompt streaming 1,000 updates received in order, a
+permission request answered mid-prompt, ``session/cancel``, the server killed mid-turn (the
+pending prompt fails at once, closing does not hang), a wrong token (401), a refused POST
+failing its request at once, the URL rules and the missing-extra error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import socket
+from collections.abc import Awaitable, Callable, Iterator
+from types import ModuleType
+from typing import Any
+
+import httpx
+import pytest
+import remote_peers
+from remote_peers import KINDS, REPO, RemotePeer
+
+from acp_fast import Client, JsonRpcError
+from acp_fast.jsonrpc import Connection
+from acp_fast.transport.remote._wire import CONNECTION_ID_HEADER, MissingExtraError
+from acp_fast.transport.remote import client as remote_client
+from acp_fast.transport.remote.client import RemoteConnectError, connect_url, resolve_url
+
+TOKEN = "t0ken-for-tests"
+WIRES = ("http", "ws")
+AGENT_NAMES = {"pysdk": "pysdk-test-agent", "ts": "ts-sdk-test-agent"}
+CHUNK = "x" * 10  # ACP_CHUNK=10 (remote_peers.start)
+#: Wall-time bound of one test body: only turns a hang into a failure.
+BOUND = 30.0
+
+
+def run(body: Callable[[], Awaitable[None]], bound: float = BOUND) -> None:
+    async def guarded() -> None:
+        await asyncio.wait_for(body(), bound)
+
+    asyncio.run(guarded())
+
+
+@pytest.fixture(scope="module")
+def shared_peers() -> Iterator[dict[str, RemotePeer]]:
+    """The module's servers, started on first use (one per peer kind), stopped at its end."""
+    servers: dict[str, RemotePeer] = {}
+    try:
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture(params=KINDS)
+def peer(request: pytest.FixtureRequest, shared_peers: dict[str, RemotePeer]) -> RemotePeer:
+    """A peer server (token required, chunks numbered), shared by the module's tests."""
+    kind = str(request.param)
+    if kind not in shared_peers:
+        shared_peers[kind] = remote_peers.start(kind, token=TOKEN)
+    return shared_peers[kind]
+
+
+@pytest.fixture(params=WIRES)
+def wire(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def texts(record: list[Any]) -> list[str]:
+    return [u.payload["content"]["text"] for u in record if u.kind == "agent_message_chunk"]
+
+
+def numbered(first: int, *items: str) -> list[str]:
+    return [f"{first + k}:{text}" for k, text in enumerate(items)]
+
+
+def v1_client(record: list[Any], event: asyncio.Event, asked: list[str]) -> Any:
+    def on_update(update: Any, cx: Any) -> None:
+        record.append(update)
+        event.set()
+
+    client = Client.builder().on_session_update(on_update)
+
+    @client.on_request("session/request_permission")
+    def permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+        asked.append(params["toolCall"]["title"])
+        return {"outcome": {"outcome": "selected", "optionId": "allow"}}
+
+    return client
+
+
+# ---------------------------------------------------------------------------------------
+# against the peers
+# ---------------------------------------------------------------------------------------
+
+
+def test_v1_stream_permission_cancel(peer: RemotePeer, wire: str, engine: ModuleType) -> None:
+    async def body() -> None:
+        record: list[Any] = []
+        got = asyncio.Event()
+        asked: list[str] = []
+        client = v1_client(record, got, asked)
+        stream = await connect_url(peer.base(wire), token=TOKEN)  # bare base URL: /acp appended
+        async with client.connect(stream, engine=engine) as cx:
+            init = await cx.initialize()
+            assert init["protocolVersion"] == 1 and init["agentInfo"]["name"] == AGENT_NAMES[peer.kind]
+            session = (await cx.build_session(str(REPO))).session
+
+            assert await session.send_prompt("stream 1000 chunks") == {"stopReason": "end_turn"}
+            assert texts(record) == numbered(0, *[CHUNK] * 1000)  # all of them, in order, before the reply
+
+            record.clear()
+            assert await session.send_prompt("permission, then 3") == {"stopReason": "end_turn"}
+            assert asked == ["Test tool"]
+            assert texts(record) == numbered(1000, "permission:allow", CHUNK, CHUNK, CHUNK)
+
+            record.clear()
+            got.clear()
+            turn = session.send_prompt("stream 100000000 chunks")
+            await got.wait()
+            session.cancel_active_work()  # session/cancel
+            assert await turn == {"stopReason": "cancelled"}
+            assert 0 < len(texts(record)) < 100000000
+            conn_id = stream.get_extra_info("acp_connection_id")
+            assert conn_id
+        if wire == "http":  # closing sent DELETE: the server no longer knows the connection
+            async with httpx.AsyncClient() as http:
+                r = await http.post(peer.base("http") + "/acp", content=b'{"jsonrpc":"2.0","method":"_x"}',
+                                    headers={"Content-Type": "application/json", CONNECTION_ID_HEADER: conn_id,
+                                             "Authorization": f"Bearer {TOKEN}"})
+            assert r.status_code == 404
+
+    run(body)
+
+
+def test_v2_stream(peer: RemotePeer, wire: str, engine: ModuleType) -> None:
+    """Draft v2 on the TS peer; the Python SDK speaks v1 only and answers with version 1."""
+
+    async def body() -> None:
+        record: list[Any] = []
+        client = Client.v2().on_session_update(lambda u, cx: record.append(u))
+        async with client.connect(connect_url(peer.base(wire) + "/acp", token=TOKEN), engine=engine) as cx:
+            if peer.kind == "pysdk":
+                with pytest.raises(JsonRpcError) as exc:
+                    await cx.initialize()
+                assert exc.value.code == -32600 and "negotiated 1" in str(exc.value.data)
+                return
+            await cx.initialize()
+            assert cx.negotiated_version == 2
+            session: Any = (await cx.build_session(str(REPO))).session
+            epoch = session.idle_epoch
+            receipt = await session.send_prompt("stream 1000 chunks")
+            stop = await session.wait_idle(after=epoch)
+            assert "messageId" in receipt and stop is not None and stop.kind == "end_turn"
+            assert texts(record) == numbered(0, *[CHUNK] * 1000)
+            kinds = [u.kind for u in record]
+            assert kinds[0] == "state_update" and kinds[-1] == "state_update" and "user_message" in kinds
+            assert await cx.send_request("_test/echo", {"v": [2, None]}) == {"v": [2, None]}
+
+    run(body)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_server_killed_mid_turn(kind: str, engine: ModuleType) -> None:
+    """A connection over each wire, each mid-turn, when the server dies: every pending prompt
+    fails at once, later calls fail at once, and closing returns."""
+    server = remote_peers.start(kind)
+    try:
+        async def body() -> None:
+            async with contextlib.AsyncExitStack() as stack:
+                turns = []
+                for wire in WIRES:
+                    got = asyncio.Event()
+                    client = v1_client([], got, [])
+                    cx = await stack.enter_async_context(client.connect(connect_url(server.base(wire)), engine=engine))
+                    await cx.initialize()
+                    session = (await cx.build_session(str(REPO))).session
+                    turn = session.send_prompt("stream 100000000 chunks")
+                    await got.wait()
+                    turns.append((cx, turn))
+                server.kill()
+                for cx, turn in turns:
+                    with pytest.raises(JsonRpcError) as exc:
+                        await asyncio.wait_for(turn, 5.0)
+                    assert exc.value.code == -32603
+                    with pytest.raises(JsonRpcError):
+                        await asyncio.wait_for(cx.send_request("_test/echo", {}), 5.0)
+
+        run(body, 20.0)
+    finally:
+        server.stop()
+
+
+def test_wrong_token_is_refused(peer: RemotePeer, wire: str, engine: ModuleType) -> None:
+    async def body() -> None:
+        for token in ("wrong", None):
+            if wire == "ws":
+                with pytest.raises(RemoteConnectError) as refused:
+                    await connect_url(peer.base("ws"), token=token)
+                assert refused.value.status == 401 and "401" in str(refused.value)
+                continue
+            async with Client.builder().connect(connect_url(peer.base("http"), token=token), engine=engine) as cx:
+                with pytest.raises(JsonRpcError) as exc:
+                    await asyncio.wait_for(cx.initialize(), 5.0)
+                assert exc.value.code == -32603 and "HTTP 401" in exc.value.message
+                assert exc.value.data["status"] == 401 and exc.value.data["method"] == "initialize"
+
+    run(body)
+
+
+def test_refused_post_fails_its_request_at_once(peer: RemotePeer, wire: str, engine: ModuleType) -> None:
+    """A prompt for a session the server does not know: the Python SDK's server refuses the
+    POST (404, its session check), which fails the request at once; over its WebSocket and on
+    the TS peer the agent answers with its own error."""
+
+    async def body() -> None:
+        async with Client.builder().connect(connect_url(peer.base(wire), token=TOKEN), engine=engine) as cx:
+            await cx.initialize()
+            with pytest.raises(JsonRpcError) as exc:
+                await asyncio.wait_for(cx.send_request("session/prompt", {"sessionId": "nope", "prompt": []}), 5.0)
+            expected = {("pysdk", "http"): -32603, ("pysdk", "ws"): -32602}.get((peer.kind, wire), -32002)
+            assert exc.value.code == expected
+            if expected == -32603:
+                assert exc.value.data["status"] == 404 and "HTTP 404" in exc.value.message
+            assert await cx.send_request("_test/echo", {"still": "usable"}) == {"still": "usable"}
+
+    run(body)
+
+
+def test_http_wrong_path_fails_initialize(peer: RemotePeer, engine: ModuleType) -> None:
+    async def body() -> None:
+        url = peer.base("http") + "/not-acp"
+        async with Client.builder().connect(connect_url(url, token=TOKEN), engine=engine) as cx:
+            with pytest.raises(JsonRpcError) as exc:
+                await asyncio.wait_for(cx.initialize(), 5.0)
+            assert exc.value.code == -32603 and exc.value.data["status"] == 404
+
+    run(body)
+
+
+# ---------------------------------------------------------------------------------------
+# without a peer
+# ---------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_nothing_listening(engine: ModuleType) -> None:
+    async def body() -> None:
+        port = free_port()
+        with pytest.raises(RemoteConnectError) as refused:
+            await connect_url(f"ws://127.0.0.1:{port}")
+        assert refused.value.status is None
+        async with Client.builder().connect(connect_url(f"http://127.0.0.1:{port}"), engine=engine) as cx:
+            with pytest.raises(JsonRpcError) as exc:
+                await asyncio.wait_for(cx.initialize(), 5.0)
+            assert exc.value.code == -32603 and "initialize POST" in exc.value.message
+
+    run(body)
+
+
+def test_http_first_message_must_be_initialize(engine: ModuleType) -> None:
+    async def body() -> None:
+        conn = Connection(await connect_url(f"http://127.0.0.1:{free_port()}/acp"), engine=engine)
+        try:
+            with pytest.raises(JsonRpcError) as exc:
+                await asyncio.wait_for(conn.request("session/new", {"cwd": "/", "mcpServers": []}), 5.0)
+            assert exc.value.code == -32603 and "initialize" in exc.value.message
+        finally:
+            conn.close()
+            await asyncio.wait_for(conn.wait_closed(), 5.0)
+
+    run(body)
+
+
+def test_bad_scheme(engine: ModuleType) -> None:
+    async def body() -> None:
+        with pytest.raises(ValueError, match="unsupported URL scheme 'ftp'"):
+            async with Client.builder().connect(connect_url("ftp://127.0.0.1/acp"), engine=engine):
+                pass
+
+    run(body)
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("http://127.0.0.1:8000", ("http", "http://127.0.0.1:8000/acp")),
+    ("https://example.test/", ("http", "https://example.test/acp")),
+    ("WS://127.0.0.1:1/", ("websocket", "ws://127.0.0.1:1/acp")),
+    ("wss://h.test/x/acp?k=v", ("websocket", "wss://h.test/x/acp?k=v")),
+    ("http://[::1]:9/custom", ("http", "http://[::1]:9/custom")),
+])
+def test_resolve_url(url: str, expected: tuple[str, str]) -> None:
+    assert resolve_url(url) == expected
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "file:///tmp/x", "http:///acp", "tcp://h:1"])
+def test_resolve_url_refuses(url: str) -> None:
+    with pytest.raises(ValueError):
+        resolve_url(url)
+
+
+@pytest.mark.parametrize(("url", "module"), [("http://127.0.0.1:1", "httpx"), ("ws://127.0.0.1:1", "websockets")])
+def test_missing_extra(monkeypatch: pytest.MonkeyPatch, url: str, module: str) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
+
+    async def body() -> None:
+        with pytest.raises(MissingExtraError, match=rf"{module}.*acp-fast\[remote\]"):
+            await connect_url(url)
+
+    run(body)
+
+
+# ---------------------------------------------------------------------------------------
+# backpressure, against small local servers (memory stays bounded while nobody reads)
+# ---------------------------------------------------------------------------------------
+
+FLOOD_FRAMES = 2000
+FLOOD_LINE = b'{"jsonrpc":"2.0","method":"_flood","params":{"t":"' + b"x" * 16000 + b'"}}'
+
+
+def test_ws_backpressure_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection not reading stops the bridge reading the socket (the server's sends
+    stall); the server not reading stops the bridge reading the connection (its writes pause),
+    and closing then gives up on the unsent messages after ``CLOSE_TIMEOUT``.
+    """
+    monkeypatch.setattr(remote_client, "CLOSE_TIMEOUT", 0.5)
+    from websockets.asyncio.server import ServerConnection, serve
+    from websockets.exceptions import ConnectionClosed
+
+    async def body() -> None:
+        sent = 0
+        flood = asyncio.Event()
+
+        async def handler(ws: ServerConnection) -> None:
+            nonlocal sent
+            try:
+                if ws.request is not None and ws.request.path == "/flood":
+                    for _ in range(FLOOD_FRAMES):
+                        await ws.send(FLOOD_LINE.decode())
+                        sent += 1
+                    flood.set()
+                await ws.wait_closed()  # never reads
+            except ConnectionClosed:
+                pass
+
+        async with serve(handler, "127.0.0.1", 0, close_timeout=0.5) as server:
+            port = server.sockets[0].getsockname()[1]
+            # incoming: the consumer pauses after its first chunk
+            stream = await connect_url(f"ws://127.0.0.1:{port}/flood")
+            received = 0
+
+            def on_data(data: bytes) -> None:
+                nonlocal received
+                received += data.count(b"\n")
+                if not resumed:
+                    stream.pause_reading()
+
+            resumed = False
+            stream.attach(on_data, lambda exc: None, lambda writable: None)
+            await asyncio.sleep(1.0)
+            assert 0 < received < sent < FLOOD_FRAMES // 2, (received, sent)  # bounded: at most ~16 MiB in flight
+            resumed = True
+            stream.resume_reading()
+            await asyncio.wait_for(flood.wait(), 15.0)
+            while received < FLOOD_FRAMES:
+                await asyncio.sleep(0.05)
+            assert received == FLOOD_FRAMES
+            stream.close()
+            await asyncio.wait_for(stream.wait_closed(), 10.0)
+
+            # outgoing: the server never reads; the stream's writer is paused before long
+            stream = await connect_url(f"ws://127.0.0.1:{port}/sink")
+            stream.attach(lambda data: None, lambda exc: None, lambda writable: None)
+            written = 0
+            while not stream.writing_paused and written < 64 * 1024 * 1024:
+                stream.write(FLOOD_LINE + b"\n")
+                written += len(FLOOD_LINE) + 1
+                await asyncio.sleep(0)
+            assert stream.writing_paused and written < 32 * 1024 * 1024, written
+            stream.close()
+            await asyncio.wait_for(stream.wait_closed(), 3.0)
+
+    run(body)
+
+
+class _MiniHttp:
+    """A tiny HTTP/1.1 server for one Streamable HTTP connection: ``initialize`` answered
+    200 with a connection id, other POSTs 202 (or :attr:`post_status`), the connection's
+    SSE stream sending ``frames`` events (counted in :attr:`sent`), DELETE 202."""
+
+    def __init__(self, frames: int) -> None:
+        self.frames = frames
+        self.sent = 0
+        self.flooded = asyncio.Event()
+        self.posts: list[tuple[dict[str, str], bytes]] = []
+        self.deletes: list[str] = []
+        self.post_status = 202
+        self.refuse_initialize = False
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method = lines[0].split(" ")[0]
+                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if method == "GET":
+                    await self.flood(writer)
+                    await reader.read()  # until the client goes
+                    return
+                if method == "POST" and b'"initialize"' in body:
+                    ident = body.split(b'"id":', 1)[1].split(b",", 1)[0]
+                    outcome = (b'"error":{"code":-32022,"message":"Unsupported protocol version"}'
+                               if self.refuse_initialize else b'"result":{"protocolVersion":1}')
+                    reply = b'{"jsonrpc":"2.0","id":' + ident + b"," + outcome + b"}"
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nAcp-Connection-Id: c1\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(reply), reply))
+                elif method == "POST":
+                    self.posts.append((headers, body))
+                    writer.write(b"HTTP/1.1 %d X\r\nContent-Length: 0\r\n\r\n" % self.post_status)
+                else:
+                    self.deletes.append(headers.get("acp-connection-id", ""))
+                    writer.write(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def flood(self, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        event = b"data: " + FLOOD_LINE + b"\n\n"
+        chunk = b"%x\r\n%s\r\n" % (len(event), event)
+        for _ in range(self.frames):
+            writer.write(chunk)
+            await writer.drain()
+            self.sent += 1
+        self.flooded.set()
+
+
+INITIALIZE = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+
+
+def test_http_sse_backpressure() -> None:
+    """The consumer not reading stops the bridge reading the SSE stream (the server's
+    writes stall); once it reads again, every event arrives."""
+
+    async def body() -> None:
+        mini = _MiniHttp(FLOOD_FRAMES)
+        server = await asyncio.start_server(mini.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            stream = await connect_url(f"http://127.0.0.1:{port}")
+            received = 0
+            resumed = False
+
+            def on_data(data: bytes) -> None:
+                nonlocal received
+                received += data.count(b"\n")
+                if received > 1 and not resumed:  # the initialize reply, then the first events
+                    stream.pause_reading()
+
+            stream.attach(on_data, lambda exc: None, lambda writable: None)
+            stream.write(INITIALIZE)
+            await asyncio.sleep(1.0)
+            assert 1 < received < mini.sent < FLOOD_FRAMES // 2, (received, mini.sent)
+            resumed = True
+            stream.resume_reading()
+            await asyncio.wait_for(mini.flooded.wait(), 15.0)
+            while received < FLOOD_FRAMES + 1:
+                await asyncio.sleep(0.05)
+            stream.close()
+            await asyncio.wait_for(stream.wait_closed(), 10.0)
+        finally:
+            server.close()
+
+    run(body)
+
+
+def test_http_refused_posts_and_headers(engine: ModuleType) -> None:
+    """A POST answered 500 fails its request at once; every POST names the connection, and
+    one whose params carry a session id names the session."""
+
+    async def body() -> None:
+        mini = _MiniHttp(0)
+        server = await asyncio.start_server(mini.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            conn = Connection(await connect_url(f"http://127.0.0.1:{port}", headers={"X-Extra": "1"}), engine=engine)
+            assert await conn.request("initialize", {"protocolVersion": 1}) == {"protocolVersion": 1}
+            mini.post_status = 500
+            with pytest.raises(JsonRpcError) as exc:
+                await asyncio.wait_for(conn.request("_x/y", {"sessionId": "s1"}), 5.0)
+            assert exc.value.code == -32603 and exc.value.data["status"] == 500 and "HTTP 500" in exc.value.message
+            mini.post_status = 202
+            conn.notify("$/cancel_request", {"requestId": 7, "sessionId": "s1"})
+            conn.notify("_note", {"a": 1})
+            await asyncio.sleep(0.3)
+            (h1, b1), (h2, b2), (h3, b3) = mini.posts
+            assert all(h["acp-connection-id"] == "c1" and h["x-extra"] == "1" for h in (h1, h2, h3))
+            assert h1["acp-session-id"] == "s1" and b'"_x/y"' in b1
+            assert "acp-session-id" not in h2 and b'"$/cancel_request"' in b2  # connection-scoped
+            assert "acp-session-id" not in h3 and h3["content-type"] == "application/json"
+            conn.close()
+            await asyncio.wait_for(conn.wait_closed(), 10.0)
+        finally:
+            server.close()
+
+    run(body)
+
+
+def test_http_initialize_refused_by_the_agent(engine: ModuleType) -> None:
+    """The agent's error reply to ``initialize`` reaches the caller as is; a connection id the
+    server sent with it is ended (DELETE), and no SSE stream is opened."""
+
+    async def body() -> None:
+        mini = _MiniHttp(3)
+        mini.refuse_initialize = True
+        server = await asyncio.start_server(mini.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            conn = Connection(await connect_url(f"http://127.0.0.1:{port}"), engine=engine)
+            with pytest.raises(JsonRpcError) as exc:
+                await asyncio.wait_for(conn.request("initialize", {"protocolVersion": 3}), 5.0)
+            assert exc.value.code == -32022
+            await asyncio.sleep(0.2)
+            assert mini.deletes == ["c1"] and mini.sent == 0
+            conn.close()
+            await asyncio.wait_for(conn.wait_closed(), 10.0)
+        finally:
+            server.close()
+
+    run(body)

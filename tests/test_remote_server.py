@@ -1,0 +1,628 @@
+"""The remote server (``acp_fast.transport.remote``): the wire profile, the security defaults and
+the bounds, driven with plain httpx and websockets against the app on uvicorn (and hypercorn).
+
+Engine behaviour (decoding POST bodies and the agent's output, the in-process agent) runs on
+both twins through the ``engine`` fixture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from acp_fast.testy import build
+from acp_fast.transport import Stream
+from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served
+from acp_fast.transport.remote.server import _EventStream
+
+HANG_GUARD = 30.0
+INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}
+NEW = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    async def guarded() -> Any:
+        return await asyncio.wait_for(coro, HANG_GUARD)
+
+    return asyncio.run(guarded())
+
+
+def make_testy(engine: ModuleType | None = None, **policy: Any) -> AcpApp:
+    return asgi_app(build((1, 2)), policy=ServerPolicy(**policy), engine=engine)
+
+
+def prompt(pid: int, sid: str, text: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": pid, "method": "session/prompt",
+            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}}
+
+
+async def initialize(c: httpx.AsyncClient, url: str) -> dict[str, str]:
+    r = await c.post(url, json=INIT)
+    assert r.status_code == 200, r.text
+    assert r.json()["result"]["protocolVersion"] == 1
+    return {"acp-connection-id": r.headers["acp-connection-id"]}
+
+
+class Sse:
+    """Reads one SSE stream into a queue of decoded messages (and the raw ids seen)."""
+
+    def __init__(self, c: httpx.AsyncClient, url: str, headers: dict[str, str]) -> None:
+        self.messages: asyncio.Queue[Any] = asyncio.Queue()
+        self.ids: list[str] = []
+        self.status: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.task = asyncio.ensure_future(self._read(c, url, headers))
+
+    async def _read(self, c: httpx.AsyncClient, url: str, headers: dict[str, str]) -> None:
+        from acp_fast.transport.remote._wire import SseParser
+
+        parser = SseParser()
+        async with c.stream("GET", url, headers={**headers, "accept": "text/event-stream"}) as resp:
+            self.status.set_result(resp.status_code)
+            async for chunk in resp.aiter_bytes():
+                for data in parser.feed(chunk):
+                    self.ids.append(parser.last_event_id or "")
+                    self.messages.put_nowait(json.loads(data))
+        self.messages.put_nowait(None)
+
+    async def until(self, pred: Callable[[Any], bool]) -> list[Any]:
+        seen = []
+        while True:
+            m = await self.messages.get()
+            assert m is not None, f"stream ended before the expected message; saw {seen[-3:]}"
+            seen.append(m)
+            if pred(m):
+                return seen
+
+    def stop(self) -> None:
+        self.task.cancel()
+
+
+# -- the HTTP profile -----------------------------------------------------------------------------
+
+
+def test_streamed_prompt_over_sse_session_stream(engine: ModuleType) -> None:
+    """initialize → 200 + id; session/new → 202, reply on the connection stream; a prompt POSTed
+    with the session header streams 1,000 updates on the session stream, in order."""
+
+    async def main() -> None:
+        async with served(make_testy(engine)) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            h = await initialize(c, url)
+            conn = Sse(c, url, h)
+            assert await conn.status == 200
+            r = await c.post(url, json=NEW, headers=h)
+            assert r.status_code == 202 and r.content == b""
+            sid = (await conn.until(lambda m: m.get("id") == 1))[-1]["result"]["sessionId"]
+            session = Sse(c, url, {**h, "acp-session-id": sid})
+            assert await session.status == 200
+            r = await c.post(url, json=prompt(2, sid, "stream 1000"), headers={**h, "acp-session-id": sid})
+            assert r.status_code == 202
+            seen = await session.until(lambda m: m.get("id") == 2)
+            updates = [m for m in seen if m.get("method") == "session/update"]
+            assert len(updates) == 1000
+            assert seen[-1]["result"]["stopReason"] == "end_turn"
+            assert [int(i) for i in session.ids] == sorted(int(i) for i in session.ids)
+            r = await c.delete(url, headers=h)
+            assert r.status_code == 202
+            assert await asyncio.wait_for(conn.messages.get(), 5) is None  # the stream ends
+            session.stop()
+            r = await c.post(url, json=NEW, headers=h)
+            assert r.status_code == 404 and "Acp-Connection-Id" in r.json()["error"]["message"]
+
+    run(main())
+
+
+def test_status_codes_of_the_profile(engine: ModuleType) -> None:
+    async def main() -> None:
+        async with served(make_testy(engine, max_body=4096)) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            base = url[: -len("/acp")]
+            assert (await c.get(base + "/health")).status_code == 200
+            assert (await c.get(base + "/other")).status_code == 404
+            assert (await c.post(url, content=b"{}", headers={"content-type": "text/plain"})).status_code == 415
+            big = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"x": "a" * 5000}}
+            assert (await c.post(url, json=big)).status_code == 413
+            r = await c.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "session/new", "params": {}})
+            assert r.status_code == 400 and "initialize" in r.json()["error"]["message"]
+            h = await initialize(c, url)
+            assert (await c.get(url, headers=h)).status_code == 406
+            assert (await c.get(url, headers={"accept": "text/event-stream"})).status_code == 400
+            assert (await c.post(url, json=NEW, headers={"acp-connection-id": "nope"})).status_code == 404
+            assert (await c.put(url, json=NEW, headers=h)).status_code == 405
+            r = await c.get(url, headers={**h, "accept": "text/event-stream", "acp-session-id": "unknown"})
+            assert r.status_code == 404
+            first = Sse(c, url, h)
+            assert await first.status == 200
+            r = await c.get(url, headers={**h, "accept": "text/event-stream"})
+            assert r.status_code == 409
+            first.stop()
+            # malformed bodies: a JSON-RPC error in a 400, the connection keeps working
+            r = await c.post(url, content=b'{"jsonrpc": "2.0", "id": 4, "method"', headers={**h, "content-type": "application/json"})
+            assert r.status_code == 400 and r.json()["error"]["code"] == -32700
+            r = await c.post(url, content=b'{"jsonrpc": "1.0", "id": 4, "method": "x"}', headers={**h, "content-type": "application/json"})
+            assert r.status_code == 400 and r.json()["error"]["code"] == -32600
+            assert (await c.post(url, json=NEW, headers=h)).status_code == 202
+
+    run(main())
+
+
+def test_session_header_rules(engine: ModuleType) -> None:
+    """The header fills a missing sessionId; a different one or array params is 400; a
+    session-scoped method needs one or the other; ``$/`` methods never take the header."""
+
+    async def main() -> None:
+        async with served(make_testy(engine)) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            h = await initialize(c, url)
+            conn = Sse(c, url, h)
+            await c.post(url, json=NEW, headers=h)
+            sid = (await conn.until(lambda m: m.get("id") == 1))[-1]["result"]["sessionId"]
+            hs = {**h, "acp-session-id": sid}
+            bad = prompt(5, "other-session", "hi")
+            r = await c.post(url, json=bad, headers=hs)
+            assert r.status_code == 400 and "differ" in r.json()["error"]["message"]
+            r = await c.post(url, json={"jsonrpc": "2.0", "id": 6, "method": "session/prompt", "params": [1]}, headers=hs)
+            assert r.status_code == 400
+            r = await c.post(url, json={"jsonrpc": "2.0", "id": 7, "method": "session/prompt",
+                                        "params": {"prompt": [{"type": "text", "text": "hi"}]}}, headers=h)
+            assert r.status_code == 400 and "Acp-Session-Id" in r.json()["error"]["message"]
+            # filled from the header: the agent sees the session and answers
+            r = await c.post(url, json={"jsonrpc": "2.0", "id": 8, "method": "session/prompt",
+                                        "params": {"prompt": [{"type": "text", "text": "echo filled"}]}}, headers=hs)
+            assert r.status_code == 202
+            seen = await conn.until(lambda m: m.get("id") == 8)
+            assert seen[-1]["result"]["stopReason"] == "end_turn"
+            assert any("filled" in json.dumps(m) for m in seen if m.get("method") == "session/update")
+            r = await c.post(url, json={"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 99}}, headers=hs)
+            assert r.status_code == 202
+
+    run(main())
+
+
+def test_batches_are_accepted(engine: ModuleType) -> None:
+    async def main() -> None:
+        async with served(make_testy(engine)) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            h = await initialize(c, url)
+            conn = Sse(c, url, h)
+            batch = [dict(NEW, id=11), dict(NEW, id=12)]
+            assert (await c.post(url, json=batch, headers=h)).status_code == 202
+            got = await conn.until(lambda m: isinstance(m, list) or m.get("id") == 12)
+            flat = got[-1] if isinstance(got[-1], list) else got
+            assert {m.get("id") for m in flat} >= {11, 12}
+
+    run(main())
+
+
+def test_resume_with_last_event_id(engine: ModuleType) -> None:
+    """A reader that drops and comes back with Last-Event-ID gets what it missed; outside the
+    replay window: 409."""
+
+    async def main() -> None:
+        async with served(make_testy(engine)) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            h = await initialize(c, url)
+            conn = Sse(c, url, h)
+            await c.post(url, json=NEW, headers=h)
+            await conn.until(lambda m: m.get("id") == 1)
+            await c.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "_test/echo", "params": {"n": 2}}, headers=h)
+            await conn.until(lambda m: m.get("id") == 2)
+            first_id = conn.ids[0]
+            conn.stop()
+            await asyncio.sleep(0.1)
+            await c.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "_test/echo", "params": {"n": 3}}, headers=h)
+            await asyncio.sleep(0.2)
+            again = Sse(c, url, {**h, "last-event-id": first_id})
+            assert await again.status == 200
+            seen = await again.until(lambda m: m.get("id") == 3)
+            assert [m.get("id") for m in seen] == [2, 3]  # everything after event 1, once
+            again.stop()
+            await asyncio.sleep(0.1)
+            r = await c.get(url, headers={**h, "accept": "text/event-stream", "last-event-id": "999"})
+            assert r.status_code == 409
+
+    run(main())
+
+
+def test_replay_window_is_bounded() -> None:
+    events = _EventStream(None)
+    for i in range(100):
+        events.put(b"x" * 100)
+    events.take(1000)
+    assert events.sent_bytes <= 1000 and len(events.sent) == 10
+    assert not events.rewind(50)  # dropped from the window
+    assert events.rewind(95) and [i for i, _ in events.queue] == [96, 97, 98, 99, 100]
+
+
+# -- security -------------------------------------------------------------------------------------
+
+
+def test_host_origin_and_token_on_every_request_and_the_upgrade() -> None:
+    async def main() -> None:
+        app = make_testy(token="s3cret", allow_origins=("http://good.example",))
+        async with served(app) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            auth = {"authorization": "Bearer s3cret"}
+            r = await c.post(url, json=INIT, headers={**auth, "host": "evil.example"})
+            assert r.status_code == 421
+            r = await c.post(url, json=INIT, headers={**auth, "origin": "http://evil.example"})
+            assert r.status_code == 403
+            r = await c.post(url, json=INIT)
+            assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+            r = await c.post(url, json=INIT, headers={"authorization": "Bearer s3creT"})
+            assert r.status_code == 401
+            assert "access-control-allow-origin" not in r.headers
+            r = await c.post(url, json=INIT, headers={**auth, "origin": "http://good.example"})
+            assert r.status_code == 200
+            h = {**auth, "acp-connection-id": r.headers["acp-connection-id"]}
+            r = await c.get(url, headers={"acp-connection-id": h["acp-connection-id"], "accept": "text/event-stream"})
+            assert r.status_code == 401  # the token is checked on every request, not only initialize
+            r = await c.delete(url, headers={**h, "host": "evil.example"})
+            assert r.status_code == 421
+            for kwargs, code in (({"origin": "http://evil.example", "additional_headers": auth}, 403),
+                                 ({}, 401), ({"additional_headers": {"authorization": "Bearer no"}}, 401)):
+                with pytest.raises(websockets.InvalidStatus) as info:
+                    async with websockets.connect(where.ws_url, **kwargs):
+                        pass
+                assert info.value.response.status_code == code
+            async with websockets.connect(where.ws_url, additional_headers=auth) as ws:
+                await ws.send(json.dumps(INIT))
+                assert json.loads(await ws.recv())["id"] == 0
+        async with served(make_testy()) as where, httpx.AsyncClient() as c:  # defaults: loopback only
+            r = await c.post(where.http_url, json=INIT, headers={"host": "attacker.example:8000"})
+            assert r.status_code == 421
+            for host in ("localhost:1234", "127.0.0.1", "[::1]:80"):
+                r = await c.post(where.http_url, json=INIT, headers={"host": host})
+                assert r.status_code == 200, host
+
+    run(main())
+
+
+def test_connection_cap_and_idle_timeout() -> None:
+    async def main() -> None:
+        app = make_testy(max_connections=2, idle_timeout=0.4)
+        async with served(app) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            await initialize(c, url)
+            async with websockets.connect(where.ws_url):
+                r = await c.post(url, json=INIT)
+                assert r.status_code == 503
+                with pytest.raises(websockets.InvalidStatus) as info:
+                    async with websockets.connect(where.ws_url):
+                        pass
+                assert info.value.response.status_code == 503
+            deadline = time.monotonic() + 5
+            while app.connections and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert app.connections == 0  # the WebSocket closed, the unread HTTP connection was reaped
+            await initialize(c, url)
+
+    run(main())
+
+
+# -- WebSocket ------------------------------------------------------------------------------------
+
+
+def test_websocket_streams_and_answers_malformed_frames(engine: ModuleType) -> None:
+    async def main() -> None:
+        async with served(make_testy(engine)) as where:
+            async with websockets.connect(where.ws_url) as ws:
+                assert len(ws.response.headers["acp-connection-id"]) >= 32
+                await ws.send(json.dumps(INIT))
+                assert json.loads(await ws.recv())["id"] == 0
+                await ws.send("{not json")
+                err = json.loads(await ws.recv())
+                assert err["id"] is None and err["error"]["code"] == -32700
+                await ws.send(b"binary frames are ignored")
+                await ws.send(json.dumps(NEW, indent=2))  # a pretty-printed frame is one message
+                sid = json.loads(await ws.recv())["result"]["sessionId"]
+                await ws.send(json.dumps(prompt(2, sid, "stream 1000")))
+                n = 0
+                while True:
+                    m = json.loads(await ws.recv())
+                    if m.get("id") == 2:
+                        break
+                    assert m["params"]["update"]["content"]["text"]
+                    n += 1
+                assert n == 1000
+
+    run(main())
+
+
+# -- the gateway: a child per connection ----------------------------------------------------------
+
+
+def _children_of(pid: int) -> list[int]:
+    import psutil
+
+    found = []
+    for p in psutil.Process(pid).children():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "testy" in p.cmdline():
+                found.append(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_gateway_child_per_connection_killed_on_delete_and_close() -> None:
+    agent = [sys.executable, "-m", "acp_fast.cli.main", "testy"]
+
+    async def main() -> None:
+        async with served(gateway_app(agent)) as where, httpx.AsyncClient() as c:
+            me = os.getpid()
+            before = set(_children_of(me))
+            h = await initialize(c, where.http_url)
+            async with websockets.connect(where.ws_url) as ws:
+                await ws.send(json.dumps(INIT))
+                assert json.loads(await ws.recv())["result"]["protocolVersion"] == 1
+                assert len(set(_children_of(me)) - before) == 2
+            await c.delete(where.http_url, headers=h)
+            deadline = time.monotonic() + 10
+            while set(_children_of(me)) - before and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert not set(_children_of(me)) - before
+
+    run(main())
+
+
+def test_agent_dying_mid_turn_ends_streams_at_once(tmp_path: Path) -> None:
+    """The agent exits in the middle of a prompt: the SSE streams end and the WebSocket closes
+    (1011), so a client's pending call fails at once; nothing of its stderr reaches a body."""
+    script = tmp_path / "dies.py"
+    script.write_text(
+        "import sys, json\n"
+        "for line in sys.stdin:\n"
+        "    m = json.loads(line)\n"
+        "    if m.get('method') == 'initialize':\n"
+        "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'protocolVersion': 1}}), flush=True)\n"
+        "    else:\n"
+        "        sys.stderr.write('SECRET-TRACEBACK\\n'); sys.stderr.flush(); sys.exit(3)\n")
+    agent = [sys.executable, str(script)]
+
+    async def main() -> None:
+        async with served(gateway_app(agent)) as where, httpx.AsyncClient() as c:
+            h = await initialize(c, where.http_url)
+            conn = Sse(c, where.http_url, h)
+            await conn.status
+            r = await c.post(where.http_url, json=NEW, headers=h)
+            assert r.status_code == 202 and b"SECRET" not in r.content
+            assert await asyncio.wait_for(conn.messages.get(), 5) is None
+            r = await c.post(where.http_url, json=NEW, headers=h)
+            assert r.status_code == 404 and b"SECRET" not in r.content
+            async with websockets.connect(where.ws_url) as ws:
+                await ws.send(json.dumps(INIT))
+                await ws.recv()
+                await ws.send(json.dumps(NEW))
+                with pytest.raises(websockets.ConnectionClosed) as info:
+                    await asyncio.wait_for(ws.recv(), 5)
+                assert info.value.rcvd is not None and info.value.rcvd.code == 1011
+
+    run(main())
+
+
+# -- backpressure: a client that stops reading ------------------------------------------------------
+
+
+def test_agent_paused_while_nobody_reads_memory_bounded() -> None:
+    """An agent floods updates while the client reads nothing: the server pauses the agent at
+    its queue bound instead of growing, and loses nothing once the client reads."""
+    sent = 0
+    total = 4000
+    line = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"n":%d,"pad":"' + b"x" * 900 + b'"}}}\n'
+
+    async def flood(stream: Stream) -> None:
+        nonlocal sent
+        paused = asyncio.Event()
+        paused.set()
+        buf = bytearray()
+
+        def on_data(data: bytes) -> None:
+            buf.extend(data)
+            if b"\n" in buf and b'"initialize"' in buf:
+                buf.clear()
+                stream.write(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\n')
+                asyncio.ensure_future(pump())
+
+        def on_writable(ok: bool) -> None:
+            paused.set() if ok else paused.clear()
+
+        async def pump() -> None:
+            nonlocal sent
+            for i in range(total):
+                await paused.wait()
+                stream.write(line % i)
+                sent += 1
+                if i % 64 == 0:
+                    await asyncio.sleep(0)
+
+        stream.attach(on_data, lambda exc: None, on_writable)
+        await stream.wait_closed()
+
+    async def main() -> None:
+        app = asgi_app(flood, policy=ServerPolicy(queue_high=64 * 1024))
+        async with served(app) as where, httpx.AsyncClient() as c:
+            h = await initialize(c, where.http_url)
+            await asyncio.sleep(1.0)
+            conn_state = next(iter(app._conns.values()))
+            assert conn_state.paused
+            assert conn_state.queued < 64 * 1024 + 200 * 1024  # the bound plus what was in flight
+            assert sent < total
+            reader = Sse(c, where.http_url, h)
+            seen = await reader.until(lambda m: m["params"]["update"]["n"] == total - 1)
+            assert [m["params"]["update"]["n"] for m in seen] == list(range(total))
+            reader.stop()
+
+    run(main())
+
+
+# -- mounting and other servers ------------------------------------------------------------------
+
+
+def test_mounted_in_starlette(engine: ModuleType) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    async def main() -> None:
+        acp = make_testy(engine)
+        outer = Starlette(routes=[Mount("/agents", app=acp)])  # type: ignore[arg-type]
+        async with served(outer) as where, httpx.AsyncClient() as c:
+            url = f"http://127.0.0.1:{where.port}/agents/acp"
+            h = await initialize(c, url)
+            assert h["acp-connection-id"]
+            async with websockets.connect(f"ws://127.0.0.1:{where.port}/agents/acp") as ws:
+                await ws.send(json.dumps(INIT))
+                assert json.loads(await ws.recv())["id"] == 0
+
+    run(main())
+
+
+def _self_signed(tmp: Path) -> tuple[str, str] | None:
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    try:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                        str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                       check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return str(cert), str(key)
+
+
+def test_hypercorn_http2_over_tls(tmp_path: Path, engine: ModuleType) -> None:
+    pair = _self_signed(tmp_path)
+    if pair is None:
+        pytest.fail("openssl is needed to make a test certificate")
+    cert, key = pair
+
+    async def main() -> None:
+        async with served(make_testy(engine), server="hypercorn", certfile=cert, keyfile=key) as where:
+            import ssl
+
+            async with httpx.AsyncClient(http2=True, verify=ssl.create_default_context(cafile=cert)) as c:
+                url = where.http_url
+                assert url.startswith("https://")
+                r = await c.post(url, json=INIT)
+                assert r.status_code == 200 and r.http_version == "HTTP/2"
+                h = {"acp-connection-id": r.headers["acp-connection-id"]}
+                conn = Sse(c, url, h)
+                await c.post(url, json=NEW, headers=h)
+                sid = (await conn.until(lambda m: m.get("id") == 1))[-1]["result"]["sessionId"]
+                await c.post(url, json=prompt(2, sid, "stream 200"), headers={**h, "acp-session-id": sid})
+                seen = await conn.until(lambda m: m.get("id") == 2)
+                assert sum(m.get("method") == "session/update" for m in seen) == 200
+
+    run(main())
+
+
+# -- scale-out: uvicorn --workers 2 ------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_two_workers_websocket_anywhere_http_404_elsewhere() -> None:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "acp_fast.cli.main", "serve", "--testy", "--workers", "2",
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+    async def main() -> None:
+        url = f"http://127.0.0.1:{port}/acp"
+        async with httpx.AsyncClient() as probe:
+            for _ in range(300):
+                try:
+                    if (await probe.get(f"http://127.0.0.1:{port}/health")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.1)
+            else:
+                pytest.fail("acp-fast serve --workers 2 did not answer /health within 30 s")
+        for _ in range(6):
+            async with websockets.connect(f"ws://127.0.0.1:{port}/acp") as ws:
+                await ws.send(json.dumps(INIT))
+                assert json.loads(await ws.recv())["id"] == 0
+        # each request on a fresh TCP connection: the kernel spreads them over the workers
+        saw_404 = saw_202 = False
+        for _ in range(100):
+            async with httpx.AsyncClient() as c1:
+                r = await c1.post(url, json=INIT)
+                cid = r.headers["acp-connection-id"]
+            async with httpx.AsyncClient() as c2:
+                r = await c2.post(url, json=NEW, headers={"acp-connection-id": cid})
+            if r.status_code == 404:
+                saw_404 = True
+                assert "another server process" in r.json()["error"]["message"]
+            else:
+                assert r.status_code == 202
+                saw_202 = True
+            if saw_404 and saw_202:
+                break
+        assert saw_404, "100 requests on fresh connections never reached the other worker"
+
+    try:
+        run(main())
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_serve_needs_a_command_or_testy() -> None:
+    out = subprocess.run([sys.executable, "-m", "acp_fast.cli.main", "serve"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--testy" in out.stderr
+
+
+def test_policy_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        ServerPolicy(max_body=0)
+    with pytest.raises(ValueError):
+        ServerPolicy(idle_timeout=0)
+    with pytest.raises(ValueError):
+        AcpApp(lambda: None, path="acp")  # type: ignore[arg-type,return-value]
+
+
+
+
+def test_listening_socket_turns_nagle_off_on_asyncio() -> None:
+    """Accepted sockets of the runners' listener have TCP_NODELAY on the stock asyncio loop
+    (which sets it only when the socket's proto says TCP): otherwise every response whose
+    head and body are two writes waits for the client's delayed ACK."""
+    from acp_fast.transport.remote.runner import _listen
+
+    async def main() -> int:
+        got: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                got.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+        listener = _listen("127.0.0.1", 0)
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listener)
+        _, writer = await asyncio.open_connection("127.0.0.1", listener.getsockname()[1])
+        value = await asyncio.wait_for(got, 5)
+        writer.close()
+        server.close()
+        return value
+
+    assert asyncio.run(main()) != 0
