@@ -70,12 +70,15 @@ class Sse:
         from acp_fast.transport.remote._wire import SseParser
 
         parser = SseParser()
-        async with c.stream("GET", url, headers={**headers, "accept": "text/event-stream"}) as resp:
-            self.status.set_result(resp.status_code)
-            async for chunk in resp.aiter_bytes():
-                for data in parser.feed(chunk):
-                    self.ids.append(parser.last_event_id or "")
-                    self.messages.put_nowait(json.loads(data))
+        try:
+            async with c.stream("GET", url, headers={**headers, "accept": "text/event-stream"}) as resp:
+                self.status.set_result(resp.status_code)
+                async for chunk in resp.aiter_bytes():
+                    for data in parser.feed(chunk):
+                        self.ids.append(parser.last_event_id or "")
+                        self.messages.put_nowait(json.loads(data))
+        except httpx.TransportError:  # the server went away (end of a test): the stream ended
+            pass
         self.messages.put_nowait(None)
 
     async def until(self, pred: Callable[[Any], bool]) -> list[Any]:
@@ -180,11 +183,12 @@ def test_session_header_rules(engine: ModuleType) -> None:
             r = await c.post(url, json={"jsonrpc": "2.0", "id": 7, "method": "session/prompt",
                                         "params": {"prompt": [{"type": "text", "text": "hi"}]}}, headers=h)
             assert r.status_code == 400 and "Acp-Session-Id" in r.json()["error"]["message"]
-            # filled from the header: the agent sees the session and answers
+            # filled from the header: the agent sees the session and answers on its stream
+            session = Sse(c, url, hs)
             r = await c.post(url, json={"jsonrpc": "2.0", "id": 8, "method": "session/prompt",
                                         "params": {"prompt": [{"type": "text", "text": "echo filled"}]}}, headers=hs)
             assert r.status_code == 202
-            seen = await conn.until(lambda m: m.get("id") == 8)
+            seen = await session.until(lambda m: m.get("id") == 8)
             assert seen[-1]["result"]["stopReason"] == "end_turn"
             assert any("filled" in json.dumps(m) for m in seen if m.get("method") == "session/update")
             r = await c.post(url, json={"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 99}}, headers=hs)
@@ -462,7 +466,7 @@ def test_agent_paused_while_nobody_reads_memory_bounded() -> None:
             assert conn_state.paused
             assert conn_state.queued < 64 * 1024 + 200 * 1024  # the bound plus what was in flight
             assert sent < total
-            reader = Sse(c, where.http_url, h)
+            reader = Sse(c, where.http_url, {**h, "acp-session-id": "s"})
             seen = await reader.until(lambda m: m["params"]["update"]["n"] == total - 1)
             assert [m["params"]["update"]["n"] for m in seen] == list(range(total))
             reader.stop()
@@ -521,8 +525,9 @@ def test_hypercorn_http2_over_tls(tmp_path: Path, engine: ModuleType) -> None:
                 conn = Sse(c, url, h)
                 await c.post(url, json=NEW, headers=h)
                 sid = (await conn.until(lambda m: m.get("id") == 1))[-1]["result"]["sessionId"]
+                session = Sse(c, url, {**h, "acp-session-id": sid})
                 await c.post(url, json=prompt(2, sid, "stream 200"), headers={**h, "acp-session-id": sid})
-                seen = await conn.until(lambda m: m.get("id") == 2)
+                seen = await session.until(lambda m: m.get("id") == 2)
                 assert sum(m.get("method") == "session/update" for m in seen) == 200
 
     run(main())
@@ -626,3 +631,25 @@ def test_listening_socket_turns_nagle_off_on_asyncio() -> None:
         return value
 
     assert asyncio.run(main()) != 0
+
+
+def test_a_session_stream_opened_late_gets_the_whole_turn_in_order(engine: ModuleType) -> None:
+    """A client that opens the session's stream after posting its prompt (as the Python SDK's
+    client may) still gets every update of the turn before the prompt's response, all on the
+    session stream: a session's messages never split over two streams."""
+
+    async def main() -> None:
+        async with served(make_testy(engine)) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            h = await initialize(c, url)
+            conn = Sse(c, url, h)
+            await c.post(url, json=NEW, headers=h)
+            sid = (await conn.until(lambda m: m.get("id") == 1))[-1]["result"]["sessionId"]
+            await c.post(url, json=prompt(2, sid, "stream 300"), headers={**h, "acp-session-id": sid})
+            await asyncio.sleep(0.3)  # the agent has streamed (part of) the turn before anyone reads it
+            session = Sse(c, url, {**h, "acp-session-id": sid})
+            seen = await session.until(lambda m: m.get("id") == 2)
+            assert sum(m.get("method") == "session/update" for m in seen) == 300
+            assert conn.messages.empty()
+
+    run(main())

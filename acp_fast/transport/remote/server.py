@@ -174,8 +174,7 @@ def _error_body(status: int, message: str, code: int = INVALID_REQUEST) -> bytes
 class _EventStream:
     """The queue of one SSE stream (connection or session) and its replay window."""
 
-    __slots__ = ("key", "queue", "queued", "next_id", "sent", "sent_bytes", "reader", "ever_read",
-                 "wake", "ended")
+    __slots__ = ("key", "queue", "queued", "next_id", "sent", "sent_bytes", "reader", "wake", "ended")
 
     def __init__(self, key: str | None) -> None:
         self.key = key
@@ -185,7 +184,6 @@ class _EventStream:
         self.sent: collections.deque[tuple[int, bytes]] = collections.deque()
         self.sent_bytes = 0
         self.reader: object | None = None  # the token of the attached reader
-        self.ever_read = False
         self.wake: asyncio.Event = asyncio.Event()
         self.ended = False
 
@@ -314,44 +312,53 @@ class _Connection:
             if kind == _kinds.MALFORMED:
                 logger.warning("connection %s: agent wrote a line that is not JSON-RPC; not forwarded", self.id[:8])
                 continue
-            line = bytes(frame.raw)
-            if kind == _kinds.BATCH:
-                for entry in frame:
-                    if entry.kind == _kinds.RESPONSE:
-                        self.routes.pop(_key(entry.id), None)
-                size += self.streams[None].put(line)
-                continue
-            if kind == _kinds.RESPONSE:
-                k = _key(frame.id)
-                if k == self.init_id and self.init_reply is not None:
-                    self.init_id = None
-                    if not self.init_reply.done():
-                        self.init_reply.set_result(line)
-                    continue
-                route, method = self.routes.pop(k, (None, None))
-                if method is not None and method.startswith("session/") and frame.error is None:
-                    result = frame.result
-                    if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
-                        self.sessions.add(result["sessionId"])
-                size += self._stream_for(route).put(line)
-                continue
-            params = frame.params
-            sid = params.get("sessionId") if isinstance(params, dict) else None
-            if isinstance(sid, str):
-                self.sessions.add(sid)
-                size += self._stream_for(sid).put(line)
-            else:
-                size += self.streams[None].put(line)
+            try:
+                size += self._route(frame, kind)
+            except ValueError:  # a payload that does not decode: still delivered, unrouted
+                logger.warning("connection %s: agent message with an undecodable payload", self.id[:8])
+                size += self.streams[None].put(bytes(frame.raw))
         if size:
             self._count(size)
 
+    def _route(self, frame: Any, kind: int) -> int:
+        """Queue one message of the agent on its stream; returns the bytes queued."""
+        line = bytes(frame.raw)
+        if kind == _kinds.BATCH:
+            for entry in frame:
+                if entry.kind == _kinds.RESPONSE:
+                    self.routes.pop(_key(entry.id), None)
+            return self.streams[None].put(line)
+        if kind == _kinds.RESPONSE:
+            k = _key(frame.id)
+            if k == self.init_id and self.init_reply is not None:
+                self.init_id = None
+                if not self.init_reply.done():
+                    self.init_reply.set_result(line)
+                return 0
+            route, method = self.routes.pop(k, (None, None))
+            if method is not None and method.startswith("session/") and frame.error is None:
+                result = frame.result
+                if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
+                    self.sessions.add(result["sessionId"])
+            return self._stream_for(route).put(line)
+        params = frame.params
+        sid = params.get("sessionId") if isinstance(params, dict) else None
+        if isinstance(sid, str):
+            self.sessions.add(sid)
+            return self._stream_for(sid).put(line)
+        return self.streams[None].put(line)
+
     def _stream_for(self, session: str | None) -> _EventStream:
-        """A session's stream once a reader has opened it; the connection stream before."""
-        if session is not None:
-            s = self.streams.get(session)
-            if s is not None and s.ever_read:
-                return s
-        return self.streams[None]
+        """The stream of ``session`` (made on first use: it queues until a reader opens it).
+
+        Every message of a session goes to that session's stream, so its order is the
+        agent's order whenever the reader opens it (a session's messages never split over
+        two streams, which a client reads concurrently).
+        """
+        s = self.streams.get(session)
+        if s is None:
+            s = self.streams[session] = _EventStream(session)
+        return s
 
     def _count(self, size: int) -> None:
         self.queued += size
@@ -665,7 +672,6 @@ class AcpApp:
                 return
         token = object()
         events.reader = token
-        events.ever_read = True
         try:
             await self._stream(conn, events, receive, send)
         finally:
