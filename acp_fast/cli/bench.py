@@ -69,6 +69,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, help="unmeasured chunks/echoes before measuring")
     g.add_argument("--png", metavar="PATH", help="also draw a bar chart (needs matplotlib)")
     g.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    g = p.add_argument_group("remote rows")
+    g.add_argument("--remote", action="store_true",
+                   help="the remote rows instead of the suite: WebSocket and Streamable HTTP servers and clients "
+                        "(acp_fast, the Python SDK, the TS SDK), the gateway, 1,000 connections "
+                        "(acp_fast.benchmark.remote; uses --quick, --repeat/--runs, --loops, --n, --m, --peers, --json)")
     g = p.add_argument_group("probe mode")
     g.add_argument("--agent", metavar="CMD|URL",
                    help="measure this ACP agent command (or remote agent: ws(s):// or http(s):// URL) instead of the suite")
@@ -108,7 +113,21 @@ def run(args: argparse.Namespace) -> int:
         return _run_from_json(args)
     if args.agent:
         return _run_probe(args)
+    if getattr(args, "remote", False):
+        return _run_remote(args)
     return _run_suite(args)
+
+
+def _run_remote(args: argparse.Namespace) -> int:
+    from acp_fast.benchmark.remote import main as remote_main
+
+    argv: list[str] = ["--quick"] if args.quick else []
+    rounds = args.repeat or args.runs
+    for flag, value in (("--rounds", rounds), ("--n", args.n), ("--m", args.m), ("--loops", args.loops),
+                        ("--peers", args.peers), ("--json", args.json)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return remote_main(argv)
 
 
 def _run_probe(args: argparse.Namespace) -> int:

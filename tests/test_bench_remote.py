@@ -1,0 +1,52 @@
+"""The remote rows of the benchmark (``acp-fast bench --remote``): the goals are computed from
+the rows' medians, a failed run is an error in its row (never a number), and a tiny real run of
+the acp_fast pair over WebSocket and HTTP and of the connection row produces its figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from acp_fast.benchmark import remote
+from acp_fast.benchmark.remote import RemoteConfig, RemoteResult, render, run_remote, verdicts
+
+
+def _row(pair: str, transport: str, workload: str, runs: list[float]) -> RemoteResult:
+    return RemoteResult(pair, transport, workload, "uvloop", "updates/s", runs=runs)
+
+
+def test_verdicts_from_medians() -> None:
+    cfg = RemoteConfig(loops=("uvloop",), connections=10)
+    rows = [_row("acp_fast", "ws", "stream", [100.0, 300.0, 200.0]), _row("pysdk", "ws", "stream", [10.0, 30.0, 20.0]),
+            _row("ts", "ws", "stream", [100.0]), _row("gateway", "ws", "stream", [40.0]),
+            _row("direct", "stdio", "stream", [100.0]),
+            RemoteResult("acp_fast", "ws", "connections", "uvloop", "KiB", runs=[150.0])]
+    got = {v["goal"]: v for v in verdicts(rows, cfg)}
+    assert got["WebSocket streaming vs the Python SDK"]["measured"] == pytest.approx(10.0)
+    assert got["WebSocket streaming vs the Python SDK"]["met"]
+    assert got["WebSocket streaming vs the TS SDK"]["measured"] == pytest.approx(2.0)
+    assert not got["WebSocket streaming vs the TS SDK"]["met"]
+    assert not got["gateway (WebSocket) vs the direct stdio pair"]["met"]
+    assert got["HTTP round trips vs the Python SDK"]["measured"] is None  # no rows: no number
+    assert got["10 WebSocket connections, server RSS per connection"]["met"]
+    text = render(rows, cfg)
+    assert "MISS" in text and "PASS" in text
+
+
+def test_a_failed_run_is_an_error_not_a_number() -> None:
+    with pytest.raises(RuntimeError):
+        remote._rate({"ok": True, "updatesReceived": 999, "seconds": 1.0}, "stream", 1000)
+    with pytest.raises(RuntimeError):
+        remote._rate({"ok": False, "error": "boom"}, "stream", 10)
+    assert remote._rate({"ok": True, "n": 10, "seconds": 2.0}, "stream", 10) == 5.0
+
+
+def test_tiny_real_run_of_the_acp_fast_rows() -> None:
+    cfg = RemoteConfig(rounds=1, n=200, m=20, connections=20, warmup=10, loops=("asyncio",), timeout=60.0)
+    rows = run_remote(cfg, rows=[("acp_fast", "ws", "stream"), ("acp_fast", "http", "roundtrips"),
+                                 ("direct", "stdio", "stream")])
+    by = {(r.pair, r.transport, r.workload): r for r in rows}
+    for key in (("acp_fast", "ws", "stream"), ("acp_fast", "http", "roundtrips"), ("direct", "stdio", "stream"),
+                ("acp_fast", "ws", "connections")):
+        row = by[key]
+        assert row.error is None, (key, row.error)
+        assert len(row.runs) == 1 and row.runs[0] > 0
