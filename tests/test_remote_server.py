@@ -57,6 +57,15 @@ async def initialize(c: httpx.AsyncClient, url: str) -> dict[str, str]:
     return {"acp-connection-id": r.headers["acp-connection-id"]}
 
 
+async def open_session(c: httpx.AsyncClient, url: str) -> tuple[dict[str, str], Sse, str]:
+    """initialize, the connection stream, session/new: the headers, the stream, the session id."""
+    h = await initialize(c, url)
+    conn = Sse(c, url, h)
+    await c.post(url, json=NEW, headers=h)
+    sid = (await conn.until(lambda m: m.get("id") == 1))[-1]["result"]["sessionId"]
+    return h, conn, sid
+
+
 class Sse:
     """Reads one SSE stream into a queue of decoded messages (and the raw ids seen)."""
 
@@ -170,10 +179,7 @@ def test_session_header_rules(engine: ModuleType) -> None:
     async def main() -> None:
         async with served(make_testy(engine)) as where, httpx.AsyncClient() as c:
             url = where.http_url
-            h = await initialize(c, url)
-            conn = Sse(c, url, h)
-            await c.post(url, json=NEW, headers=h)
-            sid = (await conn.until(lambda m: m.get("id") == 1))[-1]["result"]["sessionId"]
+            h, conn, sid = await open_session(c, url)
             hs = {**h, "acp-session-id": sid}
             bad = prompt(5, "other-session", "hi")
             r = await c.post(url, json=bad, headers=hs)
@@ -641,10 +647,7 @@ def test_a_session_stream_opened_late_gets_the_whole_turn_in_order(engine: Modul
     async def main() -> None:
         async with served(make_testy(engine)) as where, httpx.AsyncClient() as c:
             url = where.http_url
-            h = await initialize(c, url)
-            conn = Sse(c, url, h)
-            await c.post(url, json=NEW, headers=h)
-            sid = (await conn.until(lambda m: m.get("id") == 1))[-1]["result"]["sessionId"]
+            h, conn, sid = await open_session(c, url)
             await c.post(url, json=prompt(2, sid, "stream 300"), headers={**h, "acp-session-id": sid})
             await asyncio.sleep(0.3)  # the agent has streamed (part of) the turn before anyone reads it
             session = Sse(c, url, {**h, "acp-session-id": sid})

@@ -537,7 +537,10 @@ class AcpApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _named(self, headers: Mapping[bytes, bytes], send: Send) -> _Connection | None:
+    async def _named(self, headers: Mapping[bytes, bytes], send: Send, *,
+                     streamable: bool = False) -> _Connection | None:
+        """The connection a request names, or ``None`` once the refusal is sent (400 without an
+        id, 404 for an unknown one; with ``streamable``, 400 for a WebSocket connection)."""
         raw = headers.get(CONNECTION_ID_HEADER.lower().encode())
         if raw is None:
             await _respond(send, 400, _error_body(400, f"missing {CONNECTION_ID_HEADER} header"))
@@ -547,6 +550,9 @@ class AcpApp:
             await _respond(send, 404, _error_body(
                 404, f"unknown {CONNECTION_ID_HEADER}: closed, expired, or owned by another server "
                      f"process (route requests by {CONNECTION_ID_HEADER})"))
+            return None
+        if streamable and conn.websocket:
+            await _respond(send, 400, _error_body(400, "this connection is a WebSocket"))
             return None
         return conn
 
@@ -566,11 +572,8 @@ class AcpApp:
         if cid is None:
             await self._initialize(line, send)
             return
-        conn = await self._named(headers, send)
+        conn = await self._named(headers, send, streamable=True)
         if conn is None:
-            return
-        if conn.websocket:
-            await _respond(send, 400, _error_body(400, "this connection is a WebSocket"))
             return
         frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
         if len(frames) != 1:
@@ -644,11 +647,8 @@ class AcpApp:
         if CONTENT_TYPE_SSE.encode() not in headers.get(b"accept", b""):
             await _respond(send, 406, _error_body(406, f"Accept must include {CONTENT_TYPE_SSE}"))
             return
-        conn = await self._named(headers, send)
+        conn = await self._named(headers, send, streamable=True)
         if conn is None:
-            return
-        if conn.websocket:
-            await _respond(send, 400, _error_body(400, "this connection is a WebSocket"))
             return
         raw_session = headers.get(b"acp-session-id")
         key = raw_session.decode("utf-8", "replace") if raw_session is not None else None
