@@ -45,7 +45,7 @@ import types
 
 from ... import engine as _default_engine
 from ...engine import encode_error
-from ...errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
+from ...errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from ..memory import memory_pair
 from ..stream import Stream
 from ._wire import (
@@ -58,6 +58,7 @@ from ._wire import (
     KEEPALIVE_SECONDS,
     SESSION_SCOPED_METHODS,
     one_line,
+    sse_events,
 )
 
 __all__ = [
@@ -581,7 +582,7 @@ class AcpApp:
             return
         frame = frames[0]
         if frame.kind == _kinds.MALFORMED:
-            await _respond(send, 400, encode_error(None, frame.code, _reason(frame.code), frame.reason))
+            await _respond(send, 400, encode_error(None, frame.code, None, frame.reason))
             return
         raw_session = headers.get(b"acp-session-id")
         session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
@@ -690,7 +691,7 @@ class AcpApp:
             while True:
                 if events.queue:
                     first, lines, size = events.take(window)
-                    chunk = _sse(lines, first if window else None)
+                    chunk = sse_events(lines, first if window else None)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     conn.sent(size)
                     continue
@@ -782,16 +783,6 @@ class AcpApp:
                 await send({"type": "websocket.close", "code": 1011, "reason": "agent closed"})
         except Exception:  # noqa: BLE001 - the client went away; the receiver ends the connection
             pass
-
-
-def _sse(lines: list[bytes], first_id: int | None) -> bytes:
-    if first_id is None:
-        return b"".join([b"data: " + line + b"\n\n" for line in lines])
-    return b"".join([b"id: %d\ndata: %s\n\n" % (first_id + i, line) for i, line in enumerate(lines)])
-
-
-def _reason(code: int) -> str:
-    return {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid Request"}.get(code, "Invalid Request")
 
 
 def _checked(entry: Any, session: str | None, engine: Any) -> tuple[str | None, bytes | None] | str:
