@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from .errors import AcpFastError, DecoderClosedError, EncodeError, JsonRpcError, SendBufferFull
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # The engine and the API layer (roles, sessions) are imported on first use only: ``import
 # acp_fast`` must stay cheap (start-up budget; the SDK drop-in's activation imports it), so

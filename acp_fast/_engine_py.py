@@ -76,7 +76,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Iterable, Iterator, List, Union
+from typing import Any, Iterable, Iterator, List, NoReturn, Union
 
 from ._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from ._kinds import check_batch_state, check_message_state
@@ -99,6 +99,7 @@ from .errors import (
     DecoderClosedError,
     EncodeError,
 )
+from .jsontypes import Json, JsonObject, RequestId
 
 __all__ = [
     "IMPLEMENTATION",
@@ -171,7 +172,7 @@ class Message:
     kind: int
     id: int | str | None
     method: str | None
-    error: dict[str, Any] | None
+    error: JsonObject | None
     _line: bytes
     _start: int
     _end: int
@@ -179,7 +180,7 @@ class Message:
     _ide: int
     _ps: int
     _pe: int
-    _value: Any
+    _value: Json
 
     # Spans are byte offsets into ``_line`` (the whole line the message came in); ``_ids``
     # is -1 when the message has no id key, ``_ps`` -1 when it has no payload (params
@@ -229,7 +230,7 @@ class Message:
         else:
             self._ps, self._pe = base + off(payload[1]), base + off(payload[2])
 
-    def _payload(self) -> Any:
+    def _payload(self) -> Json:
         value = self._value
         if value is _UNSET:
             if self._ps < 0:
@@ -246,14 +247,14 @@ class Message:
         return RawJson(self._line[self._ps:self._pe])
 
     @property
-    def params(self) -> Any:
+    def params(self) -> Json:
         """Decoded ``params`` (``None`` when absent or null, and for responses)."""
         if self.kind == RESPONSE:
             return None
         return self._payload()
 
     @property
-    def result(self) -> Any:
+    def result(self) -> Json:
         """Decoded ``result`` of a success response (``None`` otherwise)."""
         if self.kind != RESPONSE:
             return None
@@ -738,7 +739,7 @@ class _HasRaw(Exception):
     pass
 
 
-def _default_strict(o: Any) -> Any:
+def _default_strict(o: object) -> NoReturn:
     if isinstance(o, RawJson):
         raise _HasRaw
     raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
@@ -749,12 +750,12 @@ _dumps_fast = json.JSONEncoder(
 ).encode
 
 
-def _dumps_with_raw(obj: Any) -> bytes:
+def _dumps_with_raw(obj: Json) -> bytes:
     """Slow path: splice ``RawJson`` values found inside ``obj`` through unique markers."""
     nonce = os.urandom(8).hex()
     raws: list[bytes] = []
 
-    def default(o: Any) -> Any:
+    def default(o: object) -> str:
         if isinstance(o, RawJson):
             _check_raw(o)
             raws.append(bytes(o))
@@ -777,7 +778,7 @@ def _check_raw(raw: bytes) -> None:
         raise EncodeError("RawJson value is empty")
 
 
-def encode_value(obj: Any) -> bytes:
+def encode_value(obj: Json) -> bytes:
     """Compact UTF-8 JSON for ``obj`` (no newline), splicing :class:`RawJson` verbatim.
 
     Output is byte-identical to ``json.dumps(obj, separators=(",", ":"),
@@ -835,7 +836,7 @@ def _check_params(params: Any) -> None:
         raise EncodeError(f"params must be a JSON object or array, not {type(params).__name__}")
 
 
-def encode_request(id: int | str | None, method: str, params: Any = None) -> bytes:
+def encode_request(id: RequestId | None, method: str, params: Json = None) -> bytes:
     """``{"jsonrpc":"2.0","id":…,"method":…,"params":…}\\n`` (params omitted when None).
 
     Raises:
@@ -849,7 +850,7 @@ def encode_request(id: int | str | None, method: str, params: Any = None) -> byt
     return head + b',"params":' + encode_value(params) + b"}\n"
 
 
-def encode_notification(method: str, params: Any = None) -> bytes:
+def encode_notification(method: str, params: Json = None) -> bytes:
     """``{"jsonrpc":"2.0","method":…,"params":…}\\n`` (params omitted when None).
 
     Raises:
@@ -862,12 +863,12 @@ def encode_notification(method: str, params: Any = None) -> bytes:
     return head + b',"params":' + encode_value(params) + b"}\n"
 
 
-def encode_result(id: int | str | None, result: Any) -> bytes:
+def encode_result(id: RequestId | None, result: Json) -> bytes:
     """``{"jsonrpc":"2.0","id":…,"result":…}\\n`` (``None`` becomes ``null``)."""
     return b'{"jsonrpc":"2.0","id":' + _encode_id(id) + b',"result":' + encode_value(result) + b"}\n"
 
 
-def encode_error(id: int | str | None, code: int, message: str | None = None, data: Any = _UNSET) -> bytes:
+def encode_error(id: RequestId | None, code: int, message: str | None = None, data: Json = _UNSET) -> bytes:
     """``{"jsonrpc":"2.0","id":…,"error":{"code","message","data"?}}\\n``.
 
     ``message`` defaults to the standard text for ``code``; ``data`` is omitted unless given.
@@ -907,7 +908,7 @@ def encode_batch(lines: Iterable[bytes]) -> bytes:
 _KEEP: Any = object()
 
 
-def forward(message: Message, id: Any = _KEEP) -> bytes:
+def forward(message: Message, id: RequestId | None = _KEEP) -> bytes:
     """Re-emit ``message`` as a line, with ``id`` spliced in place of its own id.
 
     Nothing but the id's bytes changes; ``params``/``result`` are never re-encoded.

@@ -8,14 +8,16 @@ decoder with :func:`set_decoder` (both follow the same rules).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
+
+from .jsontypes import Json
 
 __all__ = ["RawJson", "set_decoder"]
 
-_decoder: Callable[[bytes], Any] | None = None
+_decoder: Callable[[bytes], Json] | None = None
 
 
-def set_decoder(decoder: Callable[[bytes], Any] | None) -> None:
+def set_decoder(decoder: Callable[[bytes], Json] | None) -> None:
     """Install the function :meth:`RawJson.decode_json` calls (``None``: the strict reader)."""
     global _decoder
     _decoder = decoder
@@ -32,7 +34,7 @@ class RawJson(bytes):
 
     __slots__ = ()
 
-    def decode_json(self) -> Any:
+    def decode_json(self) -> Json:
         """Decode the value with the engine's strict JSON rules (those of ``Decoder``).
 
         Nesting is bounded by ``MAX_DEPTH_LIMIT`` (512).

@@ -22,7 +22,9 @@ import json.scanner
 import math
 import re
 from json.decoder import scanstring as _scanstring  # type: ignore[attr-defined]
-from typing import Any
+from typing import NoReturn
+
+from .jsontypes import Json
 
 __all__ = [
     "MAX_DEPTH_LIMIT",
@@ -53,7 +55,7 @@ class InvalidJson(ValueError):
     """The text is not valid JSON under the engine's policies."""
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise InvalidJson(f"non-standard constant {name}")
 
 
@@ -103,7 +105,7 @@ def depth_exceeds(line: bytes, max_depth: int) -> bool:
     return False
 
 
-def scan_value(text: str, pos: int) -> tuple[Any, int]:
+def scan_value(text: str, pos: int) -> tuple[Json, int]:
     """The JSON value starting at ``text[pos]`` and the index after it."""
     try:
         value, end = _scan_once(text, pos)
@@ -112,7 +114,7 @@ def scan_value(text: str, pos: int) -> tuple[Any, int]:
         raise InvalidJson(str(exc) or "invalid JSON") from None
 
 
-def loads_strict(text: str) -> Any:
+def loads_strict(text: str) -> Json:
     """``json.loads`` with the engine's policies; raises :class:`InvalidJson`."""
     value, end = scan_value(text, skip_ws(text, 0))
     if skip_ws(text, end) != len(text):
@@ -120,7 +122,7 @@ def loads_strict(text: str) -> Any:
     return value
 
 
-def loads_bytes(data: bytes, max_depth: int = MAX_DEPTH_LIMIT) -> Any:
+def loads_bytes(data: bytes, max_depth: int = MAX_DEPTH_LIMIT) -> Json:
     """Decode one JSON text given as UTF-8 bytes, nesting at most ``max_depth`` deep.
 
     Raises:
@@ -141,7 +143,7 @@ class Scanned:
     __slots__ = ("members", "duplicate")
 
     def __init__(self) -> None:
-        self.members: dict[str, tuple[Any, int, int]] = {}
+        self.members: dict[str, tuple[Json, int, int]] = {}
         self.duplicate = False
 
 
@@ -181,7 +183,7 @@ def scan_object(text: str, pos: int) -> tuple[Scanned, int]:
 
 def scan_array_spans(
     text: str, pos: int, keep: int = -1
-) -> tuple[list[tuple[Any, int, int]], int, int]:
+) -> tuple[list[tuple[Json, int, int]], int, int]:
     """Scan the array at ``text[pos] == "["``.
 
     Returns ``(items, count, end)``: ``(value, start, end)`` of the first ``keep`` elements
@@ -189,7 +191,7 @@ def scan_array_spans(
     the array. Elements past ``keep`` are validated and dropped, so a huge array costs no
     memory per element.
     """
-    items: list[tuple[Any, int, int]] = []
+    items: list[tuple[Json, int, int]] = []
     count = 0
     pos = skip_ws(text, pos + 1)
     if text.startswith("]", pos):

@@ -50,7 +50,7 @@ import logging
 import types
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar, Union, overload
 
 from . import engine as _engine
 from ._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
@@ -61,7 +61,12 @@ from .errors import (
     JsonRpcError,
     SendBufferFull,
 )
+from .jsontypes import Json, RequestId
 from .transport import Stream
+
+if TYPE_CHECKING:
+    from ._replies import BatchReply
+    from .engine import Decoder, Frame, Malformed, Message
 
 __all__ = [
     "CANCEL_METHOD",
@@ -72,6 +77,7 @@ __all__ = [
     "PendingRequest",
     "RequestContext",
     "RequestHandler",
+    "RequestResult",
     "Responder",
 ]
 
@@ -96,8 +102,14 @@ _REQUEST, _NOTIFICATION, _RESPONSE, _BATCH, _MALFORMED = REQUEST, NOTIFICATION, 
 _T = TypeVar("_T")
 _CoroutineType = types.CoroutineType
 _PLAIN = frozenset({type(None), dict, list, str, int, float, bool, tuple})
-RequestHandler = Callable[["RequestContext"], Any]
-NotificationHandler = Callable[[Any], Any]
+#: What a request handler returns: the result, or an awaitable giving it (a coroutine).
+RequestResult = Union[Json, Awaitable[Json]]  # noqa: UP007 - a runtime alias on 3.10
+#: A request handler: ``fn(ctx)`` returns the result or an awaitable of it.
+RequestHandler = Callable[["RequestContext"], RequestResult]
+#: A notification handler: ``fn(message)``; its return value is ignored, a coroutine is awaited.
+NotificationHandler = Callable[["Message"], object]
+_RH = TypeVar("_RH", bound=RequestHandler)
+_NH = TypeVar("_NH", bound=NotificationHandler)
 
 
 def _describe(exc: BaseException) -> str:
@@ -117,7 +129,7 @@ def _being_cancelled() -> bool:
     return cancelling is None or cancelling() > 0  # Python 3.10 cannot tell: assume it is
 
 
-def _is_coroutine(value: Any) -> bool:
+def _is_coroutine(value: object) -> TypeGuard[Coroutine[Any, Any, Any]]:
     t = type(value)
     return t is _CoroutineType or (t not in _PLAIN and asyncio.iscoroutine(value))
 
@@ -127,7 +139,7 @@ class _BatchState:
 
     __slots__ = ("dispatched", "reply")
 
-    def __init__(self, reply: Any) -> None:
+    def __init__(self, reply: BatchReply) -> None:
         self.reply = reply
         self.dispatched = False
 
@@ -164,14 +176,14 @@ class RequestContext:
         self._batch = batch
         self._slot = slot
         self._done = False
-        self._deferred: Any = None  # weakref to the Responder once deferred
+        self._deferred: weakref.ref[Responder] | None = None  # weakref to the Responder once deferred
         self._registered = False
         self._cancelled = False
         self._cancel_fut: asyncio.Future[None] | None = None
-        self._on_cancel: list[Callable[[], Any]] | None = None
+        self._on_cancel: list[Callable[[], object]] | None = None
 
     @property
-    def id(self) -> int | str | None:
+    def id(self) -> RequestId | None:
         """The request id, exactly as the peer sent it (typed)."""
         return self.message.id  # type: ignore[no-any-return]
 
@@ -181,7 +193,7 @@ class RequestContext:
         return self.message.method  # type: ignore[no-any-return]
 
     @property
-    def params(self) -> Any:
+    def params(self) -> Json:
         """Decoded params (``None`` when absent)."""
         return self.message.params
 
@@ -200,7 +212,7 @@ class RequestContext:
         if not self._cancelled:
             await asyncio.shield(self._waiter())
 
-    def add_cancel_callback(self, fn: Callable[[], Any]) -> None:
+    def add_cancel_callback(self, fn: Callable[[], object]) -> None:
         """Call ``fn()`` when the peer cancels this request: at once (synchronously, from
         the read path) when the ``$/cancel_request`` arrives, or soon if it already did.
         A callback-based :meth:`wait_cancelled` that needs no task (e.g. to pass the
@@ -212,7 +224,7 @@ class RequestContext:
         else:
             self._on_cancel.append(fn)
 
-    def _call_cancel_callback(self, fn: Callable[[], Any]) -> None:
+    def _call_cancel_callback(self, fn: Callable[[], object]) -> None:
         try:
             fn()
         except Exception:
@@ -301,7 +313,7 @@ class Responder:
         """True once the request has its answer (from this responder or otherwise)."""
         return self._ctx._done
 
-    def respond(self, result: Any = None) -> bool:
+    def respond(self, result: Json = None) -> bool:
         """Answer with ``result``; returns False (and warns) if already answered."""
         ctx = self._ctx
         if ctx._done:
@@ -429,7 +441,7 @@ class PendingRequest:
         self._fut.set_exception(asyncio.TimeoutError(f"request {self.method!r} timed out after {timeout} s"))
         self._abandon()
 
-    def _resolve(self, msg: Any) -> None:
+    def _resolve(self, msg: Message) -> None:
         self._answered = True
         if self._timer is not None:
             self._timer.cancel()
@@ -495,7 +507,7 @@ class Connection:
         max_backlog: int = DEFAULT_MAX_BACKLOG,
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
         attach: bool = True,
-        decoder: Any = None,
+        decoder: Decoder | None = None,
         first_id: int = 1,
     ) -> None:
         eng: Any = engine if engine is not None else _engine
@@ -561,7 +573,12 @@ class Connection:
 
     # -- registry -----------------------------------------------------------------------
 
-    def on_request(self, method: str, fn: RequestHandler | None = None) -> Any:
+    @overload
+    def on_request(self, method: str, fn: None = None) -> Callable[[_RH], _RH]: ...
+    @overload
+    def on_request(self, method: str, fn: _RH) -> _RH: ...
+
+    def on_request(self, method: str, fn: _RH | None = None) -> _RH | Callable[[_RH], _RH]:
         """Register the handler of requests named ``method`` (usable as a decorator).
 
         ``fn(ctx: RequestContext)`` returns the result, or a coroutine giving it.
@@ -571,7 +588,12 @@ class Connection:
         self._requests[method] = fn
         return fn
 
-    def on_notification(self, method: str, fn: NotificationHandler | None = None) -> Any:
+    @overload
+    def on_notification(self, method: str, fn: None = None) -> Callable[[_NH], _NH]: ...
+    @overload
+    def on_notification(self, method: str, fn: _NH) -> _NH: ...
+
+    def on_notification(self, method: str, fn: _NH | None = None) -> _NH | Callable[[_NH], _NH]:
         """Register the handler of notifications named ``method`` (usable as a decorator).
 
         ``fn(message)`` receives the notification ``Message`` (``.method``, ``.params``,
@@ -592,7 +614,7 @@ class Connection:
 
     # -- sending ------------------------------------------------------------------------
 
-    def request(self, method: str, params: Any = None, *, timeout: float | None = None,
+    def request(self, method: str, params: Json = None, *, timeout: float | None = None,
                 raw: bool = False) -> PendingRequest:
         """Send a request; returns a handle to ``await`` for its result.
 
@@ -626,7 +648,7 @@ class Connection:
             self._update_reading()
         return handle
 
-    def notify(self, method: str, params: Any = None) -> bool:
+    def notify(self, method: str, params: Json = None) -> bool:
         """Send a notification; returns False (nothing sent) once the connection closes.
 
         Raises:
@@ -763,7 +785,7 @@ class Connection:
         self._deliver(self._decoder.feed(data))
         self._update_reading()
 
-    def feed_frames(self, frames: list[Any]) -> None:
+    def feed_frames(self, frames: list[Frame]) -> None:
         """Dispatch frames decoded elsewhere (a router's first frames), as if just read."""
         self._deliver(frames)
         self._update_reading()
@@ -819,7 +841,7 @@ class Connection:
                 self._start_runner(coro)
         self._task_started = False
 
-    def _dispatch(self, frame: Any) -> Any:
+    def _dispatch(self, frame: Any) -> Awaitable[object] | None:
         """Dispatch one non-response frame; returns a coroutine that must block the FIFO."""
         kind = frame.kind
         if kind == _NOTIFICATION:
@@ -832,14 +854,14 @@ class Connection:
             self._malformed(frame)
         return None
 
-    def _route(self, msg: Any) -> None:
+    def _route(self, msg: Message) -> None:
         handle = self._pending.pop(msg.id, None)
         if handle is None:
             logger.warning("response for unknown request id %r dropped", msg.id)
             return
         handle._resolve(msg)
 
-    def _notification(self, msg: Any) -> Any:
+    def _notification(self, msg: Any) -> Awaitable[object] | None:
         method = msg.method
         if method == CANCEL_METHOD:
             self._peer_cancel(msg)
@@ -880,7 +902,7 @@ class Connection:
         elif ctx._deferred is None:
             self._answer(ctx, result)
 
-    async def _run_request(self, ctx: RequestContext, coro: Any) -> None:
+    async def _run_request(self, ctx: RequestContext, coro: Awaitable[Json]) -> None:
         try:
             result = await coro
         except asyncio.CancelledError:
@@ -896,7 +918,7 @@ class Connection:
         if ctx._deferred is None:
             self._answer(ctx, result)
 
-    def _batch(self, batch: Any) -> Any:
+    def _batch(self, batch: Any) -> Coroutine[Any, Any, None] | None:
         reply = self._BatchReply(batch)
         state = _BatchState(reply) if reply.needs_reply else None
         coro, index = self._batch_from(batch, 0, state)
@@ -904,14 +926,14 @@ class Connection:
             return None
         return self._batch_rest(coro, batch, index, state)
 
-    def _batch_from(self, batch: Any, start: int, state: _BatchState | None) -> tuple[Any, int]:
+    def _batch_from(self, batch: Any, start: int, state: _BatchState | None) -> tuple[Awaitable[object] | None, int]:
         entries = batch.entries
         for i in range(start, len(entries)):
             entry = entries[i]
             kind = entry.kind
             if kind == _REQUEST:
                 assert state is not None
-                self._request(entry, state, state.reply.slot(i))
+                self._request(entry, state, state.reply.slot(i))  # type: ignore[arg-type]  # a request has a slot
             elif kind == _NOTIFICATION:
                 coro = self._notification(entry)
                 if coro is not None:
@@ -924,12 +946,13 @@ class Connection:
                 self._emit(state)
         return None, len(entries)
 
-    async def _batch_rest(self, coro: Any, batch: Any, index: int, state: _BatchState | None) -> None:
+    async def _batch_rest(self, coro: Awaitable[object] | None, batch: Any, index: int,
+                          state: _BatchState | None) -> None:
         while coro is not None:
             await self._await_notification(coro)
             coro, index = self._batch_from(batch, index, state)
 
-    def _malformed(self, frame: Any) -> None:
+    def _malformed(self, frame: Malformed) -> None:
         if frame.response_shaped:
             logger.warning("malformed response dropped (%s): %.200r", frame.reason, frame.raw)
             return
@@ -940,7 +963,7 @@ class Connection:
         if line is not None:
             self._send(line)
 
-    def _peer_cancel(self, msg: Any) -> None:
+    def _peer_cancel(self, msg: Message) -> None:
         params = msg.params
         rid = params.get("requestId", self) if type(params) is dict else self
         if rid is self or not (type(rid) is int or type(rid) is str or rid is None):
@@ -952,11 +975,11 @@ class Connection:
 
     # -- the FIFO runner ----------------------------------------------------------------
 
-    def _start_runner(self, coro: Any) -> None:
+    def _start_runner(self, coro: Awaitable[object]) -> None:
         self._runner = task = self._loop.create_task(self._run_fifo(coro))
         task.add_done_callback(self._runner_done)
 
-    async def _run_fifo(self, coro: Any) -> None:
+    async def _run_fifo(self, coro: Awaitable[object] | None) -> None:
         queue = self._queue
         try:
             while coro is not None:
@@ -979,7 +1002,7 @@ class Connection:
     async def _drained_queue(self) -> None:
         """A no-op to restart the runner on (it then drains the queue)."""
 
-    async def _await_notification(self, coro: Any) -> None:
+    async def _await_notification(self, coro: Awaitable[object]) -> None:
         try:
             await coro
         except asyncio.CancelledError:
@@ -1010,7 +1033,7 @@ class Connection:
         ctx._registered = True
         self._inflight[ctx.message.id] = ctx  # the newest registration of an id wins
 
-    def _answer(self, ctx: RequestContext, result: Any) -> None:
+    def _answer(self, ctx: RequestContext, result: Json) -> None:
         try:
             line = self._enc_result(ctx.message.id, result)
         except Exception as exc:  # noqa: BLE001 - EncodeError, or a result whose methods raise

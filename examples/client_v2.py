@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
-try:
-    import acp_fast  # noqa: F401
-except ImportError:  # running from a source checkout without installing
+if importlib.util.find_spec("acp_fast") is None:  # running from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from acp_fast import AcpConnection, Client, Context, JsonRpcError, SessionUpdate, spawn
-from acp_fast.roles import V2Session
+from acp_fast import Client, Context, JsonRpcError, SessionUpdate, spawn
+from acp_fast.roles import V2, ClientConnection
 
 
 def default_agent() -> list[str]:
@@ -42,18 +40,18 @@ def default_agent() -> list[str]:
 async def run(command: list[str], prompt: str, cwd: str) -> str | None:
     client = Client.v2().with_info("example-client-v2", "1.0")
 
-    @client.on_session_update
     def on_update(update: SessionUpdate, cx: Context) -> None:
         payload = update.payload
         if update.kind == "agent_message_chunk" and payload.get("content", {}).get("type") == "text":
             sys.stdout.write(payload["content"]["text"])
             sys.stdout.flush()
 
-    async def main(cx: AcpConnection) -> str | None:
+    client.on_session_update(on_update)
+
+    async def main(cx: ClientConnection[V2]) -> str | None:
         await cx.initialize()
         opened = await cx.build_session(cwd=cwd)
-        session = opened.session
-        assert isinstance(session, V2Session)  # a v2 connection opens v2 sessions
+        session = opened.session  # a V2Session: a v2 connection opens v2 sessions
         epoch = session.idle_epoch
         receipt = await session.send_prompt(prompt)  # the insertion receipt, not the end
         print(f"[prompt accepted: {receipt.get('messageId')}]", file=sys.stderr)
@@ -68,7 +66,7 @@ async def run(command: list[str], prompt: str, cwd: str) -> str | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--prompt", default="Hello from acp_fast", help="prompt text")
     parser.add_argument("--cwd", default=os.getcwd(), help="session working directory")
     parser.add_argument("agent", nargs="*", help="agent command (after --)")

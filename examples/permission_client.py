@@ -19,18 +19,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
-try:
-    import acp_fast  # noqa: F401
-except ImportError:  # running from a source checkout without installing
+if importlib.util.find_spec("acp_fast") is None:  # running from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from acp_fast import AcpConnection, Client, Context, JsonRpcError, SessionUpdate, spawn
+from acp_fast import Client, Context, JsonRpcError, SessionUpdate, spawn
+from acp_fast.protocol import methods_v1, types_v1
+from acp_fast.roles import V1, ClientConnection
 
 
 def default_agent() -> list[str]:
@@ -38,35 +38,37 @@ def default_agent() -> list[str]:
     return [exe, "testy"] if exe else [sys.executable, "-m", "acp_fast.cli.main", "testy"]
 
 
-def decide(options: list[dict[str, Any]], choose: str) -> dict[str, Any]:
+def decide(options: list[types_v1.PermissionOption], choose: str) -> types_v1.RequestPermissionResponse:
     """The ``RequestPermissionResponse`` for ``choose`` (allow / reject / cancel)."""
     if choose != "cancel":
         for option in options:
-            if str(option.get("kind", "")).startswith(choose):
+            if option["kind"].startswith(choose):
                 return {"outcome": {"outcome": "selected", "optionId": option["optionId"]}}
     return {"outcome": {"outcome": "cancelled"}}
 
 
 async def run(command: list[str], prompt: str, choose: str, cwd: str) -> tuple[int, str]:
     client = Client.builder().with_info("example-permission-client", "1.0")
-    asked = []
+    asked: list[types_v1.RequestPermissionRequest] = []
 
-    @client.on_request("session/request_permission")
-    async def on_permission(params: dict[str, Any], cx: Context) -> dict[str, Any]:
+    async def on_permission(params: types_v1.RequestPermissionRequest, cx: Context
+                            ) -> types_v1.RequestPermissionResponse:
         asked.append(params)
-        title = params.get("toolCall", {}).get("title") or params.get("title")
+        title = params["toolCall"].get("title")
         await asyncio.sleep(0)  # stand-in for asking a user; the connection keeps reading
-        answer = decide(params.get("options", []), choose)
+        answer = decide(params["options"], choose)
         print(f"[permission for {title!r}: {answer['outcome']}]", file=sys.stderr)
         return answer
 
-    @client.on_session_update
     def on_update(update: SessionUpdate, cx: Context) -> None:
-        content = update.payload.get("content")
-        if update.kind == "agent_message_chunk" and isinstance(content, dict) and content.get("type") == "text":
-            sys.stdout.write(content["text"][:80] + "\n")
+        payload = update.payload
+        if update.kind == "agent_message_chunk" and payload.get("content", {}).get("type") == "text":
+            sys.stdout.write(payload["content"]["text"][:80] + "\n")
 
-    async def main(cx: AcpConnection) -> str:
+    client.on_request(methods_v1.session.request_permission, on_permission)  # typed
+    client.on_session_update(on_update)
+
+    async def main(cx: ClientConnection[V1]) -> str:
         await cx.initialize({"clientCapabilities": {}})
         session = (await cx.build_session(cwd)).session
         result = await session.send_prompt(prompt)
@@ -81,7 +83,7 @@ async def run(command: list[str], prompt: str, choose: str, cwd: str) -> tuple[i
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--choose", choices=("allow", "reject", "cancel"), default="allow")
     parser.add_argument("--prompt", default="permission stream 3 chunks", help="prompt text")
     parser.add_argument("--cwd", default=os.getcwd(), help="session working directory")

@@ -12,9 +12,12 @@ What counts as an import (an arrow A -> B):
   modules together, it only moves the moment the tie is paid;
 * ``importlib.import_module("acp_fast.x")`` with a constant name (one built at run time,
   such as an engine twin chosen by name, is not followed);
-* NOT an import under ``if TYPE_CHECKING:``: it never runs, and it is how a lower module
-  names a higher module's type in an annotation (the package face ``acp_fast/__init__.py``
-  types its lazy attributes this way).
+* an import under ``if TYPE_CHECKING:`` too: it never runs, but it still ties the two
+  modules' designs together (a lower module that names a higher module's type depends on
+  it), and a drawing of the tree shows it as an arrow like any other. A lower module that
+  needs to speak of a higher one names a ``Protocol`` of its own layer instead
+  (``roles.context.Peer``, ``roles.mcp.McpConnection``); the package face
+  ``acp_fast/__init__.py`` types its lazy attributes this way, which is an arrow down.
 
 Where an arrow points: ``from .x import y`` points at the submodule ``x.y`` when ``y`` is one,
 else at ``x`` (a package: its ``__init__``); ``import a.b.c`` points at the longest prefix
@@ -98,25 +101,10 @@ def _target(name: str, known: dict[str, Path]) -> str | None:
     return name or None
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If):
-            test = node.test
-            if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-                    isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
-                for child in node.body:
-                    skipped.update(id(n) for n in ast.walk(child))
-    return skipped
-
-
 def _python_imports(name: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[str, int]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     is_package = path.name == "__init__.py"
-    skipped = _type_checking_nodes(tree)
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
@@ -216,7 +204,8 @@ def test_the_graph_sees_the_package() -> None:
     assert ("acp_fast.roles._hot", "acp_fast.roles._hot_c") in arrows  # the compiled twin
     assert ("acp_fast.roles._hot_c", "acp_fast.jsonrpc") in arrows  # compiled from _hot_py.py
     assert ("acp_fast._engine_c", "acp_fast._rawjson") in arrows  # a .pyx file's import
-    assert ("acp_fast.roles.builders", "acp_fast") in arrows  # inside a function (__version__)
+    assert ("acp_fast.testy.v1", "acp_fast") in arrows  # inside a function (Agent)
+    assert ("acp_fast", "acp_fast.roles") in arrows  # under TYPE_CHECKING (the face's lazy names)
 
 
 def test_no_import_circles() -> None:

@@ -142,18 +142,22 @@ def test_package_data_names_only_files_that_exist() -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# One version source: acp_fast.__version__ (read statically into the build's metadata)
+# One version source: acp_fast/_version.py (read statically into the build's metadata)
 # ---------------------------------------------------------------------------------------
 
 
 def test_version_has_one_source() -> None:
-    """pyproject.toml names no version of its own: setuptools reads ``acp_fast.__version__``."""
+    """pyproject.toml names no version of its own: setuptools reads ``acp_fast/_version.py``,
+    which the package face re-exports as ``acp_fast.__version__``."""
     pyproject = _pyproject()
     project = pyproject["project"]
     assert isinstance(project, dict)
     assert "version" not in project and "version" in project["dynamic"], project
     dynamic = pyproject["tool"]["setuptools"]["dynamic"]  # type: ignore[index]
-    assert dynamic["version"] == {"attr": "acp_fast.__version__"}, dynamic
+    assert dynamic["version"] == {"attr": "acp_fast._version.__version__"}, dynamic
+    from acp_fast import _version
+
+    assert acp_fast.__version__ is _version.__version__
 
 
 def test_version_agrees_in_metadata_cli_and_module() -> None:

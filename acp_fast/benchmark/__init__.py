@@ -21,7 +21,29 @@ tqdm); the client does not.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # resolved on first access (module __getattr__ below)
+    from .pairs import (
+        BASELINE,
+        CEILING,
+        DEFAULT_PAIRS,
+        PAIRS,
+        PYSDK_PEER,
+        REPO_ROOT,
+        TS_PEER,
+        Pair,
+        Requirement,
+        Variant,
+        acp_fast_agent,
+        configure,
+        get_pairs,
+        register_pair,
+        requirement_module,
+    )
+    from .suite import METRICS, Measurement, Metric, RunConfig, run_pairs
+    from .tables import goals_table, results_table, write_json
+    from .targets import GOALS, Goal, verdicts
 
 # Lazy exports: ``python -m acp_fast.benchmark.client`` runs as a benchmark peer and must not
 # pay for the harness (subprocess, threading, psutil, ...) in its start-up time and peak RSS.
@@ -44,7 +66,7 @@ __all__ = [  # noqa: RUF022 - grouped by module as in _EXPORTS
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,10 +38,13 @@ import resource
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acp_fast.cli.loops import LOOPS, loop_name
 from acp_fast.cli.loops import run as run_loop
+
+if TYPE_CHECKING:
+    from acp_fast.jsontypes import Json, JsonObject
 
 LARGE_CHUNK = 1048576
 
@@ -137,7 +140,7 @@ def _percentile(s: list[float], p: float) -> float:
     return s[min(len(s) - 1, max(0, math.ceil(p * len(s)) - 1))]
 
 
-def latency_summary(rate: str, prefix: str, total_ms: float, lat_ms: list[float]) -> dict[str, Any]:
+def latency_summary(rate: str, prefix: str, total_ms: float, lat_ms: list[float]) -> JsonObject:
     m = len(lat_ms)
     s = sorted(lat_ms)
 
@@ -168,7 +171,7 @@ class _State:
         self.first_update_at = 0.0
 
 
-async def _stats(cx: Any) -> dict[str, Any] | None:
+async def _stats(cx: Any) -> JsonObject | None:
     try:
         return await cx.send_request("_test/stats", {})  # type: ignore[no-any-return]
     except Exception:  # noqa: BLE001 - agent without the _test/stats extension
@@ -253,25 +256,25 @@ def _peak_rss_kib(pid: int | None) -> int | None:
     return None
 
 
-def _tree_per_msg(a: tuple[int, int] | None, b: tuple[int, int] | None, n: int, hops: int) -> dict[str, Any]:
+def _tree_per_msg(a: tuple[int, int] | None, b: tuple[int, int] | None, n: int, hops: int) -> JsonObject:
     if a is None or b is None or n <= 0:
         return {"streamChildCpuUsPerMsg": None, "streamTreeCpuUsPerMsg": None}
     child = (b[0] - a[0]) / 1000.0 / n
-    out: dict[str, Any] = {"streamChildCpuUsPerMsg": round(child, 3),
+    out: JsonObject = {"streamChildCpuUsPerMsg": round(child, 3),
                            "streamTreeCpuUsPerMsg": round((b[1] - a[1]) / 1000.0 / n, 3)}
     if hops > 0:
         out["streamChildCpuUsPerHop"] = round(child / hops, 3)
     return out
 
 
-def _cpu_per_msg(a: tuple[float, float | None], b: tuple[float, float | None], n: int) -> dict[str, Any]:
+def _cpu_per_msg(a: tuple[float, float | None], b: tuple[float, float | None], n: int) -> JsonObject:
     if n <= 0:
         return {}
     agent = None if a[1] is None or b[1] is None else round((b[1] - a[1]) / n, 2)
     return {"streamClientCpuUsPerMsg": round((b[0] - a[0]) / n, 2), "streamAgentCpuUsPerMsg": agent}
 
 
-async def run(args: Args) -> dict[str, Any]:
+async def run(args: Args) -> JsonObject:
     from acp_fast import IMPLEMENTATION, Client, __version__
     from acp_fast.transport import spawn
 
@@ -288,7 +291,7 @@ async def run(args: Args) -> dict[str, Any]:
             if type(content) is dict and content.get("type") == "text":
                 st.text_bytes += len(content["text"])  # the decoded text, read for real
 
-    def on_permission(params: Any, cx: Any) -> Any:
+    def on_permission(params: Json, cx: Any) -> JsonObject:
         st.permission_requests += 1
         return {"outcome": {"outcome": "selected", "optionId": params["options"][0]["optionId"]}}
 
@@ -304,9 +307,9 @@ async def run(args: Args) -> dict[str, Any]:
     t_spawn = perf()
     stream = await spawn(args.cmd, env=args.env, on_stderr=on_stderr)
     child_pid: int | None = getattr(stream, "pid", None)
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
 
-    async def main(cx: Any) -> dict[str, Any]:
+    async def main(cx: Any) -> JsonObject:
         t0 = perf()
         if args.v2:
             init = await cx.initialize({"capabilities": {}})

@@ -13,6 +13,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..jsontypes import JsonObject
+
 __all__ = ["CALIBRATION_LOOPS", "LOAD_PER_CPU", "MAX_DRIFT", "Snapshot", "busy_warnings", "calibrate", "cpu_count",
            "snapshot"]
 
@@ -57,7 +59,7 @@ class Snapshot:
         """The three load averages with two decimals, or ``"n/a"`` when unknown."""
         return "n/a" if self.load is None else " ".join(f"{x:.2f}" for x in self.load)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The snapshot as a JSON-ready dict (one key per field)."""
         return asdict(self)
 

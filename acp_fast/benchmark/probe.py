@@ -14,9 +14,15 @@ import asyncio
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+from ..jsontypes import Json, JsonObject
+
+if TYPE_CHECKING:
+    from ..roles import ClientBuilder
+    from ..transport import Stream
 
 __all__ = ["PROBE_METRICS", "ProbeResult", "probe", "probe_markdown", "probe_once"]
 
@@ -37,7 +43,7 @@ class ProbeResult:
 
     command: list[str]
     prompt: str
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[JsonObject] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def values(self, key: str) -> list[float]:
@@ -49,7 +55,7 @@ class ProbeResult:
         v = self.values(key)
         return statistics.median(v) if v else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The result as a JSON-ready dict: the command, the prompt, one row per metric with
         its runs and median, the runs' records and the errors."""
         return {
@@ -63,7 +69,7 @@ class ProbeResult:
 
 
 async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "auto",
-                     cwd: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+                     cwd: str | None = None, env: dict[str, str] | None = None) -> JsonObject:
     """One spawn → initialize → session/new → prompt → end-of-turn run; returns its numbers."""
     from acp_fast import Client
     from acp_fast.transport import spawn
@@ -83,13 +89,13 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
             if type(c) is dict and type(c.get("text")) is str:
                 st["text"] += len(c["text"])
 
-    def on_permission(params: Any, cx: Any) -> Any:
+    def on_permission(params: Json, cx: Any) -> JsonObject:
         options = params.get("options") or []
         if options:
             return {"outcome": {"outcome": "selected", "optionId": options[0]["optionId"]}}
         return {"outcome": {"outcome": "cancelled"}}
 
-    def transport() -> Any:
+    def transport() -> Awaitable[Stream]:
         st["t_spawn"] = perf()
         if len(command) == 1 and is_url(command[0]):  # a remote agent: ws(s):// or http(s)://
             return connect_url(command[0])
@@ -99,7 +105,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
         s = (await cx.build_session(cwd)).session
         return s, None
 
-    async def main(cx: Any) -> dict[str, Any]:
+    async def main(cx: Any) -> JsonObject:
         v2 = cx.version >= 2
         params = {"capabilities": {}} if v2 else {
             "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}}}
@@ -133,7 +139,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
             "stop_reason": stop_reason,
         }
 
-    def build(version: int) -> Any:
+    def build(version: int) -> ClientBuilder[Any]:
         b = Client.v2() if version == 2 else Client.builder()
         b.with_info("acp-fast-bench-probe", "1").on_session_update(on_update).with_main(main)
         if version == 1:
@@ -145,11 +151,12 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
         connector.with_v1(lambda: build(1))
     if protocol in ("auto", "2"):
         connector.with_v2(lambda: build(2))
-    return await connector.run(transport)  # type: ignore[no-any-return]
+    return cast("JsonObject", await connector.run(transport))  # main's result
 
 
 def probe(command: Sequence[str], prompt: str, *, runs: int = 3, timeout_s: float = 60.0,
-          protocol: str = "auto", on_run: Any = None) -> ProbeResult:
+          protocol: str = "auto",
+          on_run: Callable[[int, JsonObject | None, str | None], None] | None = None) -> ProbeResult:
     """``runs`` runs of :func:`probe_once` (each in a fresh event loop and process)."""
     from acp_fast.transport import run as run_loop
 

@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..jsontypes import JsonObject
+
 __all__ = ["GOALS", "RemoteConfig", "RemoteResult", "main", "run_remote"]
 
 PEERS = Path(__file__).resolve().parents[2] / "peers"
@@ -167,7 +169,7 @@ class _Server:
         self.err.close()
 
 
-def _client(argv: list[str], timeout: float) -> tuple[dict[str, Any], float]:
+def _client(argv: list[str], timeout: float) -> tuple[JsonObject, float]:
     """Run a client; its JSON line and the process's CPU seconds (``os.wait4``)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
@@ -185,10 +187,10 @@ def _client(argv: list[str], timeout: float) -> tuple[dict[str, Any], float]:
     raise RuntimeError(f"client {argv[:3]} timed out after {timeout:.0f} s")
 
 
-def _last_json(out: str, err: str) -> dict[str, Any]:
+def _last_json(out: str, err: str) -> JsonObject:
     for line in reversed(out.strip().splitlines()):
         if line.startswith("{"):
-            result: dict[str, Any] = json.loads(line)
+            result: JsonObject = json.loads(line)
             return result
     raise RuntimeError(f"the client printed no result: {err.strip()[-300:]!r}")
 
@@ -219,7 +221,7 @@ def _client_argv(pair: str, url: str, workload: str, n: int, loop: str, cfg: Rem
     raise ValueError(pair)
 
 
-def _rate(result: dict[str, Any], workload: str, n: int) -> float:
+def _rate(result: JsonObject, workload: str, n: int) -> float:
     if not result.get("ok", False):
         raise RuntimeError(str(result.get("error") or result))
     if workload == "stream":
@@ -330,10 +332,10 @@ def run_remote(cfg: RemoteConfig, *, rows: Sequence[tuple[str, str, str]] = ROWS
     return list(results.values())
 
 
-def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[dict[str, Any]]:
+def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[JsonObject]:
     """Each goal on each loop: the measured ratio (or value) and whether it is met."""
     by = {(r.pair, r.transport, r.workload, r.loop): r for r in rows}
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for loop in cfg.loops:
         for g in GOALS:
             a = by.get((*g.row, loop))

@@ -21,12 +21,15 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..jsontypes import JsonObject
 
 __all__ = ["main"]
 
 
-async def _run(target: str, workload: str, n: int, warmup: int) -> dict[str, Any]:
+async def _run(target: str, workload: str, n: int, warmup: int) -> JsonObject:
     from .. import IMPLEMENTATION, Client, Context, SessionUpdate
     from ..cli.loops import loop_name
     from ..transport import spawn

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..jsontypes import JsonObject
+
 __all__ = ["Invocation", "InvocationError", "pin_command", "pin_plan", "run_client"]
 
 #: ``python -c`` trampoline: pin to CPU argv[1], then exec argv[2:]
@@ -47,13 +49,13 @@ class Invocation:
     """
 
     argv: list[str]
-    result: dict[str, Any]
+    result: JsonObject
     wall_s: float
     client_rss_kib: int | None = None
     agent_rss_kib: int | None = None
     pinned: tuple[int, int] | None = None
     stderr_tail: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
 
 def pin_plan() -> tuple[int, int] | None:

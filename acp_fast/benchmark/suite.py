@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ..jsontypes import Json, JsonObject
 from .pairs import Pair, Variant
 from .runner import Invocation, InvocationError, run_client
 
@@ -61,7 +62,7 @@ class RunConfig:
                    large_repeat=1, **kw)
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> RunConfig:
+    def from_json(cls, d: Mapping[str, Json]) -> RunConfig:
         """The config of a run from its JSON (``"config"`` of :func:`~.tables.write_json`): lists
         back to tuples, missing keys at their defaults, keys this version does not know ignored.
         Raises :class:`ValueError` when a value has the wrong type."""
@@ -224,7 +225,7 @@ class Measurement:
     errors: list[str] = field(default_factory=list)
     skipped: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The measurement as a JSON-ready dict; ``errors`` and ``skipped`` only when set."""
         d = asdict(self)
         if not self.errors:
@@ -234,7 +235,7 @@ class Measurement:
         return d
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Measurement:
+    def from_json(cls, d: Mapping[str, Json]) -> Measurement:
         """The inverse of :meth:`to_json`: ``pair`` and ``workload`` are required, the other keys
         default as in the class, keys this version does not know are ignored. Raises
         :class:`ValueError` when a value has the wrong type."""
@@ -294,7 +295,7 @@ def run_pairs(
     on_start: Callable[[str], None] | None = None,
     on_tick: Callable[[str, float], None] | None = None,
     on_done: Callable[[str, str], None] | None = None,
-) -> tuple[list[Measurement], list[dict[str, Any]]]:
+) -> tuple[list[Measurement], list[JsonObject]]:
     """Runs every step of every runnable pair on every loop ``config.repeat`` times.
 
     Returns the measurements (a skipped pair gets one with ``workload="*"`` and the skip
@@ -316,7 +317,7 @@ def run_pairs(
         for m in METRICS
         if m.applies(v.pair)
     }
-    raw: list[dict[str, Any]] = []
+    raw: list[JsonObject] = []
     for rep in range(1, config.repeat + 1):
         for v in runnable:
             for step in STEPS:
@@ -326,7 +327,7 @@ def run_pairs(
                 if on_start:
                     on_start(label)
                 env = {**step.env(config), **v.pair.env}
-                record: dict[str, Any] = {"pair": v.pair.name, "loop": v.loop, "step": step.name, "repeat": rep,
+                record: JsonObject = {"pair": v.pair.name, "loop": v.loop, "step": step.name, "repeat": rep,
                                           "loadavg": _loadavg()}
                 try:
                     inv = run_client(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..jsontypes import Json, JsonObject
 from .pairs import CEILING, PAIRS
 from .suite import Measurement, RunConfig
 from .targets import verdicts
@@ -176,8 +177,8 @@ def goals_table(rows: Sequence[Measurement], loops: Sequence[str], *, tablefmt: 
                           ["left", "left", "left", "left", "right", "right", "left"], tablefmt)
 
 
-def write_json(path: str | os.PathLike[str], rows: Sequence[Measurement], raw: Sequence[dict[str, Any]],
-               config: RunConfig, meta: dict[str, Any]) -> None:
+def write_json(path: str | os.PathLike[str], rows: Sequence[Measurement], raw: Sequence[JsonObject],
+               config: RunConfig, meta: JsonObject) -> None:
     """Writes ``{"meta", "config", "rows", "goals", "raw"}`` to ``path``."""
     doc = {
         "meta": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(), **meta},
@@ -194,7 +195,7 @@ class BenchJSONError(ValueError):
     which file and why."""
 
 
-def portable_paths(doc: Any) -> Any:
+def portable_paths(doc: Json) -> Json:
     """``doc`` with this machine's paths in its strings made portable, so that a result file can
     be kept and compared across machines: this interpreter becomes ``python``, the working
     folder ``.`` and the home folder ``~`` (longest first; other strings unchanged)."""
@@ -204,7 +205,7 @@ def portable_paths(doc: Any) -> Any:
                     key=lambda pair: -len(pair[0]))
     places = [(old, new) for old, new in places if old not in ("", os.sep)]
 
-    def fix(value: Any) -> Any:
+    def fix(value: Json) -> Json:
         if isinstance(value, str):
             for old, new in places:
                 value = value.replace(old, new)
@@ -218,7 +219,7 @@ def portable_paths(doc: Any) -> Any:
     return fix(doc)
 
 
-def dump_json(path: str | os.PathLike[str], doc: Any) -> None:
+def dump_json(path: str | os.PathLike[str], doc: Json) -> None:
     """Writes ``doc`` to ``path`` (indented, UTF-8, a final newline), creating its folder; this
     machine's paths are made portable first (:func:`portable_paths`)."""
     p = Path(path)
@@ -226,7 +227,7 @@ def dump_json(path: str | os.PathLike[str], doc: Any) -> None:
     p.write_text(json.dumps(portable_paths(doc), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def load_json(path: str | os.PathLike[str], what: str, required: Iterable[str] = ()) -> dict[str, Any]:
+def load_json(path: str | os.PathLike[str], what: str, required: Iterable[str] = ()) -> JsonObject:
     """The JSON object in ``path``, which must hold the keys ``required``; otherwise
     :class:`BenchJSONError` saying that ``path`` is not ``what`` (e.g. ``"an acp-fast bench JSON"``)."""
     try:
@@ -252,8 +253,8 @@ class BenchJSON:
 
     rows: list[Measurement]
     config: RunConfig
-    meta: dict[str, Any]
-    goals: list[dict[str, Any]] | None  #: as stored (``None``: the file has none)
+    meta: JsonObject
+    goals: list[JsonObject] | None  #: as stored (``None``: the file has none)
 
 
 def read_json(path: str | os.PathLike[str]) -> BenchJSON:
@@ -278,7 +279,7 @@ def read_json(path: str | os.PathLike[str]) -> BenchJSON:
     return BenchJSON(rows, config, meta, goals)
 
 
-def goals_changed(stored: Sequence[dict[str, Any]] | None, rows: Sequence[Measurement],
+def goals_changed(stored: Sequence[JsonObject] | None, rows: Sequence[Measurement],
                   loops: Sequence[str]) -> bool:
     """Whether the goals ``stored`` with a run differ from the verdicts recomputed from its rows
     (the goal definitions changed since the run); ``False`` when none were stored."""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..jsontypes import JsonObject
 from .suite import METRICS, Measurement
 
 __all__ = ["DECIMALS", "GOALS", "Goal", "format_measured", "ratio", "verdicts"]
@@ -97,7 +98,7 @@ def _lookup(rows: Sequence[Measurement], pair: str, loop: str, workload: str) ->
     return None
 
 
-def verdicts(rows: Sequence[Measurement], loops: Sequence[str], goals: Sequence[Goal] = GOALS) -> list[dict[str, Any]]:
+def verdicts(rows: Sequence[Measurement], loops: Sequence[str], goals: Sequence[Goal] = GOALS) -> list[JsonObject]:
     """One dict per goal and loop: ``label, loop, pair, reference, workload, goal, measured,
     shown, unit, result`` (``"PASS"``, ``"MISS"`` or ``"n/a"``); ``measured`` is the unrounded
     ratio or median, ``shown`` its text."""

@@ -4,3 +4,14 @@ Subcommands: ``testy`` (the deterministic test agent, :mod:`acp_fast.cli.testy`)
 ``version``, and ``bench`` when :mod:`acp_fast.cli.bench` is present (it registers itself
 through its ``add_parser(subparsers)``).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+    from typing import TypeAlias
+
+    #: What each subcommand module's ``add_parser(subparsers)`` is given.
+    Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

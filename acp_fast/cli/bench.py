@@ -33,10 +33,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from acp_fast.benchmark.suite import Measurement, RunConfig
+
+    from ..jsontypes import Json, JsonObject
+    from . import Subparsers
 
 __all__ = ["AGENT_NOTES", "add_parser", "main", "report_text", "run"]
 
@@ -93,13 +96,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tables as GitHub markdown with alignment colons (tabulate 'pipe'), notes as a list")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Registers ``bench`` on the ``acp-fast`` subparsers (called by ``acp_fast.cli.main``)."""
     p = subparsers.add_parser("bench", help="end-to-end benchmarks (acp_fast vs the official SDKs, or any agent)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_arguments(p)
     p.set_defaults(func=run)
-    return p  # type: ignore[no-any-return]
+    return p
 
 
 def _err(msg: str) -> None:
@@ -139,7 +142,7 @@ def _run_probe(args: argparse.Namespace) -> int:
         return 2
     progress = not args.no_progress
 
-    def on_run(i: int, rec: dict[str, Any] | None, error: str | None) -> None:
+    def on_run(i: int, rec: JsonObject | None, error: str | None) -> None:
         if not progress:
             return
         if rec is None:
@@ -159,7 +162,7 @@ def _run_probe(args: argparse.Namespace) -> int:
     return 0 if result.runs else 1
 
 
-def _write(path: str, doc: dict[str, Any]) -> None:
+def _write(path: str, doc: JsonObject) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -309,7 +312,7 @@ GOALS_HEADING = ("Goals (medians of this run; public-API pairs only, each agains
                  "ratios compared unrounded, shown with at least 2 decimals):")
 
 
-def _snapshot_text(snap: Any) -> tuple[str, str, str]:
+def _snapshot_text(snap: Json) -> tuple[str, str, str]:
     """(load text, calibration ms, time stamp) of a snapshot's JSON (``?`` for what it lacks)."""
     from acp_fast.benchmark.machine import Snapshot
 
@@ -324,7 +327,7 @@ def _snapshot_text(snap: Any) -> tuple[str, str, str]:
     return text, "?" if not isinstance(cal, (int, float)) else f"{cal:.0f}", str(snap.get("at", "?"))
 
 
-def report_text(rows: Sequence[Measurement], config: RunConfig, meta: dict[str, Any], *,
+def report_text(rows: Sequence[Measurement], config: RunConfig, meta: JsonObject, *,
                 tablefmt: str | None = None) -> str:
     """What a suite run prints on stdout before "JSON written to": the results (and chain)
     table, the goals table and the notes from ``meta`` (command, run, agent, load, warnings).

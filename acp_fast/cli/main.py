@@ -21,7 +21,10 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from . import Subparsers
 
 __all__ = ["build_parser", "main"]
 
@@ -29,14 +32,14 @@ __all__ = ["build_parser", "main"]
 OPTIONAL_SUBCOMMANDS = ("acp_fast.cli.bench", "acp_fast.cli.conductor", "acp_fast.cli.serve", "acp_fast.cli.trace")
 
 
-def _version(args: Any) -> int:
+def _version(args: argparse.Namespace) -> int:
     from .. import IMPLEMENTATION, __version__
 
     print(f"acp-fast {__version__} (engine: {IMPLEMENTATION}, Python {sys.version.split()[0]})")
     return 0
 
 
-def _add_optional(subparsers: Any, name: str) -> None:
+def _add_optional(subparsers: Subparsers, name: str) -> None:
     if importlib.util.find_spec(name) is None:
         return
     module = importlib.import_module(name)  # an error inside an existing module is loud

@@ -12,16 +12,20 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .loops import LOOPS, run
+
+if TYPE_CHECKING:
+    from ..jsontypes import JsonObject
+    from . import Subparsers
 
 __all__ = ["add_parser", "main"]
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def add_parser(subparsers: Any) -> Any:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``acp-fast serve`` on the ``acp-fast`` parser's subparsers."""
     parser = subparsers.add_parser(
         "serve", help="serve a stdio agent (or Testy) to remote clients over HTTP and WebSocket",
@@ -59,7 +63,7 @@ def add_parser(subparsers: Any) -> Any:
     return parser
 
 
-def _config(args: Any, command: list[str]) -> dict[str, Any]:
+def _config(args: argparse.Namespace, command: list[str]) -> JsonObject:
     hosts = list(args.allow_host) or list(_LOOPBACK)
     return {
         "command": command or None,
@@ -74,7 +78,7 @@ def _config(args: Any, command: list[str]) -> dict[str, Any]:
     }
 
 
-def main(args: Any) -> int:
+def main(args: argparse.Namespace) -> int:
     """Run the server until SIGINT/SIGTERM."""
     command = list(args.agent)
     if command and command[0] == "--":
@@ -119,7 +123,7 @@ def main(args: Any) -> int:
     return 0
 
 
-def _workers(args: Any, cfg: dict[str, Any]) -> int:
+def _workers(args: argparse.Namespace, cfg: JsonObject) -> int:
     if args.server != "uvicorn":
         print("acp-fast serve: --workers needs --server uvicorn", file=sys.stderr)
         return 2

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 from .loops import LOOPS, run
+
+if TYPE_CHECKING:
+    from . import Subparsers
 
 __all__ = ["STREAM_CHOICES", "add_parser", "main"]
 
@@ -17,12 +21,12 @@ __all__ = ["STREAM_CHOICES", "add_parser", "main"]
 STREAM_CHOICES = ("api", "preencoded")
 
 
-def _engine_choice(name: str) -> str | None:
+def _engine_choice(name: Literal["auto", "c", "py"]) -> Literal["c", "py"] | None:
     """The engine twin to pass to ``serve`` by name (``None``: the active one)."""
     return None if name == "auto" else name
 
 
-def add_parser(subparsers: Any) -> Any:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Registers ``testy`` on the ``acp-fast`` subparsers (called by ``acp_fast.cli.main``)."""
     parser = subparsers.add_parser(
         "testy", help="run the deterministic test agent (Testy) on stdio",
@@ -50,7 +54,7 @@ def add_parser(subparsers: Any) -> Any:
     return parser
 
 
-def main(args: Any) -> int:
+def main(args: argparse.Namespace) -> int:
     """Serve Testy on stdio, in the versions, engine twin and event loop ``args`` asks for,
     until the client hangs up.
 

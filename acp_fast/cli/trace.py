@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from . import Subparsers
 
 __all__ = ["add_parser", "main"]
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Registers ``trace`` on the ``acp-fast`` subparsers (called by ``acp_fast.cli.main``)."""
     p = subparsers.add_parser("trace", help="view or summarise a conductor trace (--trace PATH)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -31,10 +34,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     summary = actions.add_parser("summary", help="print message counts per component and per method")
     summary.add_argument("trace", metavar="TRACE", help="the JSONL trace file")
     p.set_defaults(func=main)
-    return p  # type: ignore[no-any-return]
+    return p
 
 
-def main(args: Any) -> int:
+def main(args: argparse.Namespace) -> int:
     """Run ``acp-fast trace view`` (write the HTML page) or ``acp-fast trace summary`` (print
     the counts) on the trace file ``args`` names.
 

@@ -33,11 +33,13 @@ import itertools
 import json
 import logging
 import weakref
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 from urllib.parse import quote, unquote
 
 from ..errors import JsonRpcError
-from ..roles import Context, Proxy, ProxyBuilder
+from ..jsontypes import Json, JsonObject, RequestId
+from ..roles import V1, V2, Peer, Proxy, ProxyBuilder, ProxyContext
 from ..roles.routers import ProxyRouter
 
 __all__ = ["McpHttpBridge", "build", "main", "router"]
@@ -53,7 +55,7 @@ _REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 40
 MAX_BODY = 64 * 1024 * 1024
 
 
-def agent_has_acp_transport(result: Any, version: int) -> bool:
+def agent_has_acp_transport(result: Json, version: int) -> bool:
     """Whether an ``initialize`` result advertises the ``acp`` MCP transport."""
     if type(result) is not dict:
         return False
@@ -67,7 +69,7 @@ def agent_has_acp_transport(result: Any, version: int) -> bool:
     return type(mcp) is dict and mcp.get("acp") is True
 
 
-def with_acp_transport(result: Any, version: int) -> Any:
+def with_acp_transport(result: Json, version: int) -> Json:
     """``result`` advertising the ``acp`` MCP transport (the polyfill provides it)."""
     if type(result) is not dict:
         return result
@@ -89,7 +91,7 @@ class McpHttpBridge:
     """The local HTTP endpoint of one proxy connection: POSTs become ``mcp/message`` requests
     to the predecessor (the component that declared the server)."""
 
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: Peer) -> None:
         self.connection = connection
         self._server: asyncio.AbstractServer | None = None
         self._port = 0
@@ -126,7 +128,7 @@ class McpHttpBridge:
         finally:
             writer.close()
 
-    async def _handle(self, method: str, target: str, body: bytes) -> tuple[int, Any]:
+    async def _handle(self, method: str, target: str, body: bytes) -> tuple[int, Json]:
         path = target.split("?", 1)[0]
         if not path.startswith("/mcp/") or unquote(path[5:]) not in self._server_ids:
             return 404, None
@@ -141,7 +143,7 @@ class McpHttpBridge:
             return 400, _rpc_error(None, -32600, "a single JSON-RPC request or notification is expected")
         if "id" not in msg:
             return 202, None  # the binding carries no client-to-server notifications
-        envelope: dict[str, Any] = {"serverId": server_id, "requestId": f"polyfill-{next(self._ids)}",
+        envelope: JsonObject = {"serverId": server_id, "requestId": f"polyfill-{next(self._ids)}",
                                     "method": msg["method"]}
         if msg.get("params") is not None:
             envelope["params"] = msg["params"]
@@ -156,8 +158,8 @@ class McpHttpBridge:
         return 200, _rpc_error(msg["id"], -33002, "invalid mcp/message response carrier")
 
 
-def _rpc_error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
+def _rpc_error(rid: RequestId | None, code: int, message: str, data: Json = None) -> JsonObject:
+    error: JsonObject = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
     return {"jsonrpc": "2.0", "id": rid, "error": error}
@@ -193,7 +195,7 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes] 
     return method, target, body
 
 
-def _response(status: int, body: Any) -> bytes:
+def _response(status: int, body: Json) -> bytes:
     payload = b"" if body is None else json.dumps(body).encode()
     head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}", f"Content-Length: {len(payload)}"]
     if body is not None:
@@ -206,12 +208,12 @@ def _response(status: int, body: Any) -> bytes:
 class _State:
     """What the polyfill knows of one connection."""
 
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: Peer) -> None:
         self.native: bool | None = None  # None until the agent answered initialize
         self.bridge = McpHttpBridge(connection)
         connection.closed.add_done_callback(lambda _f: self.bridge.close())
 
-    async def adapt(self, params: Any) -> Any:
+    async def adapt(self, params: Json) -> Json:
         servers = params.get("mcpServers") if type(params) is dict else None
         if type(servers) is not list or not any(_is_acp(s) for s in servers):
             return params
@@ -225,49 +227,56 @@ class _State:
         return out
 
 
-def _is_acp(server: Any) -> bool:
+def _is_acp(server: Json) -> bool:
     return type(server) is dict and server.get("type") == "acp" and type(server.get("serverId")) is str
 
 
-_STATES: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
+_STATES: weakref.WeakKeyDictionary[Peer, _State] = weakref.WeakKeyDictionary()
 
 
-def _state(connection: Any) -> _State:
+def _state(connection: Peer) -> _State:
     state = _STATES.get(connection)
     if state is None:
         state = _STATES[connection] = _State(connection)
     return state
 
 
-def build(version: int) -> ProxyBuilder:
+_PB = TypeVar("_PB", ProxyBuilder[V1], ProxyBuilder[V2])
+
+
+def build(version: int) -> ProxyBuilder[int]:
     """The polyfill proxy of ACP ``version`` (1 or 2)."""
-    proxy = Proxy.v2() if version >= 2 else Proxy.builder()
+    return _polyfill(Proxy.v2()) if version >= 2 else _polyfill(Proxy.builder())
+
+
+def _polyfill(proxy: _PB) -> _PB:
+    version = proxy.version
     proxy.with_info("acp-fast-mcp-polyfill", "1")
 
-    async def initialize(params: Any, cx: Context) -> Any:
-        result = await cx.connection.send_to_successor("initialize", dict(params))
-        state = _state(cx.connection)
+    async def initialize(params: JsonObject, cx: ProxyContext) -> Json:
+        result = await cx.send_to_successor("initialize", dict(params))
+        state = _state(cx.proxy)
         state.native = agent_has_acp_transport(result, version)
         return result if state.native else with_acp_transport(result, version)
 
     for name in _PROXY_INITIALIZE:
         proxy.on_request(name, initialize)
 
-    def setup(method: str) -> Any:
-        async def forward(params: Any, cx: Context) -> Any:
-            state = _state(cx.connection)
+    def setup(method: str) -> Callable[[Json, ProxyContext], Awaitable[Json]]:
+        async def forward(params: Json, cx: ProxyContext) -> Json:
+            state = _state(cx.proxy)
             if not state.native:
                 params = await state.adapt(params)
-            return await cx.connection.send_to_successor(method, params, passthrough=True)
+            return await cx.send_to_successor(method, params, passthrough=True)
 
         return forward
 
     for method in (V1_SETUP_METHODS if version < 2 else SETUP_METHODS):
         proxy.on_request(method, setup(method))
 
-    def notification(params: Any, cx: Context) -> None:
-        if _state(cx.connection).native:  # else no agent-side request can own it
-            cx.connection.notify_successor(MCP_MESSAGE, params, passthrough=True)
+    def notification(params: Json, cx: ProxyContext) -> None:
+        if _state(cx.proxy).native:  # else no agent-side request can own it
+            cx.notify_successor(MCP_MESSAGE, params, passthrough=True)
 
     proxy.on_notification(MCP_MESSAGE, notification)
     return proxy
@@ -275,7 +284,7 @@ def build(version: int) -> ProxyBuilder:
 
 def router() -> ProxyRouter:
     """The polyfill for both versions (the version comes from ``_proxy/initialize``)."""
-    return Proxy.protocol_router().with_v1(build(1)).with_v2(build(2))
+    return Proxy.protocol_router().with_v1(_polyfill(Proxy.builder())).with_v2(_polyfill(Proxy.v2()))
 
 
 def main() -> None:

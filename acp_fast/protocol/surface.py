@@ -35,7 +35,10 @@ from acp_fast.protocol.errors import WireSurfaceError
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+if TYPE_CHECKING:
+    from acp_fast.jsontypes import Json
 
 __all__ = [
     "KNOWN",
@@ -50,6 +53,8 @@ __all__ = [
     "is_extension_method",
     "session_update_versions",
 ]
+
+_U = TypeVar("_U")
 
 # SessionUpdateView.status values.
 KNOWN = "known"  # defined by this version, payload has this version's shape
@@ -462,7 +467,7 @@ class WireSurface:
 
     # -- session/update ------------------------------------------------------------
 
-    def classify_session_update(self, update: Any) -> SessionUpdateView:
+    def classify_session_update(self, update: Json) -> SessionUpdateView:
         """Read gate for the ``update`` object of a ``session/update`` notification.
 
         Never raises and never copies: the returned view's ``payload`` is ``update``.
@@ -485,7 +490,7 @@ class WireSurface:
         """``sessionUpdate`` value -> its :class:`KnownVariant` (read-only)."""
         return MappingProxyType(self._fast)
 
-    def known_variant(self, update: Any) -> KnownVariant | None:
+    def known_variant(self, update: Json) -> KnownVariant | None:
         """The fast path alone: the :class:`KnownVariant` when ``update`` is known in this
         version's shape, else None (not a verdict: ask :meth:`classify_session_update`)."""
         if type(update) is dict:
@@ -537,8 +542,8 @@ class WireSurface:
         return SessionUpdateView(kind, KNOWN, update, v, type_name, tier, defined)
 
     def check_outgoing_session_update(
-        self, update: Any, *, passthrough: bool = False
-    ) -> Any:
+        self, update: _U, *, passthrough: bool = False
+    ) -> _U:
         """Write guard for a locally built ``session/update`` ``update`` object.
 
         Args:

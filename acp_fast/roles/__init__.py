@@ -13,7 +13,9 @@ API (seed 000) in Python form. One idea per module:
 ``context``         request handles (``Request``, ``SentRequest``) and ``Peer``
 ``_hot_py``         what handlers see, ``Context`` and ``SessionUpdate``, and the per-method
                     dispatchers: the hot path's one source (compiled as ``_hot_c``)
-``connection``      ``AcpConnection``: guard, negotiation, read gate, write guard, hot path
+``connection``      ``AcpConnection`` (generic in the version): guard, negotiation, read gate,
+                    write guard, hot path; ``AgentConnection``
+``client``          ``ClientConnection``: ``initialize``, the session helpers (typed by version)
 ``proxy``           ``ProxyConnection``: ``_proxy/successor`` routing and forwarding
 ``routers``         first-frame routers (``Agent.protocol_router()``, ``Proxy.protocol_router()``)
 ``connector``       the client protocol connector (v2 first, v1 fallback)
@@ -54,10 +56,11 @@ from __future__ import annotations
 
 from .api import Agent, Client, Proxy, run_agent_stdio
 from .builders import AgentBuilder, Builder, ClientBuilder, EngineChoice, ProxyBuilder, Transport
-from .connection import NOT_HANDLED, AcpConnection, DynamicHandler, InitializeHooks
+from .client import ClientConnection, InitializeHooks
+from .connection import NOT_HANDLED, AcpConnection, AgentConnection, DynamicHandler
 from .connector import ClientConnector
-from ._hot import Context, SessionUpdate
-from .context import Peer, Request, SentRequest
+from ._hot import Context, ProxyContext, SessionUpdate
+from .context import V1, V2, Deferred, Peer, Request, SentRequest, SuccessorPeer, Version
 from .mcp import McpServer, acp_mcp_servers, open_mcp_session
 from .proxy import ProxyConnection, ProxySessionRoute
 from .routers import AgentRouter, ProxyRouter
@@ -76,16 +79,21 @@ from .sessions import (
 from .table import Handler, HandlerTable, UpdateHandler
 
 __all__ = [
+    "V1",
+    "V2",
     "AcpConnection",
     "Agent",
     "AgentBuilder",
+    "AgentConnection",
     "AgentRouter",
     "AgentSession",
     "Builder",
     "Client",
     "ClientBuilder",
+    "ClientConnection",
     "ClientConnector",
     "Context",
+    "Deferred",
     "DynamicHandler",
     "EngineChoice",
     "Handler",
@@ -99,6 +107,7 @@ __all__ = [
     "Proxy",
     "ProxyBuilder",
     "ProxyConnection",
+    "ProxyContext",
     "ProxyRouter",
     "ProxySessionRoute",
     "Request",
@@ -107,10 +116,12 @@ __all__ = [
     "SessionState",
     "SessionUpdate",
     "StopReason",
+    "SuccessorPeer",
     "Transport",
     "UpdateHandler",
     "V1Session",
     "V2Session",
+    "Version",
     "acp_mcp_servers",
     "apply_meta_update",
     "apply_upsert",

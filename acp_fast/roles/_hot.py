@@ -6,13 +6,14 @@ from typing import TYPE_CHECKING
 
 from .._compat import NO_EXTENSIONS
 
-__all__ = ["IMPLEMENTATION", "Context", "NotificationHandler", "RequestHandler", "SessionUpdate",
+__all__ = ["IMPLEMENTATION", "Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate",
            "UpdateDispatcher", "UpdateSender"]
 
 if TYPE_CHECKING or NO_EXTENSIONS:
     from ._hot_py import (
         Context,
         NotificationHandler,
+        ProxyContext,
         RequestHandler,
         SessionUpdate,
         UpdateDispatcher,
@@ -25,6 +26,7 @@ else:
         from ._hot_c import (  # type: ignore[import-not-found]
             Context,
             NotificationHandler,
+            ProxyContext,
             RequestHandler,
             SessionUpdate,
             UpdateDispatcher,
@@ -36,6 +38,7 @@ else:
         from ._hot_py import (
             Context,
             NotificationHandler,
+            ProxyContext,
             RequestHandler,
             SessionUpdate,
             UpdateDispatcher,

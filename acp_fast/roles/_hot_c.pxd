@@ -6,6 +6,9 @@ cdef class Context:
     cdef public object request
     cdef public object message
 
+cdef class ProxyContext(Context):
+    pass
+
 cdef class SessionUpdate:
     cdef public object session_id
     cdef public object kind

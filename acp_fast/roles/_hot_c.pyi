@@ -2,9 +2,10 @@
 # its types are the pure source's.
 from acp_fast.roles._hot_py import Context as Context
 from acp_fast.roles._hot_py import NotificationHandler as NotificationHandler
+from acp_fast.roles._hot_py import ProxyContext as ProxyContext
 from acp_fast.roles._hot_py import RequestHandler as RequestHandler
 from acp_fast.roles._hot_py import SessionUpdate as SessionUpdate
 from acp_fast.roles._hot_py import UpdateDispatcher as UpdateDispatcher
 from acp_fast.roles._hot_py import UpdateSender as UpdateSender
 
-__all__ = ["Context", "NotificationHandler", "RequestHandler", "SessionUpdate", "UpdateDispatcher", "UpdateSender"]
+__all__ = ["Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate", "UpdateDispatcher", "UpdateSender"]

@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """The per-message hot path of the builder API (pure twin; also the compiled twin's source).
 
 What runs once per received message between the JSON-RPC connection and the user's
@@ -21,9 +22,14 @@ from ..jsonrpc import RequestContext, Responder
 from ..protocol.surface import KnownVariant, SessionUpdateView
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .context import Peer, Request
+    from collections.abc import Callable
 
-__all__ = ["Context", "NotificationHandler", "RequestHandler", "SessionUpdate", "UpdateDispatcher",
+    from ..engine import Message
+    from ..jsonrpc import RequestResult
+    from ..jsontypes import Json, JsonObject
+    from .context import Peer, Request, SessionUpdateSender, SuccessorPeer
+
+__all__ = ["Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate", "UpdateDispatcher",
            "UpdateSender"]
 
 _T = TypeVar("_T")
@@ -46,7 +52,7 @@ class SessionUpdate:
 
     __slots__ = ("_gate", "kind", "params", "payload", "session_id")
 
-    def __init__(self, session_id: Any, kind: str, payload: Any, params: Any,
+    def __init__(self, session_id: Json, kind: str, payload: Json, params: Json,
                  gate: KnownVariant | SessionUpdateView) -> None:
         self.session_id = session_id
         self.kind = kind
@@ -92,7 +98,7 @@ class Context:
 
     __slots__ = ("connection", "message", "request")
 
-    def __init__(self, connection: Peer, request: RequestContext | None, message: Any) -> None:
+    def __init__(self, connection: Peer, request: RequestContext | None, message: Message) -> None:
         self.connection = connection
         self.request = request
         self.message = message
@@ -100,7 +106,9 @@ class Context:
     @property
     def method(self) -> str:
         """The message's method."""
-        return self.message.method  # type: ignore[no-any-return]
+        method = self.message.method
+        assert method is not None  # requests and notifications have one
+        return method
 
     @property
     def id(self) -> int | str | None:
@@ -155,51 +163,57 @@ class Context:
 
     # -- sending back (the connection's methods) -----------------------------------------
 
-    def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
-                     timeout: float | None = None) -> Request[Any]:
+    def send_request(self, method: str, params: Json = None, *, passthrough: bool = False,
+                     timeout: float | None = None) -> Request[Json]:
         """See :meth:`AcpConnection.send_request`."""
         return self.connection.send_request(method, params, passthrough=passthrough, timeout=timeout)
 
-    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+    def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
         """See :meth:`AcpConnection.send_notification`."""
         return self.connection.send_notification(method, params, passthrough=passthrough)
 
-    def send_session_update(self, session_id: str, update: dict[str, Any], *,
-                            passthrough: bool = False, **fields: Any) -> bool:
+    def send_session_update(self, session_id: str, update: JsonObject, *,
+                            passthrough: bool = False, **fields: Json) -> bool:
         """See :meth:`AcpConnection.send_session_update`."""
         if passthrough or fields:
             return self.connection.send_session_update(session_id, update, passthrough=passthrough, **fields)
-        return self.connection.update_sender(session_id, update)  # the hot path (see UpdateSender)
+        return self.connection.send_session_update(session_id, update)  # the hot path (see UpdateSender)
 
     async def drain(self) -> None:
         """Wait while the peer is not reading what we send (see :meth:`AcpConnection.drain`)."""
         await self.connection.drain()
 
-    def start_task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    def start_task(self, coro: Coroutine[object, object, _T]) -> asyncio.Task[_T]:
         """Run ``coro`` in the background, owned by the connection (see
         :meth:`AcpConnection.start_task`)."""
         return self.connection.start_task(coro)
 
-    # proxies only (a ProxyConnection): forward to the successor
-    def send_to_successor(self, method: str, params: Any = None, *, passthrough: bool = False,
-                          timeout: float | None = None) -> Request[Any]:
-        """Proxy: send a request to the successor (see ``ProxyConnection``).
-
-        Raises:
-            TypeError: the connection is not a proxy's.
-        """
-        return self.connection.send_to_successor(method, params, passthrough=passthrough, timeout=timeout)
-
-    def notify_successor(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
-        """Proxy: send a notification to the successor (see ``ProxyConnection``).
-
-        Raises:
-            TypeError: the connection is not a proxy's.
-        """
-        return self.connection.notify_successor(method, params, passthrough=passthrough)
-
     def __repr__(self) -> str:
         return f"<Context {self.method!r} v{self.version}>"
+
+
+class ProxyContext(Context):
+    """What a proxy's handlers get: a :class:`Context` whose connection is a
+    :class:`~acp_fast.roles.ProxyConnection`, plus the way on to the successor."""
+
+    __slots__ = ()
+
+    def send_to_successor(self, method: str, params: Json = None, *, passthrough: bool = False,
+                          timeout: float | None = None) -> Request[Json]:
+        """Send a request to the successor (see ``ProxyConnection.send_to_successor``)."""
+        return self.proxy.send_to_successor(method, params, passthrough=passthrough, timeout=timeout)
+
+    def notify_successor(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
+        """Send a notification to the successor (see ``ProxyConnection.notify_successor``)."""
+        return self.proxy.notify_successor(method, params, passthrough=passthrough)
+
+    @property
+    def proxy(self) -> SuccessorPeer:
+        """The proxy's connection (``connection``, typed as the proxy's)."""
+        return self.connection  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"<ProxyContext {self.method!r} v{self.version}>"
 
 
 class RequestHandler:
@@ -207,12 +221,13 @@ class RequestHandler:
 
     __slots__ = ("connection", "context_type", "handler")
 
-    def __init__(self, connection: Any, handler: Any, context_type: Any) -> None:
+    def __init__(self, connection: Peer, handler: Callable[[Json, Context], object],
+                 context_type: type[Context]) -> None:
         self.connection = connection
         self.handler = handler
         self.context_type = context_type
 
-    def __call__(self, rctx: Any) -> Any:
+    def __call__(self, rctx: RequestContext) -> RequestResult:
         message = rctx.message
         return self.handler(message.params, self.context_type(self.connection, rctx, message))
 
@@ -222,12 +237,13 @@ class NotificationHandler:
 
     __slots__ = ("connection", "context_type", "handler")
 
-    def __init__(self, connection: Any, handler: Any, context_type: Any) -> None:
+    def __init__(self, connection: Peer, handler: Callable[[Json, Context], object],
+                 context_type: type[Context]) -> None:
         self.connection = connection
         self.handler = handler
         self.context_type = context_type
 
-    def __call__(self, message: Any) -> Any:
+    def __call__(self, message: Message) -> object:
         return self.handler(message.params, self.context_type(self.connection, None, message))
 
 
@@ -245,8 +261,11 @@ class UpdateDispatcher:
     __slots__ = ("apply_state", "classify", "connection", "context_type", "event_type",
                  "fallback", "known", "on_update")
 
-    def __init__(self, connection: Any, known: Any, classify: Any, apply_state: Any, on_update: Any,
-                 fallback: Any, event_type: Any, context_type: Any) -> None:
+    def __init__(self, connection: Peer, known: Callable[[Json], KnownVariant | None],
+                 classify: Callable[[Json], SessionUpdateView], apply_state: Callable[[Json, Json], None],
+                 on_update: Callable[[SessionUpdate, Context], object] | None,
+                 fallback: Callable[[Json, Context], object] | None, event_type: type[SessionUpdate],
+                 context_type: type[Context]) -> None:
         self.connection = connection
         self.known = known
         self.classify = classify
@@ -256,7 +275,7 @@ class UpdateDispatcher:
         self.event_type = event_type
         self.context_type = context_type
 
-    def __call__(self, message: Any) -> Any:
+    def __call__(self, message: Message) -> object:
         params = message.params
         if type(params) is dict:
             update = params.get("update")
@@ -285,19 +304,21 @@ class UpdateDispatcher:
 
 
 class UpdateSender:
-    """``send_session_update(session_id, update)`` once the connection is ready: the write
+    """A connection's ``send_session_update`` once it is ready: for a plain update, the write
     guard's compiled check of the variant (``known``), then the JSON-RPC connection's
-    ``notify``. Anything the fast check does not accept goes to ``slow`` (the full write
-    guard, which raises ``WireSurfaceError`` for what the version does not define)."""
+    ``notify``. Anything else (``passthrough``, extra fields, or an update the fast check
+    does not accept) goes to ``slow`` (the full write guard, which raises
+    ``WireSurfaceError`` for what the version does not define)."""
 
     __slots__ = ("known", "notify", "slow")
 
-    def __init__(self, known: Any, notify: Any, slow: Any) -> None:
+    def __init__(self, known: Callable[[Json], KnownVariant | None], notify: Callable[[str, Json], bool],
+                 slow: SessionUpdateSender) -> None:
         self.known = known
         self.notify = notify
         self.slow = slow
 
-    def __call__(self, session_id: Any, update: Any) -> Any:
-        if self.known(update) is not None:
+    def __call__(self, session_id: str, update: JsonObject, passthrough: bool = False, **fields: Json) -> bool:
+        if not passthrough and not fields and self.known(update) is not None:
             return self.notify(_SESSION_UPDATE, {"sessionId": session_id, "update": update})
-        return self.slow(session_id, update)
+        return self.slow(session_id, update, passthrough=passthrough, **fields)

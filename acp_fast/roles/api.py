@@ -13,7 +13,10 @@
 from __future__ import annotations
 
 from .. import transport as _transport
+from ._hot import Context
 from .builders import AgentBuilder, Builder, ClientBuilder, EngineChoice, ProxyBuilder
+from .connection import AcpConnection
+from .context import V1, V2
 from .connector import ClientConnector
 from .routers import AgentRouter, ProxyRouter
 
@@ -24,12 +27,12 @@ class Agent:
     """Agent role: ``Agent.builder()`` (v1), ``Agent.v2()``, ``Agent.protocol_router()``."""
 
     @staticmethod
-    def builder() -> AgentBuilder:
+    def builder() -> AgentBuilder[V1]:
         """A v1 agent: selects v1 for any valid ``initialize`` (normalising v2 metadata)."""
         return AgentBuilder(1)
 
     @staticmethod
-    def v2() -> AgentBuilder:
+    def v2() -> AgentBuilder[V2]:
         """A v2-only agent: guarded responder; rejects a v1 ``initialize`` with -32022."""
         return AgentBuilder(2)
 
@@ -43,12 +46,12 @@ class Client:
     """Client role: ``Client.builder()`` (v1), ``Client.v2()``, ``Client.protocol_connector()``."""
 
     @staticmethod
-    def builder() -> ClientBuilder:
+    def builder() -> ClientBuilder[V1]:
         """A v1 client: sends ``protocolVersion: 1`` and requires a v1 answer."""
         return ClientBuilder(1)
 
     @staticmethod
-    def v2() -> ClientBuilder:
+    def v2() -> ClientBuilder[V2]:
         """A v2-only client: guarded initiator; always sends 2 and fails on any other answer."""
         return ClientBuilder(2)
 
@@ -62,12 +65,12 @@ class Proxy:
     """Proxy role: ``Proxy.builder()`` (v1), ``Proxy.v2()``, ``Proxy.protocol_router()``."""
 
     @staticmethod
-    def builder() -> ProxyBuilder:
+    def builder() -> ProxyBuilder[V1]:
         """A v1 proxy: accepts only a v1 ``_proxy/initialize`` (exact version match)."""
         return ProxyBuilder(1)
 
     @staticmethod
-    def v2() -> ProxyBuilder:
+    def v2() -> ProxyBuilder[V2]:
         """A v2 proxy: accepts only a v2 ``_proxy/initialize`` (exact version match)."""
         return ProxyBuilder(2)
 
@@ -77,7 +80,7 @@ class Proxy:
         return ProxyRouter()
 
 
-def run_agent_stdio(agent: Builder | AgentRouter | ProxyRouter, *, engine: EngineChoice = None,
+def run_agent_stdio(agent: Builder[int, AcpConnection[int], Context] | AgentRouter | ProxyRouter, *, engine: EngineChoice = None,
                     loop: str | None = None) -> None:
     """Serve ``agent`` (a builder or a router) on this process's stdio until EOF (blocking).
 

@@ -15,16 +15,23 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import MappingProxyType
-from typing import Any, ClassVar, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, cast, overload
 
+from .._version import __version__
 from ..jsonrpc import Connection
+from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
 from ..protocol.methods import Method, NotificationMethod, RequestMethod
 from ..protocol.surface import WireSurface
-from .connection import AcpConnection
+from .client import ClientConnection, InitializeHooks
+from .connection import AcpConnection, AgentConnection
 from .mcp import McpServer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .mcp import McpServerObject
 from .proxy import ProxyConnection
-from ._hot import Context
+from ._hot import Context, ProxyContext
+from .context import Deferred, Version
 from .names import check_handler_method
 from .streams import EngineChoice, Transport, open_stream, resolve_engine
 from .table import Handler, HandlerTable, Main, UpdateHandler
@@ -41,37 +48,46 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-_B = TypeVar("_B", bound="Builder")
-_PB = TypeVar("_PB", bound="ProxyBuilder")
+_B = TypeVar("_B", bound="Builder[int, AcpConnection[int], Context]")
+_PB = TypeVar("_PB", bound="ProxyBuilder[int]")
+#: the connection type a builder binds (``AgentConnection[V]``, ``ClientConnection[V]``, …)
+_C = TypeVar("_C", bound="AcpConnection[int]", covariant=True)
+#: the context type its handlers get (``Context``, or ``ProxyContext`` for proxies)
+_X = TypeVar("_X", bound=Context, covariant=True)
 _F = TypeVar("_F", bound=Callable[..., Any])
 _P = TypeVar("_P")
 _R = TypeVar("_R")
 
-#: A typed request handler: ``fn(params: P, cx) -> R`` (or an awaitable of ``R``).
-TypedRequestHandler = Callable[[_P, Context], Union[_R, Awaitable[_R]]]
-#: A typed notification handler: ``fn(params: P, cx)``.
-TypedNotificationHandler = Callable[[_P, Context], Union[None, Awaitable[None]]]
+#: A typed request handler: ``fn(params: P, cx: X) -> R`` (or an awaitable of ``R``).
+TypedRequestHandler = Callable[[_P, _X], Union[_R, Awaitable[_R], Deferred[_R]]]
+#: A typed notification handler: ``fn(params: P, cx: X)``.
+TypedNotificationHandler = Callable[[_P, _X], Union[None, Awaitable[None]]]
+#: A handler registered by method name: ``fn(params, cx: X)`` (see :data:`~acp_fast.roles.Handler`).
+NamedHandler = Callable[[Json, _X], object]
 
 def _default_info() -> dict[str, str]:
-    from .. import __version__
-
     return {"name": "acp_fast", "version": __version__}
 
 
-class Builder:
-    """Common part of the role builders: the handler registry and the ways to run it."""
+class Builder(Generic[Version, _C, _X]):
+    """Common part of the role builders: the handler registry and the ways to run it.
 
-    role = "agent"
+    Generic in the version (``V1``, ``V2``), the connection type it binds and the context
+    type its handlers get: ``Client.v2()`` is a ``ClientBuilder[V2]`` whose ``connect``
+    gives a ``ClientConnection[V2]``.
+    """
+
+    role: ClassVar[str] = "agent"
     #: the connection class :meth:`bind` makes (and whose ``lazy_frames`` its JSON-RPC
     #: connections get)
-    connection_type: ClassVar[type[AcpConnection]] = AcpConnection
+    connection_type: ClassVar[type[AcpConnection[int]]] = AgentConnection
 
-    def __init__(self, version: int) -> None:
+    def __init__(self, version: Version) -> None:
         if version not in nego.SUPPORTED_VERSIONS:
             raise ValueError(f"unsupported ACP protocol version {version}")
         self.version = version
         self._guarded = True
-        self._info: dict[str, Any] = _default_info()
+        self._info: JsonObject = _default_info()
         self._requests: dict[str, Handler] = {}
         self._notifications: dict[str, Handler] = {}
         self._successor_requests: dict[str, Handler] = {}
@@ -112,19 +128,19 @@ class Builder:
                                     from_successor=from_successor)
 
     @overload
-    def on_request(self: _B, method: RequestMethod[_P, _R], fn: TypedRequestHandler[_P, _R]) -> _B: ...
+    def on_request(self: _B, method: RequestMethod[_P, _R], fn: TypedRequestHandler[_P, _X, _R]) -> _B: ...
 
     @overload
     def on_request(self, method: RequestMethod[_P, _R], fn: None = None
-                   ) -> Callable[[TypedRequestHandler[_P, _R]], TypedRequestHandler[_P, _R]]: ...
+                   ) -> Callable[[TypedRequestHandler[_P, _X, _R]], TypedRequestHandler[_P, _X, _R]]: ...
 
     @overload
-    def on_request(self: _B, method: str, fn: Handler) -> _B: ...
+    def on_request(self: _B, method: str, fn: NamedHandler[_X]) -> _B: ...
 
     @overload
     def on_request(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
 
-    def on_request(self, method: str | RequestMethod[Any, Any], fn: Handler | None = None) -> Any:
+    def on_request(self, method: str | RequestMethod[Any, Any], fn: Callable[..., object] | None = None) -> object:
         """Handle requests ``method`` with ``fn(params, cx)``; without ``fn``, a decorator.
 
         ``method`` is a typed descriptor (``methods.session.prompt`` from
@@ -149,19 +165,19 @@ class Builder:
         return self._register(self._requests, method, "request", fn)
 
     @overload
-    def on_notification(self: _B, method: NotificationMethod[_P], fn: TypedNotificationHandler[_P]) -> _B: ...
+    def on_notification(self: _B, method: NotificationMethod[_P], fn: TypedNotificationHandler[_P, _X]) -> _B: ...
 
     @overload
     def on_notification(self, method: NotificationMethod[_P], fn: None = None
-                        ) -> Callable[[TypedNotificationHandler[_P]], TypedNotificationHandler[_P]]: ...
+                        ) -> Callable[[TypedNotificationHandler[_P, _X]], TypedNotificationHandler[_P, _X]]: ...
 
     @overload
-    def on_notification(self: _B, method: str, fn: Handler) -> _B: ...
+    def on_notification(self: _B, method: str, fn: NamedHandler[_X]) -> _B: ...
 
     @overload
     def on_notification(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
 
-    def on_notification(self, method: str | NotificationMethod[Any], fn: Handler | None = None) -> Any:
+    def on_notification(self, method: str | NotificationMethod[Any], fn: Callable[..., object] | None = None) -> object:
         """Handle notifications ``method`` with ``fn(params, cx)``; as :meth:`on_request`."""
         return self._register(self._notifications, method, "notification", fn)
 
@@ -171,7 +187,7 @@ class Builder:
     @overload
     def on_session_update(self, fn: None = None) -> Callable[[_F], _F]: ...
 
-    def on_session_update(self, fn: UpdateHandler | None = None) -> Any:
+    def on_session_update(self, fn: UpdateHandler | None = None) -> object:
         """Handle ``session/update`` with ``fn(update: SessionUpdate, cx)`` (read-gated)."""
         if fn is None:
             def decorator(f: _F) -> _F:
@@ -182,7 +198,7 @@ class Builder:
         return self
 
     def _register(self, table: dict[str, Handler], name: str | Method[Any, Any], kind: str,
-                  fn: Handler | None, from_successor: bool = False) -> Any:
+                  fn: Callable[..., object] | None, from_successor: bool = False) -> object:
         method = self._method(name, kind, from_successor)
         if fn is None:
             def decorator(f: _F) -> _F:
@@ -192,7 +208,7 @@ class Builder:
         table[method] = fn
         return self
 
-    def with_info(self: _B, name: str, version: str, **fields: Any) -> _B:
+    def with_info(self: _B, name: str, version: str, **fields: Json) -> _B:
         """The ``Implementation`` sent as ``info`` / ``clientInfo`` / ``agentInfo``."""
         self._info = {"name": name, "version": version, **fields}
         return self
@@ -202,9 +218,9 @@ class Builder:
         self._guarded = False
         return self
 
-    def with_main(self: _B, main: Main) -> _B:
+    def with_main(self: _B, main: Callable[[_C], Awaitable[object]]) -> _B:
         """The ``main(connection)`` a client protocol connector runs for this implementation."""
-        self._main = main
+        self._main = cast(Main, main)  # called with the connection bind() made
         return self
 
     # -- running ----------------------------------------------------------------------------
@@ -224,9 +240,9 @@ class Builder:
             main=self._main,
         )
 
-    def bind(self, conn: Connection, **kwargs: Any) -> AcpConnection:
+    def bind(self, conn: Connection) -> _C:
         """Run this implementation on an existing JSON-RPC connection."""
-        return self.connection_type(conn, self.table(), **kwargs)
+        return cast("_C", self.connection_type(conn, self.table()))
 
     async def serve(self, transport: Transport, *, engine: EngineChoice = None) -> None:
         """Serve on ``transport`` (a ``Stream`` or an awaitable of one) until it closes."""
@@ -236,7 +252,7 @@ class Builder:
         await conn.wait_closed()
 
     @contextlib.asynccontextmanager
-    async def connect(self, transport: Transport, *, engine: EngineChoice = None) -> AsyncIterator[AcpConnection]:
+    async def connect(self, transport: Transport, *, engine: EngineChoice = None) -> AsyncIterator[_C]:
         """``async with builder.connect(spawn(cmd)) as conn:`` — a connection closed on exit.
 
         Example::
@@ -254,7 +270,7 @@ class Builder:
             conn.close()
             await conn.wait_closed()
 
-    async def connect_with(self, transport: Transport, main: Callable[[AcpConnection], Awaitable[_T]], *,
+    async def connect_with(self, transport: Transport, main: Callable[[_C], Awaitable[_T]], *,
                            engine: EngineChoice = None) -> _T:
         """Run ``main(connection)`` on a connection over ``transport``, then close it.
 
@@ -265,19 +281,26 @@ class Builder:
             return await main(acp)
 
 
-class AgentBuilder(Builder):
+class AgentBuilder(Builder[Version, AgentConnection[Version], Context]):
     """An agent implementation (``Agent.builder()`` for v1, ``Agent.v2()`` for v2)."""
 
     role = "agent"
+    connection_type = AgentConnection
 
 
-class ClientBuilder(Builder):
+class ClientBuilder(Builder[Version, ClientConnection[Version], Context]):
     """A client implementation (``Client.builder()`` for v1, ``Client.v2()`` for v2)."""
 
     role = "client"
+    connection_type = ClientConnection
+
+    def bind(self, conn: Connection, *, hooks: InitializeHooks | None = None) -> ClientConnection[Version]:
+        """Run this client on an existing JSON-RPC connection (``hooks``: a protocol
+        connector's part in ``initialize``)."""
+        return ClientConnection(conn, self.table(), hooks=hooks)
 
 
-class ProxyBuilder(Builder):
+class ProxyBuilder(Builder[Version, ProxyConnection[Version], ProxyContext]):
     """A proxy (``Proxy.builder()`` / ``Proxy.v2()``): initialized by ``_proxy/initialize``.
 
     Unhandled requests/notifications from the predecessor are forwarded to the successor
@@ -288,7 +311,8 @@ class ProxyBuilder(Builder):
     connection_type = ProxyConnection
     _mcp_server: McpServer | None = None
 
-    def with_mcp_server(self: _PB, server: Any, name: str | None = None) -> _PB:
+    def with_mcp_server(self: _PB, server: McpServerObject | Callable[[], McpServerObject],
+                        name: str | None = None) -> _PB:
         """Serve one MCP server (MCP-over-ACP) on every connection of this proxy.
 
         Each connection gives it one connection-scoped server id and adds its declaration
@@ -301,20 +325,19 @@ class ProxyBuilder(Builder):
         self._mcp_server = McpServer(server, name)
         return self
 
-    def bind(self, conn: Connection, **kwargs: Any) -> AcpConnection:
-        acp = super().bind(conn, **kwargs)
+    def bind(self, conn: Connection) -> ProxyConnection[Version]:
+        acp = super().bind(conn)
         if self._mcp_server is not None:
-            assert isinstance(acp, ProxyConnection)  # connection_type
             acp.serve_mcp_server(self._mcp_server)
         return acp
 
     @overload
-    def on_successor_request(self: _B, method: str, fn: Handler) -> _B: ...
+    def on_successor_request(self: _PB, method: str, fn: NamedHandler[ProxyContext]) -> _PB: ...
 
     @overload
     def on_successor_request(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
 
-    def on_successor_request(self, method: str, fn: Handler | None = None) -> Any:
+    def on_successor_request(self, method: str, fn: Callable[..., object] | None = None) -> object:
         """Handle requests that arrive from the successor (inside ``_proxy/successor``).
 
         Raises:
@@ -324,11 +347,11 @@ class ProxyBuilder(Builder):
         return self._register(self._successor_requests, method, "request", fn, from_successor=True)
 
     @overload
-    def on_successor_notification(self: _B, method: str, fn: Handler) -> _B: ...
+    def on_successor_notification(self: _PB, method: str, fn: NamedHandler[ProxyContext]) -> _PB: ...
 
     @overload
     def on_successor_notification(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
 
-    def on_successor_notification(self, method: str, fn: Handler | None = None) -> Any:
+    def on_successor_notification(self, method: str, fn: Callable[..., object] | None = None) -> object:
         """Handle notifications that arrive from the successor."""
         return self._register(self._successor_notifications, method, "notification", fn, from_successor=True)

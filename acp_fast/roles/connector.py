@@ -3,7 +3,7 @@
 ``Client.protocol_connector().with_v1(f1).with_v2(f2).run(transport_factory)``. The
 fallback is a state of the connection, not a patch: each client connection the connector
 starts gets an :class:`_Handshake` (the connection's
-:class:`~acp_fast.roles.connection.InitializeHooks`) that enforces "initialize first",
+:class:`~acp_fast.roles.client.InitializeHooks`) that enforces "initialize first",
 reports a v1 answer to a v2 ``initialize``, and lets the v1 implementation adopt that
 answer instead of sending a second ``initialize``.
 """
@@ -11,28 +11,31 @@ answer instead of sending a second ``initialize``.
 from __future__ import annotations
 
 import asyncio
+import types
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection
+from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
 from .builders import ClientBuilder
-from .connection import AcpConnection
+from .client import ClientConnection
 from .context import SentRequest
 from .streams import EngineChoice, Transport, open_stream, resolve_engine
 
 __all__ = ["ClientConnector", "ClientFactory", "TransportFactory"]
 
-ClientFactory = Callable[[], ClientBuilder]
+ClientFactory = Callable[[], ClientBuilder[int]]
 TransportFactory = Callable[[], Transport]
 
 
-async def _never() -> Any:
-    await asyncio.get_running_loop().create_future()
+async def _never() -> NoReturn:
+    never: asyncio.Future[NoReturn] = asyncio.get_running_loop().create_future()
+    await never
 
 
-def _main(acp: AcpConnection) -> Awaitable[Any]:
+def _main(acp: ClientConnection[int]) -> Awaitable[object]:
     """``main(acp)`` of the client implementation running on ``acp`` (checked by ``_build``)."""
     main = acp.table.main
     assert main is not None
@@ -42,13 +45,13 @@ def _main(acp: AcpConnection) -> Awaitable[Any]:
 class _Handshake:
     """One client connection's part in the connector's ``initialize`` (InitializeHooks)."""
 
-    def __init__(self, version: int, reuse: tuple[dict[str, Any] | None, dict[str, Any]] | None = None) -> None:
+    def __init__(self, version: int, reuse: tuple[JsonObject | None, JsonObject] | None = None) -> None:
         self.first_rule = f"ACP protocol version {version} client implementation must send initialize first"
-        self.mismatch: asyncio.Future[tuple[dict[str, Any], Any]] = asyncio.get_running_loop().create_future()
+        self.mismatch: asyncio.Future[tuple[JsonObject, Json]] = asyncio.get_running_loop().create_future()
         self.reused: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._reuse = reuse
 
-    def intercept(self, connection: AcpConnection, params: dict[str, Any]) -> SentRequest[Any] | None:
+    def intercept(self, connection: ClientConnection[int], params: JsonObject) -> SentRequest[Json] | None:
         if self._reuse is None:
             return None
         probe, response = self._reuse
@@ -59,7 +62,7 @@ class _Handshake:
             return connection.adopt_initialize(response)
         return SentRequest(None, _never(), "initialize")  # cancelled below
 
-    def on_version_mismatch(self, params: dict[str, Any], result: Any) -> None:
+    def on_version_mismatch(self, params: JsonObject, result: Json) -> None:
         if not self.mismatch.done():
             self.mismatch.set_result((params, result))
 
@@ -93,13 +96,13 @@ class ClientConnector:
         self._factories[2] = factory
         return self
 
-    def _build(self, version: int) -> ClientBuilder:
+    def _build(self, version: int) -> ClientBuilder[int]:
         builder = self._factories[version]()
-        if builder.version != version or builder.role != "client" or builder.table().main is None:
+        if builder.version != version or not isinstance(builder, ClientBuilder) or builder.table().main is None:
             raise TypeError(f"the v{version} factory must return a v{version} client builder with_main()")
         return builder
 
-    async def run(self, transport_factory: TransportFactory, *, engine: EngineChoice = None) -> Any:
+    async def run(self, transport_factory: TransportFactory, *, engine: EngineChoice = None) -> object:
         """Run the selected client implementation against an agent; returns its ``main``'s
         result (the connection is closed afterwards).
 
@@ -119,7 +122,8 @@ class ClientConnector:
         acp2 = builder2.bind(conn, hooks=hs2)
         main2 = asyncio.ensure_future(_main(acp2))
         try:
-            await asyncio.wait({main2, hs2.mismatch}, return_when=asyncio.FIRST_COMPLETED)
+            racing: set[asyncio.Future[Any]] = {main2, hs2.mismatch}
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
             if not hs2.mismatch.done():
                 return await main2
             main2.cancel()
@@ -129,7 +133,8 @@ class ClientConnector:
             hs1 = _Handshake(1, reuse=(nego.normalize_v2_to_v1_lossless(v2_params), dict(response)))
             acp1 = builder1.bind(conn, hooks=hs1)  # the v1 implementation takes over dispatch
             main1 = asyncio.ensure_future(_main(acp1))
-            await asyncio.wait({main1, hs1.reused}, return_when=asyncio.FIRST_COMPLETED)
+            racing = {main1, hs1.reused}
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
             if not hs1.reused.done() or hs1.reused.result():
                 return await main1
             main1.cancel()
@@ -139,7 +144,8 @@ class ClientConnector:
             await conn.wait_closed()
         return await self._plain(1, transport_factory, eng)
 
-    async def _plain(self, version: int, transport_factory: TransportFactory, engine: Any) -> Any:
+    async def _plain(self, version: int, transport_factory: TransportFactory,
+                     engine: types.ModuleType | None) -> object:
         builder = self._build(version)
         conn = Connection(await open_stream(transport_factory()), engine=engine)
         acp = builder.bind(conn, hooks=_Handshake(version))

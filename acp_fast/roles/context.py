@@ -16,15 +16,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Generator
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from ..jsonrpc import PendingRequest
+from ..jsontypes import Json, JsonObject, RequestId
 from ..protocol.guard import InitializationGuard
 
-__all__ = ["Peer", "Request", "SentRequest"]
+__all__ = ["V1", "V2", "Deferred", "Peer", "Request", "SentRequest", "SessionUpdateSender", "SuccessorPeer", "Version"]
 
 _T = TypeVar("_T")
 _T_co = TypeVar("_T_co", covariant=True)
+
+#: ACP protocol version 1, as a type: ``ClientConnection[V1]`` is a v1 client's connection.
+V1: TypeAlias = Literal[1]
+#: ACP protocol version 2, as a type: ``ClientConnection[V2]`` is a v2 client's connection.
+V2: TypeAlias = Literal[2]
+#: The version parameter of the builders and connections (``V1``, ``V2``, or ``int`` where a
+#: router or connector picks it at run time).
+Version = TypeVar("Version", bound=int, covariant=True)
 
 
 @runtime_checkable
@@ -36,7 +45,7 @@ class Request(Protocol[_T_co]):
     """
 
     @property
-    def id(self) -> Any:
+    def id(self) -> RequestId | None:
         """The request's id (``None`` for a locally answered request)."""
 
     @property
@@ -59,6 +68,23 @@ class Request(Protocol[_T_co]):
     def __await__(self) -> Generator[Any, None, _T_co]: ...
 
 
+class Deferred(Generic[_T]):
+    """What a request handler returns when the request is answered later, through the
+    :class:`~acp_fast.jsonrpc.Responder` of ``cx.defer()`` (``AgentSession.prompt`` returns
+    one): the connection sends nothing for it.
+
+    Generic in the result the answer carries, so that a handler registered with a typed
+    method descriptor type-checks: ``AgentSession.prompt`` gives a
+    ``Deferred[PromptResponse]`` for a ``session/prompt`` handler. Returning one without
+    having deferred the request is a bug (the request would never be answered by it).
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Deferred()"
+
+
 def _consume(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()  # retrieved: no "exception was never retrieved" noise
@@ -78,7 +104,7 @@ class SentRequest(Generic[_T]):
 
     __slots__ = ("_task", "method", "pending")
 
-    def __init__(self, pending: PendingRequest | None, coro: Coroutine[Any, Any, _T],
+    def __init__(self, pending: PendingRequest | None, coro: Coroutine[object, object, _T],
                  method: str = "") -> None:
         self.pending = pending
         self.method = pending.method if pending is not None else method
@@ -119,12 +145,25 @@ class SentRequest(Generic[_T]):
         return f"<SentRequest id={self.id} method={self.method!r} done={self.done()}>"
 
 
+class SessionUpdateSender(Protocol):
+    """``send_session_update(session_id, update, *, passthrough=False, **fields)`` of a
+    connection: sends ``session/update`` ``{"sessionId", "update", …fields}`` through the
+    write guard; returns False when it was dropped (see ``AcpConnection.send_session_update``)."""
+
+    def __call__(self, session_id: str, update: JsonObject, passthrough: bool = False, **fields: Json) -> bool:
+        """Send one ``session/update``."""
+
+
 class Peer(Protocol):
     """What a handler's ``cx.connection`` offers (an ``AcpConnection`` or ``ProxyConnection``)."""
 
     @property
     def version(self) -> int:
         """The ACP version of the implementation (1 or 2)."""
+
+    @property
+    def closed(self) -> asyncio.Future[None]:
+        """Resolves once the connection and its stream are closed."""
 
     @property
     def guard(self) -> InitializationGuard:
@@ -138,29 +177,31 @@ class Peer(Protocol):
         """Whether ``method`` is the request that initializes this side (``initialize``;
         for a proxy ``_proxy/initialize`` in either spelling)."""
 
-    def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
-                     timeout: float | None = None) -> Request[Any]:
+    def send_request(self, method: str, params: Json = None, *, passthrough: bool = False,
+                     timeout: float | None = None) -> Request[Json]:
         """Send a request through the guards; returns its handle (``await`` it for the result)."""
 
-    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+    def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
         """Send a notification through the guards; returns False when it was dropped."""
 
-    def send_session_update(self, session_id: str, update: dict[str, Any], *,
-                            passthrough: bool = False, **fields: Any) -> bool:
+    @property
+    def send_session_update(self) -> SessionUpdateSender:
         """Send ``session/update`` ``{"sessionId", "update", …fields}`` through the write guard."""
-
-    def update_sender(self, session_id: str, update: dict[str, Any]) -> bool:
-        """``send_session_update(session_id, update)`` without options (the fast path once ready)."""
 
     async def drain(self) -> None:
         """Write what is queued and wait while the peer is not reading (backpressure)."""
 
-    def start_task(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
+    def start_task(self, coro: Coroutine[object, object, _T]) -> asyncio.Task[_T]:
         """Run ``coro`` in the background, owned by the connection (cancelled when it closes)."""
 
-    def send_to_successor(self, method: str, params: Any = None, *, passthrough: bool = False,
-                          timeout: float | None = None) -> Request[Any]:
-        """Proxies: send a request to the successor (others raise ``TypeError``)."""
 
-    def notify_successor(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
-        """Proxies: send a notification to the successor (others raise ``TypeError``)."""
+class SuccessorPeer(Peer, Protocol):
+    """What a proxy's handler reaches through ``cx.proxy`` (a ``ProxyConnection``): a
+    :class:`Peer` that also sends to its successor."""
+
+    def send_to_successor(self, method: str, params: Json = None, *, passthrough: bool = False,
+                          timeout: float | None = None) -> Request[Json]:
+        """Send a request to the successor (wrapped in ``_proxy/successor``)."""
+
+    def notify_successor(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
+        """Send a notification to the successor (wrapped in ``_proxy/successor``)."""

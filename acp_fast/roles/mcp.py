@@ -57,16 +57,26 @@ import itertools
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from ..errors import INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
-from .context import SentRequest
+from ..jsontypes import Json, JsonObject
+from .context import Peer, SentRequest, SuccessorPeer
 from .table import NOT_HANDLED
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mcp.client.session import ClientSession
+    from typing import TypeAlias
 
-    from ..jsonrpc import PendingRequest, RequestContext
+    from mcp.client.session import ClientSession
+    from mcp.server.lowlevel import Server
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import JSONRPCNotification, JSONRPCRequest
+
+    from ..jsonrpc import PendingRequest, RequestContext, RequestResult
+    from ._hot import Context
+    from .context import Request
+    from .dispatch import DynamicHandler
+    from .table import Handler, HandlerTable
 
 __all__ = [
     "ACP_TRANSPORT",
@@ -113,6 +123,29 @@ def _token_hex(nbytes: int) -> str:
     return secrets.token_hex(nbytes)
 
 
+
+class McpConnection(Peer, Protocol):
+    """What the MCP-over-ACP binding needs of a connection (every ``AcpConnection`` is one):
+    a :class:`~acp_fast.roles.context.Peer` with its MCP state, its handler table, run-time
+    handlers and its closing."""
+
+    @property
+    def mcp(self) -> McpState:
+        """The connection's MCP-over-ACP state."""
+
+    @property
+    def table(self) -> HandlerTable:
+        """The builder's handler table."""
+
+    def add_dynamic_handler(self, method: str, fn: Handler, *, kind: str = "request") -> DynamicHandler:
+        """Add a handler of ``method`` while the connection runs."""
+
+
+class McpProxyConnection(McpConnection, SuccessorPeer, Protocol):
+    """A proxy's connection as the MCP binding sees it (a ``ProxyConnection``): an
+    :class:`McpConnection` that also sends to its successor."""
+
+
 class McpServer:
     """An MCP server to attach, with the name it is declared under.
 
@@ -124,12 +157,12 @@ class McpServer:
 
     __slots__ = ("name", "server")
 
-    def __init__(self, server: Any, name: str | None = None) -> None:
+    def __init__(self, server: McpServerObject | Callable[[], McpServerObject], name: str | None = None) -> None:
         self.server = server
         self.name = name
 
     @classmethod
-    def of(cls, value: Any) -> McpServer:
+    def of(cls, value: McpServerLike) -> McpServer:
         """``value`` when it is an :class:`McpServer`, else ``McpServer(value)`` (its own name)."""
         return value if isinstance(value, McpServer) else cls(value)
 
@@ -141,24 +174,33 @@ class McpServer:
         if not isinstance(self.server, (Server, MCPServer)) and not callable(self.server):
             raise TypeError(f"not an mcp Server, MCPServer or a factory of one: {self.server!r}")
 
-    def resolve(self) -> tuple[Any, str]:
+    def resolve(self) -> tuple[Server, str]:
         """The low-level ``mcp`` server to run and the declared name."""
         from mcp.server.lowlevel import Server
         from mcp.server.mcpserver import MCPServer
 
-        server = self.server
+        server: object = self.server
         if not isinstance(server, (Server, MCPServer)) and callable(server):
             server = server()
         if isinstance(server, MCPServer):
             name = server.name
             # MCPServer runs its low-level server over arbitrary streams only this way
             # (the mcp package's own in-memory transport does the same)
-            server = server._lowlevel_server
+            lowlevel: Server = server._lowlevel_server
         elif isinstance(server, Server):
-            name = server.name
+            name, lowlevel = server.name, server
         else:
             raise TypeError(f"not an mcp Server or MCPServer: {server!r}")
-        return server, self.name or name or "mcp"
+        return lowlevel, self.name or name or "mcp"
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    #: An ``mcp`` server object: a low-level ``Server`` or an ``MCPServer`` (the ``mcp`` extra).
+    McpServerObject: TypeAlias = Server | MCPServer
+    #: What the attaching helpers take (``with_mcp_servers=[…]``, ``with_mcp_server``): an
+    #: ``mcp`` server, a zero-argument factory of one, or an :class:`McpServer` naming it.
+    #: For type checkers only (the ``mcp`` extra is optional): import it under ``TYPE_CHECKING``.
+    McpServerLike: TypeAlias = Server | MCPServer | Callable[[], Server | MCPServer] | McpServer
 
 
 def _declared_name(spec: McpServer) -> str:
@@ -172,7 +214,7 @@ def _error(code: int, message: str) -> JsonRpcError:
     return JsonRpcError(code, message)
 
 
-def _check_envelope(params: Any) -> tuple[str, str, str, dict[str, Any] | None]:
+def _check_envelope(params: Json) -> tuple[str, str, str, JsonObject | None]:
     if type(params) is not dict:
         raise _error(INVALID_PARAMS, "mcp/message params must be an object")
     server_id, request_id, method = params.get("serverId"), params.get("requestId"), params.get("method")
@@ -195,7 +237,7 @@ class McpServerHost:
     ``mcp/message`` notification towards the consumer.
     """
 
-    def __init__(self, spec: McpServer, server_id: str, notify: Callable[[dict[str, Any]], Any]) -> None:
+    def __init__(self, spec: McpServer, server_id: str, notify: Callable[[JsonObject], object]) -> None:
         import anyio
         from mcp.shared.message import SessionMessage
 
@@ -206,12 +248,12 @@ class McpServerHost:
         self._notify = notify
         self._to_server, self._server_in = anyio.create_memory_object_stream[SessionMessage | Exception](math.inf)
         self._server_out, self._from_server = anyio.create_memory_object_stream[SessionMessage | Exception](math.inf)
-        self._active: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._active: dict[str, asyncio.Future[JsonObject]] = {}
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
-    def declaration(self) -> dict[str, Any]:
+    def declaration(self) -> JsonObject:
         """The ``mcpServers`` entry: ``{"type": "acp", "name": …, "serverId": …}``."""
         return {"type": ACP_TRANSPORT, "name": self.name, "serverId": self.server_id}
 
@@ -263,7 +305,7 @@ class McpServerHost:
                 related = meta.related_request_id if isinstance(meta, ServerMessageMetadata) else None
                 if related is None or str(related) not in self._active:
                     continue  # the binding carries request-scoped notifications only
-                params: dict[str, Any] = {"serverId": self.server_id, "requestId": str(related),
+                params: JsonObject = {"serverId": self.server_id, "requestId": str(related),
                                           "method": msg.method}
                 if msg.params is not None:
                     params["params"] = msg.params
@@ -272,13 +314,13 @@ class McpServerHost:
                 except Exception:
                     logger.debug("mcp/message notification dropped", exc_info=True)
 
-    def _send(self, message: Any) -> None:
+    def _send(self, message: JSONRPCRequest | JSONRPCNotification) -> None:
         from mcp.shared.message import SessionMessage
 
         self._to_server.send_nowait(SessionMessage(message))
 
     async def handle(self, rctx: RequestContext, request_id: str, method: str,
-                     params: dict[str, Any] | None) -> dict[str, Any]:
+                     params: JsonObject | None) -> JsonObject:
         """Serve one ``mcp/message`` request; returns the outcome carrier."""
         from mcp.types import JSONRPCNotification, JSONRPCRequest
 
@@ -291,7 +333,7 @@ class McpServerHost:
         if len(self._active) >= MAX_ACTIVE_REQUESTS:
             raise _error(RESOURCE_LIMIT_EXCEEDED, "too many active MCP requests")
         self.start()
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
         self._active[request_id] = fut
         try:
             self._send(JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=params))
@@ -341,7 +383,7 @@ class McpRoutes:
     (:func:`successor_request`) and register nothing.
     """
 
-    def __init__(self, connection: Any, *, towards_successor: bool = False) -> None:
+    def __init__(self, connection: McpConnection, *, towards_successor: bool = False) -> None:
         self.connection = connection
         self.hosts: dict[str, McpServerHost] = {}
         self._used: set[str] = set()
@@ -357,9 +399,9 @@ class McpRoutes:
                 self._used.add(server_id)
                 return server_id
 
-    def _notify(self, params: dict[str, Any]) -> Any:
-        if self._towards_successor:
-            return self.connection.notify_successor(MCP_MESSAGE, params)
+    def _notify(self, params: JsonObject) -> bool:
+        if self._towards_successor:  # a proxy's routes (see install_proxy_server)
+            return cast("McpProxyConnection", self.connection).notify_successor(MCP_MESSAGE, params)
         return self.connection.send_notification(MCP_MESSAGE, params)
 
     def add(self, spec: McpServer) -> McpServerHost:
@@ -378,7 +420,7 @@ class McpRoutes:
             del self.hosts[host.server_id]
         host.close()
 
-    def route(self, params: Any) -> tuple[McpServerHost | None, str, str, dict[str, Any] | None]:
+    def route(self, params: Json) -> tuple[McpServerHost | None, str, str, JsonObject | None]:
         """``(host or None, requestId, method, inner params)`` of an ``mcp/message`` envelope.
 
         Raises:
@@ -387,7 +429,7 @@ class McpRoutes:
         server_id, request_id, method, inner = _check_envelope(params)
         return self.hosts.get(server_id), request_id, method, inner
 
-    def on_request(self, params: Any, cx: Any) -> Any:
+    def on_request(self, params: Json, cx: Context) -> RequestResult:
         """The ``mcp/message`` request handler (``(params, cx)``, a dynamic handler)."""
         try:
             host, request_id, method, inner = self.route(params)
@@ -399,7 +441,7 @@ class McpRoutes:
             if MCP_MESSAGE in self.connection.table.requests:
                 return NOT_HANDLED
             raise _error(SERVER_UNAVAILABLE, f"no MCP server registered for serverId {params.get('serverId')!r}")
-        return host.handle(cx.request, request_id, method, inner)
+        return host.handle(cast("RequestContext", cx.request), request_id, method, inner)  # a request's cx
 
     def close(self) -> None:
         """Stop every server (the connection closed)."""
@@ -420,7 +462,7 @@ class McpState:
 
     __slots__ = ("calls", "connection", "routes")
 
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: McpConnection) -> None:
         self.connection = connection
         self.routes: McpRoutes | None = None
         self.calls: McpCalls | None = None
@@ -454,7 +496,7 @@ class McpAttachment:
         self.state = "pending"
 
     @property
-    def declarations(self) -> list[dict[str, Any]]:
+    def declarations(self) -> list[JsonObject]:
         """The ``mcpServers`` entries of the attached servers, in order."""
         return [host.declaration for host in self.hosts]
 
@@ -480,17 +522,17 @@ class McpSetupRequest(SentRequest[_T]):
 
     __slots__ = ("mcp",)
 
-    def __init__(self, pending: PendingRequest | None, coro: Coroutine[Any, Any, _T],
+    def __init__(self, pending: PendingRequest | None, coro: Coroutine[object, object, _T],
                  attachment: McpAttachment) -> None:
         super().__init__(pending, coro)
         self.mcp = attachment
 
 
 def attach_for_setup(
-    connection: Any,
-    servers: Sequence[Any],
-    mcp_servers: Sequence[Any] | None,
-    publish: Callable[[list[Any]], SentRequest[_T]],
+    connection: McpConnection,
+    servers: Sequence[McpServerLike],
+    mcp_servers: Sequence[Mapping[str, Json]] | None,
+    publish: Callable[[list[Mapping[str, Json]]], SentRequest[_T]],
 ) -> McpSetupRequest[_T]:
     """Attach ``servers`` for one setup request, then ``publish(mcp_servers + declarations)``.
 
@@ -526,7 +568,7 @@ def attach_for_setup(
     return McpSetupRequest(sent.pending, settled(), attachment)
 
 
-def attachments(connection: Any) -> dict[str, McpServerHost]:
+def attachments(connection: McpConnection) -> dict[str, McpServerHost]:
     """The MCP servers ``connection`` currently serves, by server id (for inspection)."""
     routes = connection.mcp.routes
     return dict(routes.hosts) if routes is not None else {}
@@ -535,18 +577,18 @@ def attachments(connection: Any) -> dict[str, McpServerHost]:
 # -- proxy: one global server --------------------------------------------------------------
 
 
-def install_proxy_server(connection: Any, server: Any) -> McpServerHost:
+def install_proxy_server(connection: McpProxyConnection, server: McpServerLike) -> McpServerHost:
     """Serve ``server`` on a v2 proxy connection under one connection-scoped id.
 
     Its declaration is added to the ``mcpServers`` of every setup request the proxy sends
     to its successor; ``mcp/message`` requests from the successor for that id are served,
     others are forwarded as usual.
     """
-    routes: McpRoutes = connection.mcp.serve(towards_successor=True)
+    routes = connection.mcp.serve(towards_successor=True)
     return routes.add(McpServer.of(server))
 
 
-def successor_request(connection: Any, rctx: RequestContext, params: Any) -> Any:
+def successor_request(connection: McpProxyConnection, rctx: RequestContext, params: Json) -> RequestResult:
     """A proxy's ``mcp/message`` request from its successor: served when the server id is
     one of this proxy's, else ``NotImplemented`` (forward it)."""
     routes = connection.mcp.routes
@@ -557,7 +599,7 @@ def successor_request(connection: Any, rctx: RequestContext, params: Any) -> Any
     return host.handle(rctx, request_id, method, inner)
 
 
-def with_declaration(method: str, params: Any, declaration: Mapping[str, Any]) -> Any:
+def with_declaration(method: str, params: Json, declaration: Mapping[str, Json]) -> Json:
     """The params of a ``method`` request a proxy sends to its successor: for a session
     setup request, with ``declaration`` appended to ``mcpServers`` (nothing else changed)."""
     if method not in SETUP_METHODS or type(params) is not dict:
@@ -571,7 +613,7 @@ def with_declaration(method: str, params: Any, declaration: Mapping[str, Any]) -
 # -- consumer side -------------------------------------------------------------------------
 
 
-def acp_mcp_servers(params: Any) -> list[dict[str, Any]]:
+def acp_mcp_servers(params: Json) -> list[JsonObject]:
     """The ACP-transport declarations in a setup request's ``mcpServers``."""
     servers = params.get("mcpServers") if type(params) is dict else None
     if type(servers) is not list:
@@ -585,11 +627,11 @@ class McpCalls:
     request (a dynamic notification handler of the connection; a notification no open session
     owns goes on to the connection's own handler, if any)."""
 
-    def __init__(self, connection: Any) -> None:
-        self.owners: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {}
+    def __init__(self, connection: McpConnection) -> None:
+        self.owners: dict[tuple[str, str], Callable[[JsonObject], None]] = {}
         connection.add_dynamic_handler(MCP_MESSAGE, self.on_notification, kind="notification")
 
-    def on_notification(self, params: Any, cx: Any) -> Any:
+    def on_notification(self, params: Json, cx: Context) -> object:
         """The ``mcp/message`` notification handler (``(params, cx)``, a dynamic handler)."""
         if type(params) is not dict:
             return NOT_HANDLED
@@ -604,8 +646,8 @@ _SESSION_IDS = itertools.count(1)
 
 
 @contextlib.asynccontextmanager
-async def open_mcp_session(connection: Any, server: Mapping[str, Any] | str, *,
-                           discover: bool = True, **session_kwargs: Any) -> AsyncIterator[ClientSession]:
+async def open_mcp_session(connection: Peer, server: Mapping[str, Json] | str, *,
+                           discover: bool = True, **session_kwargs: object) -> AsyncIterator[ClientSession]:
     """An ``mcp`` ``ClientSession`` to a server declared with the ACP transport.
 
     Each MCP request becomes an ``mcp/message`` request on ``connection`` (an agent's
@@ -630,25 +672,26 @@ async def open_mcp_session(connection: Any, server: Mapping[str, Any] | str, *,
     server_id = server if isinstance(server, str) else server.get("serverId")
     if type(server_id) is not str:
         raise ValueError(f"not an ACP-transport MCP server declaration: {server!r}")
-    calls = connection.mcp.consume()
+    # every Peer (a handler's cx.connection) is an AcpConnection
+    calls = cast("McpConnection", connection).mcp.consume()
     prefix = f"acp-fast-{next(_SESSION_IDS)}-{_token_hex(4)}-"
     to_client, client_in = anyio.create_memory_object_stream[SessionMessage | Exception](math.inf)
     client_out, from_client = anyio.create_memory_object_stream[SessionMessage](math.inf)
-    outer: dict[Any, Any] = {}  # inner JSON-RPC id -> the outer mcp/message request
+    outer: dict[object, Request[Json]] = {}  # inner JSON-RPC id -> the outer mcp/message request
     tasks: set[asyncio.Task[None]] = set()
 
-    def deliver(params: dict[str, Any]) -> None:
+    def deliver(params: JsonObject) -> None:
         inner = params.get("params")
         to_client.send_nowait(SessionMessage(JSONRPCNotification(
             jsonrpc="2.0", method=params["method"], params=inner if type(inner) is dict else None)))
 
     async def call(msg: JSONRPCRequest) -> None:
         request_id = prefix + str(msg.id)
-        envelope: dict[str, Any] = {"serverId": server_id, "requestId": request_id, "method": msg.method}
+        envelope: JsonObject = {"serverId": server_id, "requestId": request_id, "method": msg.method}
         if msg.params is not None:
             envelope["params"] = msg.params
         calls.owners[(server_id, request_id)] = deliver
-        reply: Any
+        reply: JSONRPCResponse | JSONRPCError
         try:
             pending = connection.send_request(MCP_MESSAGE, envelope)
             outer[msg.id] = pending
@@ -685,7 +728,7 @@ async def open_mcp_session(connection: Any, server: Mapping[str, Any] | str, *,
 
     pump_task = asyncio.ensure_future(pump())
     try:
-        async with ClientSession(client_in, client_out, **session_kwargs) as session:
+        async with ClientSession(client_in, client_out, **cast("dict[str, Any]", session_kwargs)) as session:
             if discover:
                 await session.discover()
             yield session

@@ -37,24 +37,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._rawjson import RawJson
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, REQUEST_CANCELLED, JsonRpcError
-from ..jsonrpc import CANCEL_METHOD, Connection, PendingRequest, RequestContext
+from ..jsonrpc import CANCEL_METHOD, Connection, PendingRequest, RequestContext, RequestResult, Responder
+from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
 from ..protocol.guard import PROXY_DATA, InitializationGuard
 from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC, SESSION_UPDATE, AcpConnection
-from ._hot import Context
-from .context import Request, SentRequest
+from .dispatch import Rules
+from ._hot import ProxyContext
+from .context import Request, SentRequest, Version
 from .mcp import MCP_MESSAGE, SETUP_METHODS, McpServerHost, install_proxy_server, successor_request, with_declaration
 from .sessions import OpenedSession, SessionSetup, SessionStates, V2Session
 from .table import Handler, HandlerTable
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..engine import Message
+    from .mcp import McpServerLike
+
 __all__ = ["SUCCESSOR", "SUCCESSOR_SPEC", "ProxyConnection", "ProxySessionRoute"]
 
 logger = logging.getLogger("acp_fast.roles")
+_T = TypeVar("_T")
 
 SUCCESSOR = "_proxy/successor"
 #: the spec spelling (``proxy/*``): accepted too, and used towards a predecessor that
@@ -73,7 +80,7 @@ _PROXY_SEND_DATA = (
 )
 
 
-def _unwrap(params: Any) -> tuple[str, Any]:
+def _unwrap(params: Json) -> tuple[str, Json]:
     method = params.get("method") if type(params) is dict else None
     inner = params.get("params") if type(params) is dict else None
     if type(method) is not str or (inner is not None and type(inner) not in (dict, list)):
@@ -99,7 +106,7 @@ class ProxySessionRoute:
 
     __slots__ = ("attachments", "operation", "response", "session_id", "state")
 
-    def __init__(self, session_id: str, operation: str, state: str, response: Any = None) -> None:
+    def __init__(self, session_id: str, operation: str, state: str, response: Json = None) -> None:
         self.session_id = session_id
         self.operation = operation
         self.state = state
@@ -116,31 +123,32 @@ class _SuccessorPeer:
 
     __slots__ = ("proxy",)
 
-    def __init__(self, proxy: ProxyConnection) -> None:
+    def __init__(self, proxy: ProxyConnection[int]) -> None:
         #: the proxy connection whose successor this is
         self.proxy = proxy
 
     @property
     def version(self) -> int:
-        return self.proxy.version
+        version: int = self.proxy.version
+        return version
 
     @property
     def sessions(self) -> SessionStates:
         return self.proxy.sessions
 
-    def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
-                     timeout: float | None = None) -> Request[Any]:
+    def send_request(self, method: str, params: Json = None, *, passthrough: bool = False,
+                     timeout: float | None = None) -> Request[Json]:
         return self.proxy.send_to_successor(method, params, passthrough=passthrough, timeout=timeout)
 
-    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+    def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
         return self.proxy.notify_successor(method, params, passthrough=passthrough)
 
-    def mapped_request(self, method: str, params: Any, fn: Callable[[Any], Any], *,
-                       settle: bool = False) -> SentRequest[Any]:
+    def mapped_request(self, method: str, params: Json, fn: Callable[[Json], _T], *,
+                       settle: bool = False) -> SentRequest[_T]:
         pending = self.proxy.send_to_successor(method, params)
         assert isinstance(pending, PendingRequest)  # never initialize
 
-        async def mapped() -> Any:
+        async def mapped() -> _T:
             result = await pending
             if settle:
                 await self.proxy.raw.settled()
@@ -158,7 +166,7 @@ class _SuccessorPeer:
 class _PendingSetup:
     __slots__ = ("pending", "previous", "route", "settled", "setup")
 
-    def __init__(self, setup: SessionSetup, pending: Request[Any], route: ProxySessionRoute | None,
+    def __init__(self, setup: SessionSetup, pending: Request[Json], route: ProxySessionRoute | None,
                  previous: ProxySessionRoute | None) -> None:
         self.setup = setup
         self.pending = pending
@@ -167,7 +175,7 @@ class _PendingSetup:
         self.settled = False
 
 
-def _done_result(pending: Request[Any]) -> Any:
+def _done_result(pending: Request[Json]) -> Json:
     """The result of a request handle that is done (raises its error), without a loop turn."""
     gen = pending.__await__()
     try:
@@ -178,7 +186,7 @@ def _done_result(pending: Request[Any]) -> Any:
     raise RuntimeError("the request is not answered yet")
 
 
-class ProxyConnection(AcpConnection):
+class ProxyConnection(AcpConnection[Version]):
     """The connection of a built proxy (``Proxy.builder()`` / ``Proxy.v2()``).
 
     Unhandled requests and notifications from the predecessor are forwarded to the
@@ -188,17 +196,18 @@ class ProxyConnection(AcpConnection):
     """
 
     role = "proxy"
+    context_type = ProxyContext
     #: the successor envelope's spelling: the one of the predecessor's initialize
     _successor = SUCCESSOR
     #: the declaration of the MCP server this proxy serves to its successor
     #: (:meth:`serve_mcp_server`, ``Proxy.v2().with_mcp_server``); ``None`` without one
-    mcp_declaration: dict[str, Any] | None = None
+    mcp_declaration: JsonObject | None = None
 
     #: a proxy's JSON-RPC connection decodes lazily (the builders and the proxy router ask for
     #: ``Decoder(lazy=True)``): what it only forwards is never decoded
     lazy_frames = True
 
-    def __init__(self, conn: Connection, table: HandlerTable, **kwargs: Any) -> None:
+    def __init__(self, conn: Connection, table: HandlerTable) -> None:
         #: session id -> route of the sessions started with ``on_proxy_session_start``
         self.proxy_sessions: dict[str, ProxySessionRoute] = {}
         self._pending_setups: list[_PendingSetup] = []
@@ -211,11 +220,12 @@ class ProxyConnection(AcpConnection):
         self._heads: dict[str, bytes] = {}
         self._successor_notifications = table.successor_notifications
         self._splice_in_dict = getattr(eng, "IMPLEMENTATION", "") == "c"
-        super().__init__(conn, table, **kwargs)
+        super().__init__(conn, table)
 
     # -- on_proxy_session_start (seed 000) -------------------------------------------------
 
-    def start_proxy_session(self, setup: SessionSetup, cx: Any, callback: Callable[[OpenedSession], Any]) -> None:
+    def start_proxy_session(self, setup: SessionSetup, cx: ProxyContext,
+                            callback: Callable[[OpenedSession[V2Session]], Coroutine[object, object, None] | None]) -> None:
         """See :meth:`~acp_fast.roles.sessions.SessionSetup.on_proxy_session_start`."""
         if self.version < 2:
             raise TypeError("on_proxy_session_start is a v2 proxy helper (Proxy.v2())")
@@ -270,8 +280,8 @@ class ProxyConnection(AcpConnection):
         entry.route = route
         return route
 
-    async def _finish_setup(self, entry: _PendingSetup, responder: Any, cx: Any,
-                            callback: Callable[[OpenedSession], Any]) -> None:
+    async def _finish_setup(self, entry: _PendingSetup, responder: Responder, cx: ProxyContext,
+                            callback: Callable[[OpenedSession[V2Session]], Coroutine[object, object, None] | None]) -> None:
         pending = entry.pending
         request = cx.request
         watcher = asyncio.ensure_future(request.wait_cancelled()) if request is not None else None
@@ -299,61 +309,23 @@ class ProxyConnection(AcpConnection):
         if asyncio.iscoroutine(outcome):
             self.start_task(outcome)  # outside the ordering barrier
 
-    # every inbound path settles arrived setups first
-    def _request_handler(self, fn: Handler) -> Callable[[RequestContext], Any]:
-        handle = super()._request_handler(fn)
+    def _settle_arrived(self) -> None:
+        """Before every inbound message (the dispatch's ``before``): settle the setups whose
+        downstream response has arrived, so a route exists for traffic after its response."""
+        if self._pending_setups:
+            self._install_ready_routes()
 
-        def routed(rctx: RequestContext) -> Any:
-            if self._pending_setups:
-                self._install_ready_routes()
-            return handle(rctx)
-
-        return routed
-
-    def _notification_handler(self, fn: Handler) -> Callable[[Any], Any]:
-        handle = super()._notification_handler(fn)
-
-        def routed(msg: Any) -> Any:
-            if self._pending_setups:
-                self._install_ready_routes()
-            return handle(msg)
-
-        return routed
-
-    def _dynamic_request_handler(self, method: str) -> Callable[[RequestContext], Any]:
-        handle = super()._dynamic_request_handler(method)
-
-        def routed(rctx: RequestContext) -> Any:
-            if self._pending_setups:
-                self._install_ready_routes()
-            return handle(rctx)
-
-        return routed
-
-    def _dynamic_notification_handler(self, method: str) -> Callable[[Any], Any]:
-        handle = super()._dynamic_notification_handler(method)
-
-        def routed(msg: Any) -> Any:
-            if self._pending_setups:
-                self._install_ready_routes()
-            return handle(msg)
-
-        return routed
-
-    # (the connection's fallbacks, AcpConnection._on_request / _on_notification, check
-    # _pending_setups inline: no extra call level on the forwarding path)
+    def _rules(self) -> Rules:
+        entries = dict.fromkeys(_SUCCESSORS, self._from_successor_request)
+        notifications = dict.fromkeys(_SUCCESSORS, self._from_successor_notification)
+        return Rules(context_type=self.context_type, incoming_initialize=self._incoming_initialize,
+                     initializes=self._initializes, gated_updates=False,  # a proxy relays session/update
+                     before=self._settle_arrived, unhandled_request=self._unhandled_request,
+                     unhandled_notification=self._unhandled_notification,
+                     requests=entries, notifications=notifications)
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         return InitializationGuard(self.version, "unchecked", proxy=table.guarded)
-
-    def _updates_gated(self) -> bool:
-        return False  # a proxy relays session/update; it never binds it to a type
-
-    def _became_ready(self) -> None:
-        super()._became_ready()
-        for name in _SUCCESSORS:
-            self.raw.on_request(name, self._from_successor_request)
-            self.raw.on_notification(name, self._from_successor_notification)
 
     def initializes(self, method: str) -> bool:
         return method == PROXY_INITIALIZE or method == PROXY_INITIALIZE_SPEC
@@ -364,7 +336,7 @@ class ProxyConnection(AcpConnection):
         self._successor = SUCCESSOR_SPEC if method == PROXY_INITIALIZE_SPEC else SUCCESSOR
         return True
 
-    def _init_handler(self, method: str) -> Any:
+    def _init_handler(self, method: str) -> Handler | None:
         # a handler registered under either spelling serves both (the conductor chooses)
         requests = self.table.requests
         fn = requests.get(method)
@@ -374,7 +346,7 @@ class ProxyConnection(AcpConnection):
 
     # -- incoming from the predecessor ---------------------------------------------------
 
-    def _negotiate(self, params: Any) -> Any:
+    def _negotiate(self, params: Json) -> Json:
         requested = nego.parse_protocol_version(params)
         if requested != self.version:  # exact match only (§6.7)
             raise JsonRpcError(INVALID_REQUEST, data=(
@@ -383,10 +355,10 @@ class ProxyConnection(AcpConnection):
         nego.validate_initialize_request(params, self.version)
         return params
 
-    def _default_initialize(self, seen: Any) -> Any:
+    def _default_initialize(self, seen: Json) -> RequestResult:
         return self.send_to_successor(INITIALIZE, dict(seen))
 
-    def _unhandled_request(self, rctx: RequestContext, method: str) -> Any:
+    def _unhandled_request(self, rctx: RequestContext, method: str) -> RequestResult:
         if method in _SUCCESSORS:
             return self._from_successor_request(rctx)
         if method == INITIALIZE or (self.mcp_declaration is not None and method in SETUP_METHODS):
@@ -395,7 +367,7 @@ class ProxyConnection(AcpConnection):
         pending = self.raw.request(self._successor, self._wrap(method, rctx.message.params_raw), raw=True)
         return self._forward_raw(rctx, pending)
 
-    def _unhandled_notification(self, msg: Any, method: str) -> Any:
+    def _unhandled_notification(self, msg: Message, method: str) -> object:
         if method == CANCEL_METHOD:  # hop-local
             return None
         if method in _SUCCESSORS:
@@ -405,7 +377,7 @@ class ProxyConnection(AcpConnection):
 
     # -- an MCP server for the successor (MCP-over-ACP) ----------------------------------
 
-    def serve_mcp_server(self, server: Any) -> McpServerHost:
+    def serve_mcp_server(self, server: McpServerLike) -> McpServerHost:
         """Serve ``server`` to the successor under one connection-scoped server id.
 
         What ``Proxy.v2().with_mcp_server`` does for every connection: from now on its
@@ -424,11 +396,11 @@ class ProxyConnection(AcpConnection):
 
     # -- outgoing to the successor -------------------------------------------------------
 
-    def _refuse_initialize(self, method: str) -> None:
+    def _send_initializing(self, method: str, params: Json) -> Request[Json] | None:
         raise JsonRpcError(INVALID_REQUEST, data=_PROXY_SEND_DATA)
 
-    def send_to_successor(self, method: str, params: Any = None, *, passthrough: bool = False,
-                          timeout: float | None = None) -> Request[Any]:
+    def send_to_successor(self, method: str, params: Json = None, *, passthrough: bool = False,
+                          timeout: float | None = None) -> Request[Json]:
         """Send a request to the successor, wrapped in ``_proxy/successor``.
 
         ``initialize`` gets ``protocolVersion`` pinned to this proxy's version and the
@@ -440,7 +412,7 @@ class ProxyConnection(AcpConnection):
         self.surface.check_outgoing_method(method, "request", passthrough=passthrough)
         if self.mcp_declaration is not None:
             params = with_declaration(method, params, self.mcp_declaration)
-        inner: dict[str, Any] = {"method": method}
+        inner: JsonObject = {"method": method}
         if method == INITIALIZE:
             params = dict(params or {}, protocolVersion=self.version)
         if params is not None:
@@ -449,14 +421,14 @@ class ProxyConnection(AcpConnection):
         if method != INITIALIZE:
             return pending
 
-        async def checked() -> Any:
+        async def checked() -> Json:
             result = await pending
             nego.check_negotiated_version(result, self.version)
             return result
 
         return SentRequest(pending, checked())
 
-    def notify_successor(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+    def notify_successor(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
         """Send a notification to the successor, wrapped in ``_proxy/successor``.
 
         Raises:
@@ -466,14 +438,14 @@ class ProxyConnection(AcpConnection):
         self.surface.check_outgoing_method(method, "notification", passthrough=passthrough)
         if method == SESSION_UPDATE and not passthrough and type(params) is dict:
             self._check_update_out(params.get("update"))
-        inner: dict[str, Any] = {"method": method}
+        inner: JsonObject = {"method": method}
         if params is not None:
             inner["params"] = params
         return self.raw.notify(self._successor, inner)
 
     # -- incoming from the successor -----------------------------------------------------
 
-    def _inner(self, msg: Any) -> Any:
+    def _inner(self, msg: Message) -> Message | None:
         """The inner message of a successor envelope as a lazy notification frame (its
         ``params`` stay raw bytes), or ``None`` when the envelope is not exactly
         ``{"method": str, "params"?: object | array | null, …other members}``.
@@ -491,7 +463,7 @@ class ProxyConnection(AcpConnection):
                                          else b"".join((_INNER_HEAD, memoryview(raw)[1:], b"\n")))[0]
         return inner if inner.kind == self._inner_kind else None
 
-    def _wrap(self, method: str, params_raw: Any) -> Any:
+    def _wrap(self, method: str, params_raw: bytes | None) -> JsonObject | RawJson:
         """The envelope params ``{"method":…,"params":…}`` around raw inner params (no
         ``_meta``: the envelope's is hop-local): a dict holding the ``RawJson`` for the
         compiled encoder (it splices it in one copy), the spliced bytes for the pure one."""
@@ -506,14 +478,14 @@ class ProxyConnection(AcpConnection):
             return RawJson(head + b"}")
         return RawJson(b"".join((head, b',"params":', params_raw, b"}")))
 
-    def _from_successor_request(self, rctx: RequestContext) -> Any:
+    def _from_successor_request(self, rctx: RequestContext) -> RequestResult:
         if self._pending_setups:
             self._install_ready_routes()
         inner = self._inner(rctx.message)
         if inner is None:
             method, params = _unwrap(rctx.message.params)
         else:
-            method = inner.method
+            method = inner.method or ""  # set: _inner returns notification frames only
         if method in (INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC):
             raise JsonRpcError(INVALID_REQUEST, data=PROXY_DATA)
         if self.mcp_declaration is not None and method == MCP_MESSAGE:
@@ -522,12 +494,12 @@ class ProxyConnection(AcpConnection):
                 return served
         fn = self.table.successor_requests.get(method)
         if fn is not None:
-            return fn(params if inner is None else inner.params, Context(self, rctx, rctx.message))
+            return fn(params if inner is None else inner.params, ProxyContext(self, rctx, rctx.message))
         if inner is None:
             return self._forward_request(rctx, method, params, to_successor=False)
         return self._forward_raw(rctx, self.raw.request(method, inner.params_raw, raw=True))
 
-    def _from_successor_notification(self, msg: Any) -> Any:
+    def _from_successor_notification(self, msg: Message) -> object:
         # the streaming hot path (an agent's session/update): _inner inlined
         if self._pending_setups:
             self._install_ready_routes()
@@ -543,11 +515,11 @@ class ProxyConnection(AcpConnection):
             return None
         fn = self._successor_notifications.get(method)
         if fn is not None:
-            return fn(inner.params, Context(self, None, msg))
+            return fn(inner.params, ProxyContext(self, None, msg))
         self._notify(method, inner.params_raw)
         return None
 
-    def _from_successor_notification_decoded(self, msg: Any) -> Any:
+    def _from_successor_notification_decoded(self, msg: Message) -> object:
         try:
             method, params = _unwrap(msg.params)
         except JsonRpcError:
@@ -557,12 +529,12 @@ class ProxyConnection(AcpConnection):
             return None
         fn = self.table.successor_notifications.get(method)
         if fn is not None:
-            return fn(params, Context(self, None, msg))
+            return fn(params, ProxyContext(self, None, msg))
         self.raw.notify(method, params)
         return None
 
-    async def _forward_request(self, rctx: RequestContext, method: str, params: Any, *,
-                               to_successor: bool) -> Any:
+    async def _forward_request(self, rctx: RequestContext, method: str, params: Json, *,
+                               to_successor: bool) -> Json:
         if to_successor:
             pending = self.send_to_successor(method, params, passthrough=True)
         else:

@@ -16,20 +16,22 @@ from __future__ import annotations
 import asyncio
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from .. import engine as _engine
 from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection
 from ..protocol import negotiation as nego
 from ..transport import Stream
-from .builders import Builder
+from .builders import AgentBuilder, Builder, ProxyBuilder
+from .context import V1, V2
 from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC
 from .streams import EngineChoice, Transport, open_stream, resolve_engine
 
 __all__ = ["AgentRouter", "ProxyRouter"]
 
 _Decision = tuple[str, Any]
+_R = TypeVar("_R", bound="_Router")
 
 
 def _encode_error(engine: Any, rid: Any, error: JsonRpcError) -> bytes:
@@ -135,16 +137,18 @@ class _Router:
     """First-frame selection shared by the agent and proxy routers (protocol.md §2.17, §6.4)."""
 
     role = "agent"
+    #: the builder type each configured implementation must be
+    builder_type: ClassVar[type[Builder[Any, Any, Any]]] = AgentBuilder
     #: the spellings of the initializing request this router accepts
     init_methods: tuple[str, ...] = (INITIALIZE,)
     first_request = "first ACP request must be initialize"
     first_message = "first ACP message must be an initialize request"
 
     def __init__(self) -> None:
-        self._impls: dict[int, Builder] = {}
+        self._impls: dict[int, Builder[Any, Any, Any]] = {}
 
-    def _add(self, version: int, impl: Builder) -> Any:
-        if impl.version != version or impl.role != self.role:
+    def _add(self: _R, version: int, impl: Builder[Any, Any, Any]) -> _R:
+        if impl.version != version or not isinstance(impl, self.builder_type):
             raise TypeError(f"with_v{version} needs a v{version} {self.role} builder, not {impl!r}")
         self._impls[version] = impl
         return self
@@ -228,13 +232,13 @@ class AgentRouter(_Router):
     canonicalised to v2, a v2+ request for the v1 implementation normalised (§6.5).
     """
 
-    def with_v1(self, impl: Builder) -> AgentRouter:
+    def with_v1(self, impl: AgentBuilder[V1]) -> AgentRouter:
         """Serve v1 connections with ``impl`` (a v1 agent builder)."""
-        return self._add(1, impl)  # type: ignore[no-any-return]
+        return self._add(1, impl)
 
-    def with_v2(self, impl: Builder) -> AgentRouter:
+    def with_v2(self, impl: AgentBuilder[V2]) -> AgentRouter:
         """Serve v2 connections with ``impl`` (a v2 agent builder)."""
-        return self._add(2, impl)  # type: ignore[no-any-return]
+        return self._add(2, impl)
 
     def _select(self, params: Any) -> tuple[int, Any]:
         requested = nego.parse_protocol_version(params)
@@ -251,17 +255,18 @@ class ProxyRouter(_Router):
     """``Proxy.protocol_router()``: exact v1/v2 match on ``_proxy/initialize`` (§6.7)."""
 
     role = "proxy"
+    builder_type = ProxyBuilder
     init_methods = (PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC)  # both spellings (protocol.md §8)
     first_request = "first ACP proxy request must be `_proxy/initialize`"
     first_message = "first ACP proxy message must be an `_proxy/initialize` request"
 
-    def with_v1(self, impl: Builder) -> ProxyRouter:
+    def with_v1(self, impl: ProxyBuilder[V1]) -> ProxyRouter:
         """Serve v1 connections with ``impl`` (a v1 proxy builder)."""
-        return self._add(1, impl)  # type: ignore[no-any-return]
+        return self._add(1, impl)
 
-    def with_v2(self, impl: Builder) -> ProxyRouter:
+    def with_v2(self, impl: ProxyBuilder[V2]) -> ProxyRouter:
         """Serve v2 connections with ``impl`` (a v2 proxy builder)."""
-        return self._add(2, impl)  # type: ignore[no-any-return]
+        return self._add(2, impl)
 
     def _select(self, params: Any) -> tuple[int, Any]:
         requested = nego.parse_protocol_version(params)

@@ -40,15 +40,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, Union, cast
 
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
 
+from ..jsontypes import Json, JsonObject
+from .context import Deferred
+from .mcp import McpConnection
+
 if TYPE_CHECKING:  # pragma: no cover
+    from ..jsonrpc import RequestContext
+    from ..protocol import types_v2
+    from ._hot import Context, ProxyContext
     from .context import Request, SentRequest
+    from .mcp import McpServerLike
 
 _T = TypeVar("_T")
+#: the session handle type of an :class:`OpenedSession`
+_S = TypeVar("_S", bound=Union["V2Session", "V1Session"])
 
 logger = logging.getLogger("acp_fast.roles")
 
@@ -94,13 +104,13 @@ class StopReason:
 
     __slots__ = ("error", "kind", "payload")
 
-    def __init__(self, kind: str, error: dict[str, Any] | None, payload: dict[str, Any]) -> None:
+    def __init__(self, kind: str, error: JsonObject | None, payload: JsonObject) -> None:
         self.kind = kind
         self.error = error
         self.payload = payload
 
     @classmethod
-    def from_update(cls, update: dict[str, Any]) -> StopReason | None:
+    def from_update(cls, update: JsonObject) -> StopReason | None:
         """The stop reason of an idle update; ``None`` when omitted, null or malformed."""
         kind = update.get("stopReason")
         if type(kind) is not str:
@@ -150,10 +160,10 @@ class SessionState:
         self.idle_epoch = 0
         self.tool_calls: dict[str, str] = {}
         self._waiters: list[tuple[int, asyncio.Future[StopReason | None]]] = []
-        self._permissions: list[Any] = []  # in-flight session/request_permission contexts
+        self._permissions: list[RequestContext] = []  # in-flight session/request_permission contexts
         self._closed: BaseException | None = None
 
-    def apply(self, update: dict[str, Any]) -> None:
+    def apply(self, update: JsonObject) -> None:
         """Apply one known ``state_update``, ``tool_call`` or ``tool_call_update`` payload."""
         kind = update.get("sessionUpdate")
         if kind == "tool_call" or kind == "tool_call_update":
@@ -212,7 +222,7 @@ class SessionState:
         self._waiters.append((after, fut))
         return await fut
 
-    def track_permission(self, request: Any) -> None:
+    def track_permission(self, request: RequestContext) -> None:
         """Remember an in-flight ``session/request_permission`` (a jsonrpc ``RequestContext``)."""
         self._permissions = [r for r in self._permissions if not r.answered]
         self._permissions.append(request)
@@ -263,7 +273,7 @@ class SessionStates:
                 state.close(self._closed)
         return state
 
-    def apply(self, session_id: Any, update: dict[str, Any]) -> None:
+    def apply(self, session_id: Json, update: JsonObject) -> None:
         """Apply a known update that changes the tracked state (see :meth:`SessionState.apply`)."""
         if type(session_id) is str:
             self.get(session_id).apply(update)
@@ -289,18 +299,23 @@ class SessionPeer(Protocol):
     def sessions(self) -> SessionStates:
         """The tracked v2 session states."""
 
-    def send_request(self, method: str, params: Any = None, *, passthrough: bool = False,
-                     timeout: float | None = None) -> Request[Any]:
+    def send_request(self, method: str, params: Json = None, *, passthrough: bool = False,
+                     timeout: float | None = None) -> Request[Json]:
         """Send a request through the guards; returns its handle (``await`` it for the result)."""
 
-    def send_notification(self, method: str, params: Any = None, *, passthrough: bool = False) -> bool:
+    def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
         """Send a notification through the guards; returns False when it was dropped."""
 
-    def mapped_request(self, method: str, params: Any, fn: Callable[[Any], _T], *,
+    def mapped_request(self, method: str, params: Json, fn: Callable[[Json], _T], *,
                        settle: bool = False) -> SentRequest[_T]:
         """Send a request whose result is mapped by ``fn`` (``settle``: first wait for the
         handlers of the notifications received before the response)."""
 
+
+
+class SetupPeer(SessionPeer, McpConnection, Protocol):
+    """What a :class:`SessionSetup` needs of its connection (an ``AcpConnection`` is one): the
+    session helpers' peer with its MCP-over-ACP state."""
 
 class V2Session:
     """Command handle of one v2 session: its id and the connection, nothing else.
@@ -326,7 +341,7 @@ class V2Session:
         :meth:`wait_idle`'s ``after``)."""
         return self.state.idle_epoch
 
-    def send_prompt(self, prompt: Sequence[Any] | str, **fields: Any) -> Request[Any]:
+    def send_prompt(self, prompt: Sequence[Mapping[str, Json]] | str, **fields: Json) -> Request[Json]:
         """Send ``session/prompt``; the handle resolves to the insertion receipt.
 
         Args:
@@ -345,7 +360,7 @@ class V2Session:
         """See :meth:`SessionState.wait_idle`."""
         return await self.state.wait_idle(after)
 
-    def cancel_active_work(self, **fields: Any) -> bool:
+    def cancel_active_work(self, **fields: Json) -> bool:
         """Send the session-wide ``session/cancel`` notification, and do the client's part.
 
         Every pending ``session/request_permission`` of this session (and no other) is
@@ -357,16 +372,18 @@ class V2Session:
         self.state.cancel_work()
         return sent
 
-    def fork(self, cwd: str, **kwargs: Any) -> SentRequest[OpenedSession]:
+    def fork(self, cwd: str, *, mcp_servers: Sequence[Mapping[str, Json]] | None = None,
+             with_mcp_servers: Sequence[McpServerLike] = (), **fields: Json) -> SentRequest[OpenedSession[V2Session]]:
         """``session/fork`` of this session (unstable): see :func:`fork_session`."""
-        return fork_session(self.connection, self.session_id, cwd, **kwargs)
+        return fork_session(self.connection, self.session_id, cwd, mcp_servers=mcp_servers,
+                            with_mcp_servers=with_mcp_servers, **fields)
 
-    def set_config_option(self, config_id: str, value: Any, **fields: Any) -> Request[Any]:
+    def set_config_option(self, config_id: str, value: Json, **fields: Json) -> Request[Json]:
         """``session/set_config_option``; resolves to the authoritative replacement set."""
         params = {"sessionId": self.session_id, "configId": config_id, "value": value, **fields}
         return self.connection.send_request("session/set_config_option", params)
 
-    def close(self, **fields: Any) -> SentRequest[Any]:
+    def close(self, **fields: Json) -> SentRequest[Json]:
         """``session/close``; resolves to the complete close response.
 
         The agent cancels active work first and sends its final updates and the idle
@@ -388,8 +405,11 @@ class V2Session:
         return f"V2Session({self.session_id!r})"
 
 
-class OpenedSession:
-    """Result of a v2 setup request: the command handle and the complete response.
+class OpenedSession(Generic[_S]):
+    """Result of a setup request: the session handle and the complete response.
+
+    Generic in the handle's type: a v2 client's ``build_session`` gives an
+    ``OpenedSession[V2Session]``, a v1 client's an ``OpenedSession[V1Session]``.
 
     Attributes:
         session: the session handle: a :class:`V2Session`, or a :class:`V1Session` on a v1
@@ -399,11 +419,11 @@ class OpenedSession:
 
     __slots__ = ("response", "session")
 
-    def __init__(self, session: V2Session | V1Session, response: dict[str, Any]) -> None:
+    def __init__(self, session: _S, response: JsonObject) -> None:
         self.session = session
         self.response = response
 
-    def into_parts(self) -> tuple[V2Session | V1Session, dict[str, Any]]:
+    def into_parts(self) -> tuple[_S, JsonObject]:
         """``(session, response)``."""
         return self.session, self.response
 
@@ -411,8 +431,8 @@ class OpenedSession:
         return f"OpenedSession({self.session!r}, response={self.response!r})"
 
 
-def _setup_params(cwd: str, mcp_servers: Sequence[Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
-    params: dict[str, Any] = {"cwd": cwd}
+def _setup_params(cwd: str, mcp_servers: Sequence[Mapping[str, Json]] | None, fields: JsonObject) -> JsonObject:
+    params: JsonObject = {"cwd": cwd}
     if mcp_servers is not None:
         params["mcpServers"] = list(mcp_servers)
     params.update(fields)
@@ -420,9 +440,9 @@ def _setup_params(cwd: str, mcp_servers: Sequence[Any] | None, fields: dict[str,
 
 
 def build_session(
-    connection: SessionPeer, cwd: str, *, mcp_servers: Sequence[Any] | None = None,
-    with_mcp_servers: Sequence[Any] = (), **fields: Any
-) -> SentRequest[OpenedSession]:
+    connection: SessionPeer, cwd: str, *, mcp_servers: Sequence[Mapping[str, Json]] | None = None,
+    with_mcp_servers: Sequence[McpServerLike] = (), **fields: Json
+) -> SentRequest[OpenedSession[V2Session | V1Session]]:
     """Publish ``session/new``; resolves to an :class:`OpenedSession`.
 
     On v2 its session is a :class:`V2Session`; a state reported before the response is
@@ -436,13 +456,13 @@ def build_session(
         return _with_mcp(connection, with_mcp_servers, mcp_servers,
                          lambda servers: build_session(connection, cwd, mcp_servers=servers, **fields))
     if connection.version == 1:
-        def opened_v1(result: Any) -> OpenedSession:
+        def opened_v1(result: JsonObject) -> OpenedSession[V2Session | V1Session]:
             return OpenedSession(V1Session(result["sessionId"], connection), result)
 
         params = _setup_params(cwd, [] if mcp_servers is None else mcp_servers, fields)
         return connection.mapped_request("session/new", params, opened_v1)
 
-    def opened(result: Any) -> OpenedSession:
+    def opened(result: JsonObject) -> OpenedSession[V2Session | V1Session]:
         session_id = result["sessionId"]
         connection.sessions.get(session_id)  # default idle unless already reported
         return OpenedSession(V2Session(session_id, connection), result)
@@ -455,11 +475,11 @@ def resume_session(
     session_id: str,
     cwd: str,
     *,
-    replay_from: Any = None,
-    mcp_servers: Sequence[Any] | None = None,
-    with_mcp_servers: Sequence[Any] = (),
-    **fields: Any,
-) -> SentRequest[OpenedSession]:
+    replay_from: Json = None,
+    mcp_servers: Sequence[Mapping[str, Json]] | None = None,
+    with_mcp_servers: Sequence[McpServerLike] = (),
+    **fields: Json,
+) -> SentRequest[OpenedSession[V2Session]]:
     """Publish v2 ``session/resume``; resolves to an :class:`OpenedSession`.
 
     Replay updates (and the current-state snapshot) precede the response on the wire; the
@@ -481,7 +501,7 @@ def resume_session(
     if replay_from is not None:
         params["replayFrom"] = replay_from
 
-    def opened(result: Any) -> OpenedSession:
+    def opened(result: JsonObject) -> OpenedSession[V2Session]:
         return OpenedSession(V2Session(session_id, connection), result)
 
     return connection.mapped_request("session/resume", params, opened, settle=True)
@@ -492,10 +512,10 @@ def fork_session(
     session_id: str,
     cwd: str,
     *,
-    mcp_servers: Sequence[Any] | None = None,
-    with_mcp_servers: Sequence[Any] = (),
-    **fields: Any,
-) -> SentRequest[OpenedSession]:
+    mcp_servers: Sequence[Mapping[str, Json]] | None = None,
+    with_mcp_servers: Sequence[McpServerLike] = (),
+    **fields: Json,
+) -> SentRequest[OpenedSession[V2Session]]:
     """Publish v2 ``session/fork`` (unstable) of ``session_id``; resolves to an
     :class:`OpenedSession` whose handle uses the **new** session id the response allocates,
     with the complete ``ForkSessionResponse``. ``with_mcp_servers``: as in
@@ -510,7 +530,7 @@ def fork_session(
             connection, session_id, cwd, mcp_servers=servers, **fields))
     params = {"sessionId": session_id, **_setup_params(cwd, mcp_servers, fields)}
 
-    def opened(result: Any) -> OpenedSession:
+    def opened(result: JsonObject) -> OpenedSession[V2Session]:
         new_id = result["sessionId"]
         connection.sessions.get(new_id)  # default idle unless already reported
         return OpenedSession(V2Session(new_id, connection), result)
@@ -532,13 +552,13 @@ class V1Session:
         self.session_id = session_id
         self.connection = connection
 
-    def send_prompt(self, prompt: Sequence[Any] | str, **fields: Any) -> Request[Any]:
+    def send_prompt(self, prompt: Sequence[Mapping[str, Json]] | str, **fields: Json) -> Request[Json]:
         """Send ``session/prompt``; resolves to ``{"stopReason": …}`` when the turn ends."""
         blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
         return self.connection.send_request(
             "session/prompt", {"sessionId": self.session_id, "prompt": blocks, **fields})
 
-    def cancel_active_work(self, **fields: Any) -> bool:
+    def cancel_active_work(self, **fields: Json) -> bool:
         """Send ``session/cancel``; the pending prompt then ends with ``cancelled``.
 
         As on v2, pending permission requests of this session get the cancelled outcome
@@ -552,12 +572,14 @@ class V1Session:
         return f"V1Session({self.session_id!r})"
 
 
-def _with_mcp(connection: SessionPeer, servers: Sequence[Any], mcp_servers: Sequence[Any] | None,
-              publish: Callable[[list[Any]], SentRequest[OpenedSession]]) -> SentRequest[OpenedSession]:
+def _with_mcp(connection: SessionPeer, servers: Sequence[McpServerLike], mcp_servers: Sequence[Mapping[str, Json]] | None,
+              publish: Callable[[list[Mapping[str, Json]]], SentRequest[OpenedSession[_S]]]
+              ) -> SentRequest[OpenedSession[_S]]:
     """Attach MCP-over-ACP servers, then publish the setup request (:mod:`acp_fast.roles.mcp`)."""
     from .mcp import attach_for_setup
 
-    return attach_for_setup(connection, servers, mcp_servers, publish)
+    # the MCP state lives on the connection: the session helpers' peer is an AcpConnection here
+    return attach_for_setup(cast("McpConnection", connection), servers, mcp_servers, publish)
 
 
 def _same(value: _T) -> _T:
@@ -597,7 +619,7 @@ class PromptTurn:
         inserted: True once :meth:`insert` ran.
     """
 
-    def __init__(self, session: AgentSession, cx: Any, params: dict[str, Any], message_id: str, *,
+    def __init__(self, session: AgentSession, cx: Context, params: types_v2.PromptRequest, message_id: str, *,
                  on_finished: Callable[[PromptTurn], None] | None = None) -> None:
         self.session = session
         self.session_id = session.session_id
@@ -608,7 +630,7 @@ class PromptTurn:
         self.state = IDLE  # the foreground state this turn reported last
         self._responder = cx.defer()
         self._cancelled = asyncio.Event()
-        self._requests: list[Any] = []  # requests this work sent to the client, not yet answered
+        self._requests: list[Request[Json]] = []  # requests this work sent to the client, not yet answered
         self._on_finished = on_finished
         self.task: asyncio.Task[None] | None = None
 
@@ -622,11 +644,11 @@ class PromptTurn:
         """Wait until the work is cancelled (see :attr:`cancelled`)."""
         await self._cancelled.wait()
 
-    def send(self, update: dict[str, Any]) -> bool:
+    def send(self, update: types_v2.SessionUpdate | JsonObject) -> bool:
         """Send one ``session/update`` of this session (through the write guard)."""
-        return bool(self.cx.send_session_update(self.session_id, update))
+        return self.cx.send_session_update(self.session_id, dict(update))
 
-    def request(self, method: str, params: Any = None) -> Any:
+    def request(self, method: str, params: Json = None) -> Request[Json]:
         """Send a request to the client for this work (``session/request_permission``,
         ``elicitation/create`` …). When the work is cancelled (``session/cancel`` or
         ``session/close``), every such request still unanswered is cancelled with
@@ -644,9 +666,9 @@ class PromptTurn:
         """Report ``running`` / ``requires_action`` (once per change); may precede insertion."""
         if state != self.state:
             self.state = state
-            self.send({"sessionUpdate": "state_update", "state": state})
+            self.cx.send_session_update(self.session_id, {"sessionUpdate": "state_update", "state": state})
 
-    def insert(self, content: Any = None, **fields: Any) -> dict[str, Any]:
+    def insert(self, content: list[types_v2.ContentBlock] | None = None, **fields: Json) -> types_v2.PromptResponse:
         """Insert the user message: answer the prompt with its id, then send ``user_message``.
 
         Args:
@@ -664,11 +686,11 @@ class PromptTurn:
         if self.cancelled:
             raise JsonRpcError(REQUEST_CANCELLED)
         self.inserted = True
-        receipt = {"messageId": self.message_id}
+        receipt: types_v2.PromptResponse = {"messageId": self.message_id}
         self._responder.respond(receipt)
-        update = {"sessionUpdate": "user_message", "messageId": self.message_id,
-                  "content": self.params.get("prompt", []) if content is None else content, **fields}
-        self.send(update)
+        update: JsonObject = {"sessionUpdate": "user_message", "messageId": self.message_id,
+                              "content": self.params.get("prompt", []) if content is None else content, **fields}
+        self.cx.send_session_update(self.session_id, update)
         return receipt
 
     def start(self, work: Callable[[PromptTurn], Awaitable[str | None]]) -> asyncio.Task[None]:
@@ -698,12 +720,12 @@ class PromptTurn:
         if not self.inserted and task is not None and not task.done():
             task.cancel()  # nothing was inserted: the work stops at once
 
-    def _idle(self, reason: str, error: dict[str, Any] | None = None) -> None:
-        update: dict[str, Any] = {"sessionUpdate": "state_update", "state": IDLE, "stopReason": reason}
+    def _idle(self, reason: str, error: JsonObject | None = None) -> None:
+        update: JsonObject = {"sessionUpdate": "state_update", "state": IDLE, "stopReason": reason}
         if error is not None:
             update["error"] = error
         self.state = IDLE
-        self.send(update)
+        self.cx.send_session_update(self.session_id, update)
 
     async def _run(self, work: Callable[[PromptTurn], Awaitable[str | None]]) -> None:
         watcher = asyncio.ensure_future(self._watch_request_cancel())
@@ -798,9 +820,11 @@ class AgentSession:
         self.closed = False
         self._count = 0
 
-    def prompt(self, cx: Any, params: dict[str, Any],
-               work: Callable[[PromptTurn], Awaitable[str | None]], *, message_id: str | None = None) -> None:
-        """Serve ``session/prompt`` with ``work(turn)`` (return its result from the handler).
+    def prompt(self, cx: Context, params: types_v2.PromptRequest,
+               work: Callable[[PromptTurn], Awaitable[str | None]], *, message_id: str | None = None
+               ) -> Deferred[types_v2.PromptResponse]:
+        """Serve ``session/prompt`` with ``work(turn)``; return its result from the handler
+        (a :class:`~acp_fast.roles.context.Deferred`: the turn answers the request itself).
 
         ``work`` runs as a task owned by the connection; it calls :meth:`PromptTurn.insert`
         once it inserted the prompt and returns the stop reason (``None``: ``end_turn``).
@@ -820,13 +844,14 @@ class AgentSession:
             message_id = f"{self.session_id}-user-{self._count}"
         turn = self.turn = PromptTurn(self, cx, params, message_id, on_finished=self._finished)
         turn.start(work)
+        return Deferred()
 
     def cancel(self) -> None:
         """``session/cancel``: cancel the active foreground work (nothing when idle)."""
         if self.turn is not None:
             self.turn.cancel()
 
-    def close(self) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+    def close(self) -> types_v2.CloseSessionResponse | Awaitable[types_v2.CloseSessionResponse]:
         """``session/close``: the close response, after the cancelled work's final updates."""
         self.closed = True
         turn = self.turn
@@ -835,7 +860,7 @@ class AgentSession:
         turn.cancel()
         task = turn.task
 
-        async def after_work() -> dict[str, Any]:
+        async def after_work() -> types_v2.CloseSessionResponse:
             await asyncio.wait((task,))
             return {}
 
@@ -872,7 +897,7 @@ class SessionSetup:
 
     __slots__ = ("_mcp", "connection", "method", "operation", "params")
 
-    def __init__(self, connection: Any, method: str, params: dict[str, Any]) -> None:
+    def __init__(self, connection: SetupPeer, method: str, params: JsonObject) -> None:
         if method not in SETUP_METHODS:
             raise ValueError(f"{method!r} is not a session setup request")
         if type(params) is not dict:
@@ -881,9 +906,9 @@ class SessionSetup:
         self.method = method
         self.operation = SETUP_METHODS[method]
         self.params = params
-        self._mcp: list[Any] = []
+        self._mcp: list[McpServerLike] = []
 
-    def with_mcp_server(self, server: Any) -> SessionSetup:
+    def with_mcp_server(self, server: McpServerLike) -> SessionSetup:
         """Serve ``server`` to the agent over ACP for this session (MCP-over-ACP, v2).
 
         ``server`` is what ``with_mcp_servers`` of :func:`build_session` takes (an ``mcp``
@@ -902,7 +927,7 @@ class SessionSetup:
         sid = self.params.get("sessionId")
         return sid if self.operation == "resume" and type(sid) is str else None
 
-    def start_session(self) -> SentRequest[OpenedSession]:
+    def start_session(self) -> SentRequest[OpenedSession[V2Session | V1Session]]:
         """Publish the request; resolves to an :class:`OpenedSession` (the complete
         response, never reconstructed; fork's handle uses the new session id; resume
         resolves after the handlers of its replay ran)."""
@@ -913,7 +938,7 @@ class SessionSetup:
         if self._mcp:
             servers, self._mcp = self._mcp, []
 
-            def publish(declared: list[Any]) -> SentRequest[OpenedSession]:
+            def publish(declared: list[Mapping[str, Json]]) -> SentRequest[OpenedSession[V2Session | V1Session]]:
                 self.params = {**params, "mcpServers": declared}
                 try:
                     return self.start_session()
@@ -926,21 +951,23 @@ class SessionSetup:
             if type(sid) is not str:
                 raise ValueError("session/resume needs a string sessionId")
 
-            def resumed(result: Any) -> OpenedSession:
+            def resumed(result: JsonObject) -> OpenedSession[V2Session | V1Session]:
                 return OpenedSession(V2Session(sid, connection), result)
 
-            return connection.mapped_request(self.method, params, resumed, settle=True)  # type: ignore[no-any-return]
+            return connection.mapped_request(self.method, params, resumed, settle=True)
 
-        def opened(result: Any) -> OpenedSession:
+        def opened(result: JsonObject) -> OpenedSession[V2Session | V1Session]:
             new_id = result["sessionId"]
             if connection.version == 1:
                 return OpenedSession(V1Session(new_id, connection), result)
             connection.sessions.get(new_id)  # default idle unless already reported
             return OpenedSession(V2Session(new_id, connection), result)
 
-        return connection.mapped_request(self.method, params, opened)  # type: ignore[no-any-return]
+        return connection.mapped_request(self.method, params, opened)
 
-    def on_proxy_session_start(self, cx: Any, callback: Callable[[OpenedSession], Any]) -> None:
+    def on_proxy_session_start(self, cx: ProxyContext,
+                               callback: Callable[[OpenedSession[V2Session]], Coroutine[object, object, None] | None]
+                               ) -> None:
         """A v2 proxy's non-blocking setup helper (Rust ``on_proxy_session_start``).
 
         Call it from the proxy's ``session/new`` / ``session/resume`` / ``session/fork``
@@ -968,7 +995,7 @@ class SessionSetup:
 # ---------------------------------------------------------------------------------------
 
 
-def apply_meta_update(current: dict[str, Any] | None, patch: Any) -> dict[str, Any] | None:
+def apply_meta_update(current: JsonObject | None, patch: Json) -> JsonObject | None:
     """The stored ``_meta`` after a v2 upsert's top-level ``_meta`` patch (seed 000).
 
     An omitted ``_meta`` leaves it unchanged (do not call); ``None`` (``null``) clears it; an object keeps the keys it omits, removes the
@@ -994,7 +1021,7 @@ def apply_meta_update(current: dict[str, Any] | None, patch: Any) -> dict[str, A
     return out if out or current is not None else None
 
 
-def apply_upsert(stored: dict[str, Any] | None, update: dict[str, Any]) -> dict[str, Any]:
+def apply_upsert(stored: Mapping[str, Json] | None, update: Mapping[str, Json]) -> JsonObject:
     """The entity after one v2 upsert update (``tool_call_update``, ``agent_message`` …):
     an omitted field is unchanged, ``null`` clears it, a value replaces it whole (arrays
     too); ``_meta`` follows :func:`apply_meta_update`; ``sessionUpdate`` is not stored.

@@ -6,19 +6,22 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
+
+from ..jsontypes import Json
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._hot import Context, SessionUpdate
+    from .context import Peer
 
 __all__ = ["NOT_HANDLED", "Handler", "HandlerTable", "Main", "UpdateHandler"]
 
 #: ``fn(params, cx)``: returns the result (or an awaitable of it) for requests.
-Handler = Callable[[Any, "Context"], Any]
+Handler = Callable[[Json, "Context"], object]
 #: ``fn(update, cx)`` for ``session/update``.
-UpdateHandler = Callable[["SessionUpdate", "Context"], Any]
+UpdateHandler = Callable[["SessionUpdate", "Context"], object]
 #: ``main(connection)`` of a client implementation (it gets the ``AcpConnection``).
-Main = Callable[[Any], Awaitable[Any]]
+Main = Callable[["Peer"], Awaitable[object]]
 
 
 class _NotHandled:
@@ -33,7 +36,7 @@ class _NotHandled:
 #: What a dynamic handler (:meth:`~acp_fast.roles.AcpConnection.add_dynamic_handler`) returns
 #: (synchronously) to pass a message on to the next handler: a later dynamic handler, then
 #: the builder's handler, then the connection's default.
-NOT_HANDLED: Any = _NotHandled()
+NOT_HANDLED: Final = _NotHandled()
 
 
 def _empty() -> Mapping[str, Any]:

@@ -80,7 +80,7 @@ both variants, process stats), :mod:`.streaming` (benchmark streams), :mod:`.v1`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import IMPLEMENTATION
 from .commands import parse_command, parse_versions, prompt_text
@@ -88,6 +88,9 @@ from .common import NOTIFICATIONS, REQUESTS, process_stats
 from .streaming import STREAM_MODES, stream_preencoded, stream_updates
 from .v1 import TestyV1
 from .v2 import TestyV2
+
+if TYPE_CHECKING:
+    from ..roles import V1, AgentBuilder, AgentRouter, EngineChoice, Transport
 
 __all__ = ["NOTIFICATIONS", "REQUESTS", "STREAM_MODES", "Endpoint", "TestyV1", "TestyV2", "build",
            "parse_command", "parse_versions", "process_stats", "prompt_text", "stream_preencoded",
@@ -105,7 +108,7 @@ class Endpoint:
         self.stream_mode = stream_mode
         self.require_auth = require_auth
 
-    def build(self, engine: Any = None) -> Any:
+    def build(self, engine: EngineChoice = None) -> AgentBuilder[V1] | AgentRouter:
         """An ``Agent`` builder (one version) or ``Agent.protocol_router()`` (both)."""
         from .. import Agent
 
@@ -124,7 +127,7 @@ class Endpoint:
             router.with_v2(TestyV2(**kw).builder())
         return router
 
-    async def serve(self, transport: Any, *, engine: Any = None) -> None:
+    async def serve(self, transport: Transport, *, engine: EngineChoice = None) -> None:
         """Serve one connection on ``transport`` (``engine``: ``"c"``, ``"py"``, a twin module,
         or ``None`` for the active one)."""
         await self.build(engine).serve(transport, engine=engine)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from ..jsontypes import Json, JsonObject
 
 __all__ = ["FULL", "HELP", "SCENARIOS", "chunk_size", "parse_command", "parse_versions", "prompt_text"]
 
@@ -44,7 +44,7 @@ _BENCH = re.compile(
 
 
 
-def prompt_text(prompt: Any) -> str:
+def prompt_text(prompt: Json) -> str:
     """All ``text`` blocks of a prompt joined with one space."""
     if not isinstance(prompt, list):
         return ""
@@ -60,7 +60,7 @@ def chunk_size() -> int:
         return 100
 
 
-def parse_command(text: str) -> tuple[str, dict[str, Any]]:
+def parse_command(text: str) -> tuple[str, JsonObject]:
     """``(kind, args)`` of a prompt text; kinds: greet, help, echo, scenario, stream, tool."""
     stripped = text.strip()
     if not stripped:

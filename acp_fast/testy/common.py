@@ -2,7 +2,7 @@
 
 :data:`REQUESTS` and :data:`NOTIFICATIONS` map every method Testy may serve to the name of
 its handler. A variant (:class:`~acp_fast.testy.v1.TestyV1`, :class:`~acp_fast.testy.v2.TestyV2`)
-serves exactly the methods whose handler it defines; :meth:`TestyBase.builder` registers them.
+serves exactly the methods whose handler it defines; :meth:`TestyBase.register` registers them.
 """
 
 from __future__ import annotations
@@ -10,10 +10,18 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import IMPLEMENTATION, __version__
 from ..errors import AUTH_REQUIRED, INVALID_PARAMS, JsonRpcError
+from ..jsontypes import Json, JsonObject
+
+if TYPE_CHECKING:
+    from ..roles import AgentBuilder
+
+_R = TypeVar("_R")
+_B = TypeVar("_B", bound="AgentBuilder[Any]")
 
 __all__ = ["NOTIFICATIONS", "REQUESTS", "TestyBase", "process_stats", "session_id", "text_block",
            "unknown_session"]
@@ -55,12 +63,12 @@ NOTIFICATIONS: tuple[tuple[str, str], ...] = (
 )
 
 
-def text_block(text: str) -> dict[str, Any]:
+def text_block(text: str) -> JsonObject:
     """A ``text`` content block."""
     return {"type": "text", "text": text}
 
 
-def session_id(params: Any) -> str:
+def session_id(params: Json) -> str:
     """The ``sessionId`` of ``params``.
 
     Raises:
@@ -77,7 +85,7 @@ def unknown_session(sid: str) -> JsonRpcError:
     return JsonRpcError(INVALID_PARAMS, data=f"unknown session `{sid}`")
 
 
-def process_stats(notes: int, engine: str = IMPLEMENTATION) -> dict[str, Any]:
+def process_stats(notes: int, engine: str = IMPLEMENTATION) -> JsonObject:
     """The ``_test/stats`` answer (field names of the peers in ``peers/``; ``loop``: the running
     event loop's kind, so a benchmark can check that both sides ran on the loop it asked for)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -116,11 +124,9 @@ class TestyBase:
         self.notes = 0
         self.next_session = 0
 
-    def builder(self) -> Any:
-        """An ``Agent`` builder with this variant's handlers of the shared table."""
-        from .. import Agent
-
-        b = Agent.v2() if self.version == 2 else Agent.builder()
+    def register(self, b: _B) -> _B:
+        """Register this variant's handlers of the shared table (and Testy's name and
+        version) on the ``Agent`` builder ``b`` of the variant's version; returns ``b``."""
         b.with_info(AGENT_NAME, __version__)
         for method, attr in REQUESTS:
             fn = getattr(self, attr, None)
@@ -134,34 +140,34 @@ class TestyBase:
                 b.on_notification(method, fn)
         return b
 
-    def _authenticated_only(self, fn: Any) -> Any:
+    def _authenticated_only(self, fn: Callable[[Json, Any], _R]) -> Callable[[Json, Any], _R]:
         """``--require-auth``: -32000 auth_required until ``authenticate`` succeeded."""
-        def gated(params: Any, cx: Any) -> Any:
+        def gated(params: Json, cx: Any) -> _R:
             if not self.authenticated:
                 raise JsonRpcError(AUTH_REQUIRED, data="authenticate first (Testy runs with --require-auth)")
             return fn(params, cx)
         return gated
 
-    def auth_status(self, params: Any, cx: Any) -> dict[str, Any]:
+    def auth_status(self, params: Json, cx: Any) -> JsonObject:
         """``auth/status`` (unstable): always answered, even while authentication is
         required (seed 004 I6: it is exempt from ``auth_required``)."""
         if self.authenticated:
             return {"state": "authenticated", "accounts": [{"label": "testy", "active": True}]}
         return {"state": "unauthenticated" if self.require_auth else "not_required"}
 
-    def echo(self, params: Any, cx: Any) -> Any:
+    def echo(self, params: Json, cx: Any) -> Json:
         """``_test/echo`` and ``_bench/echo``: answer with ``params`` (``{}`` when absent)."""
         return params if params is not None else {}
 
-    def stats(self, params: Any, cx: Any) -> dict[str, Any]:
+    def stats(self, params: Json, cx: Any) -> JsonObject:
         """``_test/stats``: this process's resource use and counters (:func:`process_stats`)."""
         return process_stats(self.notes, self.engine)
 
-    def note(self, params: Any, cx: Any) -> None:
+    def note(self, params: Json, cx: Any) -> None:
         """``_test/note``: count the notification (reported by ``_test/stats``)."""
         self.notes += 1
 
-    def list_sessions(self, params: Any, cx: Any) -> dict[str, Any]:
+    def list_sessions(self, params: Json, cx: Any) -> JsonObject:
         """``session/list``: the open sessions, ordered by id (only those in ``cwd`` when given)."""
         cwd = params.get("cwd") if isinstance(params, dict) else None
         sessions: dict[str, Any] = getattr(self, "sessions")  # noqa: B009 - defined by the variants
@@ -170,7 +176,7 @@ class TestyBase:
             for sid, s in sorted(sessions.items())
             if not s.closed and (cwd is None or s.cwd == cwd)]}
 
-    def _new_cwd(self, params: Any) -> str:
+    def _new_cwd(self, params: Json) -> str:
         cwd = params.get("cwd") if isinstance(params, dict) else None
         if not isinstance(cwd, str):
             raise JsonRpcError(INVALID_PARAMS, data="`cwd` must be a string")

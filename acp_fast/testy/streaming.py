@@ -17,7 +17,7 @@ Both drain every ~256 KiB of text (:func:`drain_every`) and then yield once, so 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..engine import RawJson, encode_value
@@ -95,7 +95,7 @@ async def stream_preencoded(cx: Any, session_id: str, n: int, size: int, message
     return True
 
 
-def stream(mode: str) -> Callable[..., Any]:
+def stream(mode: str) -> Callable[..., Awaitable[bool]]:
     """The stream function of ``mode`` (one of :data:`STREAM_MODES`)."""
     if mode == "preencoded":
         return stream_preencoded

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import __version__
 from ..errors import INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
+from ..jsontypes import Json, JsonObject
 from .commands import FULL, HELP, parse_command, prompt_text
 from .common import AGENT_NAME, AUTH_METHOD, GREETING, UPDATED_AT, TestyBase, session_id, text_block, unknown_session
 from .streaming import stream
 
+if TYPE_CHECKING:
+    from ..roles import V1, AgentBuilder
+
 __all__ = ["TestyV1"]
+
+_T = TypeVar("_T")
 
 MCP_V1 = "ERROR: Testy (acp_fast) does not support MCP servers"
 # a 1x1 transparent PNG and a tiny WAV header, base64
@@ -19,7 +26,7 @@ PNG_1X1 = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYA
 WAV_EMPTY = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="
 
 
-def _modes(current: str) -> dict[str, Any]:
+def _modes(current: str) -> JsonObject:
     return {"currentModeId": current, "availableModes": [
         {"id": "chat", "name": "Chat", "description": "Conversational mode"},
         {"id": "plan", "name": "Plan", "description": "Planning mode"}]}
@@ -60,9 +67,15 @@ class TestyV1(TestyBase):
         self.next_message = 0
         self.client_caps: dict[str, Any] = {}
 
+    def builder(self) -> AgentBuilder[V1]:
+        """A v1 ``Agent`` builder with this variant's handlers (:meth:`~TestyBase.register`)."""
+        from .. import Agent
+
+        return self.register(Agent.builder())
+
     # -- lifecycle --------------------------------------------------------------------
 
-    def initialize(self, params: Any, cx: Any) -> dict[str, Any]:
+    def initialize(self, params: Json, cx: Any) -> JsonObject:
         """``initialize``: keep the client's capabilities (for the callback scenarios) and
         answer Testy's agent capabilities, auth method and info, echoing ``protocolVersion``."""
         caps = params.get("clientCapabilities")
@@ -81,7 +94,7 @@ class TestyV1(TestyBase):
             "agentInfo": {"name": AGENT_NAME, "version": __version__},
         }
 
-    def authenticate(self, params: Any, cx: Any) -> dict[str, Any]:
+    def authenticate(self, params: Json, cx: Any) -> JsonObject:
         """``authenticate``: accept Testy's one auth method.
 
         Raises:
@@ -93,24 +106,24 @@ class TestyV1(TestyBase):
         self.authenticated = True
         return {}
 
-    def logout(self, params: Any, cx: Any) -> dict[str, Any]:
+    def logout(self, params: Json, cx: Any) -> JsonObject:
         """``logout``: forget the authentication."""
         self.authenticated = False
         return {}
 
     # -- sessions -----------------------------------------------------------------------
 
-    def _get(self, params: Any) -> tuple[str, _Session1]:
+    def _get(self, params: Json) -> tuple[str, _Session1]:
         sid = session_id(params)
         session = self.sessions.get(sid)
         if session is None or session.closed:
             raise unknown_session(sid)
         return sid, session
 
-    def _setup(self, session: _Session1) -> dict[str, Any]:
+    def _setup(self, session: _Session1) -> JsonObject:
         return {"modes": _modes(session.mode), "configOptions": _config_v1(session.verbosity)}
 
-    def new_session(self, params: Any, cx: Any) -> dict[str, Any]:
+    def new_session(self, params: Json, cx: Any) -> JsonObject:
         """``session/new``: a new session in ``cwd``, with its modes and config options.
 
         Raises:
@@ -121,7 +134,7 @@ class TestyV1(TestyBase):
         session = self.sessions[sid] = _Session1(cwd)
         return {"sessionId": sid, **self._setup(session)}
 
-    def load_session(self, params: Any, cx: Any) -> dict[str, Any]:
+    def load_session(self, params: Json, cx: Any) -> JsonObject:
         """``session/load`` and ``session/resume``: the session with that id (made anew when
         unknown or closed; ``cwd`` updated when given), with its modes and config options."""
         sid = session_id(params)
@@ -133,7 +146,7 @@ class TestyV1(TestyBase):
             session.cwd = cwd
         return self._setup(session)
 
-    def close_session(self, params: Any, cx: Any) -> dict[str, Any]:
+    def close_session(self, params: Json, cx: Any) -> JsonObject:
         """``session/close`` and ``session/delete``: close the session and cancel its prompt
         (an unknown id is not an error)."""
         sid = params.get("sessionId") if isinstance(params, dict) else None
@@ -148,7 +161,7 @@ class TestyV1(TestyBase):
     resume_session = load_session
     delete_session = close_session
 
-    def set_mode(self, params: Any, cx: Any) -> dict[str, Any]:
+    def set_mode(self, params: Json, cx: Any) -> JsonObject:
         """``session/set_mode``: ``"chat"`` or ``"plan"``.
 
         Raises:
@@ -161,7 +174,7 @@ class TestyV1(TestyBase):
         session.mode = mode
         return {}
 
-    def set_config_option(self, params: Any, cx: Any) -> dict[str, Any]:
+    def set_config_option(self, params: Json, cx: Any) -> JsonObject:
         """``session/set_config_option``: set ``verbosity``; answers the new config options.
 
         Raises:
@@ -189,7 +202,7 @@ class TestyV1(TestyBase):
         else:
             session.pending_cancel = True
 
-    def cancel(self, params: Any, cx: Any) -> None:
+    def cancel(self, params: Json, cx: Any) -> None:
         """``session/cancel``: cancel the session's running prompt, or remember the
         cancellation for the ``cancel_status`` scenario when none runs."""
         sid = params.get("sessionId") if isinstance(params, dict) else None
@@ -197,7 +210,7 @@ class TestyV1(TestyBase):
         if session is not None:
             self._cancel(session)
 
-    async def _wait_or_cancel(self, session: _Session1, cx: Any, aw: Any) -> Any:
+    async def _wait_or_cancel(self, session: _Session1, cx: Any, aw: Awaitable[_T]) -> _T:
         """Await ``aw`` unless ``session/cancel`` (raises ``_Cancelled``) or the prompt's
         own ``$/cancel_request`` (-32800) comes first. A pending request is cancelled."""
         task = asyncio.ensure_future(aw)
@@ -222,7 +235,7 @@ class TestyV1(TestyBase):
 
     # -- prompt -------------------------------------------------------------------------
 
-    async def prompt(self, params: Any, cx: Any) -> dict[str, Any]:
+    async def prompt(self, params: Json, cx: Any) -> JsonObject:
         """``session/prompt``: run the command of the prompt's text (see
         :mod:`acp_fast.testy.commands`) and answer its stop reason (``"end_turn"`` or
         ``"cancelled"``).
@@ -259,7 +272,7 @@ class TestyV1(TestyBase):
             if session.closed:
                 self.sessions.pop(sid, None)
 
-    async def _stream(self, sid: str, session: _Session1, cx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    async def _stream(self, sid: str, session: _Session1, cx: Any, args: dict[str, Any]) -> JsonObject:
         # One loop turn before streaming: a session/cancel read together with this prompt
         # is handled first (the connection runs it after this handler started), so a
         # cancelled stream ends "cancelled" even when it would finish without awaiting.
@@ -371,7 +384,7 @@ class TestyV1(TestyBase):
             {"content": "Report", "priority": "low", "status": "pending"}]})
         return ["tool_calls: ok"]
 
-    async def _call(self, session: _Session1, cx: Any, method: str, params: dict[str, Any]) -> Any:
+    async def _call(self, session: _Session1, cx: Any, method: str, params: JsonObject) -> Json:
         return await self._wait_or_cancel(session, cx, cx.send_request(method, params))
 
     async def _scenario_callbacks(self, sid: str, session: _Session1, cx: Any) -> list[str]:

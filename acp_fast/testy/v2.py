@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..errors import AUTH_REQUIRED, INVALID_PARAMS, JsonRpcError
+from ..jsontypes import Json, JsonObject
 from ..roles.sessions import AgentSession, PromptTurn
 from .commands import HELP, parse_command, prompt_text
 from .common import (
@@ -20,6 +22,10 @@ from .common import (
     unknown_session,
 )
 from .streaming import stream
+
+if TYPE_CHECKING:
+    from ..jsonrpc import RequestResult
+    from ..roles import V2, AgentBuilder
 
 __all__ = ["TestyV2"]
 
@@ -53,7 +59,13 @@ class TestyV2(TestyBase):
         self.sessions: dict[str, _Session2] = {}
         self.next_prompt = 0
 
-    def initialize(self, params: Any, cx: Any) -> dict[str, Any]:
+    def builder(self) -> AgentBuilder[V2]:
+        """A v2 ``Agent`` builder with this variant's handlers (:meth:`~TestyBase.register`)."""
+        from .. import Agent
+
+        return self.register(Agent.v2())
+
+    def initialize(self, params: Json, cx: Any) -> JsonObject:
         """``initialize``: version 2, Testy's info and capabilities (session fork, auth
         status), and its auth method with ``--require-auth``."""
         result: dict[str, Any] = {"protocolVersion": 2, "info": {"name": AGENT_NAME, "version": __version__},
@@ -62,7 +74,7 @@ class TestyV2(TestyBase):
             result["authMethods"] = [{"type": "agent", "methodId": AUTH_METHOD, "name": "Testy sign-in"}]
         return result
 
-    def login(self, params: Any, cx: Any) -> dict[str, Any]:
+    def login(self, params: Json, cx: Any) -> JsonObject:
         """``auth/login`` (``--require-auth``): the one agent method signs in."""
         method = params.get("methodId") if isinstance(params, dict) else None
         if method != AUTH_METHOD:
@@ -70,19 +82,19 @@ class TestyV2(TestyBase):
         self.authenticated = True
         return {}
 
-    def logout_v2(self, params: Any, cx: Any) -> dict[str, Any]:
+    def logout_v2(self, params: Json, cx: Any) -> JsonObject:
         """``auth/logout``: signs out (``auth/status`` then says ``unauthenticated``)."""
         self.authenticated = False
         return {}
 
-    def _get(self, params: Any) -> tuple[str, _Session2]:
+    def _get(self, params: Json) -> tuple[str, _Session2]:
         sid = session_id(params)
         session = self.sessions.get(sid)
         if session is None or session.closed:
             raise unknown_session(sid)
         return sid, session
 
-    def new_session(self, params: Any, cx: Any) -> dict[str, Any]:
+    def new_session(self, params: Json, cx: Any) -> JsonObject:
         """``session/new``: a new session in ``cwd``.
 
         Raises:
@@ -95,7 +107,7 @@ class TestyV2(TestyBase):
         self.sessions[sid] = _Session2(sid, cwd)
         return {"sessionId": sid}
 
-    def resume_session(self, params: Any, cx: Any) -> dict[str, Any]:
+    def resume_session(self, params: Json, cx: Any) -> JsonObject:
         """``session/resume``: with ``replayFrom: {"type": "start"}`` the session's history is
         replayed first; then an idle ``state_update`` snapshot, before the response.
 
@@ -121,7 +133,7 @@ class TestyV2(TestyBase):
         cx.send_session_update(sid, {"sessionUpdate": "state_update", "state": "idle"})
         return {}
 
-    def fork_session(self, params: Any, cx: Any) -> dict[str, Any]:
+    def fork_session(self, params: Json, cx: Any) -> JsonObject:
         """``session/fork`` (unstable): a new session with a copy of the source's history
         (replayable with ``session/resume``), in the requested cwd."""
         _check_acted_on(params)
@@ -132,7 +144,7 @@ class TestyV2(TestyBase):
         fork.history = list(source.history)
         return {"sessionId": sid}
 
-    def close_session(self, params: Any, cx: Any) -> Any:
+    def close_session(self, params: Json, cx: Any) -> RequestResult:
         """``session/close``: active work is cancelled and the response follows its final
         updates and idle ``cancelled`` (an uninserted prompt gets -32800; seed 000)."""
         sid = session_id(params)
@@ -144,14 +156,14 @@ class TestyV2(TestyBase):
             del self.sessions[sid]
             return closing
 
-        async def after_work() -> dict[str, Any]:
-            result: dict[str, Any] = await closing
+        async def after_work() -> Json:
+            result = await closing
             self.sessions.pop(sid, None)
             return result
 
         return after_work()
 
-    def cancel(self, params: Any, cx: Any) -> None:
+    def cancel(self, params: Json, cx: Any) -> None:
         """``session/cancel``: cancel the session's active work, or remember the cancellation
         for the ``cancel_status`` command when it is idle."""
         sid = params.get("sessionId") if isinstance(params, dict) else None
@@ -163,7 +175,7 @@ class TestyV2(TestyBase):
         else:
             session.pending_cancel = True
 
-    def prompt(self, params: Any, cx: Any) -> None:
+    def prompt(self, params: Json, cx: Any) -> None:
         """``session/prompt``: run the command of the prompt's text (see
         :mod:`acp_fast.testy.commands`) as the session's foreground work
         (:meth:`AgentSession.prompt <acp_fast.roles.AgentSession.prompt>`); the response is the
@@ -258,7 +270,7 @@ class TestyV2(TestyBase):
         return str(outcome.get("outcome")) if isinstance(outcome, dict) else "error"
 
 
-def _check_acted_on(params: Any) -> None:
+def _check_acted_on(params: Json) -> None:
     """Schema 1.11 (seed 000): setup payloads the agent acts on are rejected with -32602 when
     malformed, never silently dropped: ``mcpServers`` (objects with a string ``name``) and
     ``additionalDirectories`` (absolute paths); ``null`` or omitted means empty."""
@@ -274,7 +286,7 @@ def _check_acted_on(params: Any) -> None:
         raise JsonRpcError(INVALID_PARAMS, data="`additionalDirectories` must be an array of absolute paths")
 
 
-async def _settle(pending: Any) -> Any:
+async def _settle(pending: Awaitable[Json]) -> Json:
     try:
         return await pending
     except JsonRpcError as exc:

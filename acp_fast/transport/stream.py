@@ -146,7 +146,7 @@ class Stream:
         wt = self._wt
         return 0 if wt is None else int(wt.get_write_buffer_size())
 
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
+    def get_extra_info(self, name: str, default: object = None) -> object:
         """Transport details (``"peername"``, ``"pid"``, ...), as in asyncio."""
         if name in self._extra:
             return self._extra[name]

@@ -11,18 +11,21 @@ to a file instead of stderr. In a chain::
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
-try:
-    import acp_fast  # noqa: F401
-except ImportError:  # running from a source checkout without installing
+if importlib.util.find_spec("acp_fast") is None:  # running from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
-from acp_fast import Context, Proxy, run_agent_stdio
-from acp_fast.roles import ProxyBuilder, ProxyRouter
+from acp_fast import Proxy, run_agent_stdio
+from acp_fast.jsontypes import JsonObject
+from acp_fast.roles import V1, V2, ProxyBuilder, ProxyContext, ProxyRouter
+
+#: a v1 or a v2 proxy builder (the handlers below serve both)
+B = TypeVar("B", ProxyBuilder[V1], ProxyBuilder[V2])
 
 
 def _out() -> TextIO:
@@ -30,10 +33,10 @@ def _out() -> TextIO:
     return open(path, "a", encoding="utf-8", buffering=1) if path else sys.stderr
 
 
-def add_logging(proxy: ProxyBuilder, out: TextIO) -> ProxyBuilder:
+def add_logging(proxy: B, out: TextIO) -> B:
     """Register the logging handlers on ``proxy`` (v1 or v2)."""
 
-    async def prompt(params: Any, cx: Context) -> Any:
+    async def prompt(params: Any, cx: ProxyContext) -> Any:
         print(f"proxy: session/prompt {params.get('sessionId')}", file=out)
         pending = cx.send_to_successor("session/prompt", params, passthrough=True)
         try:
@@ -42,8 +45,8 @@ def add_logging(proxy: ProxyBuilder, out: TextIO) -> ProxyBuilder:
             if not pending.done():  # cancelled upstream: cancel the successor's request too
                 pending.cancel()
 
-    def update(params: Any, cx: Context) -> None:
-        kind = (params.get("update") or {}).get("sessionUpdate")
+    def update(params: JsonObject, cx: ProxyContext) -> None:
+        kind = params.get("update", {}).get("sessionUpdate")
         print(f"proxy: session/update {kind}", file=out)
         cx.send_notification("session/update", params, passthrough=True)
 

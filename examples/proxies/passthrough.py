@@ -13,12 +13,11 @@ Run it in a chain::
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
-try:
-    import acp_fast  # noqa: F401
-except ImportError:  # running from a source checkout without installing
+if importlib.util.find_spec("acp_fast") is None:  # running from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
 from acp_fast import Proxy, run_agent_stdio

@@ -10,28 +10,30 @@ prompt goes to the successor; the agent's answer comes back unchanged. In a chai
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-try:
-    import acp_fast  # noqa: F401
-except ImportError:  # running from a source checkout without installing
+if importlib.util.find_spec("acp_fast") is None:  # running from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
-from acp_fast import Context, Proxy, run_agent_stdio
-from acp_fast.roles import ProxyBuilder, ProxyRouter
+from acp_fast import Proxy, run_agent_stdio
+from acp_fast.roles import V1, V2, ProxyBuilder, ProxyContext, ProxyRouter
+
+#: a v1 or a v2 proxy builder (the handlers below serve both)
+B = TypeVar("B", ProxyBuilder[V1], ProxyBuilder[V2])
 
 
 def rewrite(text: str, prefix: str) -> str:
     return prefix + text
 
 
-def add_rewriter(proxy: ProxyBuilder, prefix: str) -> ProxyBuilder:
+def add_rewriter(proxy: B, prefix: str) -> B:
     """Register the rewriting ``session/prompt`` handler on ``proxy`` (v1 or v2)."""
 
-    async def prompt(params: Any, cx: Context) -> Any:
+    async def prompt(params: Any, cx: ProxyContext) -> Any:
         blocks = [dict(b, text=rewrite(b["text"], prefix)) if b.get("type") == "text" else b
                   for b in params.get("prompt", [])]
         pending = cx.send_to_successor("session/prompt", dict(params, prompt=blocks), passthrough=True)

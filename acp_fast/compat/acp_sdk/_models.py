@@ -21,7 +21,7 @@ pydantic-core's validation, so there is nothing to gain there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from acp.schema import (
     AgentMessageChunk,
@@ -30,21 +30,26 @@ from acp.schema import (
     UserMessageChunk,
 )
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from ...jsontypes import JsonObject
+
 __all__ = ["ENABLED", "dump_update"]
 
-_CHUNKS: dict[str, type[Any]] = {
+_CHUNKS: dict[str, type[BaseModel]] = {
     "agent_message_chunk": AgentMessageChunk,
     "agent_thought_chunk": AgentThoughtChunk,
     "user_message_chunk": UserMessageChunk,
 }
 _TAGS = {cls: tag for tag, cls in _CHUNKS.items()}
-_FIELDS: dict[Any, tuple[str, ...]] = {
+_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {
     TextContentBlock: ("annotations", "text", "field_meta", "type"),
     **{cls: ("content", "message_id", "field_meta", "session_update") for cls in _CHUNKS.values()},
 }
 
 
-def _plain(cls: Any, fields: tuple[str, ...]) -> bool:
+def _plain(cls: type[BaseModel], fields: tuple[str, ...]) -> bool:
     if tuple(cls.model_fields) != fields or cls.model_config.get("extra") not in (None, "ignore"):
         return False
     if cls.__private_attributes__ or any(f.metadata for f in cls.model_fields.values()):
@@ -57,7 +62,7 @@ def _plain(cls: Any, fields: tuple[str, ...]) -> bool:
 ENABLED = all(_plain(cls, fields) for cls, fields in _FIELDS.items())
 
 
-def dump_update(update: Any) -> dict[str, Any] | None:
+def dump_update(update: BaseModel) -> JsonObject | None:
     """The SDK's dump of a plain text chunk (see the module docstring), else ``None``."""
     tag = _TAGS.get(type(update))
     if tag is None or not ENABLED:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
-from ...transport import WRITE_HIGH_WATER, Stream
+from ...transport import WRITE_HIGH_WATER, OnData, OnEof, OnWritable, Stream
 
 __all__ = ["AsyncioStream"]
 
@@ -31,7 +30,7 @@ class AsyncioStream(Stream):
         self._resumed.set()
         self._drainer: asyncio.Task[None] | None = None
 
-    def attach(self, on_data: Any, on_eof: Any, on_writable: Any) -> None:
+    def attach(self, on_data: OnData, on_eof: OnEof, on_writable: OnWritable) -> None:
         if self._on_eof is not None:
             raise RuntimeError("a consumer is already attached to this stream")
         self._on_data = on_data
@@ -85,7 +84,7 @@ class AsyncioStream(Stream):
         transport = self._writer.transport
         return 0 if transport is None else int(transport.get_write_buffer_size())
 
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
+    def get_extra_info(self, name: str, default: object = None) -> object:
         return self._writer.get_extra_info(name, default)
 
     def close(self) -> None:

@@ -40,9 +40,21 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .originals import original, remember
+
+if TYPE_CHECKING:
+    import asyncio
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+    from acp import Agent, Client
+    from acp.client.connection import ClientSideConnection
+    from typing_extensions import Unpack
+
+    from ._types import SdkConnectionOptions, SdkStream
 
 __all__ = ["ENV", "MODES", "install", "install_from_env", "installed", "original"]
 
@@ -59,7 +71,7 @@ def installed() -> str | None:
     return _installed[0] if _installed else None
 
 
-def _transport_entry_points() -> dict[str, Any]:
+def _transport_entry_points() -> dict[str, object]:
     import asyncio
 
     from acp.agent.connection import AgentSideConnection
@@ -67,7 +79,8 @@ def _transport_entry_points() -> dict[str, Any]:
 
     from .connect import run_agent, spawn_agent_process, spawn_client_process
 
-    def _wrap(input_stream: Any, output_stream: Any) -> tuple[Any, Any]:
+    def _wrap(input_stream: SdkStream, output_stream: asyncio.StreamReader | None
+              ) -> tuple[SdkStream, asyncio.StreamReader | None]:
         if isinstance(input_stream, asyncio.StreamWriter) and isinstance(output_stream, asyncio.StreamReader):
             from ._streams import AsyncioStream
             from .transport import StreamTransport
@@ -76,17 +89,24 @@ def _transport_entry_points() -> dict[str, Any]:
         return input_stream, output_stream
 
     class TransportAgentSideConnection(AgentSideConnection):  # type: ignore[misc]
-        def __init__(self, to_agent: Any, input_stream: Any, output_stream: Any = None, *args: Any,
-                     **kwargs: Any) -> None:
-            super().__init__(to_agent, *_wrap(input_stream, output_stream), *args, **kwargs)
+        def __init__(self, to_agent: Callable[[Client], Agent] | Agent, input_stream: SdkStream,
+                     output_stream: asyncio.StreamReader | None = None, listening: bool = True, *,
+                     use_unstable_protocol: bool = False, **kwargs: Unpack[SdkConnectionOptions]) -> None:
+            super().__init__(to_agent, *_wrap(input_stream, output_stream), listening,
+                             use_unstable_protocol=use_unstable_protocol, **kwargs)
 
     class TransportClientSideConnection(ClientSideConnection):  # type: ignore[misc]
-        def __init__(self, to_client: Any, input_stream: Any, output_stream: Any = None, *args: Any,
-                     **kwargs: Any) -> None:
-            super().__init__(to_client, *_wrap(input_stream, output_stream), *args, **kwargs)
+        def __init__(self, to_client: Callable[[Agent], Client] | Client, input_stream: SdkStream,
+                     output_stream: asyncio.StreamReader | None = None, *, use_unstable_protocol: bool = False,
+                     **kwargs: Unpack[SdkConnectionOptions]) -> None:
+            super().__init__(to_client, *_wrap(input_stream, output_stream),
+                             use_unstable_protocol=use_unstable_protocol, **kwargs)
 
-    def connect_to_agent(client: Any, input_stream: Any, output_stream: Any = None, **kwargs: Any) -> Any:
-        return TransportClientSideConnection(client, input_stream, output_stream, **kwargs)
+    def connect_to_agent(client: Client, input_stream: SdkStream, output_stream: asyncio.StreamReader | None = None,
+                         *, use_unstable_protocol: bool = False,
+                         **kwargs: Unpack[SdkConnectionOptions]) -> ClientSideConnection:
+        return TransportClientSideConnection(client, input_stream, output_stream,
+                                             use_unstable_protocol=use_unstable_protocol, **kwargs)
 
     return {
         "run_agent": run_agent,
@@ -98,7 +118,7 @@ def _transport_entry_points() -> dict[str, Any]:
     }
 
 
-def _connection_entry_points() -> dict[str, Any]:
+def _connection_entry_points() -> dict[str, object]:
     from . import fast
 
     return {
@@ -155,7 +175,8 @@ class _InstallOnImport:
     def __init__(self, mode: str) -> None:
         self.mode = mode
 
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if name != "acp":
             return None
         if self in sys.meta_path:
@@ -169,7 +190,7 @@ class _InstallOnImport:
         exec_module = loader.exec_module
         mode = self.mode
 
-        def exec_then_install(module: Any) -> None:
+        def exec_then_install(module: ModuleType) -> None:
             exec_module(module)
             install(mode)
 

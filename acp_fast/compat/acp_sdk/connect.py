@@ -21,16 +21,24 @@ from __future__ import annotations
 import os
 import signal
 import warnings
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .originals import original
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from acp import Agent, Client
+    from acp.agent.connection import AgentSideConnection
+    from acp.client.connection import ClientSideConnection
+    from typing_extensions import Unpack
+
     from ...transport import ChildStream
-    from .transport import StreamTransport
+    from ._types import SdkConnectionOptions, SdkStream
+    from .transport import StreamTransport, TransportOptions
 
 __all__ = [
     "TESTED_SDK_VERSIONS",
@@ -51,7 +59,7 @@ __all__ = [
 TESTED_SDK_VERSIONS = ("0.12.1",)
 
 
-def stdio_transport(**options: Any) -> StreamTransport:
+def stdio_transport(**options: Unpack[TransportOptions]) -> StreamTransport:
     """This process's stdin/stdout (the agent's side); ``options`` go to :class:`StreamTransport`.
 
     Regular files, ``/dev/null`` and closed descriptors work too (see
@@ -63,7 +71,7 @@ def stdio_transport(**options: Any) -> StreamTransport:
     return StreamTransport(connect_stdio, **options)
 
 
-def tcp_transport(host: str, port: int, **options: Any) -> StreamTransport:
+def tcp_transport(host: str, port: int, **options: Unpack[TransportOptions]) -> StreamTransport:
     """A TCP connection to ``host:port``, made on first use (no authentication on either end).
 
     For the accepting side, wrap each stream of :func:`acp_fast.transport.serve_tcp` in
@@ -75,7 +83,7 @@ def tcp_transport(host: str, port: int, **options: Any) -> StreamTransport:
     return StreamTransport(lambda: connect_tcp(host, port), **options)
 
 
-def unix_transport(path: str | os.PathLike[str], **options: Any) -> StreamTransport:
+def unix_transport(path: str | os.PathLike[str], **options: Unpack[TransportOptions]) -> StreamTransport:
     """A Unix-domain stream socket connection to ``path``, made on first use."""
     from ...transport import connect_unix
     from .transport import StreamTransport
@@ -151,9 +159,9 @@ def check_sdk_version() -> str:
     return installed
 
 
-def _options(transport_options: Mapping[str, Any] | None, connection_kwargs: dict[str, Any]) -> dict[str, Any]:
+def _options(transport_options: TransportOptions | None, connection_kwargs: SdkConnectionOptions) -> TransportOptions:
     """Transport options; ``receive_timeout`` moves here (the SDK ignores it for a Transport)."""
-    options = dict(transport_options or {})
+    options: TransportOptions = {**transport_options} if transport_options else {}
     if "receive_timeout" in connection_kwargs:
         options.setdefault("receive_timeout", connection_kwargs.pop("receive_timeout"))
     return options
@@ -167,8 +175,8 @@ async def spawn_transport(
     *args: str,
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
-    transport_kwargs: Mapping[str, Any] | None = None,
-    **options: Any,
+    transport_kwargs: Mapping[str, object] | None = None,
+    **options: Unpack[TransportOptions],
 ) -> tuple[StreamTransport, ChildProcess]:
     """Start ``command *args`` with the SDK's environment rules; a transport over its stdio.
 
@@ -193,7 +201,7 @@ async def spawn_stream(
     *args: str,
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
-    transport_kwargs: Mapping[str, Any] | None = None,
+    transport_kwargs: Mapping[str, object] | None = None,
 ) -> tuple[ChildStream, int | None]:
     """Start ``command *args`` as :func:`spawn_transport` does; its stream and the ``limit`` key.
 
@@ -203,7 +211,7 @@ async def spawn_stream(
 
     from ...transport import spawn
 
-    extra = dict(transport_kwargs or {})
+    extra: dict[str, Any] = dict(transport_kwargs or {})  # the SDK's keys, its values unchecked
     unknown = set(extra) - _TRANSPORT_KWARGS
     if unknown:
         raise TypeError(f"unsupported transport_kwargs: {sorted(unknown)}")
@@ -217,15 +225,15 @@ async def spawn_stream(
 
 @asynccontextmanager
 async def spawn_agent_process(
-    to_client: Any,
+    to_client: Callable[[Agent], Client] | Client,
     command: str,
     *args: str,
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
-    transport_kwargs: Mapping[str, Any] | None = None,
-    transport_options: Mapping[str, Any] | None = None,
-    **connection_kwargs: Any,
-) -> AsyncIterator[tuple[Any, ChildProcess]]:
+    transport_kwargs: Mapping[str, object] | None = None,
+    transport_options: TransportOptions | None = None,
+    **connection_kwargs: Unpack[SdkConnectionOptions],
+) -> AsyncIterator[tuple[ClientSideConnection, ChildProcess]]:
     """``acp.spawn_agent_process`` on acp_fast: yields ``(ClientSideConnection, ChildProcess)``.
 
     Same parameters as the SDK's; ``transport_options`` go to :class:`StreamTransport`.
@@ -237,7 +245,8 @@ async def spawn_agent_process(
     check_sdk_version()
     transport, process = await spawn_transport(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs,
                                                **_options(transport_options, connection_kwargs))
-    conn = acp.connect_to_agent(to_client, transport, **connection_kwargs)
+    # ``to_client`` may be a factory, which the SDK's ClientSideConnection (behind connect_to_agent) takes too
+    conn = acp.connect_to_agent(to_client, transport, **connection_kwargs)  # type: ignore[arg-type]
     try:
         yield conn, process
     finally:
@@ -246,22 +255,22 @@ async def spawn_agent_process(
 
 @asynccontextmanager
 async def spawn_client_process(
-    to_agent: Any,
+    to_agent: Callable[[Client], Agent] | Agent,
     command: str,
     *args: str,
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
-    transport_kwargs: Mapping[str, Any] | None = None,
-    transport_options: Mapping[str, Any] | None = None,
-    **connection_kwargs: Any,
-) -> AsyncIterator[tuple[Any, ChildProcess]]:
+    transport_kwargs: Mapping[str, object] | None = None,
+    transport_options: TransportOptions | None = None,
+    **connection_kwargs: Unpack[SdkConnectionOptions],
+) -> AsyncIterator[tuple[AgentSideConnection, ChildProcess]]:
     """``acp.spawn_client_process`` on acp_fast: yields ``(AgentSideConnection, ChildProcess)``."""
-    from acp.core import AgentSideConnection  # as the SDK's own spawn_client_process
+    from acp.core import AgentSideConnection as _AgentSideConnection  # as the SDK's own spawn_client_process
 
     check_sdk_version()
     transport, process = await spawn_transport(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs,
                                                **_options(transport_options, connection_kwargs))
-    conn = AgentSideConnection(to_agent, transport, **connection_kwargs)
+    conn = _AgentSideConnection(to_agent, transport, **connection_kwargs)
     try:
         yield conn, process
     finally:
@@ -269,14 +278,14 @@ async def spawn_client_process(
 
 
 async def run_agent(
-    agent: Any,
-    input_stream: Any = None,
-    output_stream: Any = None,
+    agent: Agent,
+    input_stream: SdkStream | None = None,
+    output_stream: asyncio.StreamReader | None = None,
     *,
     use_unstable_protocol: bool = False,
     stdio_buffer_limit_bytes: int | None = None,
-    transport_options: Mapping[str, Any] | None = None,
-    **connection_kwargs: Any,
+    transport_options: TransportOptions | None = None,
+    **connection_kwargs: Unpack[SdkConnectionOptions],
 ) -> None:
     """``acp.run_agent`` with acp_fast's stdio: the same call, the same parameters.
 
@@ -288,12 +297,14 @@ async def run_agent(
     streams or a transport, it is exactly the SDK's ``run_agent``.
     """
     check_sdk_version()
+    kwargs: dict[str, object] = {}
     if input_stream is None and output_stream is None:
         options = _options(transport_options, connection_kwargs)
         input_stream = stdio_transport(**options)
     elif stdio_buffer_limit_bytes is not None:
-        connection_kwargs["stdio_buffer_limit_bytes"] = stdio_buffer_limit_bytes
+        kwargs["stdio_buffer_limit_bytes"] = stdio_buffer_limit_bytes
     # the SDK's own, also when activate.install() replaced acp.run_agent
-    await original("run_agent")(agent, input_stream, output_stream, use_unstable_protocol=use_unstable_protocol,
-                                **connection_kwargs)
+    sdk_run_agent = cast("Callable[..., Awaitable[None]]", original("run_agent"))
+    await sdk_run_agent(agent, input_stream, output_stream, use_unstable_protocol=use_unstable_protocol,
+                        **connection_kwargs, **kwargs)
 

@@ -114,7 +114,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union, cast
@@ -136,9 +136,24 @@ from ._models import dump_update
 from .connect import ChildProcess, check_sdk_version, spawn_stream
 
 if TYPE_CHECKING:  # imported on first use (see the module docstring)
+    from acp.connection import StreamObserver
+    from typing_extensions import Unpack
+
+    from ...engine import Message
     from ...jsonrpc import Connection as _RpcConnection
+    from ...jsonrpc import RequestContext, Responder
+    from ...jsontypes import Json, JsonObject, RequestId
     from ...protocol.guard import InitializationGuard
-    from ...transport import Stream
+    from ...transport import ChildStream, Stream
+    from ._types import (
+        ConnectOptions,
+        ConnectionOptions,
+        ConnectionTarget,
+        DropInOptions,
+        FastOptions,
+        MethodHandler,
+        SpawnOptions,
+    )
 
 __all__ = [
     "AgentSideConnection",
@@ -155,7 +170,7 @@ logger = logging.getLogger("acp_fast.compat.acp_sdk")
 _SESSION_UPDATE = "session/update"
 _CANCEL = "$/cancel_request"
 _UPDATE_TYPES = frozenset(SessionNotification.model_fields["update"].annotation.__args__)  # type: ignore[union-attr]
-_DUMP = {"mode": "json", "by_alias": True, "exclude_none": True, "exclude_defaults": True}
+_DUMP: dict[str, Any] = {"mode": "json", "by_alias": True, "exclude_none": True, "exclude_defaults": True}
 _CLOSED_REASONS = ("incoming_transport_closed", "connection_closed")
 _TRACING = bool(getattr(acp.telemetry, "TRACER", None) or getattr(acp.telemetry, "logfire_span", None))
 
@@ -163,7 +178,7 @@ if TYPE_CHECKING:
     StreamSource = Union[Stream, Callable[[], Awaitable[Stream]]]  # noqa: UP007 - a runtime alias on 3.10
 
 
-def _source(writer: Any, reader: Any) -> StreamSource | None:
+def _source(writer: ConnectionTarget, reader: asyncio.StreamReader | None) -> StreamSource | None:
     """The acp_fast stream (or its opener) for what the SDK's constructors accept; else None."""
     from ...transport import Stream
     from .transport import StreamTransport
@@ -185,7 +200,7 @@ def _source(writer: Any, reader: Any) -> StreamSource | None:
     return None
 
 
-def _usable(writer: Any, reader: Any) -> bool:
+def _usable(writer: ConnectionTarget, reader: asyncio.StreamReader | None) -> bool:
     """Whether :func:`_source` can read ``writer``/``reader`` (without making anything)."""
     from ...transport import Stream
     from .transport import StreamTransport
@@ -199,8 +214,8 @@ class _Tap:
     """What the observers see: every line read or written, parsed again (only with observers)."""
 
     @staticmethod
-    def lines(data: bytes) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def lines(data: bytes) -> list[JsonObject]:
+        out: list[JsonObject] = []
         for line in data.split(b"\n"):
             if not line.strip():
                 continue
@@ -228,25 +243,29 @@ class Connection:
     ``guard`` (an :class:`InitializationGuard`).
     """
 
-    def __new__(cls, handler: Any, writer: Any, reader: Any = None, **kwargs: Any) -> Any:
+    def __new__(  # type: ignore[misc]  # not always a Connection: see the docstring
+        cls, handler: MethodHandler, writer: ConnectionTarget, reader: asyncio.StreamReader | None = None,
+        **kwargs: Unpack[DropInOptions],
+    ) -> Connection | _SdkConnection:
         """Any other ``Transport`` (the SDK's HTTP/WebSocket ones, test doubles): the SDK's own."""
         if _usable(writer, reader):
             return super().__new__(cls)
         if kwargs.pop("guard", None) is not None:
             raise TypeError("an initialization guard needs a stream the connection drop-in can read")
-        return _SdkConnection(handler, writer, reader, **kwargs)
+        # not one of ours: the SDK's Transport (it refuses acp_fast's keywords, as before)
+        return _SdkConnection(handler, writer, reader, **kwargs)  # type: ignore[arg-type, misc]
 
     def __init__(
         self,
-        handler: Callable[[str, Any, bool], Awaitable[Any]],
-        writer: Any,
-        reader: Any = None,
+        handler: MethodHandler,
+        writer: ConnectionTarget,
+        reader: asyncio.StreamReader | None = None,
         *,
-        observers: list[Callable[[StreamEvent], Any]] | None = None,
+        observers: list[StreamObserver] | None = None,
         listening: bool = True,
         receive_timeout: float | None = None,
         guard: InitializationGuard | None = None,
-        **options: Any,
+        **options: Unpack[FastOptions],
     ) -> None:
         source = _source(writer, reader)
         if source is None:
@@ -255,7 +274,7 @@ class Connection:
         self._handler = handler
         self._source: StreamSource = source
         self._options = options
-        self._observers: list[Callable[[StreamEvent], Any]] = list(observers or [])
+        self._observers: list[StreamObserver] = list(observers or [])
         self._guard = guard if guard is not None and guard.role != "unchecked" else None
         self._receive_timeout = receive_timeout
         self._conn: _RpcConnection | None = None
@@ -378,11 +397,11 @@ class Connection:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    def add_observer(self, observer: Callable[[StreamEvent], Any]) -> None:
+    def add_observer(self, observer: StreamObserver) -> None:
         """Register a callback that receives every JSON-RPC message (see the module docstring)."""
         self._observers.append(observer)
 
-    async def send_request(self, method: str, params: Any = None) -> Any:
+    async def send_request(self, method: str, params: Json = None) -> Json:
         """Send a request and wait for its result (opening the connection on first use).
 
         Raises:
@@ -425,7 +444,7 @@ class Connection:
             guard.succeed(token, 1)
         return result
 
-    async def send_notification(self, method: str, params: Any = None) -> None:
+    async def send_notification(self, method: str, params: Json = None) -> None:
         """Send a notification (opening the connection on first use; waits while the peer is
         not reading).
 
@@ -442,7 +461,7 @@ class Connection:
 
     # -- dispatch ----------------------------------------------------------------------------
 
-    def _on_request(self, ctx: Any) -> Any:
+    def _on_request(self, ctx: RequestContext) -> None:
         method = ctx.method
         guard = self._guard
         if guard is not None:
@@ -450,10 +469,11 @@ class Connection:
             if refused is not None:
                 raise refused
             if method == "initialize":
-                return self._start(ctx, self._run_initialize(guard, ctx.params))
-        return self._start(ctx, self._run_request(method, ctx.params))
+                self._start(ctx, self._run_initialize(guard, ctx.params))
+                return
+        self._start(ctx, self._run_request(method, ctx.params))
 
-    def _start(self, ctx: Any, coro: Any) -> None:
+    def _start(self, ctx: RequestContext, coro: Awaitable[Json]) -> None:
         """Run one request's handler as its own Task (as the SDK does) and answer when it ends.
 
         The Task is ours, answering through ``ctx.defer()``: the acp_fast connection then
@@ -467,7 +487,7 @@ class Connection:
         # past max_backlog), its close (cancelled) and its end of input (waited for)
         ctx.connection.start_handler_task(self._respond(responder, coro))
 
-    async def _respond(self, responder: Any, coro: Any) -> None:
+    async def _respond(self, responder: Responder, coro: Awaitable[Json]) -> None:
         from ...errors import REQUEST_CANCELLED, JsonRpcError
 
         try:
@@ -488,7 +508,7 @@ class Connection:
         if rpc.running_handlers == 1:
             await rpc.drain()  # the only handler running: write the answer now, not a turn later
 
-    async def _run_initialize(self, guard: InitializationGuard, params: Any) -> Any:
+    async def _run_initialize(self, guard: InitializationGuard, params: Json) -> Json:
         token = guard.begin()
         try:
             result = await self._run_request("initialize", params)
@@ -498,13 +518,13 @@ class Connection:
         guard.succeed(token, 1)
         return result
 
-    async def _run_request(self, method: str, params: Any) -> Any:
+    async def _run_request(self, method: str, params: Json) -> Json:
         if _TRACING:
             with span_context("acp.request", attributes={"method": method}):
                 return await self._execute(method, params)
         return await self._execute(method, params)
 
-    async def _execute(self, method: str, params: Any) -> Any:
+    async def _execute(self, method: str, params: Json) -> Json:
         from ...errors import JsonRpcError
 
         try:
@@ -524,7 +544,7 @@ class Connection:
                 data = {"details": str(exc)}
             raise JsonRpcError(-32603, "Internal error", data) from None
 
-    def _on_notification(self, msg: Any) -> Any:
+    def _on_notification(self, msg: Any) -> Coroutine[None, None, None] | None:
         method = msg.method
         if method == _CANCEL:
             return None  # consumed by the acp_fast connection
@@ -533,7 +553,7 @@ class Connection:
             return None
         return self._run_notification(method, msg.params)
 
-    async def _run_notification(self, method: str, params: Any) -> None:
+    async def _run_notification(self, method: str, params: Json) -> None:
         try:
             await self._handler(method, params, True)
         except Exception as exc:
@@ -541,8 +561,8 @@ class Connection:
 
     # -- observers ---------------------------------------------------------------------------
 
-    def _observed_send(self, rid: Any, method: str, params: Any) -> None:
-        payload: dict[str, Any] = {"jsonrpc": "2.0"}
+    def _observed_send(self, rid: RequestId | None, method: str, params: Json) -> None:
+        payload: JsonObject = {"jsonrpc": "2.0"}
         if rid is not None:
             payload["id"] = rid
         payload["method"] = method
@@ -550,14 +570,14 @@ class Connection:
             payload["params"] = json.loads(json.dumps(params))
         self._notify_observers(StreamDirection.OUTGOING, payload)
 
-    def _observed_answer(self, rid: Any, key: str, value: Any) -> None:
+    def _observed_answer(self, rid: RequestId | None, key: str, value: Json) -> None:
         try:
             copy = json.loads(json.dumps(value))
         except (TypeError, ValueError):
             copy = value
         self._notify_observers(StreamDirection.OUTGOING, {"jsonrpc": "2.0", "id": rid, key: copy})
 
-    def _notify_observers(self, direction: StreamDirection, message: dict[str, Any]) -> None:
+    def _notify_observers(self, direction: StreamDirection, message: JsonObject) -> None:
         event = StreamEvent(direction, message)
         for observer in list(self._observers):
             try:
@@ -576,13 +596,16 @@ class Connection:
             logger.error("Stream observer coroutine failed", exc_info=task.exception())
 
 
-def _connection(handler: Any, input_stream: Any, output_stream: Any, listening: bool, role: str,
-                strict_initialization: bool, kwargs: dict[str, Any]) -> Any:
-    """Our :class:`Connection` for what we can read, else the stock SDK's (other Transports)."""
+def _connection(handler: MethodHandler, input_stream: ConnectionTarget, output_stream: asyncio.StreamReader | None,
+                listening: bool, role: str, strict_initialization: bool,
+                kwargs: ConnectionOptions) -> _SdkConnection:
+    """Our :class:`Connection` for what we can read, else the stock SDK's (other Transports);
+    either stands for the SDK's (ours has its surface) in the SDK's connection classes."""
     from ...protocol.guard import InitializationGuard
 
     guard = InitializationGuard(1, role) if strict_initialization else None
-    return Connection(handler, input_stream, output_stream, listening=listening, guard=guard, **kwargs)
+    return cast("_SdkConnection", Connection(handler, input_stream, output_stream, listening=listening, guard=guard,
+                                             **kwargs))
 
 
 class AgentSideConnection(_SdkAgentSideConnection):  # type: ignore[misc]  # the SDK marks it @final
@@ -590,35 +613,37 @@ class AgentSideConnection(_SdkAgentSideConnection):  # type: ignore[misc]  # the
 
     def __init__(
         self,
-        to_agent: Any,
-        input_stream: Any,
-        output_stream: Any = None,
+        to_agent: Callable[[acp.Client], acp.Agent] | acp.Agent,
+        input_stream: ConnectionTarget,
+        output_stream: asyncio.StreamReader | None = None,
         listening: bool = True,
         *,
         use_unstable_protocol: bool = False,
         strict_initialization: bool = False,
-        **connection_kwargs: Any,
+        **connection_kwargs: Unpack[ConnectionOptions],
     ) -> None:
         agent = to_agent(self) if callable(to_agent) else to_agent
-        handler = build_agent_router(cast("acp.Agent", agent), use_unstable_protocol=use_unstable_protocol)
+        handler = build_agent_router(agent, use_unstable_protocol=use_unstable_protocol)
         self._conn = _connection(handler, input_stream, output_stream, listening, "responder",
                                  strict_initialization, connection_kwargs)
         if on_connect := getattr(agent, "on_connect", None):
             on_connect(self)
 
-    async def session_update(self, session_id: Any = None, update: Any = None, *args: Any, **kwargs: Any) -> None:
+    async def session_update(self, session_id: str | BaseModel | None = None, update: BaseModel | None = None,
+                             *args: object, **kwargs: Json) -> None:
         """As the SDK's; one of its update models (exact type) and no ``_meta``: no intermediate model."""
         if not args and not kwargs and type(session_id) is str and type(update) in _UPDATE_TYPES:
-            dumped = dump_update(update)
+            model: BaseModel = update  # type: ignore[assignment]  # one of the update models (its type just checked)
+            dumped = dump_update(model)
             await self._conn.send_notification(
-                _SESSION_UPDATE, {"sessionId": session_id, "update": update.model_dump(**_DUMP) if dumped is None
+                _SESSION_UPDATE, {"sessionId": session_id, "update": model.model_dump(**_DUMP) if dumped is None
                                   else dumped})
             return
         if update is not None:
             kwargs["update"] = update
         if session_id is not None:
             args = (session_id, *args)
-        await super().session_update(*args, **kwargs)
+        await super().session_update(*args, **kwargs)  # type: ignore[arg-type]  # the SDK's checks
 
 
 class ClientSideConnection(_SdkClientSideConnection):  # type: ignore[misc]  # the SDK marks it @final
@@ -626,16 +651,16 @@ class ClientSideConnection(_SdkClientSideConnection):  # type: ignore[misc]  # t
 
     def __init__(
         self,
-        to_client: Any,
-        input_stream: Any,
-        output_stream: Any = None,
+        to_client: Callable[[acp.Agent], acp.Client] | acp.Client,
+        input_stream: ConnectionTarget,
+        output_stream: asyncio.StreamReader | None = None,
         *,
         use_unstable_protocol: bool = False,
         strict_initialization: bool = False,
-        **connection_kwargs: Any,
+        **connection_kwargs: Unpack[ConnectionOptions],
     ) -> None:
         client = to_client(self) if callable(to_client) else to_client
-        handler = build_client_router(cast("acp.Client", client), use_unstable_protocol=use_unstable_protocol)
+        handler = build_client_router(client, use_unstable_protocol=use_unstable_protocol)
         self._conn = _connection(handler, input_stream, output_stream, True, "initiator",
                                  strict_initialization, connection_kwargs)
         func, _attr, legacy = _resolve_handler(client, "session_update")
@@ -646,11 +671,11 @@ class ClientSideConnection(_SdkClientSideConnection):  # type: ignore[misc]  # t
         if on_connect := getattr(client, "on_connect", None):
             on_connect(self)
 
-    def _make_updates(self, func: Callable[..., Any]) -> Callable[[Any], Any]:
+    def _make_updates(self, func: Callable[..., Awaitable[object]]) -> Callable[[Message], object]:
         guard = cast("Connection", self._conn).guard
         validate = SessionNotification.model_validate
 
-        def on_update(msg: Any) -> Any:
+        def on_update(msg: Message) -> Awaitable[object] | None:
             if guard is not None and not guard.ready:
                 return None
             try:
@@ -680,13 +705,13 @@ class _Barrier:
 
 
 async def run_agent(
-    agent: Any,
-    input_stream: Any = None,
-    output_stream: Any = None,
+    agent: acp.Agent,
+    input_stream: ConnectionTarget | None = None,
+    output_stream: asyncio.StreamReader | None = None,
     *,
     use_unstable_protocol: bool = False,
     stdio_buffer_limit_bytes: int | None = None,
-    **connection_kwargs: Any,
+    **connection_kwargs: Unpack[ConnectionOptions],
 ) -> None:
     """``acp.run_agent`` on the connection drop-in: the same call, the same parameters.
 
@@ -701,7 +726,8 @@ async def run_agent(
         from ...transport import connect_stdio
 
         input_stream = connect_stdio
-    conn = AgentSideConnection(agent, input_stream, output_stream, listening=False,
+    # (a reader without its writer goes on to the SDK's own refusal, as before)
+    conn = AgentSideConnection(agent, input_stream, output_stream, listening=False,  # type: ignore[arg-type]
                                use_unstable_protocol=use_unstable_protocol, **connection_kwargs)
     try:
         await conn.listen()
@@ -710,12 +736,12 @@ async def run_agent(
 
 
 def connect_to_agent(
-    client: Any,
-    input_stream: Any,
-    output_stream: Any = None,
+    client: acp.Client,
+    input_stream: ConnectionTarget,
+    output_stream: asyncio.StreamReader | None = None,
     *,
     use_unstable_protocol: bool = False,
-    **connection_kwargs: Any,
+    **connection_kwargs: Unpack[ConnectionOptions],
 ) -> ClientSideConnection:
     """``acp.connect_to_agent`` on the connection drop-in."""
     check_sdk_version()
@@ -723,39 +749,39 @@ def connect_to_agent(
                                 **connection_kwargs)
 
 
-def _connection_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _connection_options(kwargs: SpawnOptions) -> ConnectOptions:
     """The connection keywords of ``spawn_*_process``; the transport drop-in's ``transport_options``
     (engine, max_line_size, ...) are accepted too and merged."""
-    options = dict(kwargs.pop("transport_options", None) or {})
+    options: dict[str, Any] = dict(kwargs.pop("transport_options", None) or {})
     options.update(kwargs)
-    return options
+    return cast("ConnectOptions", options)
 
 
-async def _spawned(cls: Any, handler: Any, command: str, args: tuple[str, ...], env: Mapping[str, str] | None,
-                   cwd: str | Path | None, transport_kwargs: Mapping[str, Any] | None,
-                   connection_kwargs: dict[str, Any]) -> tuple[Any, ChildProcess]:
-    """Start ``command`` and put a ``cls`` connection (the drop-in's) on its stdio."""
+async def _spawned(command: str, args: tuple[str, ...], env: Mapping[str, str] | None, cwd: str | Path | None,
+                   transport_kwargs: Mapping[str, object] | None,
+                   connection_kwargs: SpawnOptions) -> tuple[ChildStream, ConnectOptions]:
+    """Start ``command``: its stream and the keywords of the drop-in's connection to put on it."""
     check_sdk_version()
     kwargs = _connection_options(connection_kwargs)
     stream, limit = await spawn_stream(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs)
     if limit is not None:
         kwargs.setdefault("max_line_size", limit)
-    return cls(handler, stream, **kwargs), ChildProcess(stream)
+    return stream, kwargs
 
 
 @asynccontextmanager
 async def spawn_agent_process(
-    to_client: Any,
+    to_client: Callable[[acp.Agent], acp.Client] | acp.Client,
     command: str,
     *args: str,
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
-    transport_kwargs: Mapping[str, Any] | None = None,
-    **connection_kwargs: Any,
+    transport_kwargs: Mapping[str, object] | None = None,
+    **connection_kwargs: Unpack[SpawnOptions],
 ) -> AsyncIterator[tuple[ClientSideConnection, ChildProcess]]:
     """``acp.spawn_agent_process`` on the connection drop-in: ``(ClientSideConnection, ChildProcess)``."""
-    conn, process = await _spawned(ClientSideConnection, to_client, command, args, env, cwd, transport_kwargs,
-                                   connection_kwargs)
+    stream, kwargs = await _spawned(command, args, env, cwd, transport_kwargs, connection_kwargs)
+    conn, process = ClientSideConnection(to_client, stream, **kwargs), ChildProcess(stream)
     try:
         yield conn, process
     finally:
@@ -764,17 +790,17 @@ async def spawn_agent_process(
 
 @asynccontextmanager
 async def spawn_client_process(
-    to_agent: Any,
+    to_agent: Callable[[acp.Client], acp.Agent] | acp.Agent,
     command: str,
     *args: str,
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
-    transport_kwargs: Mapping[str, Any] | None = None,
-    **connection_kwargs: Any,
+    transport_kwargs: Mapping[str, object] | None = None,
+    **connection_kwargs: Unpack[SpawnOptions],
 ) -> AsyncIterator[tuple[AgentSideConnection, ChildProcess]]:
     """``acp.spawn_client_process`` on the connection drop-in: ``(AgentSideConnection, ChildProcess)``."""
-    conn, process = await _spawned(AgentSideConnection, to_agent, command, args, env, cwd, transport_kwargs,
-                                   connection_kwargs)
+    stream, kwargs = await _spawned(command, args, env, cwd, transport_kwargs, connection_kwargs)
+    conn, process = AgentSideConnection(to_agent, stream, **kwargs), ChildProcess(stream)
     try:
         yield conn, process
     finally:

@@ -9,19 +9,17 @@ that was never replaced).
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = ["original", "remember"]
 
-_originals: dict[str, Any] = {}
+_originals: dict[str, object] = {}
 
 
-def remember(name: str, value: Any) -> None:
+def remember(name: str, value: object) -> None:
     """Record ``value`` as the SDK's own ``acp.<name>`` (the first value recorded is kept)."""
     _originals.setdefault(name, value)
 
 
-def original(name: str) -> Any:
+def original(name: str) -> object:
     """The SDK's own ``acp.<name>`` (as it was before :func:`~.activate.install` replaced it)."""
     if name in _originals:
         return _originals[name]

@@ -48,13 +48,18 @@ import collections
 import logging
 import types
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union
 
 from ... import engine as _default_engine
 from ..._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from ...transport import Stream
 
-__all__ = ["DEFAULT_FLUSH_SIZE", "DEFAULT_MAX_PENDING", "StreamTransport", "logger"]
+if TYPE_CHECKING:
+    from ..._replies import BatchReply
+    from ...engine import Malformed, Message
+    from ...jsontypes import JsonObject
+
+__all__ = ["DEFAULT_FLUSH_SIZE", "DEFAULT_MAX_PENDING", "StreamTransport", "TransportOptions", "logger"]
 
 #: The drop-in's logger.
 logger = logging.getLogger("acp_fast.compat.acp_sdk")
@@ -72,8 +77,23 @@ _ERROR_KEYS = frozenset(("jsonrpc", "id", "error"))
 _ERROR_OBJ_KEYS = frozenset(("code", "message", "data"))
 
 
-def _id_key(ident: Any) -> tuple[type, Any]:
+_IdKey = tuple[type, object]
+
+
+def _id_key(ident: object) -> _IdKey:
     return (type(ident), ident)
+
+
+class TransportOptions(TypedDict, total=False):
+    """The keyword options of :class:`StreamTransport` (``stdio_transport(**options)``, ...)."""
+
+    engine: types.ModuleType | None
+    max_line_size: int | None
+    max_batch_size: int | None
+    on_invalid: Literal["reply", "skip"] | None
+    receive_timeout: float | None
+    flush_size: int
+    max_pending: int
 
 
 class _Slot:
@@ -81,7 +101,7 @@ class _Slot:
 
     __slots__ = ("reply", "slot")
 
-    def __init__(self, reply: Any, slot: int) -> None:
+    def __init__(self, reply: BatchReply, slot: int) -> None:
         self.reply = reply
         self.slot = slot
 
@@ -143,7 +163,7 @@ class StreamTransport:
         self._receive_timeout = receive_timeout
         self._flush_size = int(flush_size)
         self._max_pending = max(1, int(max_pending))
-        self._inbox: collections.deque[dict[str, Any]] = collections.deque()
+        self._inbox: collections.deque[JsonObject] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._eof = False
         self._closed = False
@@ -152,14 +172,14 @@ class StreamTransport:
         self._out_size = 0
         self._flush_handle: asyncio.Handle | None = None
         self._drain: asyncio.Future[None] | None = None
-        self._batch_slots: dict[tuple[type, Any], collections.deque[_Slot]] = {}
+        self._batch_slots: dict[_IdKey, collections.deque[_Slot]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         if self._stream is not None:
             self._attach(self._stream)
 
     # -- the SDK's Transport protocol ---------------------------------------------------
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: JsonObject) -> None:
         """Queue one message (encoded now); waits while the peer is not reading."""
         if self._closed:
             raise ConnectionError("Transport closed")
@@ -176,7 +196,7 @@ class StreamTransport:
         if stream.writing_paused:
             await self._wait_writable(stream)
 
-    async def receive(self) -> dict[str, Any] | None:
+    async def receive(self) -> JsonObject | None:
         """The next message from the peer, in order; ``None`` at end of input."""
         if self._stream is None and not self._closed:
             await self.open()
@@ -224,7 +244,7 @@ class StreamTransport:
         """The acp_fast stream (``None`` until a lazily opened one is open)."""
         return self._stream
 
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
+    def get_extra_info(self, name: str, default: object = None) -> object:
         """The stream's transport details (``"pid"``, ``"peername"``, ...)."""
         return default if self._stream is None else self._stream.get_extra_info(name, default)
 
@@ -305,7 +325,7 @@ class StreamTransport:
         kind = frame.kind
         if kind == NOTIFICATION:
             params = frame.params
-            message: dict[str, Any] = {"jsonrpc": "2.0", "method": frame.method}
+            message: JsonObject = {"jsonrpc": "2.0", "method": frame.method}
             if params is not None:
                 message["params"] = params
             self._inbox.append(message)
@@ -317,19 +337,19 @@ class StreamTransport:
             self._malformed(frame)
 
     @staticmethod
-    def _message(frame: Any) -> dict[str, Any]:
+    def _message(frame: Message) -> JsonObject:
         if frame.kind == RESPONSE:
             error = frame.error
             if error is not None:
                 return {"jsonrpc": "2.0", "id": frame.id, "error": error}
             return {"jsonrpc": "2.0", "id": frame.id, "result": frame.result}
-        message = {"jsonrpc": "2.0", "id": frame.id, "method": frame.method}
+        message: JsonObject = {"jsonrpc": "2.0", "id": frame.id, "method": frame.method}
         params = frame.params
         if params is not None:
             message["params"] = params
         return message
 
-    def _malformed(self, frame: Any) -> None:
+    def _malformed(self, frame: Malformed) -> None:
         if frame.response_shaped:
             logger.warning("malformed response dropped (%s): %.200r", frame.reason, frame.raw)
             return
@@ -358,14 +378,14 @@ class StreamTransport:
                 self._queue(line)
 
     @staticmethod
-    def _notification(frame: Any) -> dict[str, Any]:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": frame.method}
+    def _notification(frame: Message) -> JsonObject:
+        message: JsonObject = {"jsonrpc": "2.0", "method": frame.method}
         params = frame.params
         if params is not None:
             message["params"] = params
         return message
 
-    def _batch_response(self, message: dict[str, Any], line: bytes) -> bytes | None:
+    def _batch_response(self, message: JsonObject, line: bytes) -> bytes | None:
         """A response the SDK sends: into its batch's slot (``None``: held), else as is."""
         key = _id_key(message.get("id"))
         slots = self._batch_slots.get(key)
@@ -377,11 +397,11 @@ class StreamTransport:
         target.reply.fill(target.slot, line)
         if not target.reply.complete:
             return None
-        return target.reply.encode()  # type: ignore[no-any-return]
+        return target.reply.encode()
 
     # -- writing ------------------------------------------------------------------------
 
-    def _encode(self, m: dict[str, Any]) -> bytes:
+    def _encode(self, m: JsonObject) -> bytes:
         method = m.get("method")
         keys = m.keys()
         if method is not None:

@@ -59,6 +59,9 @@ if TYPE_CHECKING:
     import httpx
     from websockets.asyncio.client import ClientConnection
 
+    from ...engine import Message
+    from ...jsontypes import RequestId
+
 __all__ = [
     "CLOSE_TIMEOUT",
     "SEND_HIGH_WATER",
@@ -568,7 +571,7 @@ class _HttpBridge(_Bridge):
                 chunks.append(chunk)
             return response, b"".join(chunks)
 
-    def _reply_to(self, body: bytes, ident: Any) -> Any:
+    def _reply_to(self, body: bytes, ident: RequestId | None) -> Message | None:
         """``body`` decoded, when it is one JSON-RPC response with id ``ident``."""
         line = one_line(body)
         if not line or b"\n" in line:
@@ -579,7 +582,7 @@ class _HttpBridge(_Bridge):
         reply = frames[0]
         if reply.kind != RESPONSE or reply.id != ident or type(reply.id) is not type(ident):
             return None
-        return reply
+        return reply  # type: ignore[no-any-return]  # a Message: its kind was checked
 
     def _refuse(self, frame: Any, message: str, status: int | None = None, body: bytes = b"") -> None:
         """A POST failed: every request in it gets an error response (-32603) now."""

@@ -1,0 +1,107 @@
+"""The roles floor is built by composition, and its public surface is typed (issue #19).
+
+Source-tree checks read with ``ast`` (nothing is run):
+
+* no ``role ==`` / ``role !=`` string test in ``roles/``: a connection's role is its type
+  (``AgentConnection``, ``ClientConnection``, ``ProxyConnection``), whose class attributes
+  (``guard_role``, ``answers_initialize``, ``tracked_requests``, ``context_type``) say what
+  differs; a router checks a builder by its type;
+* no public signature in ``roles/`` or ``compat/`` mentions ``Any`` (JSON
+  payloads say ``Json`` / ``JsonObject``, see :mod:`acp_fast.jsontypes`);
+* at most :data:`MAX_ANY_RETURNS` functions in the whole package return ``-> Any`` (generated
+  modules aside).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "acp_fast"
+
+pytestmark = pytest.mark.skipif(not (PACKAGE / "roles" / "_hot_py.py").exists(),
+                                reason="source-tree check: the package's .py sources are not in this tree")
+
+#: generated from the ACP schemas by scripts/gen_surfaces.py (their types are the schema's)
+GENERATED = {"protocol/methods_v1.py", "protocol/methods_v2.py", "protocol/types_v1.py",
+             "protocol/types_v2.py", "protocol/_surface_gen.py"}
+MAX_ANY_RETURNS = 10
+#: the floors whose public signatures are typed (``conductor/`` joins once its own work lands)
+TYPED_FOLDERS = ("roles", "compat")
+
+
+def _sources(*folders: str) -> Iterator[tuple[str, ast.Module]]:
+    roots = [PACKAGE / f for f in folders] if folders else [PACKAGE]
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(PACKAGE).as_posix()
+            if rel not in GENERATED:
+                yield rel, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _is_role(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "role") or (
+        isinstance(node, ast.Name) and node.id == "role")
+
+
+def test_no_role_string_tests_in_roles() -> None:
+    found = []
+    for rel, tree in _sources("roles"):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+                sides = [node.left, *node.comparators]
+                if any(_is_role(s) for s in sides) and any(
+                        isinstance(s, ast.Constant) and isinstance(s.value, str) for s in sides):
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    assert found == [], "role string tests in roles/:\n" + "\n".join(found)
+
+
+def _public_signatures(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    def functions(body: list[ast.stmt], prefix: str) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+        defs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                    not node.name.startswith("_") or node.name in ("__init__", "__call__")):
+                defs.setdefault(node.name, []).append(node)
+        for name, nodes in defs.items():
+            overloads = [n for n in nodes if any(
+                isinstance(d, ast.Name) and d.id == "overload" for d in n.decorator_list)]
+            for node in overloads or nodes:  # an overloaded name: its overloads are the signature
+                yield prefix + name, node
+
+    yield from functions(tree.body, "")
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            yield from functions(node.body, node.name + ".")
+
+
+def _annotations(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.expr]:
+    args = node.args
+    for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+        if arg is not None and arg.annotation is not None:
+            yield arg.annotation
+    if node.returns is not None:
+        yield node.returns
+
+
+def test_no_any_in_public_signatures() -> None:
+    found = []
+    for rel, tree in _sources(*TYPED_FOLDERS):
+        for name, node in _public_signatures(tree):
+            bad = [ast.unparse(a) for a in _annotations(node) if re.search(r"\bAny\b", ast.unparse(a))]
+            if bad:
+                found.append(f"{rel}:{node.lineno} {name}: {', '.join(bad)}")
+    assert found == [], f"{len(found)} public signatures with Any:\n" + "\n".join(found)
+
+
+def test_few_any_returns_in_the_package() -> None:
+    found = [f"{rel}:{node.lineno} {node.name}"
+             for rel, tree in _sources() for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and node.returns is not None and ast.unparse(node.returns) == "Any"]
+    assert len(found) <= MAX_ANY_RETURNS, f"{len(found)} functions return Any:\n" + "\n".join(found)
