@@ -79,6 +79,9 @@ __all__ = [
     "RequestHandler",
     "RequestResult",
     "Responder",
+    "cancel_target",
+    "error_line",
+    "invalid_line_reply",
 ]
 
 logger = logging.getLogger("acp_fast.jsonrpc")
@@ -110,6 +113,58 @@ RequestHandler = Callable[["RequestContext"], RequestResult]
 NotificationHandler = Callable[["Message"], object]
 _RH = TypeVar("_RH", bound=RequestHandler)
 _NH = TypeVar("_NH", bound=NotificationHandler)
+
+
+# -- the JSON-RPC rules, written once (this connection, the SDK drop-in's transport, the
+# -- conductor and the routers apply them to the engine's frames) -------------------------
+
+
+def error_line(encode_error: Callable[..., bytes], rid: RequestId | None, error: JsonRpcError) -> bytes:
+    """The error response line answering request ``rid`` with ``error``: its ``data`` member
+    only when the error has one (``JsonRpcError.has_data``; ``data: null`` is a value).
+
+    Args:
+        encode_error: the engine's ``encode_error(id, code, message, data?)``.
+
+    Raises:
+        EncodeError: ``error.data`` is not JSON.
+    """
+    if error.has_data:
+        return encode_error(rid, error.code, error.message, error.data)
+    return encode_error(rid, error.code, error.message)
+
+
+def invalid_line_reply(error_reply: Callable[[Malformed], bytes | None], frame: Malformed, *,
+                       skip: bool = False) -> bytes | None:
+    """What a line that is not a valid JSON-RPC message gets back (protocol.md §2).
+
+    A malformed *response* is dropped (logged): nobody may answer a response. With ``skip``
+    (``on_invalid="skip"``: a peer known to print other lines on its stdout) the line is
+    dropped (logged). Anything else is answered with the engine's error reply: -32700 for a
+    line that is not JSON, -32600 for JSON that is not a message, id ``null`` (``None`` when
+    the engine has nothing to answer).
+
+    Args:
+        error_reply: the engine's ``error_reply(frame)``.
+    """
+    if frame.response_shaped:
+        logger.warning("malformed response dropped (%s): %.200r", frame.reason, frame.raw)
+        return None
+    if skip:
+        logger.warning("skipped a line that is not JSON-RPC (%s): %.200r", frame.reason, frame.raw)
+        return None
+    return error_reply(frame)
+
+
+def cancel_target(params: Json) -> tuple[bool, RequestId | None]:
+    """The request a ``$/cancel_request`` names: ``(True, requestId)`` when its params are an
+    object whose ``requestId`` is an integer, a string or ``null``; ``(False, None)`` for a
+    malformed one (ignored: a notification is never answered)."""
+    if type(params) is dict and "requestId" in params:
+        rid = params["requestId"]
+        if type(rid) is int or type(rid) is str or rid is None:
+            return True, rid
+    return False, None
 
 
 def _describe(exc: BaseException) -> str:
@@ -953,20 +1008,13 @@ class Connection:
             coro, index = self._batch_from(batch, index, state)
 
     def _malformed(self, frame: Malformed) -> None:
-        if frame.response_shaped:
-            logger.warning("malformed response dropped (%s): %.200r", frame.reason, frame.raw)
-            return
-        if self._skip_invalid:
-            logger.warning("skipped a line that is not JSON-RPC (%s): %.200r", frame.reason, frame.raw)
-            return
-        line = self._error_reply(frame)
+        line = invalid_line_reply(self._error_reply, frame, skip=self._skip_invalid)
         if line is not None:
             self._send(line)
 
     def _peer_cancel(self, msg: Message) -> None:
-        params = msg.params
-        rid = params.get("requestId", self) if type(params) is dict else self
-        if rid is self or not (type(rid) is int or type(rid) is str or rid is None):
+        ok, rid = cancel_target(msg.params)
+        if not ok:
             logger.warning("malformed %s ignored: %.200r", CANCEL_METHOD, msg.raw)
             return
         ctx = self._inflight.get(rid)
@@ -1049,10 +1097,7 @@ class Connection:
         rid = ctx.message.id
         if isinstance(exc, JsonRpcError):
             try:
-                if exc.has_data:
-                    line = self._enc_error(rid, exc.code, exc.message, exc.data)
-                else:
-                    line = self._enc_error(rid, exc.code, exc.message)
+                line = error_line(self._enc_error, rid, exc)
             except Exception as enc:  # noqa: BLE001 - EncodeError, or data whose methods raise
                 logger.error("error of %r could not be encoded: %s", ctx.method, _describe(enc))
                 line = self._enc_error(rid, INTERNAL_ERROR, None, "error could not be encoded")

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 from .. import engine as _engine
 from ..errors import INVALID_REQUEST, JsonRpcError
-from ..jsonrpc import Connection
+from ..jsonrpc import Connection, error_line
 from ..protocol import negotiation as nego
 from ..transport import Stream
 from .builders import AgentBuilder, Builder, ProxyBuilder
@@ -34,18 +34,12 @@ _Decision = tuple[str, Any]
 _R = TypeVar("_R", bound="_Router")
 
 
-def _encode_error(engine: Any, rid: Any, error: JsonRpcError) -> bytes:
-    if error.has_data:
-        return engine.encode_error(rid, error.code, error.message, error.data)  # type: ignore[no-any-return]
-    return engine.encode_error(rid, error.code, error.message)  # type: ignore[no-any-return]
-
-
 def _reject_batch(engine: Any, batch: Any, error: JsonRpcError) -> bytes | None:
     """Every request entry gets ``error`` with its own id; malformed calls their own error."""
     lines = []
     for entry in batch.entries:
         if entry.kind == engine.REQUEST:
-            lines.append(_encode_error(engine, entry.id, error))
+            lines.append(error_line(engine.encode_error, entry.id, error))
         elif entry.kind == engine.MALFORMED:
             line = engine.error_reply(entry)
             if line is not None:
@@ -172,11 +166,11 @@ class _Router:
             return "reject", None  # nothing to answer: the connection just closes
         if kind == engine.REQUEST:
             if frame.method not in self.init_methods:
-                return "reject", _encode_error(engine, frame.id, JsonRpcError(INVALID_REQUEST, data=self.first_request))
+                return "reject", error_line(engine.encode_error, frame.id, JsonRpcError(INVALID_REQUEST, data=self.first_request))
             try:
                 version, params = self._select(frame.params)
             except JsonRpcError as exc:
-                return "reject", _encode_error(engine, frame.id, exc)
+                return "reject", error_line(engine.encode_error, frame.id, exc)
             new = None if params is None else engine.encode_request(frame.id, frame.method, params)[:-1]
             return "accept", (version, new)
         # a batch: its first call-shaped entry decides (§2.17)

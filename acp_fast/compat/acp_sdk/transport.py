@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union
 
 from ... import engine as _default_engine
 from ..._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
+from ...jsonrpc import invalid_line_reply
 from ...transport import Stream
 
 if TYPE_CHECKING:
@@ -350,13 +351,7 @@ class StreamTransport:
         return message
 
     def _malformed(self, frame: Malformed) -> None:
-        if frame.response_shaped:
-            logger.warning("malformed response dropped (%s): %.200r", frame.reason, frame.raw)
-            return
-        if self._skip_invalid:
-            logger.warning("skipped a line that is not JSON-RPC (%s): %.200r", frame.reason, frame.raw)
-            return
-        line = self._error_reply(frame)
+        line = invalid_line_reply(self._error_reply, frame, skip=self._skip_invalid)
         if line is not None:
             self._queue(line)
 
