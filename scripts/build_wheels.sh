@@ -119,7 +119,8 @@ check_wheel() {  # wheel, expect_compiled (1/0)
     listing="$(unzip -Z1 "$1")"
     if grep -qE '\.(pyx|pxd|cpp|c|h|html)$' <<<"$listing"; then fail "$1 ships sources/generated C"; fi
     grep -q 'dist-info/licenses/LICENSE$' <<<"$listing" || fail "$1 lacks the license file"
-    for stub in acp_fast/_engine_c.pyi acp_fast/protocol/_gate_c.pyi acp_fast/roles/_hot_c.pyi acp_fast/py.typed; do
+    for stub in acp_fast/_engine_c.pyi acp_fast/protocol/_gate_c.pyi acp_fast/roles/_hot_c.pyi \
+                acp_fast/roles/_hot.pyi acp_fast/py.typed; do
         grep -qx "$stub" <<<"$listing" || fail "$1 lacks $stub"
     done
     if [ "$2" = 1 ]; then

@@ -69,6 +69,33 @@ GOOD = {
     """,
 }
 
+GOOD.update({
+    "contexts_are_typed_by_their_builder": """
+        from acp_fast import Agent, Client, Proxy
+        from acp_fast.jsontypes import Json, JsonObject
+        from acp_fast.roles import (V2, AgentConnection, ClientConnection, Context, ProxyConnection,
+                                    ProxyContext, V2Session)
+
+        def on_agent(params: JsonObject, cx: Context[AgentConnection[V2]]) -> Json:
+            connection: AgentConnection[V2] = cx.connection
+            return {"version": connection.version}
+
+        async def on_client(params: JsonObject, cx: Context[ClientConnection[V2]]) -> Json:
+            session: V2Session = (await cx.connection.build_session(cwd=".")).session
+            return {"sessionId": session.session_id}
+
+        async def on_proxy(params: JsonObject, cx: ProxyContext[ProxyConnection[V2]]) -> Json:
+            return await cx.connection.send_to_successor("session/prompt", params, passthrough=True)
+
+        def plain(params: JsonObject, cx: Context) -> Json:  # a bare Context fits every builder
+            return None
+
+        agent = Agent.v2().on_request("_x/a", on_agent).on_request("_x/p", plain)
+        client = Client.v2().on_request("_x/c", on_client).on_request("_x/p", plain)
+        proxy = Proxy.v2().on_request("_x/p", on_proxy).on_request("_x/q", plain)
+    """,
+})
+
 BAD = {
     "v1_client_has_no_resume": """
         from acp_fast.roles import V1, ClientConnection
@@ -103,6 +130,26 @@ BAD = {
             return {"sessionId": "s1"}
 
         agent = Agent.v2().on_request(methods_v2.session.prompt, prompt)  # error
+    """,
+    "agent_handlers_do_not_get_a_client_connection": """
+        from acp_fast import Agent
+        from acp_fast.jsontypes import Json, JsonObject
+        from acp_fast.roles import V2, ClientConnection, Context
+
+        def handler(params: JsonObject, cx: Context[ClientConnection[V2]]) -> Json:
+            return None
+
+        agent = Agent.v2().on_request("_x/a", handler)  # error
+    """,
+    "agent_handlers_get_no_proxy_context": """
+        from acp_fast import Agent
+        from acp_fast.jsontypes import Json, JsonObject
+        from acp_fast.roles import ProxyContext
+
+        def handler(params: JsonObject, cx: ProxyContext) -> Json:
+            return None
+
+        agent = Agent.v2().on_request("_x/a", handler)  # error
     """,
     "v1_builder_is_not_a_v2_router_entry": """
         from acp_fast import Agent

@@ -15,6 +15,7 @@ accepts (no closures in the classes). :mod:`acp_fast.roles._hot` selects the twi
 from __future__ import annotations
 
 import asyncio
+import types
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -102,6 +103,11 @@ class Context:
         self.connection = connection
         self.request = request
         self.message = message
+
+    def __class_getitem__(cls, item: object) -> types.GenericAlias:
+        """``Context[C]`` at run time too (to a type checker it is generic in its connection:
+        ``Context[AgentConnection[V2]]``; see ``_hot.pyi``)."""
+        return types.GenericAlias(cls, item)
 
     @property
     def method(self) -> str:

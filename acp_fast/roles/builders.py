@@ -281,14 +281,14 @@ class Builder(Generic[Version, _C, _X]):
             return await main(acp)
 
 
-class AgentBuilder(Builder[Version, AgentConnection[Version], Context]):
+class AgentBuilder(Builder[Version, AgentConnection[Version], "Context[AgentConnection[Version]]"]):
     """An agent implementation (``Agent.builder()`` for v1, ``Agent.v2()`` for v2)."""
 
     role = "agent"
     connection_type = AgentConnection
 
 
-class ClientBuilder(Builder[Version, ClientConnection[Version], Context]):
+class ClientBuilder(Builder[Version, ClientConnection[Version], "Context[ClientConnection[Version]]"]):
     """A client implementation (``Client.builder()`` for v1, ``Client.v2()`` for v2)."""
 
     role = "client"
@@ -300,7 +300,7 @@ class ClientBuilder(Builder[Version, ClientConnection[Version], Context]):
         return ClientConnection(conn, self.table(), hooks=hooks)
 
 
-class ProxyBuilder(Builder[Version, ProxyConnection[Version], ProxyContext]):
+class ProxyBuilder(Builder[Version, ProxyConnection[Version], "ProxyContext[ProxyConnection[Version]]"]):
     """A proxy (``Proxy.builder()`` / ``Proxy.v2()``): initialized by ``_proxy/initialize``.
 
     Unhandled requests/notifications from the predecessor are forwarded to the successor
