@@ -127,8 +127,9 @@ def test_exact_version_params_forwarded_verbatim_and_newer_lowered(engine: Modul
 
 @pytest.mark.seed("S000-74")
 def test_agent_answering_another_version_fails_initialize(engine: ModuleType) -> None:
+    """Pinned (without a pin the agent's lower version is selected: test_conductor_negotiation.py)."""
     async def body() -> None:
-        conductor, client, comps, _ = await start(engine, 0)
+        conductor, client, comps, _ = await start(engine, 0, protocol_version=2)
         client.send(req(1, "initialize", v2_init()))
         agent = await comps[0].peer()
         got = await agent.recv()
@@ -452,6 +453,7 @@ def test_trace_records_each_hop_message_once_unwrapped(engine: ModuleType, tmp_p
         await proxy.recv()
         await conductor.__aexit__(None, None, None)
         events = [json.loads(line) for line in path.read_text().splitlines()]
+        events = [e for e in events if e["type"] != "negotiation"]  # the version selection's record
         assert all("_proxy/successor" != e.get("method") for e in events)
         hops = [(e["type"], e["from"], e["to"], e.get("method")) for e in events[4:]]
         assert hops == [

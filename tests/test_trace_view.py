@@ -283,7 +283,12 @@ def test_cli_view_and_summary(real_trace: Path, tmp_path: Path, capsys: pytest.C
     assert "<title>chain</title>" in out.read_text(encoding="utf-8")
     assert capsys.readouterr().err.strip().endswith(f"-> {out}")
     assert cli.main(["trace", "summary", str(real_trace)]) == 0
-    assert "session/prompt" in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert "session/prompt" in out_text
+    # the chain's version selection (the trace's negotiation record), one line
+    line = next(x for x in out_text.splitlines() if x.startswith("protocol version:"))
+    assert line == ("protocol version: requested 1, selected 1 (probed; selected); Proxy(0): v1 accepted; "
+                    "Proxy(1): v1 accepted; Agent: v1 answered 1"), line
     bad = tmp_path / "bad.jsons"
     bad.write_text("nope\n{}\n", encoding="utf-8")
     assert cli.main(["trace", "summary", str(bad)]) == 1

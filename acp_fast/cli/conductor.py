@@ -1,15 +1,20 @@
 """``acp-fast conductor``: run a proxy chain on stdio (protocol.md §8.7; :mod:`acp_fast.conductor`).
 
     acp-fast conductor [--trace PATH] [--debug [--debug-dir DIR]] [--proxy-methods underscore|spec]
-                       agent "PROXY"… "AGENT"
+                       [--protocol-version 1|2] agent "PROXY"… "AGENT"
     acp-fast conductor [...] proxy "PROXY"…
 
 Each component is one shell-quoted argument: shell words with leading ``NAME=value``
 environment words, or JSON ``{"command", "args"?, "env"?}``. In ``agent`` mode the last
 component is the agent and the conductor is an agent on its stdio; in ``proxy`` mode it is a
 proxy (a nested chain) whose successor is its parent. Components start on the first
-``initialize`` (``_proxy/initialize`` in proxy mode). The exit status is 1 when the chain
-ended because a component exited, else 0.
+``initialize`` (``_proxy/initialize`` in proxy mode). The whole chain speaks one protocol
+version: for a client asking 2 or more it is 2, or lower when the agent answers lower (a
+v1-only agent) or a proxy refuses 2 -- the version the client would get from the agent
+directly, with every proxy started at it; ``--protocol-version 1|2`` pins it instead (no
+probing). A component that cannot speak the chain's version fails the client's
+``initialize`` with an error naming it. The exit status is 1 when the chain ended because a
+component exited, else 0.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--proxy-methods", choices=PROXY_METHODS, default="underscore",
                    help="proxy-method spelling emitted: underscore (_proxy/*, default; what acp_fast "
                         "and the Rust SDK proxies accept) or spec (proxy/*); both are accepted")
+    p.add_argument("--protocol-version", type=int, choices=(1, 2), default=None, metavar="1|2",
+                   help="pin the chain's ACP protocol version (default: the highest version every "
+                        "component speaks, up to the client's, found from their answers)")
     p.add_argument("--debug", action="store_true",
                    help="log every component's stdin/stdout/stderr lines to <debug-dir>/<YYYYmmdd-HHMMSS>.log")
     p.add_argument("--debug-dir", default=".", metavar="DIR", help="folder of the --debug log (default: .)")
@@ -70,7 +78,8 @@ def main(args: Any) -> int:
     try:
         conductor = Conductor(args.components, mode=args.mode, proxy_methods=args.proxy_methods,
                               trace=args.trace, name=args.name,
-                              debug_dir=args.debug_dir if args.debug else None)
+                              debug_dir=args.debug_dir if args.debug else None,
+                              protocol_version=getattr(args, "protocol_version", None))
     except (ValueError, TypeError) as exc:
         print(f"acp-fast conductor: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..jsontypes import JsonObject
     from . import Subparsers
 
 __all__ = ["add_parser", "main"]
@@ -55,8 +56,9 @@ def main(args: argparse.Namespace) -> int:
         summary_table,
     )
 
+    records: list[JsonObject] = []
     try:
-        events, warnings = load_events(args.trace)
+        events, warnings = load_events(args.trace, records)
     except (OSError, TraceError) as exc:
         print(f"acp-fast trace: {args.trace}: {exc}", file=sys.stderr)
         return 1
@@ -64,6 +66,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"acp-fast trace: {args.trace}: warning: {warning}", file=sys.stderr)
     if args.action == "summary":
         sys.stdout.write(summary_table(analyse(events, warnings=warnings)))
+        for record in records:
+            if record.get("type") == "negotiation":
+                sys.stdout.write(_negotiation_line(record) + "\n")
         return 0
     title = args.title or f"ACP trace: {os.path.basename(args.trace)}"
     page = render_html(analyse(events, title=title, warnings=warnings))
@@ -75,3 +80,16 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print(f"acp-fast trace: {len(events)} events -> {args.output}", file=sys.stderr)
     return 0
+
+
+def _negotiation_line(record: JsonObject) -> str:
+    """The chain's protocol version selection (the trace's ``negotiation`` record) in one line."""
+    selected = record.get("selected")
+    how = f"pinned to {record.get('pinned')}" if record.get("pinned") is not None else (
+        "probed" if record.get("probing") else "as requested")
+    parts = [f"protocol version: requested {record.get('requested')}, "
+             f"selected {'none' if selected is None else selected} ({how}; {record.get('outcome')})"]
+    for component in record.get("components") or ():
+        tried = ", ".join(f"v{v} {what}" for v, what in (component.get("tried") or {}).items())
+        parts.append(f"{component.get('name')}: {tried or 'not asked'}")
+    return "; ".join(parts)

@@ -4,6 +4,7 @@ One idea per module:
 
 ================  ==========================================================================
 ``chain``         :class:`Conductor`: lazy instantiation, version pinning, routing on raw bytes
+``selection``     how the chain's protocol version is selected (probing, restarts, pinning)
 ``spec``          component specs (§8.6): command strings, JSON, argv lists, builders
 ``names``         the proxy-method names, both spellings, in one table
 ``trace``         ``--trace``: JSONL events, one per hop message (§8.7.38)
@@ -16,8 +17,8 @@ One idea per module:
 ================  ==========================================================================
 
 The command line is ``acp-fast conductor [--trace PATH] [--proxy-methods underscore|spec]
-agent "PROXY"… "AGENT"`` (or ``proxy "PROXY"…`` for a nested chain); a trace written with
-``--trace PATH`` is viewed with ``acp-fast trace view PATH -o trace.html``.
+[--protocol-version 1|2] agent "PROXY"… "AGENT"`` (or ``proxy "PROXY"…`` for a nested chain);
+a trace written with ``--trace PATH`` is viewed with ``acp-fast trace view PATH -o trace.html``.
 """
 
 from __future__ import annotations

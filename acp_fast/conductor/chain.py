@@ -46,6 +46,14 @@ process, logged and ignored). Not validated: ``params``/``result`` against the A
 (that is the endpoints' job), whether a method exists (unknown methods are forwarded; only
 the chain's end answers -32601), and the session ids inside params.
 
+Initialization and the protocol version (:mod:`.selection`): the chain is ready once
+upstream's ``initialize`` is answered. Until then every component's lines are framed by a
+decoder of its own and handled here (a component started again for a lower version replaces
+its hop without inheriting a partial line), the ``initialize`` of each attempt is tracked
+per hop, and upstream's calls are held (at most :data:`BACKLOG_LIMIT`, then upstream is not
+read) while its answers are routed at once. When the answer reaches upstream, the chain
+switches to the Forwarder and the held calls go on, in order.
+
 Memory: each hop's output is taken and written once per read, and reading pauses while a
 destination is write-paused (:meth:`Conductor._on_writable`); a hop's pending table holds
 at most ``Forwarder.max_pending`` requests (65536): a request beyond that is answered
@@ -57,17 +65,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType, TracebackType
 from typing import Any
 
 from .. import engine as _default_engine
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
+from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
 from ..transport import Stream, memory_pair
 from . import names
 from .debug import DebugLog
-from .spec import ComponentSpec, Started, describe, start_component, validate
+from .selection import Selection, first_version, initialize_params, proxy_mode_version, same_initialize
+from .spec import ComponentSpec, Started, describe, known_versions, start_component, validate
 from .trace import Tracer
 
 __all__ = ["Conductor", "MODES"]
@@ -83,6 +93,12 @@ MISPLACED_SUCCESSOR = "successor envelopes are only accepted from proxies"
 NO_AGENT = "no agent component in list"
 BAD_ENVELOPE = "invalid successor envelope"
 TOO_MANY = "too many requests in flight"
+RESTARTED = "restarted while the chain selected its protocol version"
+
+#: upstream calls held while the chain selects its version; past this, upstream is not read
+BACKLOG_LIMIT = 256
+#: seconds a component's exit waits for the agent's initialize answer to reach the client
+ANSWER_GRACE = 5.0
 
 # hop states
 _NEW, _STARTING, _READY, _FAILED, _DONE = range(5)
@@ -92,14 +108,36 @@ def _label(hop: _Hop) -> str:
     return "C" if hop.index < 0 else str(hop.index)
 
 
+def _decoded(raw: Json) -> Json:
+    """A raw JSON value decoded (``None`` when absent or not JSON)."""
+    if raw is None:
+        return None
+    try:
+        return raw.decode_json() if hasattr(raw, "decode_json") else raw
+    except ValueError:
+        return None
+
+
+def _answered_version(result: Json) -> Json:
+    return result.get("protocolVersion") if type(result) is dict else None
+
+
+def _code(error: Json) -> Json:
+    return error.get("code") if type(error) is dict else error
+
+
 class _Hop:
     """One connection of the conductor: upstream or a component.
 
     Its framing, pending table, id counter, output buffer and successor spelling live in
-    the conductor's :class:`~acp_fast.engine.Forwarder`, as hop ``fid`` there.
+    the conductor's :class:`~acp_fast.engine.Forwarder`, as hop ``fid`` there. While the
+    chain selects its version a component's lines are framed by a ``decoder`` of its own
+    instead, so that a component started again for another attempt takes hop ``fid`` over
+    without the lines of the one it replaces; ``tail`` keeps the incomplete last line, which
+    the Forwarder is given when the chain is ready (:meth:`Conductor._selected`).
     """
 
-    __slots__ = ("ended", "fid", "index", "name", "started", "stream", "writable")
+    __slots__ = ("decoder", "ended", "fid", "index", "name", "retired", "started", "stream", "tail", "writable")
 
     def __init__(self, index: int, name: str, stream: Stream | None) -> None:
         self.index = index  # -1 upstream, 0.. components
@@ -109,6 +147,19 @@ class _Hop:
         self.writable = True
         self.ended = False
         self.started: Started | None = None
+        self.decoder: Any = None
+        self.tail = bytearray()
+        self.retired = False  # replaced by a restarted component: nothing it sends is read
+
+    def keep_tail(self, data: bytes) -> None:
+        """Remember the bytes after the last newline read: at most one byte over the decoder's
+        line limit (the Forwarder then discards that line as its decoder did)."""
+        limit = self.decoder.max_line_size + 1
+        nl = data.rfind(b"\n")
+        if nl >= 0:
+            self.tail = bytearray(data[nl + 1:nl + 1 + limit])
+        elif len(self.tail) < limit:
+            self.tail += data[:limit - len(self.tail)]
 
     def __repr__(self) -> str:
         return f"<hop {self.name}>"
@@ -125,8 +176,14 @@ class Conductor:
                 await conn.initialize()
 
     Components are started lazily, on the first ``initialize`` (agent mode) or
-    ``_proxy/initialize`` / ``proxy/initialize`` (proxy mode). The version is chosen from the
-    raw ``protocolVersion`` (1 → v1, 2 → v2, more → 2) and pinned: the agent must answer it.
+    ``_proxy/initialize`` / ``proxy/initialize`` (proxy mode). The chain speaks one protocol
+    version end to end, pinned in every ``initialize`` it sends; the agent's answer is checked
+    against it. Which one (:mod:`acp_fast.conductor.selection`): a request for 1 → 1; for 2 or
+    more → 2, unless the agent answers a lower version (a v1-only agent) or a proxy refuses
+    2, and then the highest version every component speaks, what the client would get from
+    the agent directly (proxies are started again at it); ``protocol_version`` pins it
+    instead. The selection is :attr:`negotiation` and a ``negotiation`` trace event. Client
+    messages sent before the ``initialize`` answer wait for it.
 
     Once the chain is ready, pass-through messages are routed by the engine's compiled
     ``Forwarder`` a whole read at a time (fresh id per hop, successor envelopes unwrapped
@@ -147,10 +204,19 @@ class Conductor:
             lines (see :mod:`acp_fast.conductor.debug`); ``None``: no log.
         env: environment variables added for every spawned component.
         engine: the engine module (tests pass a twin; default: the selected one).
+        protocol_version: ``1`` or ``2``: the chain's version, without probing (a request
+            below it is answered -32022, one above it lowered); ``None`` (default): selected
+            from the request and the components' answers.
 
     Attributes:
         exit_error: why the chain ended when a component exited (its name, exit status and
             stderr tail), else ``None``.
+        negotiation: the version selection once made (see
+            :meth:`acp_fast.conductor.selection.Selection.record`), else ``None``.
+
+    Raises:
+        ValueError: an unknown ``mode``, ``proxy_methods`` or ``protocol_version``, or an
+            unparsable command spec.
 
     A conductor serves one upstream connection, once.
     """
@@ -158,11 +224,13 @@ class Conductor:
     def __init__(self, components: Sequence[ComponentSpec], *, mode: str = "agent",
                  proxy_methods: str = "underscore", trace: Any = None,
                  env: Mapping[str, str] | None = None, engine: ModuleType | None = None,
-                 name: str = "conductor", debug_dir: Any = None) -> None:
+                 name: str = "conductor", debug_dir: Any = None, protocol_version: int | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if proxy_methods not in names.SPELLINGS:
             raise ValueError(f"proxy_methods must be one of {names.PROXY_METHODS}, not {proxy_methods!r}")
+        if protocol_version is not None and (type(protocol_version) is not int or protocol_version not in (1, 2)):
+            raise ValueError(f"protocol_version must be 1, 2 or None, not {protocol_version!r}")
         self.specs = [validate(c) for c in components]
         self.mode = mode
         self.name = name
@@ -195,14 +263,25 @@ class Conductor:
         self._cm_stream: Stream | None = None
         self._up_eof = False
         self.exit_error: str | None = None
+        self._pin = protocol_version
+        self._sel: Selection | None = None  # while the version is being selected
+        self._init: Any = None  # the upstream initialize being answered
+        self._retired: list[_Hop] = []
+        self._selection_done: asyncio.Future[None] | None = None
+        self.negotiation: JsonObject | None = None
 
     def __repr__(self) -> str:
         return f"Conductor({[describe(s) for s in self.specs]!r}, mode={self.mode!r})"
 
     @property
     def version(self) -> int:
-        """The pinned protocol version (0 before initialization)."""
+        """The chain's protocol version (0 until its ``initialize`` is answered)."""
         return self._version
+
+    @property
+    def protocol_version(self) -> int | None:
+        """The ``protocol_version`` option: the version the chain is pinned to, or ``None``."""
+        return self._pin
 
     # -- running -------------------------------------------------------------------------
 
@@ -251,15 +330,16 @@ class Conductor:
             start.cancel()
             await asyncio.gather(start, return_exceptions=True)
         self._flush()
-        for hop in self._comps:
+        hops = [*self._retired, *self._comps]
+        for hop in hops:
             if hop.stream is not None:
                 hop.stream.close()
         if self._up is not None and self._up.stream is not None:
             self._up.stream.close()
-        waits = [h.stream.wait_closed() for h in self._comps if h.stream is not None]
+        waits = [h.stream.wait_closed() for h in hops if h.stream is not None]
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
-        for hop in self._comps:
+        for hop in hops:
             task = hop.started.task if hop.started is not None else None
             if task is not None and not task.done():
                 task.cancel()
@@ -272,6 +352,9 @@ class Conductor:
 
     def _finish(self) -> None:
         self._state = _DONE
+        done = self._selection_done
+        if done is not None and not done.done():
+            done.set_result(None)
         self._update_fast()
         if self._done is not None and not self._done.done():
             self._done.set_result(None)
@@ -285,13 +368,20 @@ class Conductor:
 
     def _attach(self, hop: _Hop) -> None:
         assert hop.stream is not None
+        if hop is not self._up and self._state == _STARTING:
+            hop.decoder = self._eng.Decoder(lazy=True)  # until the chain is ready (see _Hop)
         hop.stream.attach(lambda data: self._on_data(hop, data), lambda exc: self._on_eof(hop, exc),
                           lambda writable: self._on_writable(hop, writable))
 
     def _on_data(self, hop: _Hop, data: bytes) -> None:
         if self.debug is not None:
             self.debug.log(_label(hop), "←", data)
-        frames = self._fw.feed(hop.fid, data)
+        decoder = hop.decoder
+        if decoder is None:
+            frames = self._fw.feed(hop.fid, data)
+        else:  # selecting the version (a retired component's frames are dropped by _frames)
+            frames = decoder.feed(data)
+            hop.keep_tail(data)
         if frames:
             self._frames(hop, frames)
         self._flush()
@@ -299,7 +389,7 @@ class Conductor:
     def _on_eof(self, hop: _Hop, exc: BaseException | None) -> None:
         if hop.ended or (hop is self._up and self._up_eof):
             return
-        frames = self._fw.feed_eof(hop.fid)
+        frames = self._fw.feed_eof(hop.fid) if hop.decoder is None else hop.decoder.feed_eof()
         if frames:
             self._frames(hop, frames)
         if hop is self._up:
@@ -344,7 +434,7 @@ class Conductor:
         stops reading its stdin usually does so because its own stdout is full; pausing it
         too would deadlock the pair, so reading it is what lets it drain.
         """
-        if writable == hop.writable:
+        if writable == hop.writable or hop.retired:
             return
         hop.writable = writable
         self._blocked += -1 if writable else 1
@@ -354,8 +444,14 @@ class Conductor:
                 continue
             if blocked and h.writable:
                 h.stream.pause_reading()
-            elif self._state != _STARTING or h is not self._up:
+            elif h is not self._up or self._up_may_read():
                 h.stream.resume_reading()
+
+    def _up_may_read(self) -> bool:
+        """False while the chain is selecting its version and the upstream calls held until
+        then reached :data:`BACKLOG_LIMIT` (before that, upstream is read: answers to what
+        components ask during ``initialize`` are routed at once)."""
+        return self._state != _STARTING or len(self._backlog) < BACKLOG_LIMIT
 
     # -- output --------------------------------------------------------------------------
 
@@ -389,12 +485,13 @@ class Conductor:
     def _frames(self, hop: _Hop, frames: list[Any]) -> None:
         eng = self._eng
         REQUEST, NOTIFICATION, RESPONSE, BATCH = eng.REQUEST, eng.NOTIFICATION, eng.RESPONSE, eng.BATCH
-        for i, frame in enumerate(frames):
-            if self._state == _STARTING and hop is self._up:
-                self._backlog.extend(frames[i:])
+        for frame in frames:
+            if hop.retired:  # restarted by a frame before this one
                 return
             kind = frame.kind
-            if kind == RESPONSE:
+            if self._state == _STARTING and hop is self._up and kind != RESPONSE:
+                self._hold(frame)
+            elif kind == RESPONSE:
                 self._response(hop, frame)
             elif kind == REQUEST or kind == NOTIFICATION:
                 self._call(hop, frame)
@@ -402,6 +499,13 @@ class Conductor:
                 self._batch(hop, frame)
             else:
                 self._malformed(hop, frame)
+
+    def _hold(self, frame: Any) -> None:
+        """Keep an upstream call until the chain has selected its version (see :meth:`_selected`)."""
+        self._backlog.append(frame)
+        up = self._up
+        if len(self._backlog) >= BACKLOG_LIMIT and up is not None and up.stream is not None:
+            up.stream.pause_reading()
 
     def _malformed(self, hop: _Hop, frame: Any) -> None:
         if hop is not self._up and hop.started is not None and hop.started.is_child:
@@ -506,6 +610,11 @@ class Conductor:
         ``verbatim``: the original message when only its id may change.
         """
         n = self._nproxies
+        sel = self._sel
+        init = is_request and method == names.INITIALIZE and not leftward
+        if init and sel is not None and sel.cached is not None and self.mode == "agent" and pos >= n:
+            self._reuse_agent(src, msg, params_raw if verbatim is None else verbatim.params_raw)
+            return
         if pos < 0:
             dst, wrapped = self._up, False
         elif pos >= n and self.mode == "proxy":
@@ -520,8 +629,8 @@ class Conductor:
                 method = names.proxy_initialize_for(self._fw.successor(dst.fid))
                 if verbatim is not None:  # renamed: the params bytes are kept, not the line
                     params_raw, verbatim = verbatim.params_raw, None
-            elif pos >= n and not wrapped:
-                check = self._version  # the agent must answer the pinned version
+            elif pos >= n and not wrapped:  # the agent must answer the chain's version
+                check = self._version if sel is None else sel.version
         if verbatim is not None and wrapped:
             params_raw = verbatim.params_raw
             verbatim = None
@@ -532,6 +641,8 @@ class Conductor:
             return
         succ = self._fw.successor(dst.fid)
         new = self._fw.add_pending(dst.fid, src.fid, msg.id, check) if is_request else None
+        if init and sel is not None and new is not None:
+            self._sent_initialize(src, dst, pos, new, params_raw if verbatim is None else verbatim.params_raw)
         if self._tracer is not None:
             src_name = "Successor" if src is self._up and self.mode == "proxy" and leftward else src.name
             dst_name = "Successor" if dst is self._up and wrapped else dst.name
@@ -580,6 +691,12 @@ class Conductor:
             return
         if self._tracer is not None:
             self._tracer.response(hop.name, src.name, msg.id, msg.error, msg.result_raw)
+        sel = self._sel
+        if sel is not None:
+            pos = sel.inits.pop((hop.fid, msg.id), None)
+            if pos is not None:
+                self._init_answered(pos, src, sid, msg)
+                return
         if check and msg.error is None:
             try:
                 nego.check_negotiated_version(msg.result, check)
@@ -607,7 +724,7 @@ class Conductor:
             self._fail_error = JsonRpcError(INVALID_REQUEST, data=text)
             self._state = _FAILED
         if self._state == _STARTING:
-            self._backlog.append(msg)
+            self._hold(msg)
             return
         if self._state == _FAILED and is_request and self._fail_error is not None:
             self._error(hop, msg.id, self._fail_error)
@@ -615,64 +732,264 @@ class Conductor:
 
     def _initialize(self, up: _Hop, msg: Any) -> None:
         params = msg.params
+        agent_mode = self.mode == "agent"
         try:
             requested = nego.parse_protocol_version(params)
             if requested == 0:
                 raise JsonRpcError(INVALID_REQUEST, data="unsupported ACP protocol version 0")
             if not self.specs:
                 raise JsonRpcError(INTERNAL_ERROR, data=NO_AGENT)
+            version = (first_version(requested, self._pin) if agent_mode
+                       else proxy_mode_version(requested, self._pin))
         except JsonRpcError as exc:
             self._fail_error = exc
             self._state = _FAILED
             self._error(up, msg.id, exc)
             return
-        self._version = 1 if requested == 1 else 2
-        if self.mode == "proxy":
+        n = len(self.specs)
+        self._nproxies = n - 1 if agent_mode else n
+        self._sel = Selection(requested, version, probing=agent_mode and self._pin is None, pinned=self._pin,
+                              components=[(self._component_name(i), describe(spec), known_versions(spec))
+                                          for i, spec in enumerate(self.specs)])
+        self._init = msg
+        self._selection_done = asyncio.get_running_loop().create_future()
+        if not agent_mode:
             self._fw.set_successor(up.fid, names.SPELLINGS[
                 "spec" if msg.method == "proxy/initialize" else "underscore"][1])
-        raw = msg.params_raw
-        if requested != self._version:  # lowered: only protocolVersion is rewritten (§8.3.15)
-            raw = self._eng.RawJson(self._eng.encode_value(dict(params, protocolVersion=self._version)))
         self._state = _STARTING
-        up.stream.pause_reading()  # type: ignore[union-attr]
-        self._start_task = asyncio.get_running_loop().create_task(self._start(up, msg, raw))
+        self._start_task = asyncio.get_running_loop().create_task(self._start())
 
-    async def _start(self, up: _Hop, msg: Any, params_raw: Any) -> None:
+    def _component_name(self, i: int) -> str:
+        return "Agent" if (self.mode == "agent" and i == len(self.specs) - 1) else f"Proxy({i})"
+
+    async def _spawn(self, i: int) -> _Hop:
+        """Start component ``i`` as hop ``i + 1`` (again, when it is restarted)."""
+        hop = _Hop(i, self._component_name(i), None)
+        if i < len(self._comps):
+            self._comps[i] = hop
+        else:
+            self._comps.append(hop)
+        self._hops[hop.fid] = hop
+        on_stderr = None
+        if self.debug is not None:
+            on_stderr = functools.partial(self.debug.log, str(i), "!")
+        hop.started = await start_component(self.specs[i], env=self._env, engine=self._eng, on_stderr=on_stderr)
+        hop.stream = hop.started.stream
+        if self._sel is not None:
+            self._sel.started(i)
+        return hop
+
+    async def _start(self) -> None:
+        await self._restart(list(range(len(self.specs))), self._send_initialize)
+
+    async def _restart(self, positions: list[int], then: Callable[[], None]) -> None:
+        """Start the components at ``positions``, attach them, then call ``then`` (which sends
+        the ``initialize`` they are waiting for)."""
         try:
-            n = len(self.specs)
-            self._nproxies = n - 1 if self.mode == "agent" else n
-            for i, spec in enumerate(self.specs):
-                name = "Agent" if (self.mode == "agent" and i == n - 1) else f"Proxy({i})"
-                hop = _Hop(i, name, None)
-                self._comps.append(hop)
-                self._hops[hop.fid] = hop
-                on_stderr = None
-                if self.debug is not None:
-                    on_stderr = functools.partial(self.debug.log, str(i), "!")
-                hop.started = await start_component(spec, env=self._env, engine=self._eng, on_stderr=on_stderr)
-                hop.stream = hop.started.stream
+            for i in positions:
+                await self._spawn(i)
                 if self._state == _DONE:  # ended while starting: shutdown closes what started
                     return
         except Exception as exc:  # spawn failure: the chain fails to start
             logger.warning("conductor: the chain failed to start: %s", exc)
-            self._fail_error = JsonRpcError(INTERNAL_ERROR, data=f"failed to start the chain: {exc}")
-            self._state = _FAILED
-            self._error(up, msg.id, self._fail_error)
-            self._flush()
-            self._finish()
+            error = JsonRpcError(INTERNAL_ERROR, data=f"failed to start the chain: {exc}")
+            self._fail_selection(error)
             return
+        for i in positions:
+            self._attach(self._comps[i])
+        then()
+        self._flush()
+
+    # -- version selection (selection.py) ----------------------------------------------
+
+    def _send_initialize(self) -> None:
+        """An attempt: the upstream ``initialize`` at the selection's version, to position 0."""
+        sel, msg, up = self._sel, self._init, self._up
+        assert sel is not None and up is not None
+        sel.begin()
+        params = initialize_params(msg.params, sel.requested, sel.version)
+        raw = msg.params_raw if params is None else self._eng.RawJson(self._eng.encode_value(params))
+        self._deliver(up, msg, True, names.INITIALIZE, raw, 0, False, None)
+
+    def _sent_initialize(self, src: _Hop, dst: _Hop, pos: int, new: int, params_raw: Any) -> None:
+        """Bookkeeping of an attempt's ``initialize`` sent to position ``pos`` as ``new``."""
+        sel = self._sel
+        assert sel is not None
+        sel.inits[(dst.fid, new)] = pos
+        sel.reached = max(sel.reached, pos)
+        if src is not self._up:  # a proxy sent it on: it took the version
+            sel.note(src.index, "accepted")
+        if self.mode == "agent" and pos == self._nproxies:
+            sel.agent_params = _decoded(params_raw)
+
+    def _init_answered(self, pos: int, src: _Hop, sid: Any, msg: Any) -> None:
+        """The answer of position ``pos`` to the attempt's ``initialize`` (see selection.py)."""
+        sel = self._sel
+        assert sel is not None
+        n = self._nproxies
+        agent = n if self.mode == "agent" else None
+        if pos == agent:
+            sel.agent_answered = True
+            if not self._agent_answer(msg):
+                return
+        elif pos < n:
+            if msg.error is not None:
+                if sel.reached == pos:  # refused before initializing its successor
+                    sel.rejected(pos, msg.error)
+                    if sel.probing and sel.version > 1:
+                        self._lower(list(range(pos + 1)), sel.version - 1)
+                    else:
+                        self._fail_selection(sel.cannot_speak(pos, agent, msg.error))
+                    return
+            else:
+                answered = _answered_version(msg.result)
+                if answered != sel.version:
+                    self._fail_selection(sel.answered_other(pos, agent, answered))
+                    return
+                sel.note(pos, "accepted")
+        if src is self._up:
+            self._selected(msg, sid)
+        else:
+            self._emit(src, self._eng.forward(msg, id=sid))
+
+    def _agent_answer(self, msg: Any) -> bool:
+        """Check the agent's answer; False when it is not passed on (lowered, or failed)."""
+        sel = self._sel
+        assert sel is not None
+        n = self._nproxies
+        if msg.error is not None:  # its own answer, as it would be directly: never a reason to go lower
+            sel.note(n, f"error {_code(msg.error)}")
+            sel.agent_error = True
+            return True
+        result = msg.result
+        answered = _answered_version(result)
+        sel.note(n, f"answered {answered}")
+        lower = sel.probing and type(answered) is int and 1 <= answered < sel.version
+        try:
+            nego.check_negotiated_version(result, answered if lower else sel.version)
+        except JsonRpcError as exc:
+            self._fail_selection(sel.answered_other(n, n, answered, exc))
+            return False
+        if not lower:
+            return True
+        assert type(answered) is int
+        if n == 0:  # the chain is the agent: its answer is the chain's
+            sel.version = answered
+            return True
+        sel.cached = msg  # the agent is kept; the proxies start again at its version
+        self._lower(list(range(n)), answered)
+        return False
+
+    def _lower(self, positions: list[int], version: int) -> None:
+        """Restart the components at ``positions`` and try again at ``version``."""
+        sel = self._sel
+        assert sel is not None
+        logger.info("conductor: trying ACP protocol version %d (%s)", version, sel.summary())
+        sel.version = version
+        self._retire([self._comps[p] for p in positions])
+        self._start_task = asyncio.get_running_loop().create_task(self._restart(positions, self._send_initialize))
+
+    def _retire(self, hops: list[_Hop]) -> None:
+        """Stop reading ``hops`` and forget their requests in flight; they are closed (and
+        replaced by :meth:`_spawn`)."""
+        for hop in hops:
+            if not hop.writable:
+                self._on_writable(hop, True)
+            hop.retired = hop.ended = True
+        for hop in hops:
+            for src_fid, sid in self._fw.drain_pending(hop.fid):
+                src = self._hops[src_fid]
+                if src_fid == 0 or src is None or src.ended:
+                    continue  # upstream's initialize is sent again
+                self._error(src, sid, JsonRpcError(INTERNAL_ERROR, data=f"{hop.name} {RESTARTED}"))
+            self._fw.drain_from(hop.fid)
+            self._fw.set_successor(hop.fid, self._succ_name)  # its successor starts afresh
+            self._retired.append(hop)
+            if hop.stream is not None:
+                hop.stream.close()
+
+    def _reuse_agent(self, src: _Hop, msg: Any, params_raw: Any) -> None:
+        """The restarted last proxy's ``initialize`` for the kept agent: answered with the
+        agent's own answer when it is the request the agent already answered (lowered);
+        otherwise the agent starts again and gets it."""
+        sel = self._sel
+        assert sel is not None
+        n = self._nproxies
+        frame, sel.cached = sel.cached, None
+        if src is not self._up:  # the last proxy sent it on: it took the version
+            sel.note(src.index, "accepted")
+        if same_initialize(sel.agent_params, _decoded(params_raw)):
+            sel.note(n, "reused")
+            sel.reached = n
+            sel.agent_answered = True
+            if self._tracer is not None:
+                self._tracer.call(src.name, "Conductor", msg.id, names.INITIALIZE, params_raw, True)
+                self._tracer.response("Conductor", src.name, msg.id, None, frame.result_raw)
+            self._emit(src, self._eng.forward(frame, id=msg.id))
+            return
+        logger.info("conductor: the agent starts again: its initialize params differ at version %d", sel.version)
+        self._retire([self._comps[n]])
+        self._start_task = asyncio.get_running_loop().create_task(self._restart(
+            [n], lambda: self._deliver(src, msg, True, names.INITIALIZE, params_raw, n, False, None)))
+
+    def _selected(self, msg: Any, sid: Any) -> None:
+        """The answer to upstream's ``initialize``: the chain speaks the selected version from
+        now on, routed by the Forwarder; the calls held until now go on."""
+        sel, up = self._sel, self._up
+        assert sel is not None and up is not None
+        if self._state != _STARTING:  # the chain is ending: it does not become ready
+            return
+        sel.finish("selected" if msg.error is None else "agent error" if sel.agent_error else "error")
+        self._version = sel.version
+        self._publish(sel)
+        self._emit(up, self._eng.forward(msg, id=sid))
         for hop in self._comps:
-            self._attach(hop)
+            self._adopt(hop)
         self._state = _READY
-        self._deliver(up, msg, True, names.INITIALIZE, params_raw, 0, False, None)
         backlog, self._backlog = self._backlog, []
         if backlog:
             self._frames(up, backlog)
-        self._flush()
         if self._blocked == 0 and up.stream is not None and not self._up_eof:
             up.stream.resume_reading()
         self._update_fast()
         self._maybe_finish()
+
+    def _adopt(self, hop: _Hop) -> None:
+        """Hand ``hop``'s framing over to the Forwarder (with the incomplete line read so far)."""
+        if hop.decoder is None:
+            return
+        tail, hop.decoder, hop.tail = hop.tail, None, bytearray()
+        if tail:
+            frames = self._fw.feed(hop.fid, bytes(tail))
+            if frames:
+                self._frames(hop, frames)
+
+    def _fail_selection(self, error: JsonRpcError) -> None:
+        """No chain: upstream's ``initialize`` is answered ``error`` and the chain ends."""
+        sel = self._sel
+        if sel is not None:
+            sel.finish("failed", error)
+            self._publish(sel)
+        self._fail_error = error
+        self._state = _FAILED
+        if self._up is not None and self._init is not None:
+            self._error(self._up, self._init.id, error)
+        self._flush()
+        self._finish()
+
+    def _publish(self, sel: Selection) -> None:
+        """The selection is made: :attr:`negotiation`, the trace event, a log line."""
+        self._sel = None
+        self.negotiation = sel.record()
+        if self._tracer is not None:
+            self._tracer.negotiation(self.negotiation)
+        summary = sel.summary()
+        logger.info("conductor: %s", summary)
+        if self.debug is not None:
+            self.debug.log("C", "!", summary.encode())
+        done = self._selection_done
+        if done is not None and not done.done():
+            done.set_result(None)
 
     # -- component exit ------------------------------------------------------------------
 
@@ -692,12 +1009,23 @@ class Conductor:
             code = getattr(stream, "returncode", None)
             status = f" with status {code}" if code is not None else ""
             tail = bytes(getattr(stream, "stderr_tail", b"")).decode("utf-8", "replace")[-4096:]
+        sel, done = self._sel, self._selection_done
+        if sel is not None and sel.agent_answered and done is not None:
+            # the agent's answer to initialize (an agent that rejects a version and closes)
+            # is on its way back through the proxies: let it reach the client first
+            try:
+                await asyncio.wait_for(asyncio.shield(done), ANSWER_GRACE)
+            except asyncio.TimeoutError:
+                pass
         if self._state == _DONE:
             return
         text = f"{hop.name} exited{status}"
         self.exit_error = text + (f": {tail}" if tail else "")
         logger.warning("conductor: %s", self.exit_error)
         error = JsonRpcError(INTERNAL_ERROR, data=self.exit_error)
+        if self._sel is not None:  # upstream's initialize fails below
+            self._sel.finish("failed", error)
+            self._publish(self._sel)
         for src_fid, sid in self._fw.drain_pending(hop.fid):
             src = self._hops[src_fid]
             if src is not None and not src.ended:

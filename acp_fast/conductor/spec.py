@@ -21,7 +21,7 @@ from typing import Any, Union
 from ..transport import Stream, memory_pair, parse_command, spawn
 from ..transport.remote import is_url
 
-__all__ = ["ComponentSpec", "Started", "describe", "start_component", "validate"]
+__all__ = ["ComponentSpec", "Started", "describe", "known_versions", "start_component", "validate"]
 
 ComponentSpec = Union[str, Sequence[str], Any]
 
@@ -52,6 +52,18 @@ def describe(spec: ComponentSpec) -> str:
     if isinstance(spec, str):
         return spec
     return " ".join(str(a) for a in spec)
+
+
+def known_versions(spec: ComponentSpec) -> tuple[int, ...] | None:
+    """The protocol versions an in-process builder or router declares (``version`` /
+    ``versions``); ``None`` for a command or URL, whose versions are only known once it answers."""
+    if not _is_builder(spec):
+        return None
+    versions = getattr(spec, "versions", None)
+    if isinstance(versions, tuple) and versions and all(type(v) is int for v in versions):
+        return versions
+    version = getattr(spec, "version", None)
+    return (version,) if type(version) is int else None
 
 
 @dataclass

@@ -5,6 +5,13 @@ Records (``ts`` = monotonic seconds since the conductor started)::
     {"type":"request","ts","protocol":"acp","from","to","id","method","session"?,"params"}
     {"type":"response","ts","from","to","id","is_error","payload"}
     {"type":"notification","ts","protocol":"acp","from","to","method","session"?,"params"}
+    {"type":"negotiation","ts","requested","selected","pinned","probing","attempts","outcome","error","components"}
+
+The ``negotiation`` record is acp_fast's (not in §8.7.38): written once, when the chain's
+``initialize`` is answered, it shows how the protocol version was selected (the client's
+request, the version of each attempt, what each component answered at each version: see
+:meth:`acp_fast.conductor.selection.Selection.record`). ``acp-fast trace view|summary``
+skip it.
 
 Component names are ``Client``, ``Proxy(i)``, ``Agent`` (and ``Successor`` for a
 proxy-mode conductor's parent side). The trace is idealized: successor envelopes are
@@ -79,6 +86,11 @@ class Tracer:
         self._write({"type": "response", "ts": time.monotonic() - self._t0, "from": src, "to": dst,
                      "id": rid, "is_error": error is not None,
                      "payload": error if error is not None else _value(result_raw)})
+
+    def negotiation(self, record: dict[str, Any]) -> None:
+        """Record the chain's protocol version selection (``record``: ``Conductor.negotiation``)
+        as ``{"type": "negotiation", "ts", ...record}``."""
+        self._write({"type": "negotiation", "ts": time.monotonic() - self._t0, **record})
 
     def close(self) -> None:
         """Close the file; later events are not written."""

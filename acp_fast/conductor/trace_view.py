@@ -50,11 +50,13 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-__all__ = ["KINDS", "TraceError", "TraceModel", "analyse", "load_events", "render_html", "summary_table",
-           "viewer_asset"]
+__all__ = ["KINDS", "RECORDS", "TraceError", "TraceModel", "analyse", "load_events", "render_html",
+           "summary_table", "viewer_asset"]
 
 #: the event types of §8.7.38, in the order the model numbers them
 KINDS = ("request", "response", "notification")
+#: the conductor's own records, which are not hop messages (:mod:`.trace`): not drawn
+RECORDS = ("negotiation",)
 _REQ, _RESP, _NOTE = 0, 1, 2
 _OPENERS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
 
@@ -63,11 +65,14 @@ class TraceError(ValueError):
     """A trace line that is not a §8.7.38 event (the message names the line)."""
 
 
-def load_events(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Read a trace file: ``(events, warnings)``.
+def load_events(path: str | os.PathLike[str],
+                records: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Read a trace file: ``(events, warnings)``; ``events`` are the hop messages only.
 
     Blank lines are skipped. A last line without its newline that is not valid JSON is
-    dropped with a warning (a conductor killed mid-write leaves one).
+    dropped with a warning (a conductor killed mid-write leaves one). The conductor's own
+    records (:data:`RECORDS`: the ``negotiation`` of the chain's protocol version) are not
+    events; they are appended to ``records`` when a list is given, else skipped.
 
     Raises:
         TraceError: any other line that is not a JSON object with a known ``type`` and
@@ -89,6 +94,10 @@ def load_events(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], lis
                 warnings.append(f"line {number}: incomplete last line dropped ({exc})")
                 continue
             raise TraceError(f"line {number}: not JSON ({exc})") from None
+        if type(event) is dict and event.get("type") in RECORDS:
+            if records is not None:
+                records.append(event)
+            continue
         _check(event, number)
         events.append(event)
     return events, warnings
