@@ -6,7 +6,7 @@ Source-tree checks read with ``ast`` (nothing is run):
   (``AgentConnection``, ``ClientConnection``, ``ProxyConnection``), whose class attributes
   (``guard_role``, ``answers_initialize``, ``tracked_requests``, ``context_type``) say what
   differs; a router checks a builder by its type;
-* no public signature in ``roles/`` or ``compat/`` mentions ``Any`` (JSON
+* no public signature in ``roles/``, ``conductor/`` or ``compat/`` mentions ``Any`` (JSON
   payloads say ``Json`` / ``JsonObject``, see :mod:`acp_fast.jsontypes`);
 * at most :data:`MAX_ANY_RETURNS` functions in the whole package return ``-> Any`` (generated
   modules aside).
@@ -31,8 +31,7 @@ pytestmark = pytest.mark.skipif(not (PACKAGE / "roles" / "_hot_py.py").exists(),
 GENERATED = {"protocol/methods_v1.py", "protocol/methods_v2.py", "protocol/types_v1.py",
              "protocol/types_v2.py", "protocol/_surface_gen.py"}
 MAX_ANY_RETURNS = 10
-#: the floors whose public signatures are typed (``conductor/`` joins once its own work lands)
-TYPED_FOLDERS = ("roles", "compat")
+TYPED_FOLDERS = ("roles", "conductor", "compat")
 
 
 def _sources(*folders: str) -> Iterator[tuple[str, ast.Module]]:

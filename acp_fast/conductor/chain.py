@@ -65,12 +65,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import engine as _default_engine
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
+from ..jsonrpc import cancel_target, error_line, invalid_line_reply
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
 from ..transport import Stream, memory_pair
@@ -79,6 +81,9 @@ from .debug import DebugLog
 from .selection import Selection, first_version, initialize_params, proxy_mode_version, same_initialize
 from .spec import ComponentSpec, Started, describe, known_versions, start_component, validate
 from .trace import Tracer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..engine import Message
 
 __all__ = ["Conductor", "MODES"]
 
@@ -222,9 +227,10 @@ class Conductor:
     """
 
     def __init__(self, components: Sequence[ComponentSpec], *, mode: str = "agent",
-                 proxy_methods: str = "underscore", trace: Any = None,
+                 proxy_methods: str = "underscore", trace: str | os.PathLike[str] | None = None,
                  env: Mapping[str, str] | None = None, engine: ModuleType | None = None,
-                 name: str = "conductor", debug_dir: Any = None, protocol_version: int | None = None) -> None:
+                 name: str = "conductor", debug_dir: str | os.PathLike[str] | None = None,
+                 protocol_version: int | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if proxy_methods not in names.SPELLINGS:
@@ -474,11 +480,7 @@ class Conductor:
     def _error(self, hop: _Hop, rid: Any, error: JsonRpcError) -> None:
         if self._tracer is not None:
             self._tracer.response("Conductor", hop.name, rid, error.to_dict(), None)
-        eng = self._eng
-        if error.has_data:
-            self._emit(hop, eng.encode_error(rid, error.code, error.message, error.data))
-        else:
-            self._emit(hop, eng.encode_error(rid, error.code, error.message))
+        self._emit(hop, error_line(self._eng.encode_error, rid, error))
 
     # -- frames --------------------------------------------------------------------------
 
@@ -508,10 +510,9 @@ class Conductor:
             up.stream.pause_reading()
 
     def _malformed(self, hop: _Hop, frame: Any) -> None:
-        if hop is not self._up and hop.started is not None and hop.started.is_child:
-            logger.warning("%s: ignoring a line that is not JSON-RPC (%s)", hop.name, frame.reason)
-            return
-        reply = self._eng.error_reply(frame)
+        # a child component's stdout may carry other lines: skipped, never answered
+        skip = hop is not self._up and hop.started is not None and hop.started.is_child
+        reply = invalid_line_reply(self._eng.error_reply, frame, skip=skip)
         if reply is not None:
             self._emit(hop, reply)
 
@@ -576,6 +577,8 @@ class Conductor:
                 self._error(hop, msg.id, JsonRpcError(INVALID_PARAMS, data=BAD_ENVELOPE))
             return
         method = inner.method
+        if method is None:  # pragma: no cover - _unwrap gives notification frames only
+            return
         if method == names.CANCEL:  # the wrapped form is accepted and treated the same
             self._cancel(hop, inner.params)
             return
@@ -588,7 +591,7 @@ class Conductor:
         else:
             self._deliver(hop, msg, is_request, method, inner.params_raw, hop.index + 1, False, None)
 
-    def _unwrap(self, msg: Any) -> Any:
+    def _unwrap(self, msg: Message) -> Message | None:
         """The envelope's inner message as a lazy frame (its params stay raw), or None."""
         raw = msg.params_raw
         if raw is None or raw[:1] != b"{":
@@ -599,7 +602,8 @@ class Conductor:
         frames = self._env_decoder.feed(b'{"jsonrpc":"2.0",' + body + b"\n")
         if len(frames) != 1 or frames[0].kind != self._eng.NOTIFICATION:
             return None
-        return frames[0]
+        inner: Message = frames[0]
+        return inner
 
     def _deliver(self, src: _Hop, msg: Any, is_request: bool, method: str, params_raw: Any,
                  pos: int, leftward: bool, verbatim: Any) -> None:
@@ -665,8 +669,8 @@ class Conductor:
         """Hop-local ``$/cancel_request``: re-issued for the forwarded request, never forwarded."""
         if self._tracer is not None:
             self._tracer.call(hop.name, "Conductor", None, names.CANCEL, params, False)
-        rid = params.get("requestId", ...) if type(params) is dict else ...
-        if type(rid) not in (int, str, type(None)):
+        ok, rid = cancel_target(params)
+        if not ok:
             return
         route = self._fw.find_pending(hop.fid, rid)
         if route is None:

@@ -31,12 +31,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import IO, Any
+from typing import IO
+
+from ..jsontypes import Json, JsonObject, RequestId
 
 __all__ = ["Tracer"]
 
 
-def _value(raw: Any) -> Any:
+def _value(raw: object) -> Json:
     if raw is None:
         return None
     try:
@@ -45,7 +47,7 @@ def _value(raw: Any) -> Any:
         return None
 
 
-def _session(params: Any) -> Any:
+def _session(params: Json) -> str | None:
     if type(params) is dict:
         sid = params.get("sessionId")
         if type(sid) is str:
@@ -60,15 +62,16 @@ class Tracer:
         self._file: IO[str] = open(path, "w", encoding="utf-8", buffering=1)
         self._t0 = time.monotonic()
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _write(self, record: JsonObject) -> None:
         if not self._file.closed:
             self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-    def call(self, src: str, dst: str, rid: Any, method: str, params_raw: Any, is_request: bool) -> None:
+    def call(self, src: str, dst: str, rid: RequestId | None, method: str, params_raw: object,
+             is_request: bool) -> None:
         """Record a request (``is_request``; ``rid`` its id on this hop) or a notification
         from component ``src`` to ``dst``; ``params_raw`` is decoded (``None`` if it is not JSON)."""
         params = _value(params_raw)
-        record: dict[str, Any] = {"type": "request" if is_request else "notification",
+        record: JsonObject = {"type": "request" if is_request else "notification",
                                   "ts": time.monotonic() - self._t0, "protocol": "acp",
                                   "from": src, "to": dst}
         if is_request:
@@ -80,14 +83,14 @@ class Tracer:
         record["params"] = params
         self._write(record)
 
-    def response(self, src: str, dst: str, rid: Any, error: Any, result_raw: Any) -> None:
+    def response(self, src: str, dst: str, rid: RequestId | None, error: Json, result_raw: object) -> None:
         """Record the response to request ``rid`` from ``src`` to ``dst``: ``error`` when it is
         not ``None``, else the decoded ``result_raw``."""
         self._write({"type": "response", "ts": time.monotonic() - self._t0, "from": src, "to": dst,
                      "id": rid, "is_error": error is not None,
                      "payload": error if error is not None else _value(result_raw)})
 
-    def negotiation(self, record: dict[str, Any]) -> None:
+    def negotiation(self, record: JsonObject) -> None:
         """Record the chain's protocol version selection (``record``: ``Conductor.negotiation``)
         as ``{"type": "negotiation", "ts", ...record}``."""
         self._write({"type": "negotiation", "ts": time.monotonic() - self._t0, **record})

@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from ..jsontypes import Json, JsonObject
+
 __all__ = ["KINDS", "RECORDS", "TraceError", "TraceModel", "analyse", "load_events", "render_html",
            "summary_table", "viewer_asset"]
 
@@ -66,7 +68,7 @@ class TraceError(ValueError):
 
 
 def load_events(path: str | os.PathLike[str],
-                records: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+                records: list[JsonObject] | None = None) -> tuple[list[JsonObject], list[str]]:
     """Read a trace file: ``(events, warnings)``; ``events`` are the hop messages only.
 
     Blank lines are skipped. A last line without its newline that is not valid JSON is
@@ -82,7 +84,7 @@ def load_events(path: str | os.PathLike[str],
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()
     lines = text.split("\n")
-    events: list[dict[str, Any]] = []
+    events: list[JsonObject] = []
     warnings: list[str] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -103,7 +105,7 @@ def load_events(path: str | os.PathLike[str],
     return events, warnings
 
 
-def _check(event: Any, number: int) -> None:
+def _check(event: Json, number: int) -> None:
     if type(event) is not dict:
         raise TraceError(f"line {number}: a trace event is a JSON object, not {type(event).__name__}")
     if event.get("type") not in KINDS:
@@ -142,21 +144,21 @@ class TraceModel:
     sessions: list[str]
     methods: list[str]
     rows: list[list[Any]]
-    events: list[dict[str, Any]]
+    events: list[JsonObject]
     title: str = "ACP conductor trace"
     warnings: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The model as one JSON-ready object (what the page's script reads), with :data:`KINDS`."""
         return {"title": self.title, "lanes": self.lanes, "sessions": self.sessions, "methods": self.methods,
                 "kinds": list(KINDS), "rows": self.rows, "events": self.events, "warnings": self.warnings}
 
 
-def _idkey(value: Any) -> str:
+def _idkey(value: Json) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def analyse(events: list[dict[str, Any]], *, title: str = "ACP conductor trace",
+def analyse(events: list[JsonObject], *, title: str = "ACP conductor trace",
             warnings: list[str] | None = None) -> TraceModel:
     """Lanes, sessions, methods and the paired rows of ``events`` (see the module docstring)."""
     seen: dict[str, int] = {}
@@ -221,7 +223,7 @@ def viewer_asset(name: str) -> str:
     return resources.files(__package__).joinpath("viewer").joinpath(name).read_text(encoding="utf-8")
 
 
-def script_json(value: Any) -> str:
+def script_json(value: Json) -> str:
     """``value`` as JSON safe inside a ``<script>`` element: ASCII, every ``<`` escaped."""
     return json.dumps(value, ensure_ascii=True, separators=(",", ":")).replace("<", "\\u003c")
 
