@@ -10,6 +10,11 @@ Covered: initialize, session/new, a prompt streaming 1,000 updates received in o
 permission request answered mid-prompt, ``session/cancel``, the server killed mid-turn (the
 pending prompt fails at once, closing does not hang), a wrong token (401), a refused POST
 failing its request at once, the URL rules and the missing-extra error.
+
+Resuming (against our own server, Testy in process): a session stream cut inside an event
+mid-prompt is resumed with ``Last-Event-ID`` and every update arrives once, in order; a resume
+refused with 409 ends the connection at once; a server gone uses up the attempts and ends it
+within their delays.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import re
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from types import ModuleType
 from typing import Any
@@ -25,13 +32,16 @@ from typing import Any
 import httpx
 import pytest
 import remote_peers
+from remote_faults import CutSse, TcpProxy
 from remote_peers import KINDS, REPO, RemotePeer
 
 from acp_fast import Client, JsonRpcError
 from acp_fast.jsonrpc import Connection
-from acp_fast.transport.remote._wire import CONNECTION_ID_HEADER, MissingExtraError
+from acp_fast.testy import build as build_testy
+from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, served
+from acp_fast.transport.remote._wire import CONNECTION_ID_HEADER, MissingExtraError, SseParser
 from acp_fast.transport.remote import client as remote_client
-from acp_fast.transport.remote.client import RemoteConnectError, connect_url, resolve_url
+from acp_fast.transport.remote.client import RemoteConnectError, RemoteConnectionLost, connect_url, resolve_url
 
 TOKEN = "t0ken-for-tests"
 WIRES = ("http", "ws")
@@ -542,5 +552,182 @@ def test_http_initialize_refused_by_the_agent(engine: ModuleType) -> None:
             await asyncio.wait_for(conn.wait_closed(), 10.0)
         finally:
             server.close()
+
+    run(body)
+
+
+# ---------------------------------------------------------------------------------------
+# resuming a dropped SSE stream, against our own server (Testy in process, on uvicorn)
+# ---------------------------------------------------------------------------------------
+
+RESUME_PROMPT = "stream 1000 chunks of 10 bytes"
+#: Seconds within which a failure must reach a pending request: the resume attempts'
+#: delays, plus room for the requests themselves.
+FAIL_BOUND = sum(remote_client.RESUME_DELAYS) + 2.0
+
+
+def our_server(engine: ModuleType, **policy: Any) -> AcpApp:
+    return asgi_app(build_testy((1, 2)), policy=ServerPolicy(**policy), engine=engine)
+
+
+def chunk_numbers(record: list[Any]) -> list[int]:
+    """The index each streamed chunk starts with (Testy numbers them), in arrival order."""
+    return [int(re.match(r"\d+", text).group()) for text in texts(record)]  # type: ignore[union-attr]
+
+
+def test_sse_cursor_is_the_last_whole_event() -> None:
+    """The cursor a resume sends: an ``id:`` line counts once its event is complete (a drop
+    inside an event must resume before it), and it holds across events without one."""
+    parser = SseParser()
+    assert parser.feed(b"id: 1\ndata: a\n\nid: 2\nda") == [b"a"]
+    assert parser.last_event_id == "1"
+    assert parser.feed(b"ta: b\n\ndata: c\n\n") == [b"b", b"c"]
+    assert parser.last_event_id == "2"
+
+
+@pytest.mark.parametrize("after", [300, 0], ids=["mid-stream", "before-the-first-event"])
+def test_http_sse_resumed_after_a_drop(engine: ModuleType, after: int) -> None:
+    """The session stream is cut inside an event (after ``after`` whole events) mid-prompt: the
+    client resumes it with ``Last-Event-ID`` (the last whole event's id; ``0`` when none came
+    yet on that stream) and receives every update once, in order, then the reply."""
+
+    async def body() -> None:
+        app = our_server(engine)
+        cut = CutSse(app, after=after)
+        record: list[Any] = []
+        try:
+            async with served(cut) as where:
+                client = Client.builder().on_session_update(lambda u, cx: record.append(u))
+                async with client.connect(connect_url(where.http_url), engine=engine) as cx:
+                    await cx.initialize()
+                    session = (await cx.build_session("/tmp")).session
+                    assert await session.send_prompt(RESUME_PROMPT) == {"stopReason": "end_turn"}
+                    assert cut.cut.is_set()
+                    assert chunk_numbers(record) == list(range(1000))  # each once, in order
+                    resumed = [h.get("last-event-id") for h in cut.session_gets()]
+                    assert resumed == [None, cut.cut_after if after else remote_client.START_CURSOR]
+                    assert after == 0 or int(cut.cut_after or 0) >= after  # the cut was mid-stream
+                    assert await cx.send_request("_test/echo", {"after": "resume"}) == {"after": "resume"}
+                    assert cx.raw.transport_error is None
+        finally:
+            await app.aclose()
+
+    run(body)
+
+
+def test_http_sse_resume_refused_409(engine: ModuleType) -> None:
+    """Outside the replay window (here a window of one byte: nothing sent is kept) the resume
+    gets 409: the connection ends, the pending prompt fails at once, the error names it."""
+
+    async def body() -> None:
+        app = our_server(engine, replay_window=1)
+        cut = CutSse(app, after=300)
+        try:
+            async with served(cut) as where:
+                client = Client.builder().on_session_update(lambda u, cx: None)
+                async with client.connect(connect_url(where.http_url), engine=engine) as cx:
+                    await cx.initialize()
+                    session = (await cx.build_session("/tmp")).session
+                    turn = asyncio.ensure_future(session.send_prompt(RESUME_PROMPT))
+                    await asyncio.wait_for(cut.cut.wait(), 10.0)
+                    cut_at = time.monotonic()
+                    with pytest.raises(JsonRpcError) as exc:
+                        await asyncio.wait_for(turn, FAIL_BOUND)
+                    took = time.monotonic() - cut_at
+                    assert exc.value.code == -32603 and took < 1.0, took
+                    lost = cx.raw.transport_error
+                    assert isinstance(lost, RemoteConnectionLost) and lost.status == 409
+                    assert "409" in str(lost) and "cannot resume" in str(lost) and session.session_id in str(lost)
+                    with pytest.raises(JsonRpcError):  # later calls fail at once too
+                        await asyncio.wait_for(cx.send_request("_test/echo", {}), 1.0)
+                    assert len(cut.session_gets()) == 2  # one resume, no more
+        finally:
+            await app.aclose()
+
+    run(body)
+
+
+def test_http_sse_resume_attempts_exhausted(engine: ModuleType) -> None:
+    """The server gone mid-prompt (every connection dropped, nothing listening): the client
+    tries ``len(RESUME_DELAYS)`` times, then the connection ends; the pending prompt fails
+    within the attempts' delays, and closing returns. (The prompt waits on a permission
+    request the client leaves unanswered: the streams are quiet when the server goes, so the
+    drop is seen at once rather than after a backlog of updates.)"""
+
+    async def body() -> None:
+        app = our_server(engine)
+        try:
+            async with served(app) as where:
+                proxy = await TcpProxy(where.port).start()
+                try:
+                    asked = asyncio.Event()
+                    client = Client.builder().on_session_update(lambda u, cx: None)
+
+                    @client.on_request("session/request_permission")
+                    async def permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+                        asked.set()
+                        await asyncio.Event().wait()  # never answered
+                        raise AssertionError("unreachable")
+
+                    async with client.connect(connect_url(proxy.url()), engine=engine) as cx:
+                        await cx.initialize()
+                        session = (await cx.build_session("/tmp")).session
+                        turn = asyncio.ensure_future(session.send_prompt("permission stream 3 chunks"))
+                        await asyncio.wait_for(asked.wait(), 10.0)
+                        proxy.kill()
+                        gone_at = time.monotonic()
+                        with pytest.raises(JsonRpcError) as exc:
+                            await asyncio.wait_for(turn, FAIL_BOUND)
+                        took = time.monotonic() - gone_at
+                        assert exc.value.code == -32603
+                        assert sum(remote_client.RESUME_DELAYS) <= took < FAIL_BOUND, took
+                        lost = cx.raw.transport_error
+                        assert isinstance(lost, RemoteConnectionLost) and lost.status is None
+                        assert f"{len(remote_client.RESUME_DELAYS)} attempts failed" in str(lost), lost
+                    # leaving the block closed the connection (its DELETE refused): no hang
+                finally:
+                    await proxy.aclose()
+        finally:
+            await app.aclose()
+
+    run(body)
+
+
+def test_http_connection_closed_by_the_server(engine: ModuleType) -> None:
+    """The server ends the connection (here a DELETE from elsewhere): its streams end cleanly,
+    the resume learns from 404 that the connection is gone, and the pending prompt fails at
+    once, with no transport error (the server closed it; nothing failed)."""
+
+    async def body() -> None:
+        app = our_server(engine)
+        try:
+            async with served(app) as where:
+                asked = asyncio.Event()
+                client = Client.builder().on_session_update(lambda u, cx: None)
+
+                @client.on_request("session/request_permission")
+                async def permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+                    asked.set()
+                    await asyncio.Event().wait()  # never answered
+                    raise AssertionError("unreachable")
+
+                stream = await connect_url(where.http_url)
+                async with client.connect(stream, engine=engine) as cx:
+                    await cx.initialize()
+                    session = (await cx.build_session("/tmp")).session
+                    turn = asyncio.ensure_future(session.send_prompt("permission stream 3 chunks"))
+                    await asyncio.wait_for(asked.wait(), 10.0)
+                    async with httpx.AsyncClient() as http:
+                        r = await http.delete(where.http_url,
+                                              headers={CONNECTION_ID_HEADER: str(stream.get_extra_info("acp_connection_id"))})
+                    assert r.status_code == 202
+                    closed_at = time.monotonic()
+                    with pytest.raises(JsonRpcError) as exc:
+                        await asyncio.wait_for(turn, FAIL_BOUND)
+                    took = time.monotonic() - closed_at
+                    assert exc.value.code == -32603 and took < 1.0, took
+                    assert cx.raw.transport_error is None
+        finally:
+            await app.aclose()
 
     run(body)

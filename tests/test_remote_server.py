@@ -248,6 +248,38 @@ def test_resume_with_last_event_id(engine: ModuleType) -> None:
     run(main())
 
 
+def test_resuming_reader_takes_over_a_stale_one(engine: ModuleType) -> None:
+    """After a silent network loss the old SSE response is still attached: a reader that comes
+    back with Last-Event-ID takes the stream over (the old response ends) and gets what came
+    after its cursor, once; a second reader without a cursor is still refused (409)."""
+
+    async def main() -> None:
+        async with served(make_testy(engine)) as where, httpx.AsyncClient() as c, httpx.AsyncClient() as c2:
+            url = where.http_url
+            h = await initialize(c, url)
+            stale = Sse(c, url, h)
+            await c.post(url, json=NEW, headers=h)
+            await stale.until(lambda m: m.get("id") == 1)
+            first_id = stale.ids[0]
+            r = await c2.get(url, headers={**h, "accept": "text/event-stream"})
+            assert r.status_code == 409  # no cursor: not a resume
+            await c.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "_test/echo", "params": {"n": 2}}, headers=h)
+            await stale.until(lambda m: m.get("id") == 2)
+            fresh = Sse(c2, url, {**h, "last-event-id": first_id})  # the stale reader is still open
+            assert await fresh.status == 200
+            await c.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "_test/echo", "params": {"n": 3}}, headers=h)
+            seen = await fresh.until(lambda m: m.get("id") == 3)
+            assert [m.get("id") for m in seen] == [2, 3]  # everything after event 1, once
+            await asyncio.wait_for(stale.task, 5)  # the old response was ended
+            rest = []
+            while (m := stale.messages.get_nowait()) is not None:
+                rest.append(m)
+            assert all(m.get("id") != 3 for m in rest), rest
+            fresh.stop()
+
+    run(main())
+
+
 def test_replay_window_is_bounded() -> None:
     events = _EventStream(None)
     for i in range(100):

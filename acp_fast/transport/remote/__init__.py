@@ -41,6 +41,7 @@ __all__ = [
     "AcpApp",
     "MissingExtraError",
     "RemoteConnectError",
+    "RemoteConnectionLost",
     "Servable",
     "Served",
     "ServerPolicy",
@@ -55,9 +56,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .client import RemoteConnectError, connect_url, resolve_url
+    from .client import RemoteConnectError, RemoteConnectionLost, connect_url, resolve_url
 
-_CLIENT_NAMES = ("RemoteConnectError", "connect_url", "resolve_url")
+_CLIENT_NAMES = ("RemoteConnectError", "RemoteConnectionLost", "connect_url", "resolve_url")
 
 
 def __getattr__(name: str) -> object:

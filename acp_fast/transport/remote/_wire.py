@@ -127,17 +127,20 @@ class SseParser:
 
     ``feed(chunk)`` returns the ``data`` of every event completed by the chunk, as bytes
     (multi-line data joined with ``\\n``, as the rules say); comments, ``event:`` and
-    ``retry:`` lines are skipped; the last ``id:`` seen is kept in :attr:`last_event_id`.
+    ``retry:`` lines are skipped. :attr:`last_event_id` is the id of the last event
+    completed (an ``id:`` line takes effect when its event ends, as the rules say), so a
+    reader that resumes from it with ``Last-Event-ID`` has every event up to it.
     A line longer than ``max_event`` bytes (or an event's data over it) raises
     ``ValueError``: memory stays bounded whatever the server sends.
     """
 
-    __slots__ = ("_buf", "_data", "_size", "last_event_id", "max_event")
+    __slots__ = ("_buf", "_data", "_size", "_id", "last_event_id", "max_event")
 
     def __init__(self, max_event: int = DEFAULT_MAX_BODY) -> None:
         self._buf = b""
         self._data: list[bytes] = []
         self._size = 0
+        self._id: str | None = None  # the last event ID buffer: set by ``id:``, kept across events
         self.last_event_id: str | None = None
         self.max_event = max_event
 
@@ -154,6 +157,7 @@ class SseParser:
             line = buf[start:end]
             start = nl + 1
             if not line:
+                self.last_event_id = self._id
                 if self._data:
                     events.append(b"\n".join(self._data))
                     self._data = []
@@ -175,7 +179,7 @@ class SseParser:
                     raise ValueError(f"SSE event over {self.max_event} bytes")
                 self._data.append(value)
             elif field == b"id" and b"\0" not in value:
-                self.last_event_id = value.decode("utf-8", "replace")
+                self._id = value.decode("utf-8", "replace")
         rest = buf[start:]
         if len(rest) > self.max_event:
             raise ValueError(f"SSE line over {self.max_event} bytes")

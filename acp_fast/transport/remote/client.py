@@ -22,10 +22,21 @@ Bounds and backpressure:
   then wait) and resumes below :data:`SEND_LOW_WATER`. A message over ``max_message_size``
   ends the stream with an error instead (the server would refuse it anyway).
 
-Ending: the network side ending (the WebSocket closing, the connection's SSE stream ending
-or failing) is EOF on the stream, so the connection's pending requests fail at once. The
-connection closing its stream makes the bridge flush what is queued (at most
-:data:`CLOSE_TIMEOUT` seconds), end the HTTP connection with ``DELETE`` or close the
+Resuming: every SSE stream (the connection's, each session's) remembers the ``id:`` of the
+last event it delivered; when it drops or ends while the connection is open, it is opened
+again with ``Last-Event-ID`` after each of :data:`RESUME_DELAYS` in turn, so the server
+replays exactly what came after that event: none lost, none twice. A stream that drops
+before its first event resumes from :data:`START_CURSOR` once another stream of the
+connection has carried ids. A server that sends no ids is not resumed from (nothing would
+say what was missed).
+
+Ending: the network side ending is EOF on the stream, so the connection's pending requests
+fail at once: the WebSocket closing; the connection's SSE stream ending without a cursor;
+any SSE stream failing without one, or whose resume the server refuses (409: it cannot
+resume from that event; 404: the connection is gone), or whose resume attempts all fail.
+After a failure the connection's ``transport_error`` is a :class:`RemoteConnectionLost`
+that names it. The connection closing its stream makes the bridge flush what is queued (at
+most :data:`CLOSE_TIMEOUT` seconds), end the HTTP connection with ``DELETE`` or close the
 WebSocket, and stop; the stream's ``wait_closed()`` returns only after that. WebSocket
 compression is not offered: a compressed read could inflate to far more than its size.
 """
@@ -49,6 +60,7 @@ from ._wire import (
     CONTENT_TYPE_SSE,
     DEFAULT_MAX_BODY,
     DEFAULT_PATH,
+    LAST_EVENT_ID_HEADER,
     SESSION_ID_HEADER,
     SseParser,
     one_line,
@@ -64,9 +76,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLOSE_TIMEOUT",
+    "RESUME_DELAYS",
+    "RESUME_STABLE",
+    "RESUME_TIMEOUT",
     "SEND_HIGH_WATER",
     "SEND_LOW_WATER",
+    "START_CURSOR",
     "RemoteConnectError",
+    "RemoteConnectionLost",
     "connect_url",
     "resolve_url",
 ]
@@ -87,6 +104,18 @@ MAX_ROUTES = 4096
 MAX_SESSION_STREAMS = 256
 #: Bytes of a refused request's body quoted in the error delivered for it.
 BODY_QUOTE = 512
+#: Seconds before each attempt to resume a dropped SSE stream with ``Last-Event-ID``: one
+#: attempt per entry, then the connection ends. A resumed stream that delivers an event (or
+#: stays open :data:`RESUME_STABLE` seconds) earns the full set again.
+RESUME_DELAYS = (0.05, 0.2, 0.5)
+#: Seconds a resume attempt may take to connect and receive the response's head.
+RESUME_TIMEOUT = 5.0
+#: Seconds after which a resumed stream that delivered nothing counts as working again.
+RESUME_STABLE = 5.0
+#: ``Last-Event-ID`` for a stream that dropped before its first event, when the connection's
+#: other streams carry ids: acp_fast's server numbers each stream's events from 1, so ``0``
+#: asks for all of them (409 once they are no longer kept).
+START_CURSOR = "0"
 _INTERNAL_ERROR = -32603
 _SCHEMES = {"http": "http", "https": "http", "ws": "websocket", "wss": "websocket"}
 
@@ -103,6 +132,18 @@ class RemoteConnectError(ConnectionError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class RemoteConnectionLost(RemoteConnectError):
+    """A Streamable HTTP connection ended on a failure, which the message names: an SSE
+    stream refused, or failed with no event id to resume from, or whose resume the server
+    refused (409: it cannot resume from the last event seen; 404: the connection is gone),
+    or whose resume attempts (:data:`RESUME_DELAYS`) all failed. It is the connection's
+    ``transport_error`` once the stream has ended.
+
+    Attributes:
+        status: the HTTP status that refused the resume, else ``None``.
+    """
 
 
 def resolve_url(url: str) -> tuple[str, str]:
@@ -198,6 +239,10 @@ class _RemoteStream(Stream):
         """Answer ``get_extra_info(name)`` with ``value``."""
         self._extra[name] = value
 
+    def _eof(self, exc: BaseException | None) -> None:
+        # The memory pair ends without an error; the bridge knows why the network side ended.
+        super()._eof(exc if exc is not None else self.bridge.failure)
+
 
 class _Bridge:
     """What both wires share: the memory pair, backpressure both ways, the tasks, closing."""
@@ -223,6 +268,8 @@ class _Bridge:
         self._paused = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closer: asyncio.Task[None] | None = None
+        #: Why the network side failed (set before the EOF it causes), else ``None``.
+        self.failure: RemoteConnectionLost | None = None
 
     def start(self) -> Stream:
         """Attach to the bridge's end of the pair; returns the caller's end."""
@@ -482,6 +529,8 @@ class _HttpBridge(_Bridge):
         self._conn_id: str | None = None
         self._sessions: dict[str, asyncio.Task[Any]] = {}
         self._refused: set[str] = set()
+        self._parsers: dict[str | None, SseParser] = {}  # each open SSE stream's, for its cursor
+        self._cursored = False  # some stream carried an event id: the server resumes streams
         self._routes: collections.OrderedDict[tuple[bool, Any], str] = collections.OrderedDict()
         self._spawn(self._drain(self._calls, self._post))
         self._spawn(self._drain(self._answers, self._post))
@@ -627,39 +676,126 @@ class _HttpBridge(_Bridge):
     # -- incoming -----------------------------------------------------------------------
 
     async def _sse(self, session: str | None) -> None:
-        """Read one SSE stream (the connection's, or ``session``'s) into the connection."""
+        """Read one SSE stream (the connection's, or ``session``'s) into the connection,
+        resuming it with ``Last-Event-ID`` when it drops (see :data:`RESUME_DELAYS`).
+
+        The connection ends when the connection's stream ends for good, or when any stream
+        fails without being resumed; a session stream that the server refuses at first, or
+        that ends without a cursor (a server without resumable streams), just ends.
+        """
         assert self._conn_id is not None
         headers = {**self._headers, "Accept": CONTENT_TYPE_SSE, CONNECTION_ID_HEADER: self._conn_id}
         if session is not None:
             headers[SESSION_ID_HEADER] = session
         what = "the connection's SSE stream" if session is None else f"the SSE stream of session {session!r}"
-        reason = f"{what} ended"
-        failed = False
+        loop = asyncio.get_running_loop()
+        cursor: str | None = None  # the id of the last event delivered: where a resume starts
+        attempts = 0  # resume attempts since the stream last made progress
+        why = ""  # how the last attempt ended
+        failed: str | None = None  # the connection ends on this failure
+        status: int | None = None  # ... refused with this HTTP status
+        ended = False  # the stream ended for good without a failure
+        gone: str | None = None  # the server closed the connection: it ends without a failure
+        clean = False  # the last attempt ended with the end of its response
         try:
-            async with self._client.stream("GET", self._url, headers=headers) as response:
-                if response.status_code != 200:
-                    reason = f"{what} was refused: HTTP {response.status_code} {response.reason_phrase}"
-                    if session is not None:
-                        self._refused.add(session)
-                        logger.warning("remote transport: %s", reason)
-                    return
+            while True:
+                if attempts:
+                    await asyncio.sleep(RESUME_DELAYS[attempts - 1])
+                    if self._closer is not None:
+                        return
+                    assert cursor is not None
+                    headers[LAST_EVENT_ID_HEADER] = cursor
+                    logger.info("remote transport: resuming %s after event %s (attempt %d of %d): %s",
+                                what, cursor, attempts, len(RESUME_DELAYS), why)
                 parser = SseParser(self._max)
-                async for chunk in response.aiter_bytes():
-                    events = parser.feed(chunk)
-                    if events:
-                        self._incoming(events, session)
-                    await self._until_writable()
-        except (self._httpx.HTTPError, ValueError) as exc:
-            # A broken stream (network, an event over the limit) loses messages that calls
-            # may wait for: the whole connection ends, so that none of them hangs.
-            reason = f"{what} failed: {exc!r}"
-            failed = True
+                opened: float | None = None
+                was_clean, clean = clean, False
+                try:
+                    request = self._client.build_request("GET", self._url, headers=headers)
+                    sending = self._client.send(request, stream=True)
+                    response = await (asyncio.wait_for(sending, RESUME_TIMEOUT) if attempts else sending)
+                    try:
+                        if response.status_code != 200:
+                            refusal = f"HTTP {response.status_code} {response.reason_phrase}"
+                            if not attempts:  # the first open: the server does not serve this stream
+                                if session is None:
+                                    failed = f"{what} was refused: {refusal}"
+                                else:
+                                    self._refused.add(session)
+                                    logger.warning("remote transport: %s was refused: %s", what, refusal)
+                                    ended = True
+                                return
+                            if response.status_code == 404 and was_clean:
+                                gone = f"{what} ended, and the connection is gone (HTTP 404 on resuming it)"
+                                return
+                            if response.status_code in (404, 409):
+                                status = response.status_code
+                                cause = ("the connection is gone" if status == 404
+                                         else "the server cannot resume from that event")
+                                quote = (await _head_of(response)).decode("utf-8", "replace")
+                                failed = f"{what} dropped ({why}); resuming it after event {cursor} was refused " \
+                                         f"with {refusal}, {cause}{': ' + quote if quote else ''}"
+                                return
+                            why = f"resume refused: {refusal}"
+                        else:
+                            opened = loop.time()
+                            self._parsers[session] = parser
+                            async for chunk in response.aiter_bytes():
+                                events = parser.feed(chunk)
+                                if events:
+                                    self._incoming(events, session)
+                                await self._until_writable()
+                            why = "the server ended it"
+                            clean = True
+                    finally:
+                        await response.aclose()
+                except ValueError as exc:  # an event over the limit: resuming would meet it again
+                    failed = f"{what} failed: {exc!r}"
+                    return
+                except (self._httpx.HTTPError, OSError, asyncio.TimeoutError) as exc:
+                    why = repr(exc)
+                # The stream ended or dropped while the connection is open: resume it.
+                seen = parser.last_event_id
+                if seen is not None and seen != cursor:
+                    attempts = 0  # it delivered events: progress
+                    cursor = seen or None  # an empty id resets the cursor (the SSE rules)
+                    self._cursored = True
+                elif opened is not None and loop.time() - opened >= RESUME_STABLE:
+                    attempts = 0
+                if cursor is None and self._cursors_seen():
+                    cursor = START_CURSOR
+                if cursor is None:  # a server without resumable streams: as it ended
+                    if clean:
+                        ended = True
+                    else:
+                        failed = f"{what} failed: {why} (no event id to resume from)"
+                    return
+                if self._closer is not None:
+                    return
+                if attempts >= len(RESUME_DELAYS):
+                    failed = f"{what} dropped and could not be resumed after event {cursor}: " \
+                             f"{attempts} attempts failed (last: {why})"
+                    return
+                attempts += 1
         finally:
-            if session is None or failed:
-                self._lost(reason)
+            self._parsers.pop(session, None)
+            if failed is not None:
+                self.failure = RemoteConnectionLost(failed, status)
+                self._fatal(failed)
+            elif gone is not None:
+                self._lost(gone)
+            elif session is None:
+                self._lost(f"{what} ended")
             else:
                 self._sessions.pop(session, None)
-                logger.debug("remote transport: %s", reason)
+                if ended:
+                    logger.debug("remote transport: %s ended", what)
+
+    def _cursors_seen(self) -> bool:
+        """True once some SSE stream of the connection has carried an event id."""
+        if not self._cursored:
+            self._cursored = any(p.last_event_id for p in self._parsers.values())
+        return self._cursored
 
     def _incoming(self, payloads: list[bytes], session: str | None) -> None:
         lines = []
@@ -743,6 +879,19 @@ class _HttpBridge(_Bridge):
                 await self._delete(self._conn_id)
         finally:
             await self._client.aclose()
+
+
+async def _head_of(response: httpx.Response) -> bytes:
+    """The first :data:`BODY_QUOTE` bytes of a refusal's body, stripped (the rest unread)."""
+    head = b""
+    try:
+        async for chunk in response.aiter_bytes():
+            head += chunk
+            if len(head) >= BODY_QUOTE:
+                break
+    except Exception:  # noqa: BLE001 - only a quote for an error message
+        pass
+    return head[:BODY_QUOTE].strip()
 
 
 def _id_key(ident: Any) -> tuple[bool, Any]:

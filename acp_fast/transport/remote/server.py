@@ -659,10 +659,12 @@ class AcpApp:
         events = conn.streams.get(key)
         if events is None:
             events = conn.streams[key] = _EventStream(key)
-        if events.reader is not None:
+        last = headers.get(b"last-event-id")
+        if events.reader is not None and last is None:
             await _respond(send, 409, _error_body(409, "this stream already has a reader"))
             return
-        last = headers.get(b"last-event-id")
+        # a reader that resumes takes the stream over from one still attached: after a silent
+        # network loss the old response has not failed yet (it ends at its next turn)
         if last is not None:
             try:
                 ok = self.policy.replay_window > 0 and events.rewind(int(last))
@@ -673,14 +675,16 @@ class AcpApp:
                 return
         token = object()
         events.reader = token
+        events.wake.set()  # a reader taken over sees it at once
         try:
-            await self._stream(conn, events, receive, send)
+            await self._stream(conn, events, token, receive, send)
         finally:
             if events.reader is token:
                 events.reader = None
             conn.last_active = time.monotonic()
 
-    async def _stream(self, conn: _Connection, events: _EventStream, receive: Receive, send: Send) -> None:
+    async def _stream(self, conn: _Connection, events: _EventStream, token: object, receive: Receive,
+                      send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
             (b"x-accel-buffering", b"no")]})
@@ -689,6 +693,8 @@ class AcpApp:
         keepalive = self.policy.keepalive
         try:
             while True:
+                if events.reader is not token:
+                    break  # taken over by a reader that resumed
                 if events.queue:
                     first, lines, size = events.take(window)
                     chunk = sse_events(lines, first if window else None)
