@@ -181,9 +181,12 @@ class Context:
     def send_session_update(self, session_id: str, update: JsonObject, *,
                             passthrough: bool = False, **fields: Json) -> bool:
         """See :meth:`AcpConnection.send_session_update`."""
+        sender = self.connection.send_session_update
         if passthrough or fields:
-            return self.connection.send_session_update(session_id, update, passthrough=passthrough, **fields)
-        return self.connection.send_session_update(session_id, update)  # the hot path (see UpdateSender)
+            return sender(session_id, update, passthrough=passthrough, **fields)
+        if type(sender) is UpdateSender:  # the hot path: no keyword handling (see UpdateSender.plain)
+            return sender.plain(session_id, update)
+        return sender(session_id, update)
 
     async def drain(self) -> None:
         """Wait while the peer is not reading what we send (see :meth:`AcpConnection.drain`)."""
@@ -328,3 +331,11 @@ class UpdateSender:
         if not passthrough and not fields and self.known(update) is not None:
             return self.notify(_SESSION_UPDATE, {"sessionId": session_id, "update": update})
         return self.slow(session_id, update, passthrough=passthrough, **fields)
+
+    def plain(self, session_id: str, update: JsonObject) -> bool:
+        """``self(session_id, update)`` without options, for ``Context.send_session_update``:
+        two positional arguments and no keyword handling (a compiled call with ``**fields``
+        builds a dict each time; this is once per streamed update)."""
+        if self.known(update) is not None:
+            return self.notify(_SESSION_UPDATE, {"sessionId": session_id, "update": update})
+        return self.slow(session_id, update)
