@@ -80,7 +80,7 @@ from . import names
 from .debug import DebugLog
 from .selection import Selection, first_version, initialize_params, proxy_mode_version, same_initialize
 from .spec import ComponentSpec, Started, describe, known_versions, start_component, validate
-from .trace import Tracer
+from .trace import Tracer, decoded
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine import Message
@@ -111,16 +111,6 @@ _NEW, _STARTING, _READY, _FAILED, _DONE = range(5)
 
 def _label(hop: _Hop) -> str:
     return "C" if hop.index < 0 else str(hop.index)
-
-
-def _decoded(raw: Json) -> Json:
-    """A raw JSON value decoded (``None`` when absent or not JSON)."""
-    if raw is None:
-        return None
-    try:
-        return raw.decode_json() if hasattr(raw, "decode_json") else raw
-    except ValueError:
-        return None
 
 
 def _answered_version(result: Json) -> Json:
@@ -824,7 +814,7 @@ class Conductor:
         if src is not self._up:  # a proxy sent it on: it took the version
             sel.note(src.index, "accepted")
         if self.mode == "agent" and pos == self._nproxies:
-            sel.agent_params = _decoded(params_raw)
+            sel.agent_params = decoded(params_raw)
 
     def _init_answered(self, pos: int, src: _Hop, sid: Any, msg: Any) -> None:
         """The answer of position ``pos`` to the attempt's ``initialize`` (see selection.py)."""
@@ -922,7 +912,7 @@ class Conductor:
         frame, sel.cached = sel.cached, None
         if src is not self._up:  # the last proxy sent it on: it took the version
             sel.note(src.index, "accepted")
-        if same_initialize(sel.agent_params, _decoded(params_raw)):
+        if same_initialize(sel.agent_params, decoded(params_raw)):
             sel.note(n, "reused")
             sel.reached = n
             sel.agent_answered = True

@@ -35,10 +35,11 @@ from typing import IO
 
 from ..jsontypes import Json, JsonObject, RequestId
 
-__all__ = ["Tracer"]
+__all__ = ["Tracer", "decoded"]
 
 
-def _value(raw: object) -> Json:
+def decoded(raw: object) -> Json:
+    """A raw JSON value (``RawJson`` or lazy params) decoded; ``None`` when absent or not JSON."""
     if raw is None:
         return None
     try:
@@ -70,7 +71,7 @@ class Tracer:
              is_request: bool) -> None:
         """Record a request (``is_request``; ``rid`` its id on this hop) or a notification
         from component ``src`` to ``dst``; ``params_raw`` is decoded (``None`` if it is not JSON)."""
-        params = _value(params_raw)
+        params = decoded(params_raw)
         record: JsonObject = {"type": "request" if is_request else "notification",
                                   "ts": time.monotonic() - self._t0, "protocol": "acp",
                                   "from": src, "to": dst}
@@ -88,7 +89,7 @@ class Tracer:
         not ``None``, else the decoded ``result_raw``."""
         self._write({"type": "response", "ts": time.monotonic() - self._t0, "from": src, "to": dst,
                      "id": rid, "is_error": error is not None,
-                     "payload": error if error is not None else _value(result_raw)})
+                     "payload": error if error is not None else decoded(result_raw)})
 
     def negotiation(self, record: JsonObject) -> None:
         """Record the chain's protocol version selection (``record``: ``Conductor.negotiation``)
