@@ -114,7 +114,9 @@ export async function stopChild(child) {
   child.stdin.end();
   return new Promise((r) => {
     if (child.exitCode !== null) return r(child.exitCode);
-    const t = setTimeout(() => child.kill("SIGTERM"), 2000);
+    // the agent exits on stdin EOF; the grace is long enough for a loaded machine (a 2 s
+    // grace killed a pure-twin Python agent mid-exit on a busy 2-core CI box)
+    const t = setTimeout(() => child.kill("SIGTERM"), 10000);
     child.on("exit", (code, sig) => {
       clearTimeout(t);
       r(code ?? sig);
