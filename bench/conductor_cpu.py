@@ -12,10 +12,15 @@ line (a fast producer), so the conductor reads large chunks as it would under lo
 Usage::
 
     python -m bench.conductor_cpu                 # P = 0, 1, 3; N = 200000; 3 runs each
-    python -m bench.conductor_cpu --n 50000 --proxies 1 --runs 5 --engine py
+    python -m bench.conductor_cpu --n 50000 --proxies 1 --runs 5 --engine py --loop asyncio
+
+The conductor and the agent run this interpreter and the ``acp_fast`` this module imported,
+whatever the working directory (``acp_fast.benchmark.runtime``), through the reporting launcher:
+each reports its engine twin, loop and package after every run, and a run where either
+disagrees with ``--engine`` / ``--loop`` stops the script instead of printing a number.
 
 Prints one line per chain length: the median over runs of µs per notification per hop,
-the runs, notifications/s seen by the client, and the load average.
+the runs, notifications/s seen by the client, the load average and what ran.
 """
 
 from __future__ import annotations
@@ -23,11 +28,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+from acp_fast.benchmark.launch import REPORT_ENV, read_reports
+from acp_fast.benchmark.runtime import PACKAGE_DIR, Process, RuntimeMismatch, check, child_env, launch, summary
+from acp_fast.transport.loop import resolve_loop
 
 REPO = Path(__file__).resolve().parent.parent
 RAW_PROXY = Path(__file__).resolve().parent / "raw_proxy.py"
@@ -79,14 +90,17 @@ class Client:
             self.lines.extend(p for p in parts if p)
 
 
-def one_run(proxies: int, n: int, engine: str) -> tuple[float, float]:
+def one_run(proxies: int, n: int, engine: str, loop: str) -> tuple[float, float, str]:
     py = sys.executable
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    if engine == "py":
-        env["ACP_FAST_NO_EXTENSIONS"] = "1"
-    agent = f"{py} -m acp_fast.cli.main testy --stream preencoded --engine {engine if engine != 'auto' else 'auto'}"
+    fd, report = tempfile.mkstemp(prefix="acp-fast-bench-", suffix=".jsonl")
+    os.close(fd)
+    env = {**os.environ, **child_env(), REPORT_ENV: report}
+    if engine != "auto":
+        env["ACP_FAST_NO_EXTENSIONS"] = "1" if engine == "py" else "0"
+    agent = shlex.join(launch("agent", "acp_fast.cli.main", "testy", "--stream", "preencoded", "--engine", engine,
+                              "--loop", loop))
     comps = [f"{py} {RAW_PROXY}"] * proxies + [agent]
-    proc = subprocess.Popen([py, "-m", "acp_fast.cli.main", "conductor", "agent", *comps],
+    proc = subprocess.Popen([*launch("conductor", "acp_fast.cli.main", "conductor", "--loop", loop, "agent", *comps)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=REPO)
     try:
         c = Client(proc)
@@ -105,7 +119,12 @@ def one_run(proxies: int, n: int, engine: str) -> tuple[float, float]:
         wall = time.perf_counter() - t0
         cpu = cpu_ns(proc.pid) - before
         assert "result" in reply and seen >= n, (reply, seen)
-        return cpu / 1e3 / (n * (proxies + 1)), n / wall
+        try:  # the conductor and the agent ran what this run says it measures
+            ran = check(read_reports(report), (Process("conductor"), Process("agent")),
+                        engine=None if engine == "auto" else engine, loop=loop)
+        except RuntimeMismatch as exc:
+            raise SystemExit(f"proxies={proxies}: the processes did not run what this run measures: {exc}") from None
+        return cpu / 1e3 / (n * (proxies + 1)), n / wall, summary(ran)
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
@@ -114,6 +133,7 @@ def one_run(proxies: int, n: int, engine: str) -> tuple[float, float]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        os.unlink(report)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,16 +143,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per chain length (median; default 3)")
     parser.add_argument("--engine", choices=("auto", "c", "py"), default="auto",
                         help="engine of the conductor and the agent (default auto)")
+    parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+                        help="event loop of the conductor and the agent (default auto: uvloop when installed)")
     args = parser.parse_args(argv)
+    loop = resolve_loop(args.loop)
+    print(f"acp_fast from {PACKAGE_DIR} on {sys.executable}; loop {loop}", flush=True)
     for p in (int(x) for x in args.proxies.split(",")):
         load0 = os.getloadavg()[0]
-        results = [one_run(p, args.n, args.engine) for _ in range(args.runs)]
+        results = [one_run(p, args.n, args.engine, loop) for _ in range(args.runs)]
         per_hop = [r[0] for r in results]
         rates = [r[1] for r in results]
         print(f"proxies={p} hops={p + 1} N={args.n}: conductor CPU {statistics.median(per_hop):.3f} µs "
               f"per notification per hop (runs: {', '.join(f'{x:.3f}' for x in per_hop)}); "
               f"client sees {statistics.median(rates) / 1e3:.0f}k notifications/s; "
-              f"load {load0:.2f}→{os.getloadavg()[0]:.2f}", flush=True)
+              f"load {load0:.2f}→{os.getloadavg()[0]:.2f}; ran (conductor + agent): "
+              f"{', '.join(sorted({r[2] for r in results}))}", flush=True)
     return 0
 
 

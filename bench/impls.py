@@ -121,9 +121,11 @@ def _probe_compiled_twin() -> None:
     if spec is not None and spec.origin:
         root = os.path.dirname(os.path.dirname(spec.origin))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
+    code = "import acp_fast._engine_c"  # this acp_fast, never the working directory's: -P (3.10: drop '')
+    argv = ([sys.executable, "-P", "-c", code] if sys.version_info >= (3, 11)
+            else [sys.executable, "-c", "import sys;del sys.path[0];" + code])
     try:
-        proc = subprocess.run([sys.executable, "-c", "import acp_fast._engine_c"], env=env,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         proc = None
     if proc is not None and proc.returncode == 0:

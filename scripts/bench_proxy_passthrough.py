@@ -13,7 +13,11 @@ pushes N messages through and reads the N forwarded ones back:
   (forwarded request + forwarded response: one round trip through the proxy).
 
 For each: proxy CPU µs per message = Δ ``_bench/cpu`` / N; median of ``--repeat`` runs
-(each a fresh child). Prints ``/proc/loadavg`` before and after::
+(each a fresh child). The child runs this interpreter and the ``acp_fast`` this script imports
+(the installed one; the checkout's only when none is installed), whatever the working
+directory, and answers ``_bench/runtime`` with its engine twin, loop and package: a child that
+runs anything else than ``--engine`` on ``--loop`` from that package stops the script.
+Prints ``/proc/loadavg`` before and after::
 
     python scripts/bench_proxy_passthrough.py [-n 20000] [--repeat 3] [--loop asyncio uvloop]
         [--kind "s->p notif" …] [--size TEXT_BYTES] [--engine c|py]
@@ -32,6 +36,10 @@ import time
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
+try:  # the installed acp_fast (this script's folder, not the working directory, is on sys.path)
+    import acp_fast  # noqa: F401
+except ImportError:  # a bare checkout: its own
+    sys.path.insert(0, str(_ROOT))
 
 SIZE = 0
 UPDATE = {"sessionId": "sess-0001", "update": {
@@ -40,10 +48,13 @@ UPDATE = {"sessionId": "sess-0001", "update": {
 
 
 def child(loop: str) -> None:
-    sys.path.insert(0, str(_ROOT))
-    from acp_fast import Proxy, run_agent_stdio
+    from acp_fast import IMPLEMENTATION, Proxy, run_agent_stdio
+    from acp_fast.cli.loops import loop_name
 
+    package = os.path.dirname(os.path.realpath(sys.modules["acp_fast"].__file__ or ""))
     proxy = Proxy.v2().on_request("_bench/cpu", lambda params, cx: time.process_time())
+    proxy.on_request("_bench/runtime", lambda params, cx: {"engine": IMPLEMENTATION, "loop": loop_name(),
+                                                          "acp_fast": package})
     run_agent_stdio(proxy, loop=loop)
 
 
@@ -131,13 +142,19 @@ def workload(kind: str, n: int) -> tuple[list[bytes], bool]:
     return lines, True
 
 
-async def one_run(kind: str, n: int, loop: str, env: dict[str, str]) -> float:
+async def one_run(kind: str, n: int, loop: str, env: dict[str, str], engine: str) -> float:
+    from acp_fast.benchmark.runtime import PACKAGE_DIR
+
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--child", "--loop", loop,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, limit=1 << 24)
     d = Driver(proc)
     try:
         await d.init()
+        ran = await d.call("_bench/runtime")
+        want = {"engine": engine, "loop": loop, "acp_fast": PACKAGE_DIR}
+        if ran != want:  # a number for something else than what this run says it measures: none
+            raise SystemExit(f"the proxy ran {ran}, not {want}")
         lines, answer = workload(kind, n)
         warm = min(2000, n)
         await d.pump(lines[:warm], warm, answer)
@@ -167,15 +184,16 @@ def main() -> None:
     if args.child:
         child(args.loop[0])
         return
-    env = dict(os.environ, PYTHONPATH=str(_ROOT))
-    if args.engine == "py":
-        env["ACP_FAST_NO_EXTENSIONS"] = "1"
+    from acp_fast.benchmark.runtime import child_env
+
+    env = {**os.environ, **child_env()}  # the child (a script) imports the acp_fast this one did
+    env["ACP_FAST_NO_EXTENSIONS"] = "1" if args.engine == "py" else "0"
     with open("/proc/loadavg") as f:
         print("loadavg before:", f.read().strip())
     print(f"engine={args.engine} n={args.n} repeat={args.repeat} size={args.size or 'default'}")
     for loop in args.loop:
         for kind in args.kind:
-            runs = [asyncio.run(one_run(kind, args.n, loop, env)) for _ in range(args.repeat)]
+            runs = [asyncio.run(one_run(kind, args.n, loop, env, args.engine)) for _ in range(args.repeat)]
             print(f"{loop:8} {kind:11} proxy CPU µs/msg median {statistics.median(runs):6.2f}"
                   f"  runs {' '.join(f'{r:.2f}' for r in runs)}")
     with open("/proc/loadavg") as f:

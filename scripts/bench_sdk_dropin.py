@@ -22,6 +22,12 @@ modules are byte-compiled first (``compileall``, into their ``__pycache__``), as
 installed package's are and as the SDK's are: otherwise, with ``PYTHONDONTWRITEBYTECODE``
 set (as CI sets it), every run would compile acp_fast's sources and measure that instead.
 
+Every process runs this interpreter and the ``acp_fast`` this script imports (the installed one;
+the checkout's only when none is installed), whatever the working directory: the drop-in sides
+run through the reporting launcher (``acp_fast.benchmark.launch``) and each must report the
+compiled twin, the run's loop and that package, or the script stops (a number for something
+else is never printed); the stock sides never import acp_fast.
+
 Prints one table of medians with the ratios against the stock SDK and the issue's goals;
 ``--json PATH`` writes everything (every run, the machine's load average before/after).
 ``--from-json PATH`` runs nothing and prints the same report from such a file; with
@@ -44,12 +50,17 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 PEERS = REPO / "peers" / "pysdk"
+try:  # the installed acp_fast (this script's folder, not the working directory, is on sys.path)
+    import acp_fast  # noqa: F401
+except ImportError:  # a bare checkout: its own
+    sys.path.insert(0, str(REPO))
 MODES = ("stock", "transport", "connection")
 GOALS = {  # issue 11: ratio against the stock SDK
     ("streaming", "transport"): 1.3,
@@ -59,26 +70,54 @@ GOALS = {  # issue 11: ratio against the stock SDK
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    from acp_fast.benchmark.runtime import child_env
+
+    env = {**os.environ, **child_env()}  # the children import the acp_fast this script did
     env.pop("ACP_FAST_NO_EXTENSIONS", None)
     env.pop("ACP_N", None)
     return env
 
 
+def _python_c(code: str) -> list[str]:
+    """This interpreter running ``code`` without the working directory on ``sys.path``."""
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-c", code]
+    return [sys.executable, "-c", "import sys;del sys.path[0];" + code]  # Python 3.10: no -P
+
+
 def run_pair(mode: str, n: int, m: int, loop: str, warmup: int) -> dict[str, Any]:
-    launcher = [sys.executable, str(PEERS / "dropin.py"), mode]
-    argv = [*launcher, str(PEERS / "client.py"), "--n", str(n), "--m", str(m), "--rtt-method", "echo",
-            "--warmup", str(warmup), "--loop", loop, "--", *launcher, str(PEERS / "agent.py"), "--loop", loop]
-    out = subprocess.run(argv, capture_output=True, text=True, env=_env(), cwd=REPO, timeout=900, check=False)
+    from acp_fast.benchmark.launch import REPORT_ENV, read_reports
+    from acp_fast.benchmark.runtime import Process, RuntimeMismatch, check, launch_script
+
+    dropin = str(PEERS / "dropin.py")
+
+    def side(role: str, program: str) -> list[str]:
+        if mode == "stock":  # the stock SDK never imports acp_fast (the launcher would)
+            return [sys.executable, dropin, mode, str(PEERS / program)]
+        return list(launch_script(role, dropin, mode, str(PEERS / program)))
+
+    argv = [*side("client", "client.py"), "--n", str(n), "--m", str(m), "--rtt-method", "echo",
+            "--warmup", str(warmup), "--loop", loop, "--", *side("agent", "agent.py"), "--loop", loop]
+    kind = "sdk" if mode == "stock" else "acp_fast"
+    fd, report = tempfile.mkstemp(prefix="acp-fast-bench-", suffix=".jsonl")
+    os.close(fd)
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, env={**_env(), REPORT_ENV: report}, cwd=REPO,
+                             timeout=900, check=False)
+        reports = read_reports(report)
+    finally:
+        os.unlink(report)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{mode}: exit {out.returncode}\n{out.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     if not result.get("updatesOk") or result.get("agentExit") != 0:
         raise RuntimeError(f"{mode}: bad run {result}")
-    if result.get("loop") != loop or result.get("agentLoop") not in (None, loop):
-        raise RuntimeError(f"{mode}: ran on {result.get('loop')}/{result.get('agentLoop')}, not {loop}")
+    try:  # both sides on the run's loop; the drop-in sides on the compiled twin of this acp_fast
+        check(reports, (Process("client", kind), Process("agent", kind)), engine=None if mode == "stock" else "c",
+              loop=loop, result=result)
+    except RuntimeMismatch as exc:
+        raise RuntimeError(f"{mode}: the processes did not run what this run measures: {exc}") from None
     return result
 
 
@@ -86,7 +125,7 @@ def import_seconds(code: str) -> tuple[float, float]:
     """(wall, CPU) seconds of a fresh interpreter running ``code`` (CPU: user + system of the child)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], env=_env(), cwd=REPO, check=True, timeout=120)
+    subprocess.run(_python_c(code), env=_env(), cwd=REPO, check=True, timeout=120)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -103,7 +142,9 @@ IMPORTS = {
 def measure_imports(runs: int) -> tuple[dict[str, list[tuple[float, float]]], dict[str, dict[str, float]],
                                          float, float]:
     """Every run's (wall, CPU) per entry of :data:`IMPORTS`, alternating; the medians minus a bare start."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "acp_fast")], check=True, timeout=600,
+    from acp_fast.benchmark.runtime import PACKAGE_DIR
+
+    subprocess.run([sys.executable, "-m", "compileall", "-q", PACKAGE_DIR], check=True, timeout=600,
                    stdout=subprocess.DEVNULL)
     imports: dict[str, list[tuple[float, float]]] = {name: [] for name in IMPORTS}
     for _ in range(runs):
@@ -271,11 +312,8 @@ def build_doc(*, imports: dict[str, list[tuple[float, float]]], import_ms: dict[
 
 
 def _acp_fast_tables() -> Any:
-    try:
-        from acp_fast.benchmark import tables
-    except ImportError:  # run from a checkout without acp_fast installed
-        sys.path.insert(0, str(REPO))
-        from acp_fast.benchmark import tables
+    from acp_fast.benchmark import tables
+
     return tables
 
 

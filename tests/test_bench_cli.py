@@ -326,7 +326,7 @@ def test_chain_rows(tmp_path: Path) -> None:
         # the conductor, each proxy and Testy all got the loop flag inside their specs
         assert argv[argv.index("--") + 1:].count("--loop") == 1 and " ".join(argv).count("--loop asyncio") == 3 + k
         assert argv.count("acp_fast.conductor.passthrough") == 0  # inside one shell-quoted component each
-        assert " ".join(argv).count("-m acp_fast.conductor.passthrough --loop asyncio") == k
+        assert " ".join(argv).count("launch proxy acp_fast.conductor.passthrough --loop asyncio") == k
     goals = {g["label"]: g for g in doc["goals"]}
     g = goals["streaming through the conductor, 1 pass-through proxy, vs direct"]
     assert g["result"] in ("PASS", "MISS") and g["reference"] == "acp_fast/acp_fast"
@@ -349,8 +349,8 @@ def test_chain_pairs_listed_and_in_the_default_run(tmp_path: Path) -> None:
         assert isinstance(p, ChainPair) and p.hops == k + 1
         (v,) = p.variants(["uvloop"])
         assert v.client_cmd[-2:] == ("--loop", "uvloop") and f"--hops {k + 1}" in " ".join(v.client_cmd)
-        assert v.agent_cmd[v.agent_cmd.index("conductor") + 1:][:3] == ("--loop", "uvloop", "agent")
-        assert v.agent_cmd[-1].endswith("testy --loop uvloop") and len(v.agent_cmd) == 8 + k
+        assert v.agent_cmd[v.agent_cmd.index("acp_fast.cli.main") + 2:][:3] == ("--loop", "uvloop", "agent")
+        assert v.agent_cmd[-1].endswith("testy --loop uvloop") and len(v.agent_cmd) == 11 + k
     assert "pass-through proxies" in r.stdout
 
 

@@ -13,7 +13,10 @@ run; :mod:`.tables` prints the medians and the PASS/MISS verdicts of :mod:`.targ
 (``acp-fast bench --agent CMD``).
 
 acp_fast's own peers: :mod:`.client` (the benchmark client, v1 and ``--v2``) and the test agent
-``acp-fast testy`` (:mod:`acp_fast.testy`), both on the public API.
+``acp-fast testy`` (:mod:`acp_fast.testy`), both on the public API. Every acp_fast process of a
+row runs the harness's interpreter and package whatever the working directory, through
+:mod:`.launch`, and reports the engine twin and loop it runs; :mod:`.runtime` builds those
+commands and checks the reports against the row (a disagreement is an error, not a number).
 
 The harness needs the ``bench`` extra (``pip install 'acp-fast[bench]'``: psutil, tabulate,
 tqdm); the client does not.

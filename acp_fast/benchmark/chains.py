@@ -10,8 +10,10 @@ with 0, 1 or 3 pass-through proxies → ``acp-fast testy`` (issue 10).
 The proxy is :mod:`acp_fast.conductor.passthrough` (``python -m``; packaged, so the rows run
 from an installed package), compiled engine everywhere, all Python processes on the row's
 event loop: unlike the other pairs, the loop flag goes *inside* the conductor's component
-specs (:meth:`ChainPair.variants`). They compare with ``acp_fast/acp_fast`` (the same client
-and agent, directly connected), on the same loop.
+specs (:meth:`ChainPair.variants`). The conductor and every proxy run through the reporting
+launcher (:mod:`.launch`) like the client and Testy, on this interpreter and this
+``acp_fast``: each of them reports its twin and loop, checked after every run. They compare
+with ``acp_fast/acp_fast`` (the same client and agent, directly connected), on the same loop.
 
 What is measured beyond the common workloads (the client's ``/proc`` readings, see
 :mod:`acp_fast.benchmark.client`): the conductor is the process the client spawns, so its own
@@ -28,7 +30,6 @@ itself (throughput ratios are conservative; CPU per notification is not affected
 from __future__ import annotations
 
 import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ from .registry import (
     acp_env,
     acp_fast_agent,
 )
+from .runtime import Process, launch
 
 __all__ = ["CHAIN_PROXIES", "DIRECT", "ChainPair", "chain_name", "conductor_command", "register_chain_pairs"]
 
@@ -55,14 +57,13 @@ def chain_name(proxies: int) -> str:
     return f"acp_fast/conductor-{proxies}p/acp_fast"
 
 
-def conductor_command(proxies: int, agent: Sequence[str], *, loop: str | None = None,
-                      python: str | None = None) -> tuple[str, ...]:
+def conductor_command(proxies: int, agent: Sequence[str], *, loop: str | None = None) -> tuple[str, ...]:
     """``acp-fast conductor agent`` with ``proxies`` pass-through proxies in front of ``agent``
-    (every Python process on ``loop`` when given; ``agent`` gets ``--loop`` appended)."""
-    py = python or sys.executable
+    (every Python process on ``loop`` when given; ``agent`` gets ``--loop`` appended); the
+    conductor and the proxies run through the reporting launcher (roles ``conductor``, ``proxy``)."""
     flag = ("--loop", loop) if loop else ()
-    proxy = shlex.join((py, "-m", "acp_fast.conductor.passthrough", *flag))
-    return (py, "-m", "acp_fast.cli.main", "conductor", *flag, "agent", *[proxy] * proxies,
+    proxy = shlex.join(launch("proxy", "acp_fast.conductor.passthrough", *flag))
+    return (*launch("conductor", "acp_fast.cli.main", "conductor", *flag, "agent", *[proxy] * proxies),
             shlex.join((*agent, *flag)))
 
 
@@ -93,7 +94,7 @@ class ChainPair(Pair):
 def register_chain_pairs() -> list[str]:
     """Registers the chain pairs (replacing earlier ones); returns their names."""
     kind, agent = acp_fast_agent()
-    client = (sys.executable, "-m", "acp_fast.benchmark.client")
+    client = launch("client", "acp_fast.benchmark.client")
     names = []
     for k in CHAIN_PROXIES:
         name = chain_name(k)
@@ -111,6 +112,9 @@ def register_chain_pairs() -> list[str]:
             proxies=k,
             agent=tuple(agent),
             agent_takes_loop=kind == "testy",
+            engine="c",
+            processes=(Process("client"), Process("conductor"), *[Process("proxy")] * k,
+                       Process("agent", "acp_fast" if kind == "testy" else "other")),
         )
         names.append(name)
     return names

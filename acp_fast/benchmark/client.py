@@ -11,8 +11,10 @@ Same command line and the same one JSON line as ``peers/ts/client.mjs`` and
 Every ``session/update`` goes through the read gate (``on_session_update``; ``--raw-updates``
 is accepted for CLI parity and has no effect); the text of every ``agent_message_chunk`` is read and its length summed (``textBytes``), every echo is
 checked. ``sdk`` is ``"acp_fast"``, ``engine`` the active engine twin (``"c"`` or ``"py"``;
-``ACP_FAST_NO_EXTENSIONS=1`` selects the pure one), ``loop`` the event loop. Without an
-agent command ``acp-fast testy`` is spawned (on the same ``--loop``).
+``ACP_FAST_NO_EXTENSIONS=1`` selects the pure one), ``loop`` the event loop; ``agentLoop`` and
+``agentEngine`` are what the agent's ``_test/stats`` says (``null`` when it lacks them). Without an
+agent command ``acp-fast testy`` is spawned (on the same ``--loop``, this interpreter and this
+``acp_fast``, whatever the working directory).
 
 Beyond the contract, the client measures the process it spawned (the *child*) and that
 child's descendants from ``/proc`` (Linux; the fields are ``null`` elsewhere), so that a
@@ -110,7 +112,12 @@ def parse_args(argv: list[str]) -> Args:
     if a.inflight_m is None:
         a.inflight_m = a.m
     a.inflight = max(0, a.inflight)
-    a.cmd = cmd or [sys.executable, "-m", "acp_fast.cli.main", "testy", "--loop", a.loop]
+    if not cmd:  # Testy on this interpreter and this acp_fast, whatever the working directory
+        from acp_fast.conductor.spec import same_acp_fast
+
+        cmd, extra = same_acp_fast([sys.executable, "-m", "acp_fast.cli.main", "testy", "--loop", a.loop])
+        env.update(extra)
+    a.cmd = cmd
     a.env = env
     if a.v2 and (a.permission or a.rtt_method == "prompt"):
         p.error("--permission and --rtt-method prompt are v1-only")
@@ -404,6 +411,7 @@ async def run(args: Args) -> JsonObject:
         stats = await _stats(cx)
         out["agentMaxRssKiB"] = None if stats is None else stats.get("maxRssKiB")
         out["agentLoop"] = None if stats is None else stats.get("loop")
+        out["agentEngine"] = None if stats is None else stats.get("engine")
         out["agentCpuMs"] = None if stats is None else round((stats["userCpuUs"] + stats["systemCpuUs"]) / 1000)
         out["childMaxRssKiB"] = _peak_rss_kib(child_pid)
         if args.hops > 0:

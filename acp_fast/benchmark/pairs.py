@@ -27,8 +27,14 @@ through the public API, ``cx.send_session_update`` with fresh text per chunk):
 ``acp_fast-v2/acp_fast-v2``, ...         draft ACP v2 and other extra pairs (``--list``)
 =======================================  ==============================================
 
-The peers' folder is ``peers/`` of the source tree, or ``$ACP_FAST_PEERS``, or
-:func:`configure`'s argument (``acp-fast bench --peers DIR``).
+Every acp_fast process of a pair (the client, Testy, and in :mod:`.chains` the conductor and its
+proxies) runs on this interpreter, imports this ``acp_fast`` whatever the working directory and
+reports the twin and loop it runs (:mod:`.runtime`, through :mod:`.launch`); the pair's
+``engine`` and ``processes`` say what they must report.
+
+The peers' folder: :func:`configure`'s argument (``acp-fast bench --peers DIR``), else
+``$ACP_FAST_PEERS``, else ``peers/`` of the source tree or of the working directory
+(:func:`~.registry.find_peers`).
 
 Extension point: :func:`register_pair` (:mod:`.registry`) adds any other pair; or, without code,
 ``acp-fast bench --add-pair NAME 'CLIENT CMD' 'AGENT CMD'``.
@@ -60,6 +66,7 @@ from .registry import (
     register_pair,
     requirement_module,
 )
+from .runtime import Process, launch
 
 __all__ = [
     "BASELINE",
@@ -122,7 +129,7 @@ def _register_builtin_pairs() -> None:
     kind, acp_agent = acp_fast_agent()
     testy = kind == "testy"  # an --acp-agent override may not take --loop / --stream
     acp_ceiling = (*acp_agent, "--stream", "preencoded")
-    acp_client = (py, "-m", "acp_fast.benchmark.client")
+    acp_client = launch("client", "acp_fast.benchmark.client")
     acp_client_v2 = (*acp_client, "--v2")
     ts = registry.PEERS / "ts"
     pysdk = registry.PEERS / "pysdk"
@@ -132,43 +139,50 @@ def _register_builtin_pairs() -> None:
     py_client = (py, str(pysdk / "client.py"))
     py_agent = (py, str(pysdk / "agent.py"))
     compiled = acp_env(ACP_FAST_NO_EXTENSIONS="0")
-    both = {"py_client": True, "py_agent": testy}
+    # the processes each pair runs, checked against what each reported after every run (runtime.check)
+    fast, sdk, node = Process("client"), Process("client", "sdk"), Process("client", "node")
+    fast_agent = Process("agent", "acp_fast" if testy else "other")
+    sdk_agent, node_agent = Process("agent", "sdk"), Process("agent", "node")
     register_pair("acp_fast/acp_fast", acp_client, acp_agent, requires=[ACP_FAST, ACP_FAST_COMPILED],
-                  env=compiled, quick=True, **both,
+                  env=compiled, quick=True, py_client=True, py_agent=testy, engine="c", processes=(fast, fast_agent),
                   description="acp_fast client and agent (public API), compiled engine")
     register_pair("acp_fast-pure/acp_fast-pure", acp_client, acp_agent, requires=[ACP_FAST],
-                  env=acp_env(ACP_FAST_NO_EXTENSIONS="1"), quick=True, **both,
+                  env=acp_env(ACP_FAST_NO_EXTENSIONS="1"), quick=True, py_client=True, py_agent=testy, engine="py",
+                  processes=(fast, fast_agent),
                   description="acp_fast client and agent, pure-Python engine (ACP_FAST_NO_EXTENSIONS=1)")
     register_pair("pysdk/pysdk", py_client, py_agent, requires=[PYSDK_PEER], quick=True,
-                  py_client=True, py_agent=True, description=f"Python SDK {PY_SDK_VERSION} client and agent")
-    register_pair("ts/ts", ts_client, ts_agent, requires=[TS_PEER], quick=True,
+                  py_client=True, py_agent=True, processes=(sdk, sdk_agent),
+                  description=f"Python SDK {PY_SDK_VERSION} client and agent")
+    register_pair("ts/ts", ts_client, ts_agent, requires=[TS_PEER], quick=True, processes=(node, node_agent),
                   description=f"TypeScript SDK {TS_SDK_VERSION} client and agent, ACP v1")
     register_pair("acp_fast/pysdk", acp_client, py_agent, requires=[ACP_FAST, ACP_FAST_COMPILED, PYSDK_PEER],
-                  env=compiled, quick=True, py_client=True, py_agent=True,
+                  env=compiled, quick=True, py_client=True, py_agent=True, engine="c", processes=(fast, sdk_agent),
                   description="acp_fast client fed by the Python SDK agent")
     register_pair("pysdk/acp_fast", py_client, acp_agent, requires=[PYSDK_PEER, ACP_FAST, ACP_FAST_COMPILED],
-                  env=compiled, quick=True, **both,
+                  env=compiled, quick=True, py_client=True, py_agent=testy, engine="c", processes=(sdk, fast_agent),
                   description="Python SDK client fed by the acp_fast agent")
     register_pair("acp_fast/ts", acp_client, ts_agent, requires=[ACP_FAST, ACP_FAST_COMPILED, TS_PEER],
-                  env=compiled, quick=True, py_client=True,
+                  env=compiled, quick=True, py_client=True, engine="c", processes=(fast, node_agent),
                   description="acp_fast client fed by the TypeScript SDK agent")
     register_pair("ts/acp_fast", ts_client, acp_agent, requires=[TS_PEER, ACP_FAST, ACP_FAST_COMPILED],
-                  env=compiled, quick=True, py_agent=testy,
+                  env=compiled, quick=True, py_agent=testy, engine="c", processes=(node, fast_agent),
                   description="TypeScript SDK client fed by the acp_fast agent")
     register_pair("acp_fast/acp_fast-preencoded", acp_client, acp_ceiling if testy else acp_agent,
-                  requires=[ACP_FAST, ACP_FAST_COMPILED], env=compiled, ceiling=True, **both,
-                  description=CEILING + ": Testy --stream preencoded")
+                  requires=[ACP_FAST, ACP_FAST_COMPILED], env=compiled, ceiling=True, py_client=True, py_agent=testy,
+                  engine="c", processes=(fast, fast_agent), description=CEILING + ": Testy --stream preencoded")
     register_pair("acp_fast-v2/acp_fast-v2", acp_client_v2, acp_agent, requires=[ACP_FAST], env=acp_env(),
-                  protocol=2, **both, description="acp_fast client and agent on draft ACP v2")
+                  protocol=2, py_client=True, py_agent=testy, processes=(fast, fast_agent),
+                  description="acp_fast client and agent on draft ACP v2")
     register_pair("acp_fast-v2/ts-v2", acp_client_v2, ts_agent_v2, requires=[ACP_FAST, TS_PEER], env=acp_env(),
-                  protocol=2, py_client=True, description="acp_fast v2 client, TypeScript SDK v2 agent")
+                  protocol=2, py_client=True, processes=(fast, node_agent),
+                  description="acp_fast v2 client, TypeScript SDK v2 agent")
     register_pair("ts-v2/ts-v2", ("node", str(ts / "client_v2.mjs")), ts_agent_v2,
-                  requires=[TS_PEER], protocol=2,
+                  requires=[TS_PEER], protocol=2, processes=(node, node_agent),
                   description=f"TypeScript SDK {TS_SDK_VERSION} client and agent, draft ACP v2")
     register_pair("pysdk/ts", py_client, ts_agent, requires=[PYSDK_PEER, TS_PEER], py_client=True,
-                  description="Python SDK client, TypeScript SDK agent")
+                  processes=(sdk, node_agent), description="Python SDK client, TypeScript SDK agent")
     register_pair("ts/pysdk", ts_client, py_agent, requires=[TS_PEER, PYSDK_PEER], py_agent=True,
-                  description="TypeScript SDK client, Python SDK agent")
+                  processes=(node, sdk_agent), description="TypeScript SDK client, Python SDK agent")
     register_chain_pairs()  # proxy chains through acp-fast conductor: their own module
 
 

@@ -2,7 +2,9 @@
 
 The SDK peers of ``peers/pysdk`` (``client.py``, ``agent.py``), unchanged, each run through
 ``peers/pysdk/dropin.py MODE`` (the drop-in installed from outside before the peer imports
-the SDK), both sides switched, compiled engine:
+the SDK), both sides switched, compiled engine; both run through the reporting launcher
+(:mod:`.launch`, ``--script``), which reports the twin of the acp_fast they run on, and report
+their loop themselves:
 
 =======================================  ==============================================
 ``pysdk-transport/pysdk-transport``      SDK client and agent on the transport drop-in
@@ -16,9 +18,8 @@ The issue-11 targets and the import-time comparison: ``scripts/bench_sdk_dropin.
 
 from __future__ import annotations
 
-import sys
-
 from . import registry
+from .runtime import Process, launch_script
 
 __all__ = ["DROPIN_PAIRS", "register"]
 
@@ -35,12 +36,13 @@ _DESCRIPTIONS = {
 
 def register() -> None:
     """(Re)registers the drop-in pairs with the current peers' folder."""
-    py = sys.executable
     pysdk = registry.PEERS / "pysdk"
-    launcher = str(pysdk / "dropin.py")
+    dropin = str(pysdk / "dropin.py")
     env = registry.acp_env(ACP_FAST_NO_EXTENSIONS="0")
     for name, mode in DROPIN_PAIRS.items():
         registry.register_pair(
-            name, (py, launcher, mode, str(pysdk / "client.py")), (py, launcher, mode, str(pysdk / "agent.py")),
+            name, launch_script("client", dropin, mode, str(pysdk / "client.py")),
+            launch_script("agent", dropin, mode, str(pysdk / "agent.py")),
             requires=[registry.PYSDK_PEER, registry.ACP_FAST, registry.ACP_FAST_COMPILED], env=env, replace=True,
-            py_client=True, py_agent=True, description=_DESCRIPTIONS[mode])
+            py_client=True, py_agent=True, description=_DESCRIPTIONS[mode],
+            engine="c", processes=(Process("client"), Process("agent")))

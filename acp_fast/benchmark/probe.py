@@ -72,6 +72,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
                      cwd: str | None = None, env: dict[str, str] | None = None) -> JsonObject:
     """One spawn → initialize → session/new → prompt → end-of-turn run; returns its numbers."""
     from acp_fast import Client
+    from acp_fast.conductor.spec import same_acp_fast
     from acp_fast.transport import spawn
     from acp_fast.transport.remote import connect_url, is_url
 
@@ -99,7 +100,9 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
         st["t_spawn"] = perf()
         if len(command) == 1 and is_url(command[0]):  # a remote agent: ws(s):// or http(s)://
             return connect_url(command[0])
-        return spawn(list(command), env=env, cwd=cwd)
+        # `python -m acp_fast…` on this interpreter: this acp_fast, whatever the working directory
+        argv, extra = same_acp_fast(command, env)
+        return spawn(argv, env={**(env or {}), **extra} or None, cwd=cwd)
 
     async def session_v1(cx: Any) -> tuple[Any, Any]:
         s = (await cx.build_session(cwd)).session

@@ -17,7 +17,11 @@ Workloads: ``stream`` (one prompt streaming N ``agent_message_chunk`` updates of
 ``connections`` (K WebSocket connections held open at once against one ``acp-fast serve
 --testy``, each with a session: all must be served; the server's RSS growth per connection).
 
-Every Python process of a row runs the same event loop (``--loops``). Rounds are interleaved
+Every Python process of a row runs the same event loop (``--loops``). Every acp_fast process
+(the servers, the gateway's Testy, the acp_fast client) runs this interpreter and this
+``acp_fast`` whatever the working directory, through the reporting launcher, and what each
+reported (engine twin, loop, package) is checked after every run (:mod:`.runtime`): the
+``ran`` column; a row whose processes disagree is an error, never a number. Rounds are interleaved
 (round 1 of every row, then round 2, …) and each figure is the median of the rounds. CPU per
 message per side is measured from outside: the server's CPU over the client's run (psutil) and
 the client process's whole CPU (``os.wait4``), both including start-up and the warm-up, so
@@ -31,6 +35,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -43,10 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from ..jsontypes import JsonObject
+from .launch import REPORT_ENV, read_reports
+from .registry import find_peers
+from .runtime import Process, RuntimeMismatch, check, child_env, launch, summary
 
 __all__ = ["GOALS", "RemoteConfig", "RemoteResult", "main", "run_remote"]
 
-PEERS = Path(__file__).resolve().parents[2] / "peers"
+#: The peers' folder by default (see :func:`~acp_fast.benchmark.registry.find_peers`).
+PEERS = find_peers()[0]
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,8 @@ class RemoteResult:
     server_us: list[float] = field(default_factory=list)
     client_us: list[float] = field(default_factory=list)
     error: str | None = None
+    ran: str | None = None  #: what the acp_fast processes reported they ran (:func:`.runtime.summary`)
+    invalid: bool = False  #: its processes disagreed with the row: no figures
 
     @property
     def median(self) -> float | None:
@@ -116,11 +127,12 @@ RSS_PER_CONNECTION_KIB = 200.0
 class _Server:
     """A server process; its port is read from its first line (stdout or stderr)."""
 
-    def __init__(self, argv: list[str], *, port_on_stderr: bool) -> None:
+    def __init__(self, argv: list[str], *, port_on_stderr: bool, env: dict[str, str] | None = None) -> None:
         # Output goes to files, never to a pipe nobody drains (a full pipe would stall the server).
         self.out = tempfile.TemporaryFile("w+")
         self.err = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen(argv, stdout=self.out, stderr=self.err, start_new_session=True, text=True)
+        self.proc = subprocess.Popen(argv, stdout=self.out, stderr=self.err, start_new_session=True, text=True,
+                                     env=env)
         watched = self.err if port_on_stderr else self.out
         deadline = time.monotonic() + 60
         found = None
@@ -169,10 +181,10 @@ class _Server:
         self.err.close()
 
 
-def _client(argv: list[str], timeout: float) -> tuple[JsonObject, float]:
+def _client(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[JsonObject, float]:
     """Run a client; its JSON line and the process's CPU seconds (``os.wait4``)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -195,15 +207,19 @@ def _last_json(out: str, err: str) -> JsonObject:
     raise RuntimeError(f"the client printed no result: {err.strip()[-300:]!r}")
 
 
+def _testy(loop: str) -> tuple[str, ...]:
+    return launch("agent", "acp_fast.cli.main", "testy", "--versions", "1", "--loop", loop)
+
+
 def _server_argv(pair: str, loop: str, cfg: RemoteConfig) -> tuple[list[str], bool]:
-    py = [sys.executable]
     if pair == "acp_fast":
-        return [*py, "-m", "acp_fast.cli.main", "serve", "--testy", "--versions", "1", "--port", "0", "--loop", loop], True
+        return [*launch("server", "acp_fast.cli.main", "serve", "--testy", "--versions", "1", "--port", "0",
+                        "--loop", loop)], True
     if pair == "gateway":
-        return [*py, "-m", "acp_fast.cli.main", "serve", "--port", "0", "--loop", loop, "--",
-                sys.executable, "-m", "acp_fast.cli.main", "testy", "--versions", "1", "--loop", loop], True
+        return [*launch("server", "acp_fast.cli.main", "serve", "--port", "0", "--loop", loop, "--",
+                        *_testy(loop))], True
     if pair == "pysdk":
-        return [*py, str(cfg.peers / "pysdk" / "remote_server.py"), "--port", "0", "--loop", loop], False
+        return [sys.executable, str(cfg.peers / "pysdk" / "remote_server.py"), "--port", "0", "--loop", loop], False
     if pair == "ts":
         return ["node", str(cfg.peers / "ts" / "remote_server.mjs"), "--port", "0"], False
     raise ValueError(pair)
@@ -211,8 +227,8 @@ def _server_argv(pair: str, loop: str, cfg: RemoteConfig) -> tuple[list[str], bo
 
 def _client_argv(pair: str, url: str, workload: str, n: int, loop: str, cfg: RemoteConfig) -> list[str]:
     if pair in ("acp_fast", "gateway", "direct"):
-        return [sys.executable, "-m", "acp_fast.benchmark.remote_client", url, workload, str(n),
-                "--warmup", str(cfg.warmup), "--loop", loop]
+        return [*launch("client", "acp_fast.benchmark.remote_client", url, workload, str(n),
+                        "--warmup", str(cfg.warmup), "--loop", loop)]
     if pair == "pysdk":
         return [sys.executable, str(cfg.peers / "pysdk" / "remote_client.py"), url, workload, str(n),
                 "--timeout", str(cfg.timeout), "--loop", loop]
@@ -241,32 +257,70 @@ ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: The acp_fast processes of each pair's rows (the connection row: the acp_fast server), checked after
+#: every run; the SDK rows have none (their processes report nothing of acp_fast).
+PROCESSES: dict[str, tuple[Process, ...]] = {
+    "acp_fast": (Process("client"), Process("server")),
+    "gateway": (Process("client"), Process("server"), Process("agent")),
+    "direct": (Process("client"), Process("agent")),
+}
+
+
+def _env(report: str) -> dict[str, str]:
+    return {**os.environ, **child_env(), REPORT_ENV: report}
+
+
+def _checked(row: RemoteResult, report: str, processes: Sequence[Process], result: JsonObject | None) -> None:
+    """Check what the processes of one run reported (:func:`.runtime.check`): sets ``row.ran``,
+    or raises :class:`~.runtime.RuntimeMismatch`."""
+    procs = check(read_reports(report), processes, engine=None, loop=row.loop, result=result)
+    row.ran = summary(procs) if processes else None
+
+
+def _invalidate(row: RemoteResult, exc: RuntimeMismatch) -> None:
+    row.error = f"the processes disagree with the row: {exc}"[:600]
+    row.ran = summary(exc.processes) if exc.processes else "?"
+    row.invalid = True
+    row.runs.clear()
+    row.server_us.clear()
+    row.client_us.clear()
+
+
 def _one(pair: str, transport: str, workload: str, loop: str, cfg: RemoteConfig, row: RemoteResult) -> None:
     n = cfg.n if workload == "stream" else cfg.m
     server: _Server | None = None
+    fd, report = tempfile.mkstemp(prefix="acp-fast-bench-", suffix=".jsonl")
+    os.close(fd)
+    env = _env(report)
     try:
         if pair == "direct":
-            target = f"{sys.executable} -m acp_fast.cli.main testy --versions 1 --loop {loop}"
+            target = shlex.join(_testy(loop))
         else:
             argv, on_stderr = _server_argv(pair, loop, cfg)
-            server = _Server(argv, port_on_stderr=on_stderr)
+            server = _Server(argv, port_on_stderr=on_stderr, env=env)
             target = f"{transport}://127.0.0.1:{server.port}/acp"
         cpu0 = server.cpu() if server else 0.0
-        result, client_cpu = _client(_client_argv(pair, target, workload, n, loop, cfg), cfg.timeout)
-        server_cpu = (server.cpu() - cpu0) if server else 0.0
+        result, client_cpu = _client(_client_argv(pair, target, workload, n, loop, cfg), cfg.timeout, env)
+        server_cpu = (server.cpu() - cpu0) if server else None
+        _checked(row, report, PROCESSES.get(pair, ()), result)
         row.runs.append(round(_rate(result, workload, n), 1))
         row.client_us.append(round(client_cpu / n * 1e6, 2))
-        if server:
+        if server_cpu is not None:
             row.server_us.append(round(server_cpu / n * 1e6, 2))
+    except RuntimeMismatch as exc:
+        _invalidate(row, exc)
     except Exception as exc:  # a failed run is reported in its row, the others go on
         row.error = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         if server is not None:
             server.stop()
+        os.unlink(report)
 
 
 def _connections(loop: str, cfg: RemoteConfig, row: RemoteResult) -> None:
-    server = _Server(_server_argv("acp_fast", loop, cfg)[0], port_on_stderr=True)
+    fd, report = tempfile.mkstemp(prefix="acp-fast-bench-", suffix=".jsonl")
+    os.close(fd)
+    server = _Server(_server_argv("acp_fast", loop, cfg)[0], port_on_stderr=True, env=_env(report))
     try:
         asyncio.run(_hold_and_measure(server, 20))  # warm: imports, first allocations
         before = server.rss()
@@ -274,11 +328,15 @@ def _connections(loop: str, cfg: RemoteConfig, row: RemoteResult) -> None:
         growth_kib = (served[1] - before) / max(served[0], 1) / 1024
         if served[0] != cfg.connections:
             row.error = f"{served[0]} of {cfg.connections} connections served"
+        _checked(row, report, (Process("server"),), None)
         row.runs.append(round(growth_kib, 1))
+    except RuntimeMismatch as exc:
+        _invalidate(row, exc)
     except Exception as exc:
         row.error = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         server.stop()
+        os.unlink(report)
 
 
 async def _hold_and_measure(server: _Server, k: int) -> tuple[int, int]:
@@ -323,6 +381,8 @@ def run_remote(cfg: RemoteConfig, *, rows: Sequence[tuple[str, str, str]] = ROWS
             "acp_fast", "ws", "connections", loop, "KiB RSS per connection")
     for r in range(cfg.rounds):
         for key, row in results.items():
+            if row.invalid:
+                continue  # its processes ran something else: no further rounds
             if progress is not None:
                 progress(f"round {r + 1}/{cfg.rounds}: {key[0]} {key[1]} {key[2]} ({key[3]})")
             if row.workload == "connections":
@@ -358,16 +418,20 @@ def render(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> str:
     """The rows and the goals as two plain-text tables."""
     from tabulate import tabulate
 
-    table = [[r.pair, r.transport, r.workload, r.loop, "" if r.median is None else f"{r.median:,.1f}", r.unit,
+    table = [[r.pair, r.transport, r.workload, r.loop, r.ran or "—",
+              "ERROR" if r.invalid else "" if r.median is None else f"{r.median:,.1f}", r.unit,
               " / ".join(f"{v:,.0f}" for v in r.runs),
               "" if not r.server_us else f"{statistics.median(r.server_us):.1f}",
               "" if not r.client_us else f"{statistics.median(r.client_us):.1f}",
               r.error or ""] for r in rows]
-    head = ["pair", "transport", "workload", "loop", "median", "unit", "runs", "server µs/msg*", "client µs/msg*", "error"]
+    head = ["pair", "transport", "workload", "loop", "ran†", "median", "unit", "runs", "server µs/msg*",
+            "client µs/msg*", "error"]
     goals = [[v["goal"], v["loop"], v["target"], "" if v["measured"] is None else f"{v['measured']:.2f}",
               "PASS" if v["met"] else "MISS"] for v in verdicts(rows, cfg)]
     return (tabulate(table, head, disable_numparse=True) + "\n\n* CPU per message of the whole process, "
-            "start-up and warm-up included (an upper bound)\n\n"
+            "start-up and warm-up included (an upper bound)\n† the engine twin each acp_fast process of the row "
+            "reported itself (client, server, agent), each on the row's loop and this acp_fast, checked after every "
+            "run (— : SDK processes only)\n\n"
             + tabulate(goals, ["goal", "loop", "target", "measured", ""], disable_numparse=True))
 
 

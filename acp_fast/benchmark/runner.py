@@ -6,7 +6,9 @@ The client is started with ``Popen`` (stdout and stderr captured). When the mach
 command is prefixed with ``taskset -c <cpu>`` (or a tiny ``python -c`` that pins itself and
 ``exec``\\ s the agent), so the agent runs on the other CPU. A sampler thread walks the
 client's process tree with psutil every ``poll_s`` seconds and keeps the largest RSS seen
-of the client and of its descendants (the agent).
+of the client and of its descendants (the agent). Every invocation gets its own report file
+(``$ACP_FAST_BENCH_REPORT``, inherited by the whole tree): the lines the acp_fast processes
+write there about themselves (:mod:`.launch`) come back in :attr:`Invocation.reports`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +49,8 @@ class Invocation:
         agent_rss_kib: the largest sampled RSS among the client's descendants.
         pinned: the CPUs of (client, agent), or ``None`` when not pinned.
         stderr_tail: the last lines the client (and agent) wrote to stderr.
+        reports: what the processes launched through :mod:`.launch` reported about themselves
+            (:func:`~acp_fast.benchmark.launch.read_reports`), in the order written.
     """
 
     argv: list[str]
@@ -56,6 +61,7 @@ class Invocation:
     pinned: tuple[int, int] | None = None
     stderr_tail: str = ""
     extra: JsonObject = field(default_factory=dict)
+    reports: list[JsonObject] = field(default_factory=list)
 
 
 def pin_plan() -> tuple[int, int] | None:
@@ -131,16 +137,33 @@ def run_client(
 ) -> Invocation:
     """Runs ``client_cmd client_args -- agent_cmd`` to completion; returns its JSON line.
 
-    ``pin=(a, b)`` runs the client on CPU ``a`` and the agent on CPU ``b``. ``on_tick(elapsed_s)``
+    ``pin=(a, b)`` runs the client on CPU ``a`` and the agent on CPU ``b``. The processes report
+    to a fresh file (:attr:`Invocation.reports`). ``on_tick(elapsed_s)``
     is called about every ``tick_s`` seconds while the client runs. Raises
     :class:`InvocationError` on timeout (the client's whole process group is killed),
     non-zero exit or missing/invalid JSON output.
     """
     agent = list(agent_cmd) if pin is None else pin_command(pin[1], agent_cmd)
     argv = [*client_cmd, *client_args, "--", *agent]
+    from .launch import REPORT_ENV, read_reports
+
+    fd, report_path = tempfile.mkstemp(prefix="acp-fast-bench-", suffix=".jsonl")
+    os.close(fd)
+    try:
+        inv = _run(argv, env, report_path, REPORT_ENV, timeout_s, poll_s, pin, on_tick, tick_s)
+        inv.reports = read_reports(report_path)
+        return inv
+    finally:
+        os.unlink(report_path)
+
+
+def _run(argv: list[str], env: Mapping[str, str] | None, report_path: str, report_env: str, timeout_s: float,
+         poll_s: float, pin: tuple[int, int] | None, on_tick: Callable[[float], None] | None,
+         tick_s: float) -> Invocation:
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    full_env[report_env] = report_path
     preexec = None
     if pin is not None:
         cpu = pin[0]

@@ -19,6 +19,14 @@ received, every text byte counted, every echo answered with its params) must pas
 the run counts as failed. Pairs through a conductor (:mod:`.chains`) also get the metrics
 marked ``chain_only``: the conductor's CPU per notification per hop, the whole agent side's
 CPU per notification and the conductor's peak RSS.
+
+After every run, what each process of the pair reported about itself (its engine twin, its
+loop, the ``acp_fast`` it imported: :mod:`.runtime`) is checked against the pair's label. A
+disagreement is not a failed run among others but a row that measured something else: the
+variant stops, every one of its measurements loses its figures and carries the reason
+(:attr:`Measurement.invalid`), so that no number stands for what did not run. Otherwise each
+measurement records what ran (:attr:`Measurement.ran`, e.g. ``c ×2``) and the raw record of the
+run its ``processes``.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from typing import Any
 from ..jsontypes import Json, JsonObject
 from .pairs import Pair, Variant
 from .runner import Invocation, InvocationError, run_client
+from .runtime import RuntimeMismatch, check, summary
 
 __all__ = ["METRICS", "Measurement", "Metric", "RunConfig", "Step", "run_pairs"]
 
@@ -213,7 +222,12 @@ METRICS: tuple[Metric, ...] = (
 
 @dataclass
 class Measurement:
-    """One metric of one pair on one event loop over all repetitions."""
+    """One metric of one pair on one event loop over all repetitions.
+
+    ``ran``: what the pair's processes reported they ran (:func:`~.runtime.summary`, e.g.
+    ``c ×2``); ``invalid``: why the variant has no figures at all (its processes disagreed with
+    its label: another twin, loop or package), else ``None``.
+    """
 
     pair: str
     workload: str
@@ -224,14 +238,18 @@ class Measurement:
     better: str | None = None
     errors: list[str] = field(default_factory=list)
     skipped: str | None = None
+    ran: str | None = None
+    invalid: str | None = None
 
     def to_json(self) -> JsonObject:
-        """The measurement as a JSON-ready dict; ``errors`` and ``skipped`` only when set."""
+        """The measurement as a JSON-ready dict; ``errors``, ``skipped``, ``ran`` and ``invalid``
+        only when set."""
         d = asdict(self)
         if not self.errors:
             d.pop("errors")
-        if self.skipped is None:
-            d.pop("skipped")
+        for key in ("skipped", "ran", "invalid"):
+            if d[key] is None:
+                d.pop(key)
         return d
 
     @classmethod
@@ -252,7 +270,8 @@ class Measurement:
                        loop=str(d.get("loop", "asyncio")), runs=[_float(x) for x in runs],
                        median=None if d.get("median") is None else _float(d["median"]),
                        better=_opt_str(d.get("better")), errors=[str(e) for e in errors],
-                       skipped=_opt_str(d.get("skipped")))
+                       skipped=_opt_str(d.get("skipped")), ran=_opt_str(d.get("ran")),
+                       invalid=_opt_str(d.get("invalid")))
         except ValueError as exc:
             raise ValueError(f"row {d['pair']} [{d.get('loop')}] {d['workload']}: {exc}") from None
 
@@ -280,7 +299,7 @@ def _check(inv: Invocation, step: Step, loop: str) -> None:
     if loop in ("asyncio", "uvloop"):  # every Python side reports its loop: it must be the row's
         for key in ("loop", "agentLoop"):
             if r.get(key) not in (None, loop):
-                raise InvocationError(f"{key} {r.get(key)!r}, the row's loop is {loop!r} ({step.name})")
+                raise RuntimeMismatch(f"{key} {r.get(key)!r}, the row's loop is {loop!r} ({step.name})")
     for key in ("updatesOk", "textOk"):
         if r.get(key) is False:
             raise InvocationError(f"client self-check failed: {key}=false ({step.name})")
@@ -299,8 +318,10 @@ def run_pairs(
     """Runs every step of every runnable pair on every loop ``config.repeat`` times.
 
     Returns the measurements (a skipped pair gets one with ``workload="*"`` and the skip
-    message) and the raw per-invocation records (client JSON, RSS samples, load average, CPUs).
-    The callbacks receive a step label like ``"r2 ts/ts [node] main"`` for progress displays.
+    message) and the raw per-invocation records (client JSON, RSS samples, load average, CPUs,
+    what each process reported). A variant whose processes disagree with its label
+    (:class:`~.runtime.RuntimeMismatch`) is not run again and keeps no figures. The callbacks
+    receive a step label like ``"r2 ts/ts [node] main"`` for progress displays.
     """
     runnable: list[Variant] = []
     rows: list[Measurement] = []
@@ -318,10 +339,14 @@ def run_pairs(
         if m.applies(v.pair)
     }
     raw: list[JsonObject] = []
+    invalid: dict[tuple[str, str], tuple[str, str]] = {}  # variant -> (reason, what ran)
+    ran: dict[tuple[str, str], str] = {}
     for rep in range(1, config.repeat + 1):
         for v in runnable:
             for step in STEPS:
                 if step.name == "large" and config.large_repeat is not None and rep > config.large_repeat:
+                    continue
+                if v.key in invalid:
                     continue
                 label = f"r{rep}/{config.repeat} {v.label} {step.name}"
                 if on_start:
@@ -337,7 +362,23 @@ def run_pairs(
                         pin=config.pin,
                         on_tick=functools.partial(on_tick, label) if on_tick else None,
                     )
+                    record["reports"] = inv.reports
+                    processes = check(inv.reports, v.pair.processes, engine=v.pair.engine, loop=v.loop,
+                                      result=inv.result)
+                    record["processes"] = processes
                     _check(inv, step, v.loop)
+                except RuntimeMismatch as exc:
+                    err = f"the processes disagree with the row: {exc}"
+                    record.update(error=err, mismatch=True, result=inv.result, argv=inv.argv,
+                                  processes=exc.processes)
+                    raw.append(record)
+                    invalid[v.key] = (err, summary(exc.processes) if exc.processes else "?")
+                    for m in METRICS:
+                        if m.applies(v.pair):
+                            measured[v.key + (m.workload,)].errors.append(f"r{rep}: {err}")
+                    if on_done:
+                        on_done(label, f"ERROR: {err[:300]}")
+                    continue
                 except (InvocationError, OSError) as exc:
                     err = str(exc)
                     record["error"] = err
@@ -352,6 +393,7 @@ def run_pairs(
                               client_rss_kib=inv.client_rss_kib, agent_rss_kib=inv.agent_rss_kib,
                               pinned=inv.pinned)
                 raw.append(record)
+                ran[v.key] = summary(processes)
                 for m in METRICS:
                     if m.step == step.name and m.applies(v.pair):
                         value = m.extract(inv)
@@ -359,9 +401,15 @@ def run_pairs(
                             measured[v.key + (m.workload,)].runs.append(value)
                 if on_done:
                     on_done(label, _summary(step, inv))
-    for row in measured.values():
-        if row.runs:
-            row.median = statistics.median(row.runs)
+    for key, row in measured.items():
+        variant = (key[0], key[1])
+        if variant in invalid:
+            row.invalid, row.ran = invalid[variant]
+            row.runs, row.median = [], None
+        else:
+            row.ran = ran.get(variant)
+            if row.runs:
+                row.median = statistics.median(row.runs)
         rows.append(row)
     return rows, raw
 

@@ -25,8 +25,8 @@ from .pairs import CEILING, PAIRS
 from .suite import Measurement, RunConfig
 from .targets import verdicts
 
-__all__ = ["CHAIN_COLUMNS", "COLUMNS", "MARKDOWN", "TABLEFMT", "BenchJSON", "BenchJSONError", "chains_table",
-           "dump_json", "format_value", "goals_changed", "goals_table", "load_json", "markdown_table",
+__all__ = ["CHAIN_COLUMNS", "COLUMNS", "MARKDOWN", "RAN_NOTE", "TABLEFMT", "BenchJSON", "BenchJSONError",
+           "chains_table", "dump_json", "format_value", "goals_changed", "goals_table", "load_json", "markdown_table",
            "portable_paths", "read_json", "results_table", "write_json"]
 
 #: tabulate format of the tables as a run prints them
@@ -84,16 +84,42 @@ def format_value(v: float | None) -> str:
 def _cell(row: Measurement | None) -> str:
     if row is None:
         return "—"
+    if row.invalid:
+        return "ERROR"
     cell = format_value(row.median)
     if row.errors:
         cell += f" !{len(row.errors)}"
     return cell
 
 
+def _has_ran(rows: Sequence[Measurement]) -> bool:
+    """Whether the run recorded what its processes ran (runs saved before it did not: their
+    tables come out as they were)."""
+    return any(r.ran or r.invalid for r in rows)
+
+
+def _ran(rows: Sequence[Measurement], pair: str, loop: str) -> str:
+    """The ``ran`` cell of a variant: what its processes reported (``?`` for a run without it)."""
+    for r in rows:
+        if r.pair == pair and r.loop == loop and not r.skipped:
+            return r.ran or "?"
+    return "?"
+
+
+#: The note under a table with a ``ran`` column.
+RAN_NOTE = ("ran: the engine twin each process of the row reported itself, in order (client, conductor, "
+            "proxies, agent; c compiled, py pure, sdk an official Python SDK peer, node a Node.js peer), "
+            "each on the row's loop and importing this acp_fast, checked after every run; a row whose "
+            "processes disagree with its label shows ERROR instead of figures.")
+
+
 def results_table(rows: Sequence[Measurement], config: RunConfig, *, tablefmt: str = TABLEFMT) -> str:
     """A line per pair and loop, a column per metric (:data:`COLUMNS`; medians of the runs;
-    ``!k``: k runs failed). Skipped pairs and errors are listed under the table."""
+    ``!k``: k runs failed), after the ``ran`` column (what the processes reported they ran; a row
+    whose processes disagree with its label has ``ERROR`` for figures). Skipped pairs and errors
+    are listed under the table."""
     by_key = {(r.pair, r.loop, r.workload): r for r in rows if not r.skipped}
+    show_ran = _has_ran(rows)
     variants: list[tuple[str, str]] = []
     for r in rows:
         if not r.skipped and (r.pair, r.loop) not in variants:
@@ -104,9 +130,12 @@ def results_table(rows: Sequence[Measurement], config: RunConfig, *, tablefmt: s
         for pair, loop in variants:
             p = PAIRS.get(pair)
             name = f"{pair} — {CEILING}" if p is not None and p.ceiling else pair
-            body.append([name, loop, *(_cell(by_key.get((pair, loop, w))) for w, _ in COLUMNS)])
-        out.append(markdown_table(body, ["pair (client/agent)", "loop", *(h for _, h in COLUMNS)],
-                                  ["left", "left", *("right" for _ in COLUMNS)], tablefmt))
+            body.append([name, loop, *([_ran(rows, pair, loop)] if show_ran else []),
+                         *(_cell(by_key.get((pair, loop, w))) for w, _ in COLUMNS)])
+        out.append(markdown_table(body, ["pair (client/agent)", "loop", *(["ran"] if show_ran else []),
+                                         *(h for _, h in COLUMNS)],
+                                  ["left", "left", *(["left"] if show_ran else []), *("right" for _ in COLUMNS)],
+                                  tablefmt))
     else:
         out.append("(no runnable pair)")
     out.append("")
@@ -117,6 +146,8 @@ def results_table(rows: Sequence[Measurement], config: RunConfig, *, tablefmt: s
         f"during the streaming prompt ÷ N. "
         + (f"Client on CPU {config.pin[0]}, agent on CPU {config.pin[1]}." if config.pin else "Not pinned (< 2 CPUs).")
     )
+    if show_ran:
+        out.append(RAN_NOTE)
     chains = chains_table(rows, tablefmt=tablefmt)
     if chains:
         out.extend(["", chains])
@@ -125,6 +156,12 @@ def results_table(rows: Sequence[Measurement], config: RunConfig, *, tablefmt: s
             out.append(f"- {r.pair}: {r.skipped}")
     seen: set[str] = set()
     for r in rows:
+        if r.invalid and f"{r.pair} [{r.loop}]" not in seen:
+            seen.add(f"{r.pair} [{r.loop}]")
+            out.append(f"- {r.pair} [{r.loop}]: ERROR, no figures: {r.invalid}")
+    for r in rows:
+        if r.invalid:
+            continue
         for e in r.errors:
             key = f"{r.pair} [{r.loop}] {e}"
             if key not in seen:
@@ -139,6 +176,7 @@ def chains_table(rows: Sequence[Measurement], *, tablefmt: str = TABLEFMT) -> st
     side's CPU per notification and the conductor's peak RSS; ``""`` without chain rows."""
     from .chains import DIRECT
 
+    show_ran = _has_ran(rows)
     by_key = {(r.pair, r.loop, r.workload): r for r in rows if not r.skipped}
     variants: list[tuple[str, str]] = []
     for r in rows:
@@ -154,11 +192,13 @@ def chains_table(rows: Sequence[Measurement], *, tablefmt: str = TABLEFMT) -> st
         share = "—"
         if stream is not None and direct is not None and stream.median and direct.median:
             share = f"{100.0 * stream.median / direct.median:.0f} %"
-        body.append([pair, loop, str(getattr(PAIRS.get(pair), "hops", "?")), _cell(stream), share,
+        body.append([pair, loop, *([_ran(rows, pair, loop)] if show_ran else []),
+                     str(getattr(PAIRS.get(pair), "hops", "?")), _cell(stream), share,
                      *(_cell(by_key.get((pair, loop, w))) for w, _ in CHAIN_COLUMNS)])
-    table = markdown_table(body, ["proxy chain", "loop", "hops", "notif/s ↑", f"of {DIRECT}",
-                                  *(h for _, h in CHAIN_COLUMNS)],
-                           ["left", "left", "right", "right", "right", *("right" for _ in CHAIN_COLUMNS)], tablefmt)
+    table = markdown_table(body, ["proxy chain", "loop", *(["ran"] if show_ran else []), "hops", "notif/s ↑",
+                                  f"of {DIRECT}", *(h for _, h in CHAIN_COLUMNS)],
+                           ["left", "left", *(["left"] if show_ran else []), "right", "right", "right",
+                            *("right" for _ in CHAIN_COLUMNS)], tablefmt)
     return (table + "\n\nProxy chains: the client spawns `acp-fast conductor agent PROXY… AGENT`; hops = proxies + 1 "
             "(conductor forwards per notification). Conductor CPU and RSS are the client's /proc readings of the "
             "process it spawned (CPU: thread run time during the streaming prompt; RSS: VmHWM); agent side = "

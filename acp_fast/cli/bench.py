@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from acp_fast.benchmark.suite import Measurement, RunConfig
@@ -55,8 +55,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--list", action="store_true", help="list the registered pairs and exit")
     g.add_argument("--add-pair", nargs=3, action="append", metavar=("NAME", "CLIENT", "AGENT"), default=[],
                    help="register an extra pair from two shell-quoted commands (repeatable)")
-    g.add_argument("--peers", metavar="DIR", help="folder of the official-SDK peers (default: peers/ of the "
-                                                  "source tree or $ACP_FAST_PEERS)")
+    g.add_argument("--peers", metavar="DIR", help="the peers/ folder of the acp-fast source tree (a checkout or the "
+                                                  "sdist; the wheel has no peers), with the TypeScript SDK installed "
+                                                  "by `npm ci` in DIR/ts (default: $ACP_FAST_PEERS, else peers/ of the "
+                                                  "source tree or of the working directory)")
     g.add_argument("--acp-agent", metavar="CMD",
                    help="acp_fast agent command for the acp_fast pairs (default: acp-fast testy)")
     g.add_argument("--repeat", "-r", type=int, help="repetitions (median reported; default 3, --quick 1; "
@@ -283,7 +285,7 @@ def _run_suite(args: argparse.Namespace) -> int:
     meta = {"command": command, "elapsed_s": elapsed, "quick": args.quick,
             "before": before.to_json(), "after": after.to_json(), "busy": warnings,
             "acp_fast_agent": {"kind": kind, "argv": list(agent_cmd)}, "baseline": pairs_mod.BASELINE,
-            "cpus_allowed": machine.cpu_count()}
+            "cpus_allowed": machine.cpu_count(), "harness": _harness()}
     print(report_text(rows, config, meta, tablefmt=MARKDOWN if args.markdown else TABLEFMT))
     for w in warnings:
         _err(f"warning: machine busy: {w}")
@@ -303,6 +305,36 @@ def _run_suite(args: argparse.Namespace) -> int:
             print(f"chart written to {args.png}")
     failed = any(r.errors and not r.runs for r in rows)
     return 1 if failed else 0
+
+
+def _harness() -> JsonObject:
+    """What the harness runs (every process of a row must run the same: the ``ran`` column)."""
+    from acp_fast import IMPLEMENTATION
+    from acp_fast.benchmark import registry
+    from acp_fast.benchmark.runtime import PACKAGE_DIR
+
+    from acp_fast.benchmark.tables import portable_paths
+
+    # as saved in the JSON, so that --from-json prints the same
+    return cast("JsonObject", portable_paths({"acp_fast": PACKAGE_DIR, "engine": IMPLEMENTATION,
+                                              "python": sys.executable,
+                                              "peers": str(registry.PEERS) if registry.PEERS_FROM else None,
+                                              "peers_from": registry.PEERS_FROM}))
+
+
+def _path(p: Json) -> str:
+    text = str(p)
+    return text if text.startswith(("/", "~")) or text == "python" else f"./{text}"
+
+
+def _harness_note(harness: Json) -> str | None:
+    if not isinstance(harness, dict):
+        return None  # a run saved before the harness was recorded
+    peers = (f"{_path(harness.get('peers'))} (from {harness.get('peers_from')})" if harness.get("peers")
+             else "none found (pass --peers DIR)")
+    return (f"Harness: {_path(harness.get('python'))}, acp_fast from {_path(harness.get('acp_fast'))} "
+            f"(engine {harness.get('engine')}); every Python process of a row runs that interpreter and that "
+            f"package, whatever the working directory; peers: {peers}")
 
 
 #: the ``acp_fast agent:`` note of the report, per kind of :func:`~acp_fast.benchmark.pairs.acp_fast_agent`
@@ -353,6 +385,7 @@ def report_text(rows: Sequence[Measurement], config: RunConfig, meta: JsonObject
         f"{', '.join(config.loops)}; {cpus} CPUs"
         + (f", client on CPU {pin[0]} and agent on CPU {pin[1]}" if pin else ", not pinned"),
         f"acp_fast agent: {AGENT_NOTES.get(str(kind), str(kind or '?'))}",
+        *filter(None, [_harness_note(meta.get("harness"))]),
         f"Load average (1/5/15 min): {load_before} before, {load_after} after; "
         f"CPU calibration {cal_before} ms before, {cal_after} ms after",
     ]
