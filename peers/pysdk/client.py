@@ -24,6 +24,8 @@ Notes on SDK defaults this client overrides (documented keyword arguments):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import resource
 import sys
@@ -204,7 +206,13 @@ async def main(args: ClientArgs) -> dict[str, Any]:
         ru = resource.getrusage(resource.RUSAGE_SELF)
         out["clientMaxRssKiB"] = ru.ru_maxrss
         out["clientCpuMs"] = round((ru.ru_utime + ru.ru_stime) * 1000)
-    # Leaving the context closed the agent's stdin and waited for it (terminate after 2 s).
+        # The agent exits on stdin EOF. Leaving the context closes its stdin and gives it 2 s
+        # before SIGTERM, too little on a loaded machine: close it here and wait up to 10 s.
+        if process.stdin is not None:
+            process.stdin.close()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(process.wait(), 10)
+    # Leaving the context waited for the agent (it has exited by now unless it hangs).
     out["agentExit"] = process.returncode
     return out
 
