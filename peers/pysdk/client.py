@@ -208,10 +208,13 @@ async def main(args: ClientArgs) -> dict[str, Any]:
         out["clientCpuMs"] = round((ru.ru_utime + ru.ru_stime) * 1000)
         # The agent exits on stdin EOF. Leaving the context closes its stdin and gives it 2 s
         # before SIGTERM, too little on a loaded machine: close it here and wait up to 10 s.
-        if process.stdin is not None:
-            process.stdin.close()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(process.wait(), 10)
+        # (an asyncio subprocess; on acp_fast's connection drop-in the child is its own object,
+        # which waits for the agent itself)
+        stdin = getattr(process, "stdin", None)
+        if isinstance(stdin, asyncio.StreamWriter):
+            stdin.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(process.wait(), 10)
     # Leaving the context waited for the agent (it has exited by now unless it hangs).
     out["agentExit"] = process.returncode
     return out
