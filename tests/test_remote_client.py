@@ -585,15 +585,18 @@ def test_sse_cursor_is_the_last_whole_event() -> None:
     assert parser.last_event_id == "2"
 
 
-@pytest.mark.parametrize("after", [300, 0], ids=["mid-stream", "before-the-first-event"])
-def test_http_sse_resumed_after_a_drop(engine: ModuleType, after: int) -> None:
+@pytest.mark.parametrize(("after", "batches"), [(300, False), (0, False), (0, True)],
+                         ids=["mid-stream", "before-the-first-event", "inside-the-first-batch"])
+def test_http_sse_resumed_after_a_drop(engine: ModuleType, after: int, batches: bool) -> None:
     """The session stream is cut inside an event (after ``after`` whole events) mid-prompt: the
     client resumes it with ``Last-Event-ID`` (the last whole event's id; ``0`` when none came
-    yet on that stream) and receives every update once, in order, then the reply."""
+    yet on that stream) and receives every update once, in order, then the reply. With batch
+    frames (the client's default against our server) the first event is a batch, cut in the
+    middle: the resume replays all of it."""
 
     async def body() -> None:
         app = our_server(engine)
-        cut = CutSse(app, after=after)
+        cut = CutSse(app, after=after, batches=batches)
         record: list[Any] = []
         try:
             async with served(cut) as where:
@@ -731,3 +734,112 @@ def test_http_connection_closed_by_the_server(engine: ModuleType) -> None:
             await app.aclose()
 
     run(body)
+
+
+# ---------------------------------------------------------------------------------------
+# the lean HTTP/1.1 path of POSTs and SSE GETs (``_plainhttp``): cookies, reconnecting
+# ---------------------------------------------------------------------------------------
+
+
+class _Affinity:
+    """ASGI middleware: sets an affinity cookie on the ``initialize`` reply and records the
+    ``Cookie`` header of every later HTTP request (method, header or ``None``)."""
+
+    def __init__(self, app: AcpApp) -> None:
+        self.app = app
+        self.path = app.path
+        self.seen: list[tuple[str, str | None]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in scope.get("headers", ())}
+        cookie = headers.get(b"cookie")
+        first = b"acp-connection-id" not in headers
+        if not first:
+            self.seen.append((scope["method"], cookie.decode() if cookie is not None else None))
+
+        async def sending(message: dict[str, Any]) -> None:
+            if first and message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (b"set-cookie", b"affinity=worker-7; Path=/")]}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+def test_http_cookies_kept_on_every_request(engine: ModuleType) -> None:
+    """A cookie the server sets on ``initialize`` (an affinity cookie, which the RFD allows)
+    comes back on every later POST, SSE GET and the closing DELETE."""
+
+    async def body() -> None:
+        app = our_server(engine)
+        affinity = _Affinity(app)
+        try:
+            async with served(affinity) as where:
+                client = Client.builder().on_session_update(lambda u, cx: None)
+                async with client.connect(connect_url(where.http_url), engine=engine) as cx:
+                    await cx.initialize()
+                    session = (await cx.build_session("/tmp")).session
+                    assert await session.send_prompt("stream 3 chunks") == {"stopReason": "end_turn"}
+                    assert await cx.send_request("_test/echo", {"n": 1}) == {"n": 1}
+                await asyncio.sleep(0.1)
+        finally:
+            await app.aclose()
+        methods = {m for m, _ in affinity.seen}
+        assert {"POST", "GET", "DELETE"} <= methods, affinity.seen
+        assert all(cookie == "affinity=worker-7" for _, cookie in affinity.seen), affinity.seen
+
+    run(body)
+
+
+def test_plain_http_reopens_a_connection_the_server_closed() -> None:
+    """POSTs reuse one keep-alive connection; one closed meanwhile (a server's keep-alive
+    timeout) is not reused: the next request opens a new one and succeeds."""
+    from acp_fast.transport.remote._plainhttp import PlainHttp
+
+    async def body() -> None:
+        app = our_server(engine_default())
+        try:
+            async with served(app) as where:
+                plain = PlainHttp(where.http_url, httpx.Cookies(), connect_timeout=5.0, max_body=1 << 20,
+                                  user_agent="test")
+                opened = 0
+                connect = plain._connect
+
+                async def counting() -> Any:
+                    nonlocal opened
+                    opened += 1
+                    return await connect()
+
+                plain._connect = counting  # type: ignore[method-assign]
+                init = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
+                reply, data = await plain.request("POST", {"content-type": "application/json"}, init)
+                assert reply.status_code == 200 and b'"protocolVersion":1' in data
+                cid = reply.headers["acp-connection-id"]
+                echo = b'{"jsonrpc":"2.0","id":1,"method":"_test/echo","params":{}}'
+                headers = {"content-type": "application/json", "acp-connection-id": cid}
+                for _ in range(3):
+                    reply, data = await plain.request("POST", headers, echo)
+                    assert (reply.status_code, data) == (202, b"")
+                assert opened == 1
+                for conn in plain._idle:
+                    assert conn.transport is not None
+                    conn.transport.close()
+                await asyncio.sleep(0.05)
+                reply, _ = await plain.request("POST", headers, echo)
+                assert reply.status_code == 202 and opened == 2
+                reply, _ = await plain.request("DELETE", {"acp-connection-id": cid})
+                assert reply.status_code == 202
+                plain.close()
+        finally:
+            await app.aclose()
+
+    run(body)
+
+
+def engine_default() -> ModuleType:
+    import acp_fast.engine as engine
+
+    return engine

@@ -27,7 +27,7 @@ import websockets
 from acp_fast.testy import build
 from acp_fast.transport import Stream
 from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served
-from acp_fast.transport.remote.server import _EventStream
+from acp_fast.transport.remote.server import _EventStream, _sse_chunk
 
 HANG_GUARD = 30.0
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}
@@ -287,7 +287,198 @@ def test_replay_window_is_bounded() -> None:
     events.take(1000)
     assert events.sent_bytes <= 1000 and len(events.sent) == 10
     assert not events.rewind(50)  # dropped from the window
-    assert events.rewind(95) and [i for i, _ in events.queue] == [96, 97, 98, 99, 100]
+    assert events.rewind(95) and [item[0] for item in events.queue] == [96, 97, 98, 99, 100]
+
+
+# -- frame batching (the client's opt-in) ---------------------------------------------------------
+
+
+def test_sse_batch_events_group_notifications_and_responses_and_keep_cursors() -> None:
+    """A reader that takes batch frames gets each run of notifications and responses as one
+    event, a JSON array whose id is its last line's; a request goes alone. Resuming from a
+    batch's id replays only what came after it; without the opt-in: one event per line."""
+    events = _EventStream(None)
+    lines = [(b'{"n":1}', True), (b'{"n":2}', True), (b'{"r":3}', False), (b'{"s":4}', True), (b'{"n":5}', True)]
+    for line, batchable in lines:
+        events.put(line, batchable)
+    items, size = events.take(10_000)
+    assert size == sum(len(line) for line, _ in lines)
+    assert _sse_chunk(items, True, True) == (b'id: 2\ndata: [{"n":1},{"n":2}]\n\n'
+                                             b'id: 3\ndata: {"r":3}\n\n'
+                                             b'id: 5\ndata: [{"s":4},{"n":5}]\n\n')
+    assert _sse_chunk(items, False, True) == b'data: [{"n":1},{"n":2}]\n\ndata: {"r":3}\n\ndata: [{"s":4},{"n":5}]\n\n'
+    assert _sse_chunk(items, True, False) == b"".join(b"id: %d\ndata: %s\n\n" % (i + 1, line)
+                                                      for i, (line, _) in enumerate(lines))
+    assert events.rewind(2)  # the first batch seen whole: the rest again, as it was
+    again, _ = events.take(10_000)
+    assert _sse_chunk(again, True, True) == b'id: 3\ndata: {"r":3}\n\nid: 5\ndata: [{"s":4},{"n":5}]\n\n'
+
+
+def test_sse_batch_event_size_is_bounded() -> None:
+    from acp_fast.transport.remote._wire import BATCH_FRAME_BYTES
+
+    events = _EventStream(None)
+    line = b'{"x":"' + b"a" * 1000 + b'"}'
+    count = 3 * BATCH_FRAME_BYTES // len(line)
+    for _ in range(count):
+        events.put(line, True)
+    events.put(b"[" + b"b" * BATCH_FRAME_BYTES + b"]", True)  # too big to join any batch
+    items, _ = events.take(0)
+    datas = [e.split(b"data: ", 1)[1] for e in _sse_chunk(items, False, True).split(b"\n\n") if e]
+    assert all(len(d) <= BATCH_FRAME_BYTES for d in datas[:-1]) and len(datas) >= 4
+    assert sum(len(json.loads(d)) for d in datas[:-1]) == count  # every line once
+    assert datas[-1].startswith(b"[bbb")
+
+
+@pytest.mark.parametrize("line", [
+    b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"abc","update":{"x":1}}}',
+    b'{"jsonrpc":"2.0","id":5,"method":"session/request_permission","params":{"sessionId":"s1","x":1}}',
+    b'{"jsonrpc":"2.0","id":"q,1","method":"m","params":{"sessionId":"s2"}}',
+    b'{"jsonrpc":"2.0","method":"m","params":{"sessionId":"a\\u0062"}}',  # an escape: decoded
+    b'{"jsonrpc":"2.0","method":"m","params":{"sessionId":"x","sessionId":"y"}}',  # twice: decoded
+    b'{"jsonrpc":"2.0","method":"m","params":{"sessionId":"x","text":"sessionId"}}',
+    b'{"jsonrpc":"2.0","method":"m","params":{"sessionId":7}}',
+    b'{"method":"m","jsonrpc":"2.0","params":{"a":1,"sessionId":"z"}}',
+    b'{"jsonrpc":"2.0","method":"m","params":[1]}',
+    b'{"jsonrpc":"2.0","method":"m"}',
+], ids=lambda line: line[30:70].decode())
+def test_session_read_from_the_line_agrees_with_the_decoded_params(engine: ModuleType, line: bytes) -> None:
+    """The server routes the agent's calls by ``params.sessionId``, read from the bytes where
+    the line starts as the engines write it: always the value decoding would give."""
+    from acp_fast.transport.remote.server import _params_session
+
+    frame = engine.Decoder(lazy=True).feed(line + b"\n")[0]
+    params = engine.Decoder().feed(line + b"\n")[0].params
+    expected = params.get("sessionId") if isinstance(params, dict) else None
+    assert _params_session(frame, line) == expected
+
+
+def _flat(frames: list[Any]) -> list[Any]:
+    return [m for f in frames for m in (f if isinstance(f, list) else [f])]
+
+
+async def _ws_turn(url: str, headers: dict[str, str], text: str) -> tuple[Any, list[Any]]:
+    """A v1 connection over WebSocket: initialize, session/new, one prompt (a permission asked
+    mid-prompt is allowed); the 101's headers and every frame after session/new, decoded."""
+    frames: list[Any] = []
+    async with websockets.connect(url, additional_headers=headers) as ws:
+        await ws.send(json.dumps(INIT))
+        assert json.loads(await ws.recv())["id"] == 0
+        await ws.send(json.dumps(NEW))
+        sid = json.loads(await ws.recv())["result"]["sessionId"]
+        await ws.send(json.dumps(prompt(2, sid, text)))
+        while True:
+            frame = json.loads(await ws.recv())
+            frames.append(frame)
+            for m in frame if isinstance(frame, list) else [frame]:
+                if m.get("method") == "session/request_permission":
+                    option = m["params"]["options"][0]["optionId"]
+                    await ws.send(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {
+                        "outcome": {"outcome": "selected", "optionId": option}}}))
+            if any(m.get("id") == 2 for m in _flat([frame])):
+                return ws.response.headers, frames
+
+
+def test_websocket_batch_frames_only_for_a_client_that_asks(engine: ModuleType) -> None:
+    """With ``Acp-Batch-Frames: 1`` on the upgrade the 101 confirms it and what the agent
+    writes in a turn leaves as batch frames (the same messages, in order); the agent's
+    request goes alone. Without the header every frame is one message."""
+
+    async def main() -> None:
+        async with served(make_testy(engine)) as where:
+            text = "permission stream 1000 chunks"
+            plain_headers, plain = await _ws_turn(where.ws_url, {}, text)
+            batched_headers, batched = await _ws_turn(where.ws_url, {"Acp-Batch-Frames": "1"}, text)
+        assert "acp-batch-frames" not in plain_headers
+        assert all(isinstance(f, dict) for f in plain)
+        assert batched_headers["acp-batch-frames"] == "1"
+        assert any(isinstance(f, list) and len(f) > 1 for f in batched)
+        assert len(batched) < len(plain) // 2
+        for f in batched:  # a request is never inside a batch
+            assert not (isinstance(f, list) and any("method" in m and "id" in m for m in f)), f
+        def shape(ms: list[Any]) -> list[Any]:
+            return [(m.get("method"), m.get("id") if "method" not in m else None,
+                     m.get("params", {}).get("update", {}).get("content", {}).get("text")) for m in ms]
+        assert shape(_flat(batched)) == shape(plain)
+        assert sum(m.get("method") == "session/update" for m in plain) >= 1000
+
+    run(main())
+
+
+def test_websocket_batch_groups_follow_the_agents_lines(engine: ModuleType) -> None:
+    """What the agent writes in one chunk, as frames: runs of notifications and responses
+    joined, a request alone (also when notifications precede it), the agent's own batch
+    alone and unchanged, a lone message unwrapped; without the opt-in, one frame a line."""
+    from acp_fast.transport.memory import memory_pair
+
+    def note(i: int) -> bytes:
+        return b'{"jsonrpc":"2.0","method":"n","params":{"i":%d}}' % i
+
+    req = b'{"jsonrpc":"2.0","id":7,"method":"r","params":{}}'
+    resp = b'{"jsonrpc":"2.0","id":3,"result":{}}'
+    own = b"[" + note(4) + b"]"
+    chunk = b"\n".join([note(1), note(2), req, resp, note(3), own, note(5)]) + b"\n"
+
+    async def frames_for(headers: dict[str, str], count: int) -> list[Any]:
+        agents: asyncio.Queue[tuple[Stream, asyncio.Queue[bytes]]] = asyncio.Queue()
+
+        async def opener() -> Stream:
+            ours, theirs = memory_pair()
+            got: asyncio.Queue[bytes] = asyncio.Queue()
+            theirs.attach(got.put_nowait, lambda exc: None, lambda ok: None)
+            agents.put_nowait((theirs, got))
+            return ours
+
+        async with served(AcpApp(opener, engine=engine)) as where:
+            async with websockets.connect(where.ws_url, additional_headers=headers) as ws:
+                agent, got = await agents.get()
+                await ws.send('{"jsonrpc":"2.0","method":"hello"}')
+                assert b"hello" in await got.get()
+                agent.write(chunk)
+                return [json.loads(await ws.recv()) for _ in range(count)]
+
+    async def main() -> None:
+        def n(i: int) -> dict[str, Any]:
+            return json.loads(note(i))
+
+        batched = await frames_for({"Acp-Batch-Frames": "1"}, 5)
+        assert batched == [[n(1), n(2)], json.loads(req), [json.loads(resp), n(3)], [n(4)], n(5)]
+        plain = await frames_for({}, 7)
+        assert plain == [n(1), n(2), json.loads(req), json.loads(resp), n(3), [n(4)], n(5)]
+
+    run(main())
+
+
+def test_sse_batch_events_for_a_client_that_asks(engine: ModuleType) -> None:
+    """The same over Streamable HTTP: a session stream opened with ``Acp-Batch-Frames: 1``
+    gets the streamed turn as batch events, every update once, in order, ids rising."""
+
+    async def main() -> None:
+        async with served(make_testy(engine)) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            h, conn, sid = await open_session(c, url)
+            async with c.stream("GET", url, headers={**h, "acp-session-id": sid, "accept": "text/event-stream",
+                                                     "acp-batch-frames": "1"}) as resp:
+                assert resp.headers["acp-batch-frames"] == "1"
+                r = await c.post(url, json=prompt(2, sid, "stream 1000"), headers={**h, "acp-session-id": sid})
+                assert r.status_code == 202
+                from acp_fast.transport.remote._wire import SseParser
+
+                parser, datas, ids = SseParser(), [], []
+                async for chunk in resp.aiter_bytes():
+                    for data in parser.feed(chunk):
+                        datas.append(json.loads(data))
+                        ids.append(int(parser.last_event_id or 0))
+                    if any(m.get("id") == 2 for m in _flat(datas[-1:])):
+                        break
+            messages = _flat(datas)
+            texts = [m["params"]["update"]["content"]["text"] for m in messages if m.get("method") == "session/update"]
+            assert len(texts) == 1000 and messages[-1]["result"]["stopReason"] == "end_turn"
+            assert ids == sorted(ids) and ids[-1] == len(messages)  # a batch's id is its last line's
+            assert any(isinstance(d, list) and len(d) > 1 for d in datas) and len(datas) < len(messages)
+            conn.stop()
+
+    run(main())
 
 
 # -- security -------------------------------------------------------------------------------------

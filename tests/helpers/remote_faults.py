@@ -36,8 +36,11 @@ class CutSse:
         cut: set once the cut happened.
     """
 
-    def __init__(self, app: Any, *, after: int) -> None:
+    def __init__(self, app: Any, *, after: int, batches: bool = False) -> None:
         self.app = app
+        #: ``False``: the client's ``Acp-Batch-Frames`` opt-in is taken off the GETs, so the
+        #: server sends one event per message and ``after`` counts messages too.
+        self.batches = batches
         self.path = app.path
         self.after = after
         self.gets: list[dict[str, str]] = []
@@ -58,6 +61,9 @@ class CutSse:
             await self.app(scope, receive, send)
             return
         self.gets.append(headers)
+        if not self.batches:
+            scope = {**scope, "headers": [(k, v) for k, v in scope.get("headers", ())
+                                          if k.lower() != b"acp-batch-frames"]}
         if not self._armed or "acp-session-id" not in headers:
             await self.app(scope, receive, send)
             return

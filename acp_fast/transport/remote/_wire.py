@@ -21,6 +21,7 @@ __all__ = [
     "EXTRA_HINT",
     "HEALTH_PATH",
     "KEEPALIVE_SECONDS",
+    "BATCH_FRAMES_HEADER",
     "LAST_EVENT_ID_HEADER",
     "MissingExtraError",
     "SESSION_ID_HEADER",
@@ -41,6 +42,15 @@ HEALTH_PATH = "/health"
 CONNECTION_ID_HEADER = "Acp-Connection-Id"
 #: Names the session a POST or an SSE GET belongs to.
 SESSION_ID_HEADER = "Acp-Session-Id"
+#: Frame batching (an acp_fast extension, opt-in): a client that sends ``Acp-Batch-Frames: 1``
+#: on the WebSocket upgrade accepts frames that carry a JSON-RPC batch of the agent's
+#: notifications and responses (the RFD's "one text frame = one message or one batch"); the
+#: server confirms with the same header on the 101 and then sends what the agent wrote in one
+#: turn as one frame instead of one frame each. Requests still go out alone, so no batch ever
+#: asks the client for a batched reply. Without the header nothing changes.
+BATCH_FRAMES_HEADER = "Acp-Batch-Frames"
+#: The largest batch frame the server builds, in bytes (a longer message goes alone).
+BATCH_FRAME_BYTES = 256 * 1024
 #: A reconnecting SSE reader names the last event it saw (resumable streams).
 LAST_EVENT_ID_HEADER = "Last-Event-ID"
 CONTENT_TYPE_JSON = "application/json"

@@ -50,11 +50,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
+from ... import _version
 from ..._kinds import BATCH, MALFORMED, REQUEST, RESPONSE
 from ...engine import Decoder, encode_error
 from ..memory import memory_pair
 from ..stream import Stream
 from ._wire import (
+    BATCH_FRAMES_HEADER,
     CONNECTION_ID_HEADER,
     CONTENT_TYPE_JSON,
     CONTENT_TYPE_SSE,
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
 
     from ...engine import Message
     from ...jsontypes import RequestId
+    from ._plainhttp import Reply, StreamedReply
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -199,8 +202,9 @@ async def connect_url(url: str, *, headers: Mapping[str, str] | None = None, tok
         hdrs["Authorization"] = f"Bearer {token}"
     if kind == "websocket":
         require_extra("websockets")
-        return await _WebSocketBridge.open(target, hdrs, max_message_size, connect_timeout)
-    require_extra("httpx", *(("h2",) if http2 else ()))
+        return await _WebSocketBridge.open(target, {**hdrs, BATCH_FRAMES_HEADER: "1"}, max_message_size,
+                                           connect_timeout)
+    require_extra("httpx", "h11", *(("h2",) if http2 else ()))
     return _HttpBridge(target, hdrs, http2, max_message_size, connect_timeout).start()
 
 
@@ -511,16 +515,26 @@ class _HttpBridge(_Bridge):
 
     def __init__(self, url: str, headers: dict[str, str], http2: bool, max_message_size: int,
                  connect_timeout: float) -> None:
+        import h11
         import httpx
+
+        from ._plainhttp import PlainHttp, Reply, plain_http_applies
 
         super().__init__("http", url, max_message_size)
         self._httpx = httpx
+        self._h11 = h11
+        self._reply = Reply
         self._client = httpx.AsyncClient(
             http2=http2,
             timeout=httpx.Timeout(None, connect=connect_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=MAX_SESSION_STREAMS),
         )
         self._headers = headers
+        #: POSTs and DELETEs go over lean keep-alive HTTP/1.1 connections where httpx would
+        #: speak HTTP/1.1 directly anyway (see :mod:`._plainhttp`); SSE GETs stay on httpx.
+        self._plain = PlainHttp(url, self._client.cookies, connect_timeout=connect_timeout,
+                                max_body=max_message_size, user_agent=f"acp-fast/{_version.__version__}"
+                                ) if plain_http_applies(url, http2) else None
         self._out = Decoder(lazy=True, max_line_size=max_message_size)
         self._inspect = Decoder(lazy=True, max_line_size=max_message_size + 1)
         self._calls: _Lane[Any] = _Lane()
@@ -603,13 +617,15 @@ class _HttpBridge(_Bridge):
         self._spawn(self._sse(None))
 
     async def _exchange(self, method: str, headers: dict[str, str], content: bytes | None = None
-                        ) -> tuple[httpx.Response, bytes]:
+                        ) -> tuple[Reply, bytes]:
         """One request; the response and its body (at most ``max_message_size`` bytes).
 
         Raises:
             httpx.HTTPError: the request failed.
             ValueError: the body is over ``max_message_size``.
         """
+        if self._plain is not None:
+            return await self._plain.request(method, headers, content or b"")
         async with self._client.stream(method, self._url, headers=headers, content=content) as response:
             chunks: list[bytes] = []
             size = 0
@@ -618,7 +634,7 @@ class _HttpBridge(_Bridge):
                 if size > self._max:
                     raise ValueError(f"response body over max_message_size ({self._max})")
                 chunks.append(chunk)
-            return response, b"".join(chunks)
+            return self._reply(response.status_code, response.reason_phrase, response.headers), b"".join(chunks)
 
     def _reply_to(self, body: bytes, ident: RequestId | None) -> Message | None:
         """``body`` decoded, when it is one JSON-RPC response with id ``ident``."""
@@ -684,7 +700,8 @@ class _HttpBridge(_Bridge):
         that ends without a cursor (a server without resumable streams), just ends.
         """
         assert self._conn_id is not None
-        headers = {**self._headers, "Accept": CONTENT_TYPE_SSE, CONNECTION_ID_HEADER: self._conn_id}
+        headers = {**self._headers, "Accept": CONTENT_TYPE_SSE, CONNECTION_ID_HEADER: self._conn_id,
+                   BATCH_FRAMES_HEADER: "1"}
         if session is not None:
             headers[SESSION_ID_HEADER] = session
         what = "the connection's SSE stream" if session is None else f"the SSE stream of session {session!r}"
@@ -711,8 +728,7 @@ class _HttpBridge(_Bridge):
                 opened: float | None = None
                 was_clean, clean = clean, False
                 try:
-                    request = self._client.build_request("GET", self._url, headers=headers)
-                    sending = self._client.send(request, stream=True)
+                    sending = self._open_sse(headers)
                     response = await (asyncio.wait_for(sending, RESUME_TIMEOUT) if attempts else sending)
                     try:
                         if response.status_code != 200:
@@ -752,7 +768,7 @@ class _HttpBridge(_Bridge):
                 except ValueError as exc:  # an event over the limit: resuming would meet it again
                     failed = f"{what} failed: {exc!r}"
                     return
-                except (self._httpx.HTTPError, OSError, asyncio.TimeoutError) as exc:
+                except (self._httpx.HTTPError, OSError, asyncio.TimeoutError, self._h11.ProtocolError) as exc:
                     why = repr(exc)
                 # The stream ended or dropped while the connection is open: resume it.
                 seen = parser.last_event_id
@@ -790,6 +806,12 @@ class _HttpBridge(_Bridge):
                 self._sessions.pop(session, None)
                 if ended:
                     logger.debug("remote transport: %s ended", what)
+
+    def _open_sse(self, headers: dict[str, str]) -> Awaitable[httpx.Response | StreamedReply]:
+        """Send an SSE GET; the response once its head arrived (its body read as it comes)."""
+        if self._plain is not None:
+            return self._plain.stream("GET", headers)
+        return self._client.send(self._client.build_request("GET", self._url, headers=headers), stream=True)
 
     def _cursors_seen(self) -> bool:
         """True once some SSE stream of the connection has carried an event id."""
@@ -869,8 +891,8 @@ class _HttpBridge(_Bridge):
         """End the server's connection ``conn_id`` (best effort, bounded)."""
         headers = {**self._headers, CONNECTION_ID_HEADER: conn_id}
         try:
-            await asyncio.wait_for(self._client.delete(self._url, headers=headers), CLOSE_TIMEOUT)
-        except (asyncio.TimeoutError, self._httpx.HTTPError) as exc:
+            await asyncio.wait_for(self._exchange("DELETE", headers), CLOSE_TIMEOUT)
+        except (asyncio.TimeoutError, self._httpx.HTTPError, OSError, ValueError, self._h11.ProtocolError) as exc:
             logger.debug("remote transport: DELETE of connection %s failed: %r", conn_id, exc)
 
     async def _close_network(self, flushed: bool) -> None:
@@ -878,10 +900,12 @@ class _HttpBridge(_Bridge):
             if self._conn_id is not None:
                 await self._delete(self._conn_id)
         finally:
+            if self._plain is not None:
+                self._plain.close()
             await self._client.aclose()
 
 
-async def _head_of(response: httpx.Response) -> bytes:
+async def _head_of(response: httpx.Response | StreamedReply) -> bytes:
     """The first :data:`BODY_QUOTE` bytes of a refusal's body, stripped (the rest unread)."""
     head = b""
     try:

@@ -34,6 +34,7 @@ import asyncio
 import collections
 import hmac
 import logging
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -49,6 +50,8 @@ from ...errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from ..memory import memory_pair
 from ..stream import Stream
 from ._wire import (
+    BATCH_FRAME_BYTES,
+    BATCH_FRAMES_HEADER,
     CONNECTION_ID_HEADER,
     CONTENT_TYPE_JSON,
     CONTENT_TYPE_SSE,
@@ -173,30 +176,33 @@ def _error_body(status: int, message: str, code: int = INVALID_REQUEST) -> bytes
 
 
 class _EventStream:
-    """The queue of one SSE stream (connection or session) and its replay window."""
+    """The queue of one SSE stream (connection or session) and its replay window.
+
+    Items are ``(event id, line, batchable)``; ``batchable`` marks a notification or a
+    response, which a reader that takes batch frames gets grouped with its neighbours."""
 
     __slots__ = ("key", "queue", "queued", "next_id", "sent", "sent_bytes", "reader", "wake", "ended")
 
     def __init__(self, key: str | None) -> None:
         self.key = key
-        self.queue: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.queue: collections.deque[tuple[int, bytes, bool]] = collections.deque()
         self.queued = 0
         self.next_id = 1
-        self.sent: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.sent: collections.deque[tuple[int, bytes, bool]] = collections.deque()
         self.sent_bytes = 0
         self.reader: object | None = None  # the token of the attached reader
         self.wake: asyncio.Event = asyncio.Event()
         self.ended = False
 
-    def put(self, line: bytes) -> int:
-        self.queue.append((self.next_id, line))
+    def put(self, line: bytes, batchable: bool = False) -> int:
+        self.queue.append((self.next_id, line, batchable))
         self.next_id += 1
         self.queued += len(line)
         self.wake.set()
         return len(line)
 
-    def take(self, window: int) -> tuple[int, list[bytes], int]:
-        """Everything queued: ``(first id, lines, bytes)``; kept in the replay window."""
+    def take(self, window: int) -> tuple[list[tuple[int, bytes, bool]], int]:
+        """Everything queued and its bytes; kept in the replay window."""
         items = list(self.queue)
         self.queue.clear()
         size = self.queued
@@ -206,7 +212,7 @@ class _EventStream:
             self.sent_bytes += size
             while self.sent and self.sent_bytes > window:
                 self.sent_bytes -= len(self.sent.popleft()[1])
-        return items[0][0], [line for _, line in items], size
+        return items, size
 
     def rewind(self, last_seen: int) -> bool:
         """Queue again what was sent after ``last_seen``; False when it is out of the window."""
@@ -216,17 +222,66 @@ class _EventStream:
             return True  # nothing sent after it is missing
         if not self.sent or self.sent[0][0] > last_seen + 1:
             return False
-        again = [(i, line) for i, line in self.sent if i > last_seen]
-        for i, line in reversed(again):
-            self.queue.appendleft((i, line))
-            self.queued += len(line)
-        keep = [(i, line) for i, line in self.sent if i <= last_seen]
+        again = [item for item in self.sent if item[0] > last_seen]
+        for item in reversed(again):
+            self.queue.appendleft(item)
+            self.queued += len(item[1])
+        keep = [item for item in self.sent if item[0] <= last_seen]
         self.sent = collections.deque(keep)
-        self.sent_bytes = sum(len(line) for _, line in keep)
+        self.sent_bytes = sum(len(item[1]) for item in keep)
         return True
 
 
+def _sse_chunk(items: list[tuple[int, bytes, bool]], cursors: bool, batches: bool) -> bytes:
+    """The SSE body chunk for queued items: one event per line, or (``batches``) one event
+    per run of notifications and responses, as a JSON-RPC batch whose ``id:`` is its last
+    line's, so a reader resuming from it has every line up to it."""
+    if not batches:
+        return sse_events([line for _, line, _ in items], items[0][0] if cursors else None)
+    out: list[bytes] = []
+    group: list[bytes] = []
+    size = 0
+    last = 0
+    for ident, line, batchable in items:
+        if group and (not batchable or size + len(line) >= BATCH_FRAME_BYTES):
+            out.append(_batch_event(group, last if cursors else None))
+            group = []
+            size = 0
+        if batchable and len(line) < BATCH_FRAME_BYTES:
+            group.append(line)
+            size += len(line) + 1
+            last = ident
+        else:
+            out.append(_batch_event([line], ident if cursors else None))
+    if group:
+        out.append(_batch_event(group, last if cursors else None))
+    return b"".join(out)
+
+
+def _batch_event(lines: list[bytes], ident: int | None) -> bytes:
+    data = lines[0] if len(lines) == 1 else b"[" + b",".join(lines) + b"]"
+    return b"data: " + data + b"\n\n" if ident is None else b"id: %d\ndata: %s\n\n" % (ident, data)
+
+
 # -- one ACP connection -------------------------------------------------------------------------
+
+
+#: The start of a call as the engines write it, up to its ``params.sessionId`` when that is
+#: the first key and its value has no escape (the group).
+_SESSION_FIRST = re.compile(rb'\{"jsonrpc":"2\.0",(?:"id":[^,"]*,|"id":"[^"\\]*",)?"method":"[^"\\]*",'
+                            rb'"params":\{"sessionId":"([^"\\]*)"')
+
+
+def _params_session(frame: Any, line: bytes) -> object:
+    """``params.sessionId`` of a call (``None`` without one).
+
+    Read from the line's bytes when the call starts as the engines write it and ``"sessionId"``
+    occurs in it once (the key itself); anything else is decoded."""
+    found = _SESSION_FIRST.match(line)
+    if found is not None and line.count(b'"sessionId"') == 1:
+        return found.group(1).decode("utf-8", "surrogateescape")
+    params = frame.params
+    return params.get("sessionId") if isinstance(params, dict) else None
 
 
 def _key(ident: object) -> tuple[bool, object]:
@@ -254,8 +309,11 @@ class _Connection:
         self.init_reply: asyncio.Future[bytes] | None = None
         self.queued = 0
         self.paused = False
-        # WebSocket: lines waiting for the socket
-        self.ws_lines: collections.deque[bytes] = collections.deque()
+        # WebSocket: lines waiting for the socket; with frame batching (the client asked for
+        # it) a list is a group of notifications and responses that leave as one batch frame
+        self.ws_lines: collections.deque[bytes | list[bytes]] = collections.deque()
+        self.ws_batches = False
+        self.ws_group = 0  # bytes in the open group (the deque's last item when a list)
         self.ws_partial = b""
         self.ws_wake = asyncio.Event()
         self.writable = asyncio.Event()
@@ -290,6 +348,9 @@ class _Connection:
             self._http_data(data)
 
     def _ws_data(self, data: bytes) -> None:
+        if self.ws_batches:
+            self._ws_grouped(data)
+            return
         if self.ws_partial:
             data = self.ws_partial + data
         lines = data.split(b"\n")
@@ -302,6 +363,37 @@ class _Connection:
             if line.strip():
                 self.ws_lines.append(line)
                 size += len(line)
+        if size:
+            self._count(size)
+            self.ws_wake.set()
+
+    def _ws_grouped(self, data: bytes) -> None:
+        """Queue the agent's lines for a client that takes batch frames: consecutive
+        notifications and responses join one group (up to ``BATCH_FRAME_BYTES``); requests,
+        the agent's own batches and lines that are not JSON-RPC go alone, as written."""
+        lines = self.ws_lines
+        size = 0
+        group = self.ws_group
+        for frame in self.decoder.feed(data):
+            line = frame.raw
+            n = len(line)
+            if not n:  # a line over the size limit: never buffered, nothing to send
+                logger.warning("connection %s: agent line over %d bytes dropped", self.id[:8],
+                               self.decoder.max_line_size)
+                continue
+            size += n
+            kind = frame.kind
+            if (kind == _kinds.NOTIFICATION or kind == _kinds.RESPONSE) and n < BATCH_FRAME_BYTES:
+                tail = lines[-1] if lines else None
+                if type(tail) is list and group + n < BATCH_FRAME_BYTES:
+                    tail.append(line)
+                    group += n + 1
+                else:
+                    lines.append([line])
+                    group = n + 2
+            else:
+                lines.append(line)
+        self.ws_group = group
         if size:
             self._count(size)
             self.ws_wake.set()
@@ -323,7 +415,7 @@ class _Connection:
 
     def _route(self, frame: Any, kind: int) -> int:
         """Queue one message of the agent on its stream; returns the bytes queued."""
-        line = bytes(frame.raw)
+        line = frame.raw
         if kind == _kinds.BATCH:
             for entry in frame:
                 if entry.kind == _kinds.RESPONSE:
@@ -341,13 +433,13 @@ class _Connection:
                 result = frame.result
                 if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
                     self.sessions.add(result["sessionId"])
-            return self._stream_for(route).put(line)
-        params = frame.params
-        sid = params.get("sessionId") if isinstance(params, dict) else None
+            return self._stream_for(route).put(line, True)
+        notification = kind == _kinds.NOTIFICATION
+        sid = _params_session(frame, line)
         if isinstance(sid, str):
             self.sessions.add(sid)
-            return self._stream_for(sid).put(line)
-        return self.streams[None].put(line)
+            return self._stream_for(sid).put(line, notification)
+        return self.streams[None].put(line, notification)
 
     def _stream_for(self, session: str | None) -> _EventStream:
         """The stream of ``session`` (made on first use: it queues until a reader opens it).
@@ -677,17 +769,20 @@ class AcpApp:
         events.reader = token
         events.wake.set()  # a reader taken over sees it at once
         try:
-            await self._stream(conn, events, token, receive, send)
+            await self._stream(conn, events, token, receive, send,
+                               headers.get(BATCH_FRAMES_HEADER.lower().encode()) == b"1")
         finally:
             if events.reader is token:
                 events.reader = None
             conn.last_active = time.monotonic()
 
     async def _stream(self, conn: _Connection, events: _EventStream, token: object, receive: Receive,
-                      send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
-            (b"x-accel-buffering", b"no")]})
+                      send: Send, batches: bool) -> None:
+        head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
+                (b"x-accel-buffering", b"no")]
+        if batches:
+            head.append((BATCH_FRAMES_HEADER.lower().encode(), b"1"))
+        await send({"type": "http.response.start", "status": 200, "headers": head})
         gone = asyncio.ensure_future(_disconnected(receive))
         window = self.policy.replay_window
         keepalive = self.policy.keepalive
@@ -696,8 +791,8 @@ class AcpApp:
                 if events.reader is not token:
                     break  # taken over by a reader that resumed
                 if events.queue:
-                    first, lines, size = events.take(window)
-                    chunk = sse_events(lines, first if window else None)
+                    items, size = events.take(window)
+                    chunk = _sse_chunk(items, bool(window), batches)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     conn.sent(size)
                     continue
@@ -735,7 +830,11 @@ class AcpApp:
         if conn is None:
             await _deny(scope, send, 503, "too many connections")
             return
-        await send({"type": "websocket.accept", "headers": [(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())]})
+        accept = [(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())]
+        if headers.get(BATCH_FRAMES_HEADER.lower().encode()) == b"1":
+            conn.ws_batches = True
+            accept.append((BATCH_FRAMES_HEADER.lower().encode(), b"1"))
+        await send({"type": "websocket.accept", "headers": accept})
         sender = asyncio.ensure_future(self._ws_send(conn, send))
         code = 1000
         try:
@@ -776,8 +875,18 @@ class AcpApp:
                 if lines:
                     size = 0
                     while lines:
-                        line = lines.popleft()
-                        size += len(line)
+                        item = lines.popleft()
+                        line: bytes
+                        if isinstance(item, list):
+                            if len(item) == 1:
+                                line = item[0]
+                                size += len(line)
+                            else:
+                                line = b"[" + b",".join(item) + b"]"
+                                size += len(line) - len(item) - 1
+                        else:
+                            line = item
+                            size += len(line)
                         await send({"type": "websocket.send", "text": line.decode("utf-8", "surrogateescape")})
                     conn.sent(size)
                     continue
