@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import pytest
 import remote_peers
-from remote_faults import CutSse, TcpProxy
+from remote_faults import ConnectProxy, CutSse, TcpProxy
 from remote_peers import KINDS, REPO, RemotePeer
 
 from acp_fast import Client, JsonRpcError
@@ -843,3 +843,36 @@ def engine_default() -> ModuleType:
     import acp_fast.engine as engine
 
     return engine
+
+
+def test_websocket_through_a_proxy_from_the_environment(engine: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy the environment names for ``ws://`` is used (websockets' client speaks to it);
+    without one the socket is opened directly. Both stream a turn and answer a request."""
+
+    async def turn(url: str) -> None:
+        client = Client.builder().on_session_update(lambda u, cx: None)
+        async with client.connect(connect_url(url), engine=engine) as cx:
+            await cx.initialize()
+            session = (await cx.build_session("/tmp")).session
+            assert await session.send_prompt("stream 300 chunks") == {"stopReason": "end_turn"}
+            assert await cx.send_request("_test/echo", {"n": 1}) == {"n": 1}
+
+    async def body() -> None:
+        app = our_server(engine)
+        proxy = await ConnectProxy().start()
+        try:
+            async with served(app) as where:
+                for name in ("ws_proxy", "http_proxy", "https_proxy", "all_proxy", "no_proxy",
+                             "WS_PROXY", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+                    monkeypatch.delenv(name, raising=False)
+                await turn(where.ws_url)
+                assert proxy.asked == []
+                monkeypatch.setenv("ws_proxy", proxy.url())
+                assert remote_client._ws_proxied(where.ws_url)
+                await turn(where.ws_url)
+                assert proxy.asked == [f"127.0.0.1:{where.port}"]
+        finally:
+            await proxy.aclose()
+            await app.aclose()
+
+    run(body)

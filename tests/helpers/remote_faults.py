@@ -146,6 +146,38 @@ class TcpProxy:
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
 
+class ConnectProxy(TcpProxy):
+    """An HTTP ``CONNECT`` proxy on 127.0.0.1 that tunnels to 127.0.0.1 only; records the
+    targets it was asked for (:attr:`asked`)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.asked: list[str] = []
+
+    def url(self, path: str = "") -> str:
+        """The proxy's address, as a ``*_proxy`` environment variable names it."""
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        head = await reader.readuntil(b"\r\n\r\n")
+        method, target, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
+        host, _, port = target.rpartition(":")
+        if method != "CONNECT" or host != "127.0.0.1":
+            writer.write(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n")
+            writer.close()
+            return
+        self.asked.append(target)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", int(port))
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.add(up_writer)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True)
+
+
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(65536):

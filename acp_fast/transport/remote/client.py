@@ -202,8 +202,10 @@ async def connect_url(url: str, *, headers: Mapping[str, str] | None = None, tok
         hdrs["Authorization"] = f"Bearer {token}"
     if kind == "websocket":
         require_extra("websockets")
-        return await _WebSocketBridge.open(target, {**hdrs, BATCH_FRAMES_HEADER: "1"}, max_message_size,
-                                           connect_timeout)
+        hdrs = {**hdrs, BATCH_FRAMES_HEADER: "1"}
+        if _ws_proxied(target):
+            return await _ProxiedWebSocketBridge.open(target, hdrs, max_message_size, connect_timeout)
+        return await _WebSocketBridge.open(target, hdrs, max_message_size, connect_timeout)
     require_extra("httpx", "h11", *(("h2",) if http2 else ()))
     return _HttpBridge(target, hdrs, http2, max_message_size, connect_timeout).start()
 
@@ -405,8 +407,291 @@ class _Bridge:
 # ---------------------------------------------------------------------------------------
 
 
-class _WebSocketBridge(_Bridge):
-    """One text frame per outgoing line; one incoming text frame, one line; binary ignored."""
+#: Seconds between the client's pings on a quiet WebSocket, and that a pong may take before
+#: the connection counts as lost (a network path that died silently).
+PING_INTERVAL = 20.0
+PING_TIMEOUT = 20.0
+
+
+def _ws_proxied(url: str) -> bool:
+    """Whether the environment names a proxy for ``url`` (websockets ≥ 15 would use it)."""
+    try:
+        from websockets.proxy import get_proxy
+        from websockets.uri import parse_uri
+    except ImportError:  # an older websockets: no proxy support either way
+        return False
+    return get_proxy(parse_uri(url)) is not None
+
+
+class _WebSocketBridge(_Bridge, asyncio.Protocol):
+    """A WebSocket on the socket directly: websockets' sans-I/O protocol frames and parses,
+    everything happens in the socket's callbacks (no task or queue per message).
+
+    Outgoing: each line the connection writes becomes a text frame, all the frames of one
+    chunk leave in one write; when the socket's buffer is full the connection is paused.
+    Incoming: the text messages of one read reach the connection as one chunk of lines
+    (a batch frame stays one line); binary frames are ignored; reading pauses while the
+    connection does not read. The client pings a quiet socket every :data:`PING_INTERVAL`
+    seconds and ends the connection when no pong comes within :data:`PING_TIMEOUT`.
+    """
+
+    def __init__(self, url: str, max_message_size: int, headers: dict[str, str]) -> None:
+        from websockets.client import ClientProtocol
+        from websockets.uri import parse_uri
+
+        super().__init__("websocket", url, max_message_size)
+        self._proto = ClientProtocol(parse_uri(url), max_size=max_message_size)
+        self._headers = headers
+        self._transport: asyncio.Transport | None = None
+        self._handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._partial = b""
+        self._fragments: list[bytes] | None = None  # a fragmented text message being joined
+        self._net_paused = False
+        self._heard = 0.0  # loop time of the last bytes from the server
+        self._ping: asyncio.TimerHandle | None = None
+        self._ping_sent: float | None = None
+        self._reason = "the WebSocket closed"
+
+    @classmethod
+    async def open(cls, url: str, headers: dict[str, str], max_message_size: int,
+                   connect_timeout: float) -> Stream:
+        import ssl
+
+        from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+        from websockets.uri import parse_uri
+
+        try:
+            uri = parse_uri(url)
+        except InvalidURI as exc:
+            raise ValueError(f"invalid WebSocket URL {url!r}: {exc}") from exc
+        bridge = cls(url, max_message_size, headers)
+        loop = asyncio.get_running_loop()
+        context = ssl.create_default_context() if uri.secure else None
+        async def opening() -> None:
+            await loop.create_connection(lambda: bridge, uri.host, uri.port, ssl=context,
+                                         server_hostname=uri.host if context is not None else None)
+            await bridge._handshake
+
+        try:
+            await asyncio.wait_for(opening(), connect_timeout)
+        except InvalidStatus as exc:
+            bridge._abort()
+            status = exc.response.status_code
+            raise RemoteConnectError(
+                f"the WebSocket handshake with {url} was refused: HTTP {status} {exc.response.reason_phrase}",
+                status) from exc
+        except (OSError, asyncio.TimeoutError, InvalidHandshake) as exc:
+            bridge._abort()
+            raise RemoteConnectError(f"cannot open a WebSocket to {url}: {exc or type(exc).__name__}") from exc
+        except BaseException:
+            bridge._abort()
+            raise
+        return bridge.start()
+
+    def _abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+        self._b.close()
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def start(self) -> Stream:
+        stream = super().start()
+        self._arm_ping()
+        return stream
+
+    # -- the socket's callbacks ---------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        request = self._proto.connect()
+        request.headers["User-Agent"] = f"acp-fast/{_version.__version__}"
+        for name, value in self._headers.items():
+            request.headers[name] = value
+        self._proto.send_request(request)
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        from websockets.frames import Frame, Opcode
+        from websockets.http11 import Response
+
+        self._heard = asyncio.get_running_loop().time()
+        self._ping_sent = None
+        proto = self._proto
+        proto.receive_data(data)
+        lines: list[bytes] = []
+        for event in proto.events_received():
+            if type(event) is Response:
+                self._opened(event)
+                continue
+            frame = cast(Frame, event)
+            opcode = frame.opcode
+            if opcode is Opcode.TEXT:
+                if frame.fin:
+                    self._line(bytes(frame.data), lines)
+                else:
+                    self._fragments = [bytes(frame.data)]
+            elif opcode is Opcode.CONT:
+                if self._fragments is not None:
+                    self._fragments.append(bytes(frame.data))
+                    if frame.fin:
+                        self._line(b"".join(self._fragments), lines)
+                        self._fragments = None
+            elif opcode is Opcode.BINARY:
+                self._fragments = None  # binary messages carry no ACP messages
+        if lines:
+            lines.append(b"")
+            self._deliver(b"\n".join(lines))
+        self._flush()
+        if proto.close_expected() or proto.state.name == "CLOSED":
+            self._closing_seen()
+
+    def _line(self, payload: bytes, lines: list[bytes]) -> None:
+        line = one_line(payload)
+        if line:
+            lines.append(line)
+
+    def _opened(self, response: Any) -> None:
+        exc = self._proto.handshake_exc
+        if self._handshake.done():
+            return
+        if exc is not None:
+            self._handshake.set_exception(exc)
+            return
+        conn_id = response.headers.get(CONNECTION_ID_HEADER)
+        if conn_id:
+            self._a.set_extra("acp_connection_id", conn_id)
+        self._handshake.set_result(None)
+
+    def eof_received(self) -> bool:
+        self._proto.receive_eof()
+        self._flush()
+        self._closing_seen()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._gone.done():
+            self._gone.set_result(None)
+        if not self._handshake.done():
+            self._handshake.set_exception(exc or ConnectionError("the server closed the connection"))
+        if self._ping is not None:
+            self._ping.cancel()
+        if exc is not None and self._reason == "the WebSocket closed":
+            self._reason = f"the WebSocket failed: {exc!r}"
+        self._lost(self._reason)
+
+    def pause_writing(self) -> None:
+        if not self._paused and not self._draining:  # the socket's buffer is full: stop reading
+            self._paused = True                      # what the connection writes
+            self._b.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._b.resume_reading()
+
+    def _closing_seen(self) -> None:
+        frame = self._proto.close_rcvd
+        if frame is not None:
+            self._reason = f"the WebSocket closed (code {frame.code}{': ' + frame.reason if frame.reason else ''})"
+        elif self._proto.state.name == "CLOSED":
+            self._reason = "the WebSocket closed (no close frame)"
+        else:
+            return
+        if self._transport is not None and self._proto.state.name == "CLOSED":
+            self._transport.close()
+        self._lost(self._reason)
+
+    def _flush(self) -> None:
+        out = self._proto.data_to_send()
+        if out and self._transport is not None and not self._transport.is_closing():
+            data = b"".join(out)
+            if data:
+                self._transport.write(data)
+            elif self._transport.can_write_eof():  # b"": the protocol asks for a half-close
+                self._transport.write_eof()
+
+    # -- keepalive ----------------------------------------------------------------------
+
+    def _arm_ping(self) -> None:
+        self._ping = asyncio.get_running_loop().call_later(PING_INTERVAL, self._on_ping_timer)
+
+    def _on_ping_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._closer is not None or self._transport is None or self._transport.is_closing():
+            return
+        if self._ping_sent is not None and now - self._ping_sent >= PING_TIMEOUT:
+            self._reason = f"the WebSocket failed: no pong within {PING_TIMEOUT:g} s"
+            self._transport.abort()
+            return
+        if self._ping_sent is None and now - self._heard >= PING_INTERVAL:
+            self._proto.send_ping(b"acp")
+            self._flush()
+            self._ping_sent = now
+        self._ping = loop.call_later(PING_TIMEOUT if self._ping_sent is not None else PING_INTERVAL,
+                                     self._on_ping_timer)
+
+    # -- the connection's side ----------------------------------------------------------
+
+    def _on_data(self, data: bytes) -> None:
+        if self._partial:
+            data = self._partial + data
+            self._partial = b""
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        proto = self._proto
+        for line in lines:
+            if len(line) > self._max:
+                self._fatal(f"an outgoing message of {len(line)} bytes is over max_message_size ({self._max})")
+                return
+            if line:
+                proto.send_text(line)
+        if len(tail) > self._max:
+            self._fatal(f"an outgoing message is over max_message_size ({self._max})")
+            return
+        self._partial = tail
+        self._flush()
+
+    def _on_writable(self, writable: bool) -> None:
+        super()._on_writable(writable)
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if writable and self._net_paused:
+            self._net_paused = False
+            transport.resume_reading()
+        elif not writable and not self._net_paused:
+            self._net_paused = True
+            transport.pause_reading()
+
+    async def _close_network(self, flushed: bool) -> None:
+        transport = self._transport
+        if self._ping is not None:
+            self._ping.cancel()
+        if transport is None or transport.is_closing():
+            return
+        if transport.get_write_buffer_size():
+            logger.warning("remote ACP connection to %s: closing with unsent messages", self._url)
+        if flushed and self._proto.state.name == "OPEN":
+            self._proto.send_close(1000)
+            self._flush()
+            if self._net_paused:
+                self._net_paused = False
+                transport.resume_reading()
+            try:  # the server answers the close frame, then ends the TCP connection
+                await asyncio.wait_for(asyncio.shield(self._gone), CLOSE_TIMEOUT)
+            except asyncio.TimeoutError:
+                pass
+        if not transport.is_closing():
+            transport.abort()
+
+
+class _ProxiedWebSocketBridge(_Bridge):
+    """Through a proxy named by the environment: websockets' asyncio client (which speaks
+    to proxies). One text frame per outgoing line; one incoming text frame, one line; binary
+    ignored."""
 
     def __init__(self, url: str, ws: ClientConnection, max_message_size: int) -> None:
         super().__init__("websocket", url, max_message_size)
