@@ -10,7 +10,11 @@ Design: :func:`~acp_fast.transport.memory_pair` gives two connected streams; the
 one, a *bridge* attaches to the other and moves bytes between it and the network. Lines the
 connection writes arrive at the bridge in chunks; messages from the network are written to
 the connection as single lines (:func:`~acp_fast.transport.remote._wire.one_line`), so the
-connection's own engine decodes and validates them.
+connection's own engine decodes and validates them. The WebSocket bridge is the socket's
+protocol itself (websockets' sans-I/O layer frames and parses; no task or queue per message;
+through a proxy named by the environment, websockets' asyncio client instead); Streamable
+HTTP POSTs and SSE GETs go over lean keep-alive HTTP/1.1 connections (:mod:`._plainhttp`)
+unless HTTP/2 or a proxy is in play (httpx then).
 
 Bounds and backpressure:
 
