@@ -876,3 +876,46 @@ def test_websocket_through_a_proxy_from_the_environment(engine: ModuleType, monk
             await app.aclose()
 
     run(body)
+
+
+def test_websocket_silently_dead_path_detected_by_pings(engine: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The network path stops carrying anything while every socket stays open: the client's
+    ping gets no pong, the connection ends, the pending request fails, and the error says so."""
+    monkeypatch.setattr(remote_client, "PING_INTERVAL", 0.2)
+    monkeypatch.setattr(remote_client, "PING_TIMEOUT", 0.3)
+
+    async def body() -> None:
+        app = our_server(engine)
+        try:
+            async with served(app) as where:
+                proxy = await TcpProxy(where.port).start()
+                try:
+                    asked = asyncio.Event()
+                    client = Client.builder().on_session_update(lambda u, cx: None)
+
+                    @client.on_request("session/request_permission")
+                    async def permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+                        asked.set()
+                        await asyncio.Event().wait()  # never answered
+                        raise AssertionError("unreachable")
+
+                    async with client.connect(connect_url(proxy.url().replace("http", "ws")), engine=engine) as cx:
+                        await cx.initialize()
+                        session = (await cx.build_session("/tmp")).session
+                        await asyncio.sleep(0.5)  # quiet, answered pings keep it open
+                        assert await cx.send_request("_test/echo", {"n": 1}) == {"n": 1}
+                        turn = asyncio.ensure_future(session.send_prompt("permission stream 3 chunks"))
+                        await asyncio.wait_for(asked.wait(), 10.0)
+                        proxy.freeze()
+                        frozen_at = time.monotonic()
+                        with pytest.raises(JsonRpcError) as exc:
+                            await asyncio.wait_for(turn, 5.0)
+                        assert exc.value.code == -32603
+                        assert time.monotonic() - frozen_at < 2.0
+                        assert "no pong" in str(cx.raw.transport_error), cx.raw.transport_error
+                finally:
+                    await proxy.aclose()
+        finally:
+            await app.aclose()
+
+    run(body)

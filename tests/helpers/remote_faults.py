@@ -128,7 +128,15 @@ class TcpProxy:
             writer.transport.abort()
             return
         self._writers.add(up_writer)
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True)
+        await asyncio.gather(_pipe(reader, up_writer, self), _pipe(up_reader, writer, self), return_exceptions=True)
+
+    #: Set by :meth:`freeze`: bytes are read and dropped, connections stay open (a network
+    #: path that died silently).
+    frozen = False
+
+    def freeze(self) -> None:
+        """Stop forwarding anything, keeping every connection open."""
+        self.frozen = True
 
     def kill(self) -> None:
         """Stop listening (new connections are refused) and abort every open connection."""
@@ -175,12 +183,14 @@ class ConnectProxy(TcpProxy):
             return
         self._writers.add(up_writer)
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True)
+        await asyncio.gather(_pipe(reader, up_writer, self), _pipe(up_reader, writer, self), return_exceptions=True)
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, proxy: TcpProxy | None = None) -> None:
     try:
         while data := await reader.read(65536):
+            if proxy is not None and proxy.frozen:
+                continue
             writer.write(data)
             await writer.drain()
     finally:

@@ -142,10 +142,11 @@ class RemoteConnectError(ConnectionError):
 
 
 class RemoteConnectionLost(RemoteConnectError):
-    """A Streamable HTTP connection ended on a failure, which the message names: an SSE
-    stream refused, or failed with no event id to resume from, or whose resume the server
+    """A remote connection ended on a failure, which the message names. Streamable HTTP: an
+    SSE stream refused, or failed with no event id to resume from, or whose resume the server
     refused (409: it cannot resume from the last event seen; 404: the connection is gone),
-    or whose resume attempts (:data:`RESUME_DELAYS`) all failed. It is the connection's
+    or whose resume attempts (:data:`RESUME_DELAYS`) all failed. WebSocket: the socket
+    failed, or a ping got no pong within :data:`PING_TIMEOUT`. It is the connection's
     ``transport_error`` once the stream has ended.
 
     Attributes:
@@ -582,7 +583,9 @@ class _WebSocketBridge(_Bridge, asyncio.Protocol):
         if self._ping is not None:
             self._ping.cancel()
         if exc is not None and self._reason == "the WebSocket closed":
-            self._reason = f"the WebSocket failed: {exc!r}"
+            self._reason = f"the WebSocket to {self._url} failed: {exc!r}"
+            if self.failure is None:
+                self.failure = RemoteConnectionLost(self._reason)
         self._lost(self._reason)
 
     def pause_writing(self) -> None:
@@ -627,7 +630,8 @@ class _WebSocketBridge(_Bridge, asyncio.Protocol):
         if self._closer is not None or self._transport is None or self._transport.is_closing():
             return
         if self._ping_sent is not None and now - self._ping_sent >= PING_TIMEOUT:
-            self._reason = f"the WebSocket failed: no pong within {PING_TIMEOUT:g} s"
+            self._reason = f"the WebSocket to {self._url} failed: no pong within {PING_TIMEOUT:g} s"
+            self.failure = RemoteConnectionLost(self._reason)
             self._transport.abort()
             return
         if self._ping_sent is None and now - self._heard >= PING_INTERVAL:
