@@ -1234,10 +1234,17 @@ class Connection:
         self._maybe_finish()
 
     def closed_error(self, method: str) -> JsonRpcError:
-        """The -32603 error a request for ``method`` fails with once the connection ended."""
+        """The -32603 error a request for ``method`` fails with once the connection ended.
+
+        After an incoming EOF its data is ``{"reason": "incoming_transport_closed", "method"}``,
+        plus ``"cause"`` (the text of :attr:`transport_error`) when the stream ended on an
+        error, so that each failed request names why (a remote transport's lost network path,
+        a child that could not be read)."""
         if self._eof:
-            return JsonRpcError(INTERNAL_ERROR, "Incoming transport closed",
-                                {"reason": "incoming_transport_closed", "method": method})
+            data: dict[str, Json] = {"reason": "incoming_transport_closed", "method": method}
+            if self._error is not None:
+                data["cause"] = str(self._error) or type(self._error).__name__
+            return JsonRpcError(INTERNAL_ERROR, "Incoming transport closed", data)
         return JsonRpcError(INTERNAL_ERROR, "Connection closed", {"reason": "connection_closed", "method": method})
 
     def _fail_pending(self) -> None:

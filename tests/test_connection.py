@@ -839,6 +839,29 @@ def test_eof_fails_pending_requests_with_incoming_transport_closed(engine: Any) 
     run(main)
 
 
+def test_eof_on_an_error_names_the_cause_in_each_failed_request(engine: Any) -> None:
+    """A stream that ends on an error (a lost network path, say): the pending and the later
+    requests fail as at a clean EOF, and their data also carries the error's text."""
+
+    async def main() -> None:
+        conn, peer = with_peer(engine)
+        handle = conn.request("session/prompt")
+        await peer.recv()
+        lost = ConnectionResetError("the network path was lost")
+        conn.feed_eof(lost)
+        expected = {"reason": "incoming_transport_closed", "method": "session/prompt",
+                    "cause": "the network path was lost"}
+        with pytest.raises(JsonRpcError) as info:
+            await handle
+        assert info.value.to_dict() == {**EOF_ERROR, "data": expected}
+        with pytest.raises(JsonRpcError) as info:
+            await conn.request("after/eof")
+        assert info.value.data == {**expected, "method": "after/eof"}
+        assert conn.transport_error is lost
+
+    run(main)
+
+
 def test_eof_still_flushes_answers_of_running_handlers(engine: Any) -> None:
     async def main() -> None:
         conn, peer = with_peer(engine)

@@ -640,6 +640,7 @@ def test_http_sse_resume_refused_409(engine: ModuleType) -> None:
                     assert exc.value.code == -32603 and took < 1.0, took
                     lost = cx.raw.transport_error
                     assert isinstance(lost, RemoteConnectionLost) and lost.status == 409
+                    assert exc.value.data["cause"] == str(lost)
                     assert "409" in str(lost) and "cannot resume" in str(lost) and session.session_id in str(lost)
                     with pytest.raises(JsonRpcError):  # later calls fail at once too
                         await asyncio.wait_for(cx.send_request("_test/echo", {}), 1.0)
@@ -913,6 +914,7 @@ def test_websocket_silently_dead_path_detected_by_pings(engine: ModuleType, monk
                         assert exc.value.code == -32603
                         assert time.monotonic() - frozen_at < 2.0
                         assert "no pong" in str(cx.raw.transport_error), cx.raw.transport_error
+                        assert "no pong" in exc.value.data["cause"]  # the request names the cause
                 finally:
                     await proxy.aclose()
         finally:

@@ -350,7 +350,36 @@ def test_session_read_from_the_line_agrees_with_the_decoded_params(engine: Modul
     frame = engine.Decoder(lazy=True).feed(line + b"\n")[0]
     params = engine.Decoder().feed(line + b"\n")[0].params
     expected = params.get("sessionId") if isinstance(params, dict) else None
-    assert _params_session(frame, line) == expected
+    sid, prefix = _params_session(frame, line)
+    assert sid == expected
+    if prefix is not None:  # another line with that start has that session too
+        assert line.startswith(prefix) and prefix.endswith(b'"%s"' % sid.encode())
+
+
+def test_agent_calls_routed_to_their_sessions_streams(engine: ModuleType) -> None:
+    """Interleaved updates of two sessions, one with a session id that needs decoding and a
+    call whose text holds ``"sessionId"`` as well: each line lands on its session's stream."""
+    from acp_fast.transport.memory import memory_pair
+    from acp_fast.transport.remote.server import _Connection
+
+    def update(sid: bytes, text: bytes = b"x", extra: bytes = b"") -> bytes:
+        return (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"%s","text":"%s"%s}}'
+                % (sid, text, extra))
+
+    async def main() -> None:
+        ours, _theirs = memory_pair()
+        conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, False)  # type: ignore[arg-type]
+        lines = [update(b"A"), update(b"A"), update(b"B"), update(b"A", b'\\"sessionId\\"'),
+                 update(b"A"), update(b"B\\u0031"), update(b"B"), update(b"AB"), update(b"A"),
+                 update(b"A", extra=b',"meta":{"sessionId":"B"}'), update(b"A", b"sessionId"),
+                 update(b"A", extra=b',"sessionId":"C"')]  # a repeated key: the decoded value, the last
+        conn._http_data(b"\n".join(lines) + b"\n")
+        got = {key: [line for _, line, _ in stream.queue] for key, stream in conn.streams.items()}
+        assert got == {None: [], "A": [lines[i] for i in (0, 1, 3, 4, 8, 9, 10)], "B": [lines[2], lines[6]],
+                       "B1": [lines[5]], "AB": [lines[7]], "C": [lines[11]]}
+        conn.close()
+
+    run(main())
 
 
 def _flat(frames: list[Any]) -> list[Any]:

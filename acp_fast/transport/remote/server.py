@@ -272,16 +272,18 @@ _SESSION_FIRST = re.compile(rb'\{"jsonrpc":"2\.0",(?:"id":[^,"]*,|"id":"[^"\\]*"
                             rb'"params":\{"sessionId":"([^"\\]*)"')
 
 
-def _params_session(frame: Any, line: bytes) -> object:
-    """``params.sessionId`` of a call (``None`` without one).
+def _params_session(frame: Any, line: bytes) -> tuple[object, bytes | None]:
+    """``params.sessionId`` of a call (``None`` without one), and the line's start up to the
+    end of that value when it was read from the bytes (``None`` when decoded).
 
     Read from the line's bytes when the call starts as the engines write it and ``"sessionId"``
-    occurs in it once (the key itself); anything else is decoded."""
+    occurs in it once (the key itself); anything else is decoded. Any line that starts with
+    the returned prefix and holds ``"sessionId"`` once has the same session."""
     found = _SESSION_FIRST.match(line)
     if found is not None and line.count(b'"sessionId"') == 1:
-        return found.group(1).decode("utf-8", "surrogateescape")
+        return found.group(1).decode("utf-8", "surrogateescape"), found.group(0)
     params = frame.params
-    return params.get("sessionId") if isinstance(params, dict) else None
+    return (params.get("sessionId") if isinstance(params, dict) else None), None
 
 
 def _key(ident: object) -> tuple[bool, object]:
@@ -306,6 +308,8 @@ class _Connection:
         self.streams: dict[str | None, _EventStream] = {None: _EventStream(None)}
         self.sessions: set[str] = set()
         self.init_id: tuple[bool, object] | None = None
+        self.sid_prefix: bytes | None = None  # the start of the last call whose session was read
+        self.sid: object = None  # ... and that session
         self.init_reply: asyncio.Future[bytes] | None = None
         self.queued = 0
         self.paused = False
@@ -435,7 +439,12 @@ class _Connection:
                     self.sessions.add(result["sessionId"])
             return self._stream_for(route).put(line, True)
         notification = kind == _kinds.NOTIFICATION
-        sid = _params_session(frame, line)
+        prefix = self.sid_prefix
+        if prefix is not None and line.startswith(prefix) and line.count(b'"sessionId"') == 1:
+            sid: object = self.sid  # the same start as the last call's (a turn's updates)
+        else:
+            sid, self.sid_prefix = _params_session(frame, line)
+            self.sid = sid
         if isinstance(sid, str):
             self.sessions.add(sid)
             return self._stream_for(sid).put(line, notification)
