@@ -58,7 +58,7 @@ from ... import _version
 from ..._kinds import BATCH, MALFORMED, REQUEST, RESPONSE
 from ...engine import Decoder, encode_error
 from ..memory import memory_pair
-from ..stream import Stream
+from ..stream import Stream, _DuplexProtocol
 from ._wire import (
     BATCH_FRAMES_HEADER,
     CONNECTION_ID_HEADER,
@@ -210,7 +210,7 @@ async def connect_url(url: str, *, headers: Mapping[str, str] | None = None, tok
         hdrs = {**hdrs, BATCH_FRAMES_HEADER: "1"}
         if _ws_proxied(target):
             return await _ProxiedWebSocketBridge.open(target, hdrs, max_message_size, connect_timeout)
-        return await _WebSocketBridge.open(target, hdrs, max_message_size, connect_timeout)
+        return await _WebSocketLink.open(target, hdrs, max_message_size, connect_timeout)
     require_extra("httpx", "h11", *(("h2",) if http2 else ()))
     return _HttpBridge(target, hdrs, http2, max_message_size, connect_timeout).start()
 
@@ -428,35 +428,45 @@ def _ws_proxied(url: str) -> bool:
     return get_proxy(parse_uri(url)) is not None
 
 
-class _WebSocketBridge(_Bridge, asyncio.Protocol):
-    """A WebSocket on the socket directly: websockets' sans-I/O protocol frames and parses,
-    everything happens in the socket's callbacks (no task or queue per message).
+class _WebSocketLink(asyncio.Protocol):
+    """A WebSocket as the stream's own transport: websockets' sans-I/O protocol frames and
+    parses inside the socket's callbacks, with no memory pair, task or queue in between.
 
-    Outgoing: each line the connection writes becomes a text frame, all the frames of one
-    chunk leave in one write; when the socket's buffer is full the connection is paused.
-    Incoming: the text messages of one read reach the connection as one chunk of lines
-    (a batch frame stays one line); binary frames are ignored; reading pauses while the
-    connection does not read. The client pings a quiet socket every :data:`PING_INTERVAL`
-    seconds and ends the connection when no pong comes within :data:`PING_TIMEOUT`.
+    To the socket it is the protocol; to the :class:`~acp_fast.transport.Stream` it is the
+    transport (``write``, ``pause_reading``, ``close``, ...). Outgoing: each line the
+    connection writes becomes a text frame, the frames of one write leave in one socket
+    write, and the socket's buffer limits are the stream's (the connection is told when it
+    fills). Incoming: the text messages of one read reach the connection as one chunk of
+    lines (a batch frame stays one line); binary frames are ignored; pausing the stream
+    pauses the socket. The client pings a quiet socket every :data:`PING_INTERVAL` seconds;
+    no pong within :data:`PING_TIMEOUT` ends it with a :class:`RemoteConnectionLost`.
+    Closing sends a close frame and waits up to :data:`CLOSE_TIMEOUT` for the server's.
     """
 
-    def __init__(self, url: str, max_message_size: int, headers: dict[str, str]) -> None:
+    def __init__(self, url: str, max_message_size: int, headers: dict[str, str], stream: Stream) -> None:
         from websockets.client import ClientProtocol
         from websockets.uri import parse_uri
 
-        super().__init__("websocket", url, max_message_size)
-        self._proto = ClientProtocol(parse_uri(url), max_size=max_message_size)
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._url = url
+        self._max = max_message_size
         self._headers = headers
-        self._transport: asyncio.Transport | None = None
-        self._handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._stream = stream
+        self._glue = _DuplexProtocol(stream)
+        self._proto = ClientProtocol(parse_uri(url), max_size=max_message_size)
+        self._socket: asyncio.Transport | None = None
+        self._handshake: asyncio.Future[None] = loop.create_future()
+        self._opened = False  # the stream has this link as its transport
+        self._early: list[bytes] = []  # lines that came with the handshake's response
         self._partial = b""
         self._fragments: list[bytes] | None = None  # a fragmented text message being joined
-        self._net_paused = False
+        self._closing = False
+        self._closer: asyncio.TimerHandle | None = None
         self._heard = 0.0  # loop time of the last bytes from the server
         self._ping: asyncio.TimerHandle | None = None
         self._ping_sent: float | None = None
-        self._reason = "the WebSocket closed"
+        self._failure: RemoteConnectionLost | None = None
 
     @classmethod
     async def open(cls, url: str, headers: dict[str, str], max_message_size: int,
@@ -470,46 +480,47 @@ class _WebSocketBridge(_Bridge, asyncio.Protocol):
             uri = parse_uri(url)
         except InvalidURI as exc:
             raise ValueError(f"invalid WebSocket URL {url!r}: {exc}") from exc
-        bridge = cls(url, max_message_size, headers)
         loop = asyncio.get_running_loop()
+        stream = Stream(loop)
+        link = cls(url, max_message_size, headers, stream)
         context = ssl.create_default_context() if uri.secure else None
+
         async def opening() -> None:
-            await loop.create_connection(lambda: bridge, uri.host, uri.port, ssl=context,
+            await loop.create_connection(lambda: link, uri.host, uri.port, ssl=context,
                                          server_hostname=uri.host if context is not None else None)
-            await bridge._handshake
+            await link._handshake
 
         try:
             await asyncio.wait_for(opening(), connect_timeout)
         except InvalidStatus as exc:
-            bridge._abort()
+            link._abort()
             status = exc.response.status_code
             raise RemoteConnectError(
                 f"the WebSocket handshake with {url} was refused: HTTP {status} {exc.response.reason_phrase}",
                 status) from exc
         except (OSError, asyncio.TimeoutError, InvalidHandshake) as exc:
-            bridge._abort()
+            link._abort()
             raise RemoteConnectError(f"cannot open a WebSocket to {url}: {exc or type(exc).__name__}") from exc
         except BaseException:
-            bridge._abort()
+            link._abort()
             raise
-        return bridge.start()
-
-    def _abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
-        self._b.close()
-        if not self.done.done():
-            self.done.set_result(None)
-
-    def start(self) -> Stream:
-        stream = super().start()
-        self._arm_ping()
+        stream._extra.update(url=url, transport="websocket")
+        link._opened = True
+        link._glue.connection_made(link)  # type: ignore[arg-type]  # the stream's transport
+        if link._early:
+            early, link._early = link._early, []
+            link._glue.data_received(b"".join(early))
+        link._arm_ping()
         return stream
 
-    # -- the socket's callbacks ---------------------------------------------------------
+    def _abort(self) -> None:
+        if self._socket is not None:
+            self._socket.abort()
+
+    # -- the socket's protocol ----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
+        self._socket = cast(asyncio.Transport, transport)
         request = self._proto.connect()
         request.headers["User-Agent"] = f"acp-fast/{_version.__version__}"
         for name, value in self._headers.items():
@@ -521,14 +532,14 @@ class _WebSocketBridge(_Bridge, asyncio.Protocol):
         from websockets.frames import Frame, Opcode
         from websockets.http11 import Response
 
-        self._heard = asyncio.get_running_loop().time()
+        self._heard = self._loop.time()
         self._ping_sent = None
         proto = self._proto
         proto.receive_data(data)
         lines: list[bytes] = []
         for event in proto.events_received():
             if type(event) is Response:
-                self._opened(event)
+                self._answered(event)
                 continue
             frame = cast(Frame, event)
             opcode = frame.opcode
@@ -545,105 +556,99 @@ class _WebSocketBridge(_Bridge, asyncio.Protocol):
                         self._fragments = None
             elif opcode is Opcode.BINARY:
                 self._fragments = None  # binary messages carry no ACP messages
+        self._flush()  # pongs, the answer to a close frame
         if lines:
             lines.append(b"")
-            self._deliver(b"\n".join(lines))
-        self._flush()
-        if proto.close_expected() or proto.state.name == "CLOSED":
-            self._closing_seen()
+            chunk = b"\n".join(lines)
+            if self._opened:
+                self._glue.data_received(chunk)
+            else:
+                self._early.append(chunk)
+        if proto.close_rcvd is not None and self._socket is not None and proto.state.name == "CLOSED":
+            self._socket.close()
 
-    def _line(self, payload: bytes, lines: list[bytes]) -> None:
+    @staticmethod
+    def _line(payload: bytes, lines: list[bytes]) -> None:
         line = one_line(payload)
         if line:
             lines.append(line)
 
-    def _opened(self, response: Any) -> None:
-        exc = self._proto.handshake_exc
+    def _answered(self, response: Any) -> None:
         if self._handshake.done():
             return
+        exc = self._proto.handshake_exc
         if exc is not None:
             self._handshake.set_exception(exc)
             return
         conn_id = response.headers.get(CONNECTION_ID_HEADER)
         if conn_id:
-            self._a.set_extra("acp_connection_id", conn_id)
+            self._stream._extra["acp_connection_id"] = conn_id
         self._handshake.set_result(None)
 
     def eof_received(self) -> bool:
         self._proto.receive_eof()
         self._flush()
-        self._closing_seen()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self._gone.done():
-            self._gone.set_result(None)
         if not self._handshake.done():
             self._handshake.set_exception(exc or ConnectionError("the server closed the connection"))
-        if self._ping is not None:
-            self._ping.cancel()
-        if exc is not None and self._reason == "the WebSocket closed":
-            self._reason = f"the WebSocket to {self._url} failed: {exc!r}"
-            if self.failure is None:
-                self.failure = RemoteConnectionLost(self._reason)
-        self._lost(self._reason)
+        for timer in (self._ping, self._closer):
+            if timer is not None:
+                timer.cancel()
+        if exc is not None and self._failure is None:
+            self._failure = RemoteConnectionLost(f"the WebSocket to {self._url} failed: {exc!r}")
+        frame = self._proto.close_rcvd
+        if self._failure is None and not self._closing:
+            text = f"code {frame.code}{': ' + frame.reason if frame.reason else ''}" if frame else "no close frame"
+            logger.info("remote ACP connection to %s ended: the WebSocket closed (%s)", self._url, text)
+        if self._opened:
+            self._glue.connection_lost(self._failure)
 
     def pause_writing(self) -> None:
-        if not self._paused and not self._draining:  # the socket's buffer is full: stop reading
-            self._paused = True                      # what the connection writes
-            self._b.pause_reading()
+        if self._opened:
+            self._glue.pause_writing()
 
     def resume_writing(self) -> None:
-        if self._paused:
-            self._paused = False
-            self._b.resume_reading()
-
-    def _closing_seen(self) -> None:
-        frame = self._proto.close_rcvd
-        if frame is not None:
-            self._reason = f"the WebSocket closed (code {frame.code}{': ' + frame.reason if frame.reason else ''})"
-        elif self._proto.state.name == "CLOSED":
-            self._reason = "the WebSocket closed (no close frame)"
-        else:
-            return
-        if self._transport is not None and self._proto.state.name == "CLOSED":
-            self._transport.close()
-        self._lost(self._reason)
+        if self._opened:
+            self._glue.resume_writing()
 
     def _flush(self) -> None:
         out = self._proto.data_to_send()
-        if out and self._transport is not None and not self._transport.is_closing():
+        socket = self._socket
+        if out and socket is not None and not socket.is_closing():
             data = b"".join(out)
             if data:
-                self._transport.write(data)
-            elif self._transport.can_write_eof():  # b"": the protocol asks for a half-close
-                self._transport.write_eof()
+                socket.write(data)
+            elif socket.can_write_eof():  # b"": the protocol asks for a half-close
+                socket.write_eof()
 
     # -- keepalive ----------------------------------------------------------------------
 
     def _arm_ping(self) -> None:
-        self._ping = asyncio.get_running_loop().call_later(PING_INTERVAL, self._on_ping_timer)
+        self._ping = self._loop.call_later(PING_INTERVAL, self._on_ping_timer)
 
     def _on_ping_timer(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if self._closer is not None or self._transport is None or self._transport.is_closing():
+        now = self._loop.time()
+        socket = self._socket
+        if self._closing or socket is None or socket.is_closing():
             return
         if self._ping_sent is not None and now - self._ping_sent >= PING_TIMEOUT:
-            self._reason = f"the WebSocket to {self._url} failed: no pong within {PING_TIMEOUT:g} s"
-            self.failure = RemoteConnectionLost(self._reason)
-            self._transport.abort()
+            self._failure = RemoteConnectionLost(
+                f"the WebSocket to {self._url} failed: no pong within {PING_TIMEOUT:g} s")
+            logger.error("remote ACP connection to %s: %s", self._url, self._failure)
+            socket.abort()
             return
         if self._ping_sent is None and now - self._heard >= PING_INTERVAL:
             self._proto.send_ping(b"acp")
             self._flush()
             self._ping_sent = now
-        self._ping = loop.call_later(PING_TIMEOUT if self._ping_sent is not None else PING_INTERVAL,
-                                     self._on_ping_timer)
+        self._ping = self._loop.call_later(PING_TIMEOUT if self._ping_sent is not None else PING_INTERVAL,
+                                           self._on_ping_timer)
 
-    # -- the connection's side ----------------------------------------------------------
+    # -- the stream's transport ---------------------------------------------------------
 
-    def _on_data(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         if self._partial:
             data = self._partial + data
             self._partial = b""
@@ -652,48 +657,66 @@ class _WebSocketBridge(_Bridge, asyncio.Protocol):
         proto = self._proto
         for line in lines:
             if len(line) > self._max:
-                self._fatal(f"an outgoing message of {len(line)} bytes is over max_message_size ({self._max})")
+                self._fail(f"an outgoing message of {len(line)} bytes is over max_message_size ({self._max})")
                 return
             if line:
                 proto.send_text(line)
         if len(tail) > self._max:
-            self._fatal(f"an outgoing message is over max_message_size ({self._max})")
+            self._fail(f"an outgoing message is over max_message_size ({self._max})")
             return
         self._partial = tail
         self._flush()
 
-    def _on_writable(self, writable: bool) -> None:
-        super()._on_writable(writable)
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return
-        if writable and self._net_paused:
-            self._net_paused = False
-            transport.resume_reading()
-        elif not writable and not self._net_paused:
-            self._net_paused = True
-            transport.pause_reading()
+    def _fail(self, reason: str) -> None:
+        logger.error("remote ACP connection to %s: %s", self._url, reason)
+        self._failure = RemoteConnectionLost(reason)
+        if self._socket is not None:
+            self._socket.abort()
 
-    async def _close_network(self, flushed: bool) -> None:
-        transport = self._transport
-        if self._ping is not None:
-            self._ping.cancel()
-        if transport is None or transport.is_closing():
+    def is_closing(self) -> bool:
+        return self._closing or self._socket is None or self._socket.is_closing()
+
+    def pause_reading(self) -> None:
+        if self._socket is not None and not self._socket.is_closing():
+            self._socket.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._socket is not None and not self._socket.is_closing():
+            self._socket.resume_reading()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        if self._socket is not None and not self._socket.is_closing():
+            self._socket.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return 0 if self._socket is None else self._socket.get_write_buffer_size()
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default if self._socket is None else self._socket.get_extra_info(name, default)
+
+    def close(self) -> None:
+        """The closing handshake: a close frame after what is queued; the socket is dropped
+        if the server has not ended it within :data:`CLOSE_TIMEOUT` seconds."""
+        if self._closing:
             return
-        if transport.get_write_buffer_size():
-            logger.warning("remote ACP connection to %s: closing with unsent messages", self._url)
-        if flushed and self._proto.state.name == "OPEN":
+        self._closing = True
+        socket = self._socket
+        if socket is None or socket.is_closing():
+            return
+        if self._proto.state.name == "OPEN":
+            if socket.get_write_buffer_size():
+                logger.debug("remote ACP connection to %s: closing after %d queued bytes", self._url,
+                             socket.get_write_buffer_size())
             self._proto.send_close(1000)
             self._flush()
-            if self._net_paused:
-                self._net_paused = False
-                transport.resume_reading()
-            try:  # the server answers the close frame, then ends the TCP connection
-                await asyncio.wait_for(asyncio.shield(self._gone), CLOSE_TIMEOUT)
-            except asyncio.TimeoutError:
-                pass
-        if not transport.is_closing():
-            transport.abort()
+            socket.resume_reading()  # the server's close frame must be read
+        self._closer = self._loop.call_later(CLOSE_TIMEOUT, self._give_up)
+
+    def _give_up(self) -> None:
+        if self._socket is not None:
+            if self._socket.get_write_buffer_size():
+                logger.warning("remote ACP connection to %s: closing with unsent messages", self._url)
+            self._socket.abort()
 
 
 class _ProxiedWebSocketBridge(_Bridge):
