@@ -43,10 +43,11 @@ def test_a_failed_run_is_an_error_not_a_number() -> None:
 def test_tiny_real_run_of_the_acp_fast_rows() -> None:
     cfg = RemoteConfig(rounds=1, n=200, m=20, connections=20, warmup=10, loops=("asyncio",), timeout=60.0)
     rows = run_remote(cfg, rows=[("acp_fast", "ws", "stream"), ("acp_fast", "http", "roundtrips"),
-                                 ("direct", "stdio", "stream")])
+                                 ("direct", "stdio", "stream"), ("floor", "tcp", "roundtrips")])
     by = {(r.pair, r.transport, r.workload): r for r in rows}
     for key in (("acp_fast", "ws", "stream"), ("acp_fast", "http", "roundtrips"), ("direct", "stdio", "stream"),
-                ("acp_fast", "ws", "connections")):
+                ("acp_fast", "ws", "connections"), ("floor", "tcp", "roundtrips")):
         row = by[key]
         assert row.error is None, (key, row.error)
         assert len(row.runs) == 1 and row.runs[0] > 0
+    assert by[("floor", "tcp", "roundtrips")].ran is not None  # its two processes reported their loop

@@ -10,7 +10,10 @@ Pairs (server + client, each a public-API program doing what a user's would):
 * ``ts``: the TypeScript SDK's server and clients (``peers/ts/remote_server.mjs``,
   ``remote_client.mjs``);
 * ``gateway``: ``acp-fast serve -- acp-fast testy`` (a stdio child per connection) with the
-  acp_fast client, against ``direct``: the same client spawning ``acp-fast testy`` on stdio.
+  acp_fast client, against ``direct``: the same client spawning ``acp-fast testy`` on stdio;
+* ``floor``: a minimal TCP ping-pong (:mod:`.tcp_floor`: 100-byte echo, no HTTP, WebSocket or
+  JSON) on the same loop, what any remote round trip costs at least on this machine; a
+  ceiling measured with a shortcut, shown beside the round-trip rows, never a target.
 
 Workloads: ``stream`` (one prompt streaming N ``agent_message_chunk`` updates of 100 bytes),
 ``roundtrips`` (M sequential ``_test/echo`` requests; the peers' own round-trip request), and
@@ -222,6 +225,8 @@ def _server_argv(pair: str, loop: str, cfg: RemoteConfig) -> tuple[list[str], bo
         return [sys.executable, str(cfg.peers / "pysdk" / "remote_server.py"), "--port", "0", "--loop", loop], False
     if pair == "ts":
         return ["node", str(cfg.peers / "ts" / "remote_server.mjs"), "--port", "0"], False
+    if pair == "floor":
+        return [*launch("server", "acp_fast.benchmark.tcp_floor", "serve", "--loop", loop)], False
     raise ValueError(pair)
 
 
@@ -234,6 +239,9 @@ def _client_argv(pair: str, url: str, workload: str, n: int, loop: str, cfg: Rem
                 "--timeout", str(cfg.timeout), "--loop", loop]
     if pair == "ts":
         return ["node", str(cfg.peers / "ts" / "remote_client.mjs"), url, workload, str(n), "--timeout", str(cfg.timeout)]
+    if pair == "floor":
+        return [*launch("client", "acp_fast.benchmark.tcp_floor", url, workload, str(n), "--warmup",
+                        str(min(cfg.warmup, 200)), "--loop", loop)]
     raise ValueError(pair)
 
 
@@ -252,7 +260,7 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("acp_fast", "ws", "stream"), ("pysdk", "ws", "stream"), ("ts", "ws", "stream"),
     ("acp_fast", "http", "stream"), ("pysdk", "http", "stream"), ("ts", "http", "stream"),
     ("acp_fast", "ws", "roundtrips"), ("pysdk", "ws", "roundtrips"),
-    ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"),
+    ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"), ("floor", "tcp", "roundtrips"),
     ("gateway", "ws", "stream"), ("direct", "stdio", "stream"),
 )
 
@@ -263,6 +271,7 @@ PROCESSES: dict[str, tuple[Process, ...]] = {
     "acp_fast": (Process("client"), Process("server")),
     "gateway": (Process("client"), Process("server"), Process("agent")),
     "direct": (Process("client"), Process("agent")),
+    "floor": (Process("client"), Process("server")),
 }
 
 
