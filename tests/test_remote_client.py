@@ -921,3 +921,51 @@ def test_websocket_silently_dead_path_detected_by_pings(engine: ModuleType, monk
             await app.aclose()
 
     run(body)
+
+
+def _self_signed(tmp: Any) -> tuple[str, str]:
+    import subprocess
+
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)
+
+
+def test_tls_on_every_client_path(tmp_path: Any, engine: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wss://`` (the sans-I/O link), ``https://`` over HTTP/1.1 (the lean POSTs and SSE GETs)
+    and ``https://`` with HTTP/2 allowed (httpx) each verify the server's certificate against
+    the trust store (here ``SSL_CERT_FILE``) and carry a turn; an untrusted certificate is
+    refused."""
+    cert, key = _self_signed(tmp_path)
+
+    async def turn(stream_opener: Awaitable[Any]) -> None:
+        client = Client.builder().on_session_update(lambda u, cx: None)
+        async with client.connect(stream_opener, engine=engine) as cx:
+            await cx.initialize()
+            session = (await cx.build_session("/tmp")).session
+            assert await session.send_prompt("stream 50 chunks") == {"stopReason": "end_turn"}
+            assert await cx.send_request("_test/echo", {"n": 1}) == {"n": 1}
+
+    async def body() -> None:
+        app = our_server(engine)
+        try:
+            async with served(app, certfile=cert, keyfile=key) as where:
+                assert where.http_url.startswith("https://") and where.ws_url.startswith("wss://")
+                with pytest.raises(RemoteConnectError):  # not trusted yet
+                    await connect_url(where.ws_url)
+                for http2 in (False, True):
+                    async with Client.builder().connect(connect_url(where.http_url, http2=http2),
+                                                        engine=engine) as cx:
+                        with pytest.raises(JsonRpcError) as refused:
+                            await cx.initialize()
+                        assert "CERTIFICATE_VERIFY_FAILED" in str(refused.value.message), refused.value
+                monkeypatch.setenv("SSL_CERT_FILE", cert)
+                await turn(connect_url(where.ws_url))
+                await turn(connect_url(where.http_url, http2=False))
+                await turn(connect_url(where.http_url, http2=True))
+        finally:
+            await app.aclose()
+
+    run(body)
