@@ -570,6 +570,32 @@ def our_server(engine: ModuleType, **policy: Any) -> AcpApp:
     return asgi_app(build_testy((1, 2)), policy=ServerPolicy(**policy), engine=engine)
 
 
+async def one_turn(opening: Awaitable[Any], engine: ModuleType) -> None:
+    """Connect on ``opening`` (a ``connect_url`` call), initialize, stream a 300-chunk turn and
+    answer one request: the connection works end to end."""
+    client = Client.builder().on_session_update(lambda u, cx: None)
+    async with client.connect(opening, engine=engine) as cx:
+        await cx.initialize()
+        session = (await cx.build_session("/tmp")).session
+        assert await session.send_prompt("stream 300 chunks") == {"stopReason": "end_turn"}
+        assert await cx.send_request("_test/echo", {"n": 1}) == {"n": 1}
+
+
+def unanswering_client() -> tuple[Any, asyncio.Event]:
+    """A client builder that leaves the agent's permission requests unanswered, and the
+    event set when one arrives (a turn then waits, its streams quiet)."""
+    asked = asyncio.Event()
+    client = Client.builder().on_session_update(lambda u, cx: None)
+
+    @client.on_request("session/request_permission")
+    async def permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+        asked.set()
+        await asyncio.Event().wait()  # never answered
+        raise AssertionError("unreachable")
+
+    return client, asked
+
+
 def chunk_numbers(record: list[Any]) -> list[int]:
     """The index each streamed chunk starts with (Testy numbers them), in arrival order."""
     return [int(re.match(r"\d+", text).group()) for text in texts(record)]  # type: ignore[union-attr]
@@ -664,14 +690,7 @@ def test_http_sse_resume_attempts_exhausted(engine: ModuleType) -> None:
             async with served(app) as where:
                 proxy = await TcpProxy(where.port).start()
                 try:
-                    asked = asyncio.Event()
-                    client = Client.builder().on_session_update(lambda u, cx: None)
-
-                    @client.on_request("session/request_permission")
-                    async def permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
-                        asked.set()
-                        await asyncio.Event().wait()  # never answered
-                        raise AssertionError("unreachable")
+                    client, asked = unanswering_client()
 
                     async with client.connect(connect_url(proxy.url()), engine=engine) as cx:
                         await cx.initialize()
@@ -706,14 +725,7 @@ def test_http_connection_closed_by_the_server(engine: ModuleType) -> None:
         app = our_server(engine)
         try:
             async with served(app) as where:
-                asked = asyncio.Event()
-                client = Client.builder().on_session_update(lambda u, cx: None)
-
-                @client.on_request("session/request_permission")
-                async def permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
-                    asked.set()
-                    await asyncio.Event().wait()  # never answered
-                    raise AssertionError("unreachable")
+                client, asked = unanswering_client()
 
                 stream = await connect_url(where.http_url)
                 async with client.connect(stream, engine=engine) as cx:
@@ -851,12 +863,7 @@ def test_websocket_through_a_proxy_from_the_environment(engine: ModuleType, monk
     without one the socket is opened directly. Both stream a turn and answer a request."""
 
     async def turn(url: str) -> None:
-        client = Client.builder().on_session_update(lambda u, cx: None)
-        async with client.connect(connect_url(url), engine=engine) as cx:
-            await cx.initialize()
-            session = (await cx.build_session("/tmp")).session
-            assert await session.send_prompt("stream 300 chunks") == {"stopReason": "end_turn"}
-            assert await cx.send_request("_test/echo", {"n": 1}) == {"n": 1}
+        await one_turn(connect_url(url), engine)
 
     async def body() -> None:
         app = our_server(engine)
@@ -891,14 +898,7 @@ def test_websocket_silently_dead_path_detected_by_pings(engine: ModuleType, monk
             async with served(app) as where:
                 proxy = await TcpProxy(where.port).start()
                 try:
-                    asked = asyncio.Event()
-                    client = Client.builder().on_session_update(lambda u, cx: None)
-
-                    @client.on_request("session/request_permission")
-                    async def permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
-                        asked.set()
-                        await asyncio.Event().wait()  # never answered
-                        raise AssertionError("unreachable")
+                    client, asked = unanswering_client()
 
                     async with client.connect(connect_url(proxy.url().replace("http", "ws")), engine=engine) as cx:
                         await cx.initialize()
@@ -940,13 +940,8 @@ def test_tls_on_every_client_path(tmp_path: Any, engine: ModuleType, monkeypatch
     refused."""
     cert, key = _self_signed(tmp_path)
 
-    async def turn(stream_opener: Awaitable[Any]) -> None:
-        client = Client.builder().on_session_update(lambda u, cx: None)
-        async with client.connect(stream_opener, engine=engine) as cx:
-            await cx.initialize()
-            session = (await cx.build_session("/tmp")).session
-            assert await session.send_prompt("stream 50 chunks") == {"stopReason": "end_turn"}
-            assert await cx.send_request("_test/echo", {"n": 1}) == {"n": 1}
+    async def turn(opening: Awaitable[Any]) -> None:
+        await one_turn(opening, engine)
 
     async def body() -> None:
         app = our_server(engine)

@@ -21,12 +21,13 @@ import json
 import os
 import sys
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..jsontypes import JsonObject
 
-__all__ = ["main"]
+__all__ = ["main", "report"]
 
 
 async def _run(target: str, workload: str, n: int, warmup: int) -> JsonObject:
@@ -84,12 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=0)
     parser.add_argument("--loop", default="auto", help="auto, asyncio or uvloop")
     args = parser.parse_args(argv)
+    return report(_run(args.target, args.workload, args.n, args.warmup), args.workload, args.loop)
+
+
+def report(work: Coroutine[Any, Any, JsonObject], workload: str, loop: str) -> int:
+    """Run a benchmark client's ``work`` on ``loop`` (at most 300 s) and print its JSON line
+    (``{"ok": false, "error"}`` when it failed: the harness reads the line); the exit status."""
     from ..cli.loops import run
 
     try:
-        out = run(asyncio.wait_for(_run(args.target, args.workload, args.n, args.warmup), 300), loop=args.loop)
+        out = run(asyncio.wait_for(work, 300), loop=loop)
     except Exception as exc:  # reported, not raised: the harness reads the line
-        out = {"ok": False, "workload": args.workload, "error": f"{type(exc).__name__}: {exc}"}
+        out = {"ok": False, "workload": workload, "error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(out), flush=True)
     return 0 if out.get("ok") else 1
 

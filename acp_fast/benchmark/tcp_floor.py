@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from urllib.parse import urlsplit
 
 from ..jsontypes import JsonObject
+from .remote_client import report
 
 __all__ = ["MESSAGE", "main"]
 
@@ -108,12 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             pass
         return 0
-    try:
-        out = run(asyncio.wait_for(_ping(args.target, args.n, args.warmup), 300), loop=args.loop)
-    except Exception as exc:  # reported, not raised: the harness reads the line
-        out = {"ok": False, "workload": args.workload, "error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(out), flush=True)
-    return 0 if out.get("ok") else 1
+    return report(_ping(args.target, args.n, args.warmup), args.workload, args.loop)
 
 
 if __name__ == "__main__":
