@@ -440,6 +440,30 @@ def test_memory_pair_goes_through_the_protocol_callbacks(engine: Any, monkeypatc
     assert len(calls) == 2
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are a Linux fcntl")
+def test_child_pipes_get_the_wide_kernel_buffer_on_asyncio() -> None:
+    """On asyncio's loop the child's stdin and stdout pipes are widened to ``PIPE_SIZE`` (or
+    the system's limit, when lower), so a large message crosses in few reads and writes."""
+    import fcntl
+
+    from acp_fast.transport.child import PIPE_SIZE
+
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        expected = min(PIPE_SIZE, int(f.read()))
+
+    async def main() -> None:
+        stream = await spawn([sys.executable, "-c", "import sys; sys.stdin.read()"])
+        try:
+            for fd in (0, 1):
+                pipe = stream._proc.get_pipe_transport(fd).get_extra_info("pipe")  # type: ignore[union-attr]
+                assert fcntl.fcntl(pipe.fileno(), fcntl.F_GETPIPE_SZ) == expected, fd
+        finally:
+            stream.close()
+            await stream.wait_closed()
+
+    asyncio.run(main())
+
+
 def test_stream_keeps_data_and_eof_that_arrive_before_attach(engine: Any) -> None:
     async def main() -> None:
         a, b = memory_pair()
