@@ -88,6 +88,52 @@ def missing(peer: str, what: str) -> NoReturn:
     pytest.skip(text, allow_module_level=True)
 
 
+#: The pinned third-party SDKs (``scripts/install_peers.sh`` installs these).
+TS_SDK_VERSION = "2.4.0"
+PYSDK_VERSION = "0.12.1"
+
+
+def require_node() -> str:
+    """The ``node`` executable (>= 20), or :func:`missing`."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("node")
+    if exe is None:
+        missing("node", "node is not on PATH")
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+    if int(out.lstrip("v").split(".")[0] or 0) < 20:
+        missing("node", f"node {out} is too old (the TS SDK needs >= 20)")
+    return exe
+
+
+def require_ts_sdk(peers_ts: Any) -> str:
+    """``node``, once ``peers_ts/node_modules`` holds the pinned TS SDK, or :func:`missing`."""
+    import json
+
+    node = require_node()
+    pkg = peers_ts / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
+    if not pkg.is_file():
+        missing("ts-sdk", "the TypeScript SDK is not installed in peers/ts/node_modules")
+    version = json.loads(pkg.read_text())["version"]
+    if version != TS_SDK_VERSION:
+        missing("ts-sdk", f"peers/ts has @agentclientprotocol/sdk {version}, not {TS_SDK_VERSION}")
+    return node
+
+
+def require_pysdk() -> str:
+    """The version of the pinned official Python SDK installed here, or :func:`missing`."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("agent-client-protocol")
+    except metadata.PackageNotFoundError:
+        missing("acp", "the Python SDK agent-client-protocol is not installed")
+    if version != PYSDK_VERSION:
+        missing("acp", f"agent-client-protocol {version} is installed, not {PYSDK_VERSION}")
+    return version
+
+
 def require_module(name: str, peer: str | None = None, what: str | None = None) -> ModuleType:
     """``pytest.importorskip(name)`` under the rule: the module, else a skip or a failure.
 

@@ -9,26 +9,21 @@ port; :meth:`RemotePeer.stop` kills the process. A missing peer goes through
 
 from __future__ import annotations
 
-import json
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import IO
 
-from peer_rule import missing
+from peer_rule import missing, require_pysdk, require_ts_sdk
 
 REPO = Path(__file__).resolve().parent.parent.parent
 PEERS = REPO / "peers"
-TS_SDK_VERSION = "2.4.0"
-PYSDK_VERSION = "0.12.1"
 #: Seconds a server may take to print its port.
 START_TIMEOUT = 30.0
 KINDS = ("pysdk", "ts")
@@ -37,12 +32,7 @@ KINDS = ("pysdk", "ts")
 def require(kind: str) -> list[str]:
     """The command that runs ``kind``'s server, or a skip/failure naming what is missing."""
     if kind == "pysdk":
-        try:
-            version = metadata.version("agent-client-protocol")
-        except metadata.PackageNotFoundError:
-            missing("acp", "the Python SDK agent-client-protocol is not installed")
-        if version != PYSDK_VERSION:
-            missing("acp", f"agent-client-protocol {version} is installed, not {PYSDK_VERSION}")
+        require_pysdk()
         for module in ("uvicorn", "websockets"):
             try:
                 __import__(module)
@@ -50,19 +40,7 @@ def require(kind: str) -> list[str]:
                 missing("acp", f"{module} (the Python SDK's [http] extra and uvicorn) is not installed")
         return [sys.executable, str(PEERS / "pysdk" / "remote_server.py")]
     if kind == "ts":
-        node = shutil.which("node")
-        if node is None:
-            missing("node", "node is not on PATH")
-        out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30, check=False)
-        if int(out.stdout.strip().lstrip("v").split(".")[0] or 0) < 20:
-            missing("node", f"node {out.stdout.strip()} is too old (the TS SDK needs >= 20)")
-        pkg = PEERS / "ts" / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
-        if not pkg.is_file():
-            missing("ts-sdk", "the TypeScript SDK is not installed in peers/ts/node_modules")
-        version = json.loads(pkg.read_text())["version"]
-        if version != TS_SDK_VERSION:
-            missing("ts-sdk", f"peers/ts has @agentclientprotocol/sdk {version}, not {TS_SDK_VERSION}")
-        return [node, str(PEERS / "ts" / "remote_server.mjs")]
+        return [require_ts_sdk(PEERS / "ts"), str(PEERS / "ts" / "remote_server.mjs")]
     raise ValueError(f"unknown peer {kind!r}")
 
 

@@ -18,8 +18,7 @@ from package_path import pythonpath  # noqa: E402
 REPO = HERE.parent.parent
 PEERS_TS = REPO / "peers" / "ts"
 PEERS_PY = REPO / "peers" / "pysdk"
-TS_SDK_VERSION = "2.4.0"
-PYSDK_VERSION = "0.12.1"
+from peer_rule import PYSDK_VERSION, TS_SDK_VERSION  # noqa: E402,F401 - the pins, for the interop tests
 TIMEOUT = 60.0  # seconds; only turns a hang into a failure
 
 
