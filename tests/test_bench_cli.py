@@ -408,3 +408,34 @@ def test_failing_chain_and_direct_pairs_record_errors() -> None:
     for w in ("stream", "stream_cpu_conductor_hop", "rss_conductor", "large_rss_conductor"):
         row = by_pair["fast/conductor-0p/dead"][w]
         assert row.errors and not row.runs and row.median is None, (w, row)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("large", [False, True], ids=["100-byte", "1-MiB"])
+def test_floor_pair_reads_every_line(loop: str, large: bool) -> None:
+    """The floor row's reader (``acp_fast.benchmark.floor``) gets every line of its writer
+    and counts every text byte, on each loop; it prints the contract's streaming fields."""
+    import json
+    import subprocess
+    import sys
+
+    n = 3 if large else 500
+    args = ["--n", str(n), "--warmup", "0" if large else "50", "--loop", loop, *(["--large"] if large else [])]
+    out = subprocess.run([sys.executable, "-m", "acp_fast.benchmark.floor", *args], capture_output=True, text=True,
+                         timeout=120, check=False)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["ok"] is True, (result, out.stderr[-500:])
+    assert result["n"] == n and result["textBytes"] == n * (1048576 if large else 100)
+    assert result["loop"] == loop and result["notificationsPerSec"] > 0 and result["streamClientCpuUsPerMsg"] > 0
+
+
+def test_floor_row_is_in_the_default_run_as_the_reference_of_its_goals() -> None:
+    """The floor pair runs by default, is labelled as not a comparison, and is the reference of
+    the "fraction of the floor" goals only."""
+    from acp_fast.benchmark import pairs
+    from acp_fast.benchmark.targets import GOALS
+
+    assert "floor/floor" in pairs.DEFAULT_PAIRS and pairs.PAIRS["floor/floor"].ceiling
+    floor_goals = {(g.workload, g.goal) for g in GOALS if g.reference == "floor/floor"}
+    assert floor_goals == {("stream", 0.6), ("large", 0.7)}
+    assert all(g.pair != "floor/floor" for g in GOALS)

@@ -51,3 +51,4 @@ def test_tiny_real_run_of_the_acp_fast_rows() -> None:
         assert row.error is None, (key, row.error)
         assert len(row.runs) == 1 and row.runs[0] > 0
     assert by[("floor", "tcp", "roundtrips")].ran is not None  # its two processes reported their loop
+

@@ -21,6 +21,10 @@ through the public API, ``cx.send_session_update`` with fresh text per chunk):
 ``pysdk-transport/…``, ``pysdk-fast/…``  the official Python SDK pair on acp_fast's transport /
                                          connection drop-in (:mod:`.pairs_sdk`)
 ``acp_fast/acp_fast-preencoded``         raw ceiling: Testy re-sends one pre-encoded line
+``floor/floor``                          the floor: no protocol library (:mod:`.floor`: a writer of
+                                         one pre-encoded line, an asyncio reader decoding each
+                                         line with orjson); the reference of the "fraction of
+                                         the floor" goals, never a comparison
                                          (:data:`CEILING`; never in a comparison)
 ``acp_fast/conductor-1p/acp_fast``, ...  through ``acp-fast conductor`` with 0, 1, 3
                                          pass-through proxies (:mod:`.chains`)
@@ -66,12 +70,13 @@ from .registry import (
     register_pair,
     requirement_module,
 )
-from .runtime import Process, launch
+from .runtime import Process, launch, module_command
 
 __all__ = [
     "BASELINE",
     "CEILING",
     "DEFAULT_PAIRS",
+    "FLOOR",
     "PAIRS",
     "PYSDK_PEER",
     "PY_SDK_VERSION",
@@ -91,7 +96,7 @@ __all__ = [
 #: The pairs ``acp-fast bench`` runs by default.
 DEFAULT_PAIRS = ("acp_fast/acp_fast", "acp_fast-pure/acp_fast-pure", "pysdk/pysdk", "ts/ts",
                  "acp_fast/pysdk", "pysdk/acp_fast", "acp_fast/ts", "ts/acp_fast",
-                 "acp_fast/acp_fast-preencoded",
+                 "acp_fast/acp_fast-preencoded", "floor/floor",
                  # proxy chains (.chains)
                  "acp_fast/conductor-0p/acp_fast", "acp_fast/conductor-1p/acp_fast", "acp_fast/conductor-3p/acp_fast",
                  # the official Python SDK on the drop-ins (.pairs_sdk)
@@ -100,6 +105,8 @@ DEFAULT_PAIRS = ("acp_fast/acp_fast", "acp_fast-pure/acp_fast-pure", "pysdk/pysd
 BASELINE = "pysdk/pysdk"
 #: The raw-ceiling row's label (Testy re-sending one pre-encoded line).
 CEILING = "raw ceiling (pre-encoded line, not a comparison)"
+#: The floor row's label (:mod:`.floor`).
+FLOOR = "floor: no protocol library, orjson per line (not a comparison)"
 
 
 def configure(peers_dir: str | os.PathLike[str] | None = None) -> None:
@@ -183,6 +190,11 @@ def _register_builtin_pairs() -> None:
                   processes=(sdk, node_agent), description="Python SDK client, TypeScript SDK agent")
     register_pair("ts/pysdk", ts_client, py_agent, requires=[TS_PEER, PYSDK_PEER], py_agent=True,
                   processes=(node, sdk_agent), description="TypeScript SDK client, Python SDK agent")
+    # no acp_fast engine runs in the floor pair: nothing to report (its JSON line names its loop, checked)
+    register_pair("floor/floor", module_command("acp_fast.benchmark.floor"),
+                  module_command("acp_fast.benchmark.floor", "writer"),
+                  requires=[ACP_FAST, requirement_module("orjson", "pip install 'acp-fast[bench]'")], env=acp_env(),
+                  ceiling=True, quick=True, py_client=True, description=FLOOR)
     register_chain_pairs()  # proxy chains through acp-fast conductor: their own module
 
 

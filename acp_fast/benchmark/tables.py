@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsontypes import Json, JsonObject
-from .pairs import CEILING, PAIRS
+from .pairs import CEILING, FLOOR, PAIRS
 from .suite import Measurement, RunConfig
 from .targets import verdicts
 
@@ -129,7 +129,7 @@ def results_table(rows: Sequence[Measurement], config: RunConfig, *, tablefmt: s
         body = []
         for pair, loop in variants:
             p = PAIRS.get(pair)
-            name = f"{pair} — {CEILING}" if p is not None and p.ceiling else pair
+            name = f"{pair} — {FLOOR if pair == 'floor/floor' else CEILING}" if p is not None and p.ceiling else pair
             body.append([name, loop, *([_ran(rows, pair, loop)] if show_ran else []),
                          *(_cell(by_key.get((pair, loop, w))) for w, _ in COLUMNS)])
         out.append(markdown_table(body, ["pair (client/agent)", "loop", *(["ran"] if show_ran else []),

@@ -8,7 +8,9 @@ Two modes:
   acp_fast compiled ↔ compiled and pure ↔ pure (the agent is ``acp-fast testy`` streaming
   through the public API), the official Python SDK ↔ itself, the TypeScript SDK ↔ itself
   (needs node and ``peers/ts/node_modules``), the cross-fed pairs (acp_fast client fed by
-  each SDK's agent, each SDK's client fed by the acp_fast agent) and a raw-ceiling row.
+  each SDK's agent, each SDK's client fed by the acp_fast agent), a raw-ceiling row and the
+  floor row (no protocol library: a pre-encoded writer, an asyncio reader decoding each line
+  with orjson; the reference of the "fraction of the floor" goals).
   Medians of 3 runs (``--runs``), CPU µs per message per side, load average and a CPU
   calibration before and after (with a warning when the machine was busy), the results
   table and the PASS/MISS table of the goals on stdout; ``--json PATH``, ``--png PATH``.
