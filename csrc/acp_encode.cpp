@@ -149,9 +149,26 @@ int write_chars(Writer& w, const CharT* s, Py_ssize_t n) {
   return 0;
 }
 
+// Whether any of the 8 ASCII bytes in x needs an escape in a JSON string: a control
+// character (< 0x20), '"' or '\\'. Exact for bytes < 0x80 (the caller's text is ASCII):
+// "has a byte < n" and "has a zero byte" are the classic word-at-a-time tests.
+static inline bool needs_escape8(uint64_t x) {
+  const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+  uint64_t ctrl = (x - ones * 0x20) & ~x & high;
+  uint64_t q = x ^ (ones * uint64_t('"'));
+  uint64_t b = x ^ (ones * uint64_t('\\'));
+  return (ctrl | ((q - ones) & ~q & high) | ((b - ones) & ~b & high)) != 0;
+}
+
 int write_ascii(Writer& w, const char* s, Py_ssize_t n) {
-  // Fast path: nothing to escape (the common case) is one copy.
+  // Fast path: nothing to escape (the common case) is one copy. The scan goes 8 bytes at a
+  // time until a word holds a byte to escape, then byte by byte from that word on.
   Py_ssize_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x;
+    std::memcpy(&x, s + i, 8);
+    if (needs_escape8(x)) break;
+  }
   for (; i < n; i++) {
     if (g_escape[uint8_t(s[i])]) break;
   }

@@ -172,6 +172,22 @@ def test_encode_value_golden_strings(engine):
     assert engine.encode_value('"\\') == b'"\\"\\\\"'
 
 
+def test_ascii_escapes_found_at_every_offset_and_length(engine):
+    """Every character an ASCII string must escape (controls, '"', '\\'), at every offset
+    of strings up to 40 long and next to the neighbours of the escape set (0x1f, 0x20, 0x21,
+    0x23, 0x5b, 0x5d, 0x7f), encodes as json.dumps does: the word-at-a-time scan of the
+    compiled encoder misses none (its 8-byte blocks and the tail)."""
+    escaped = [chr(c) for c in range(0x20)] + ['"', "\\"]
+    neighbours = ["\x1f", " ", "!", "#", "[", "]", "\x7f", "a"]
+    for length in range(0, 41):
+        base = "".join("abcdefgh"[i % 8] for i in range(length))
+        assert engine.encode_value(base) == json.dumps(base).encode()
+        for at in range(length):
+            for ch in escaped + neighbours:
+                text = base[:at] + ch + base[at + 1:]
+                assert engine.encode_value(text) == json.dumps(text, ensure_ascii=False).encode(), (length, at, ch)
+
+
 def test_encode_value_golden_numbers(engine):
     assert engine.encode_value([1e16, 1e-7, 0.1, -0.0, 2.0, 1e22, 123456789012345678901234567890]) == (
         b"[1e+16,1e-07,0.1,-0.0,2.0,1e+22,123456789012345678901234567890]"
