@@ -964,3 +964,26 @@ def test_tls_on_every_client_path(tmp_path: Any, engine: ModuleType, monkeypatch
             await app.aclose()
 
     run(body)
+
+
+def test_outgoing_line_over_the_limit_ends_the_websocket(engine: ModuleType) -> None:
+    """A line the connection writes that is over ``max_message_size`` is never sent: the
+    stream ends, and the error it ends with names the size (the lines before it still go)."""
+
+    async def body() -> None:
+        app = our_server(engine)
+        try:
+            async with served(app) as where:
+                stream = await connect_url(where.ws_url, max_message_size=200)
+                ended: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+                got: list[bytes] = []
+                stream.attach(got.append, lambda exc: ended.done() or ended.set_result(exc), lambda ok: None)
+                stream.write(b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}\n'
+                             + b'{"jsonrpc":"2.0","method":"x","params":{"pad":"' + b"y" * 300 + b'"}}\n')
+                exc = await asyncio.wait_for(ended, 5.0)
+                assert isinstance(exc, RemoteConnectionLost) and "over max_message_size (200)" in str(exc), exc
+                await asyncio.wait_for(stream.wait_closed(), 5.0)
+        finally:
+            await app.aclose()
+
+    run(body)

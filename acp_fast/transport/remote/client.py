@@ -412,6 +412,23 @@ class _Bridge:
 # ---------------------------------------------------------------------------------------
 
 
+def _whole_lines(partial: bytes, data: bytes, limit: int) -> tuple[list[bytes], bytes, str | None]:
+    """Split what the connection wrote into its whole non-empty lines (``partial`` is the
+    unfinished line of the last write); returns the lines, the new unfinished line, and why
+    the stream must end (a line over ``limit`` bytes; only the lines before it are returned)."""
+    if partial:
+        data = partial + data
+    lines = data.split(b"\n")
+    tail = lines.pop()
+    for i, line in enumerate(lines):
+        if len(line) > limit:
+            return [x for x in lines[:i] if x], b"", \
+                f"an outgoing message of {len(line)} bytes is over max_message_size ({limit})"
+    if len(tail) > limit:
+        return [x for x in lines if x], b"", f"an outgoing message is over max_message_size ({limit})"
+    return [x for x in lines if x], tail, None
+
+
 #: Seconds between the client's pings on a quiet WebSocket, and that a pong may take before
 #: the connection counts as lost (a network path that died silently).
 PING_INTERVAL = 20.0
@@ -649,22 +666,13 @@ class _WebSocketLink(asyncio.Protocol):
     # -- the stream's transport ---------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        if self._partial:
-            data = self._partial + data
-            self._partial = b""
-        lines = data.split(b"\n")
-        tail = lines.pop()
+        lines, self._partial, refusal = _whole_lines(self._partial, data, self._max)
         proto = self._proto
         for line in lines:
-            if len(line) > self._max:
-                self._fail(f"an outgoing message of {len(line)} bytes is over max_message_size ({self._max})")
-                return
-            if line:
-                proto.send_text(line)
-        if len(tail) > self._max:
-            self._fail(f"an outgoing message is over max_message_size ({self._max})")
+            proto.send_text(line)
+        if refusal is not None:
+            self._fail(refusal)
             return
-        self._partial = tail
         self._flush()
 
     def _fail(self, reason: str) -> None:
@@ -757,21 +765,11 @@ class _ProxiedWebSocketBridge(_Bridge):
         return cls(url, ws, max_message_size).start()
 
     def _on_data(self, data: bytes) -> None:
-        if self._partial:
-            data = self._partial + data
-            self._partial = b""
-        lines = data.split(b"\n")
-        tail = lines.pop()
+        lines, self._partial, refusal = _whole_lines(self._partial, data, self._max)
         for line in lines:
-            if len(line) > self._max:
-                self._fatal(f"an outgoing message of {len(line)} bytes is over max_message_size ({self._max})")
-                return
-            if line:
-                self._enqueue(self._out, line, len(line))
-        if len(tail) > self._max:
-            self._fatal(f"an outgoing message is over max_message_size ({self._max})")
-            return
-        self._partial = tail
+            self._enqueue(self._out, line, len(line))
+        if refusal is not None:
+            self._fatal(refusal)
 
     async def _send(self, line: bytes) -> None:
         from websockets.exceptions import ConnectionClosed
