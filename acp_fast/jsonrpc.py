@@ -712,9 +712,20 @@ class Connection:
         """
         if self._closing:
             return False
-        if self._write_paused or self._out_bytes > self._max_write_buffer:
+        out_bytes = self._out_bytes
+        if self._write_paused or out_bytes > self._max_write_buffer:
             self._check_room()
-        self._send(self._enc_notification(method, params))
+        # ``_send`` inlined: this runs once per streamed update
+        line = self._enc_notification(method, params)
+        self._out.append(line)
+        out_bytes += len(line)
+        self._out_bytes = out_bytes
+        if out_bytes > _FLUSH_AT:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            if not self._in_frames:
+                self._loop.call_soon(self._flush)
         return True
 
     def _check_room(self) -> None:
