@@ -4,6 +4,9 @@ the acp_fast pair over WebSocket and HTTP and of the connection row produces its
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
 
 from acp_fast.benchmark import remote
@@ -43,12 +46,40 @@ def test_a_failed_run_is_an_error_not_a_number() -> None:
 def test_tiny_real_run_of_the_acp_fast_rows() -> None:
     cfg = RemoteConfig(rounds=1, n=200, m=20, connections=20, warmup=10, loops=("asyncio",), timeout=60.0)
     rows = run_remote(cfg, rows=[("acp_fast", "ws", "stream"), ("acp_fast", "http", "roundtrips"),
-                                 ("direct", "stdio", "stream"), ("floor", "tcp", "roundtrips")])
+                                 ("direct", "stdio", "stream"), ("floor", "tcp", "roundtrips"),
+                                 ("floor", "ws", "roundtrips")])
     by = {(r.pair, r.transport, r.workload): r for r in rows}
     for key in (("acp_fast", "ws", "stream"), ("acp_fast", "http", "roundtrips"), ("direct", "stdio", "stream"),
-                ("acp_fast", "ws", "connections"), ("floor", "tcp", "roundtrips")):
+                ("acp_fast", "ws", "connections"), ("floor", "tcp", "roundtrips"), ("floor", "ws", "roundtrips")):
         row = by[key]
         assert row.error is None, (key, row.error)
         assert len(row.runs) == 1 and row.runs[0] > 0
-    assert by[("floor", "tcp", "roundtrips")].ran is not None  # its two processes reported their loop
+    for floor in ("tcp", "ws"):
+        assert by[("floor", floor, "roundtrips")].ran is not None  # its two processes reported their loop
 
+
+
+def test_the_websocket_floor_app_answers_requests_only() -> None:
+    """The ASGI echo app of the ``floor`` ``ws`` row: a request gets its params back as the
+    result, a notification and a binary frame get nothing, any HTTP request a 404."""
+    from acp_fast.benchmark.ws_floor import echo_app
+
+    incoming = [{"type": "websocket.connect"},
+                {"type": "websocket.receive", "text": '{"jsonrpc":"2.0","method":"n","params":{}}'},
+                {"type": "websocket.receive", "bytes": b"\x00"},
+                {"type": "websocket.receive", "text": '{"jsonrpc":"2.0","id":7,"method":"_test/echo","params":{"i":7}}'},
+                {"type": "websocket.disconnect", "code": 1000}]
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return incoming.pop(0)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    asyncio.run(echo_app({"type": "websocket"}, receive, send))
+    assert [m["type"] for m in sent] == ["websocket.accept", "websocket.send"]
+    assert json.loads(str(sent[1]["text"])) == {"jsonrpc": "2.0", "id": 7, "result": {"i": 7}}
+    sent.clear()
+    asyncio.run(echo_app({"type": "http"}, receive, send))
+    assert sent[0]["status"] == 404

@@ -11,9 +11,12 @@ Pairs (server + client, each a public-API program doing what a user's would):
   ``remote_client.mjs``);
 * ``gateway``: ``acp-fast serve -- acp-fast testy`` (a stdio child per connection) with the
   acp_fast client, against ``direct``: the same client spawning ``acp-fast testy`` on stdio;
-* ``floor``: a minimal TCP ping-pong (:mod:`.tcp_floor`: 100-byte echo, no HTTP, WebSocket or
-  JSON) on the same loop, what any remote round trip costs at least on this machine; a
-  ceiling measured with a shortcut, shown beside the round-trip rows, never a target.
+* ``floor``: over ``tcp``, a minimal TCP ping-pong (:mod:`.tcp_floor`: 100-byte echo, no HTTP,
+  WebSocket or JSON) on the same loop, what any remote round trip costs at least on this
+  machine; over ``ws``, a dozen-line ASGI echo app on the same ASGI server as ``acp-fast serve``
+  and a websockets sans-I/O client, orjson on both sides (:mod:`.ws_floor`), what any ACP pair
+  pays at least per WebSocket round trip on that server. Ceilings measured with a shortcut,
+  shown beside the round-trip rows, never targets.
 
 Workloads: ``stream`` (one prompt streaming N ``agent_message_chunk`` updates of 100 bytes),
 ``roundtrips`` (M sequential ``_test/echo`` requests; the peers' own round-trip request), and
@@ -214,7 +217,7 @@ def _testy(loop: str) -> tuple[str, ...]:
     return launch("agent", "acp_fast.cli.main", "testy", "--versions", "1", "--loop", loop)
 
 
-def _server_argv(pair: str, loop: str, cfg: RemoteConfig) -> tuple[list[str], bool]:
+def _server_argv(pair: str, loop: str, cfg: RemoteConfig, transport: str = "ws") -> tuple[list[str], bool]:
     if pair == "acp_fast":
         return [*launch("server", "acp_fast.cli.main", "serve", "--testy", "--versions", "1", "--port", "0",
                         "--loop", loop)], True
@@ -226,8 +229,12 @@ def _server_argv(pair: str, loop: str, cfg: RemoteConfig) -> tuple[list[str], bo
     if pair == "ts":
         return ["node", str(cfg.peers / "ts" / "remote_server.mjs"), "--port", "0"], False
     if pair == "floor":
-        return [*launch("server", "acp_fast.benchmark.tcp_floor", "serve", "--loop", loop)], False
+        return [*launch("server", _FLOORS[transport], "serve", "--loop", loop)], False
     raise ValueError(pair)
+
+
+#: The floor rows' module per transport (server and client in one module).
+_FLOORS = {"tcp": "acp_fast.benchmark.tcp_floor", "ws": "acp_fast.benchmark.ws_floor"}
 
 
 def _client_argv(pair: str, url: str, workload: str, n: int, loop: str, cfg: RemoteConfig) -> list[str]:
@@ -240,7 +247,7 @@ def _client_argv(pair: str, url: str, workload: str, n: int, loop: str, cfg: Rem
     if pair == "ts":
         return ["node", str(cfg.peers / "ts" / "remote_client.mjs"), url, workload, str(n), "--timeout", str(cfg.timeout)]
     if pair == "floor":
-        return [*launch("client", "acp_fast.benchmark.tcp_floor", url, workload, str(n), "--warmup",
+        return [*launch("client", _FLOORS[url.split(":", 1)[0]], url, workload, str(n), "--warmup",
                         str(min(cfg.warmup, 200)), "--loop", loop)]
     raise ValueError(pair)
 
@@ -260,7 +267,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("acp_fast", "ws", "stream"), ("pysdk", "ws", "stream"), ("ts", "ws", "stream"),
     ("acp_fast", "http", "stream"), ("pysdk", "http", "stream"), ("ts", "http", "stream"),
     ("acp_fast", "ws", "roundtrips"), ("pysdk", "ws", "roundtrips"),
-    ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"), ("floor", "tcp", "roundtrips"),
+    ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"), ("floor", "ws", "roundtrips"),
+    ("floor", "tcp", "roundtrips"),
     ("gateway", "ws", "stream"), ("direct", "stdio", "stream"),
 )
 
@@ -305,7 +313,7 @@ def _one(pair: str, transport: str, workload: str, loop: str, cfg: RemoteConfig,
         if pair == "direct":
             target = shlex.join(_testy(loop))
         else:
-            argv, on_stderr = _server_argv(pair, loop, cfg)
+            argv, on_stderr = _server_argv(pair, loop, cfg, transport)
             server = _Server(argv, port_on_stderr=on_stderr, env=env)
             target = f"{transport}://127.0.0.1:{server.port}/acp"
         cpu0 = server.cpu() if server else 0.0
