@@ -180,3 +180,43 @@ def test_thread_reader_with_no_descriptor_is_an_immediate_eof() -> None:
         await stream.wait_closed()
 
     asyncio.run(asyncio.wait_for(main(), HANG_GUARD))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are a Linux fcntl")
+@pytest.mark.parametrize("loop", LOOPS)
+def test_the_agent_widens_its_stdin_and_stdout_pipes_on_any_loop(loop: str) -> None:
+    """``connect_stdio`` asks for ``PIPE_SIZE`` kernel buffers on the pipes it is given (or the
+    system's limit, when lower), on uvloop too, whose spawn cannot: a pipe is wide when either
+    end is acp_fast. A regular file is left alone."""
+    import fcntl
+
+    from acp_fast.transport import connect_stdio, run
+    from acp_fast.transport.child import PIPE_SIZE
+
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        expected = min(PIPE_SIZE, int(f.read()))
+    r_in, w_in = os.pipe()
+    r_out, w_out = os.pipe()
+    assert fcntl.fcntl(r_in, fcntl.F_GETPIPE_SZ) < expected  # the default, 64 KiB
+
+    async def main() -> None:
+        stream = await connect_stdio(stdin=r_in, stdout=w_out)
+        try:
+            for fd in (r_in, w_out):  # the same pipes: connect_stdio duplicates the descriptors
+                assert fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) == expected, fd
+        finally:
+            stream.close()
+
+    try:
+        run(main(), loop=loop)
+    finally:
+        for fd in (r_in, w_in, r_out, w_out):
+            os.close(fd)
+
+
+def test_widen_pipe_leaves_anything_but_a_pipe_alone(tmp_path: Path) -> None:
+    from acp_fast.transport._pipes import widen_pipe
+
+    with open(tmp_path / "f", "wb") as f:
+        widen_pipe(f.fileno())  # a regular file: nothing to ask, nothing raised
+    widen_pipe(10**6)  # not a descriptor at all: nothing raised

@@ -6,7 +6,8 @@ library at all, so that every run shows how close acp_fast comes to it.
   1 MiB in the large step) with blocking writes: no JSON-RPC, no encoding per message.
 * The **reader** (``python -m acp_fast.benchmark.floor [--n N] [--warmup W] [--large]
   [--loop L] -- WRITER...``) starts the writer on pipes (their kernel buffers widened as
-  :func:`acp_fast.transport.spawn` widens them), splits the lines in an asyncio protocol and
+  :func:`acp_fast.transport.spawn` widens them, and the writer's stdout by the writer, as an
+  acp_fast agent's by :func:`acp_fast.transport.connect_stdio`: on any loop), splits the lines in an asyncio protocol and
   decodes each with orjson, reading the text's length: no dispatch, no validation beyond JSON.
 
 It takes the client CLI contract's options (the round-trip ones are accepted and ignored) and
@@ -26,6 +27,7 @@ import time
 from typing import Any, cast
 
 from ..jsontypes import JsonObject
+from ..transport._pipes import widen_pipe
 from .remote_client import report
 
 __all__ = ["line_for", "main"]
@@ -48,6 +50,7 @@ def _writer() -> int:
     if not first.strip():
         return 0
     total = int(first)
+    widen_pipe(1)  # as an acp_fast agent widens its stdout (on any loop)
     line = line_for(int(os.environ.get("ACP_CHUNK", "100")))
     per_write = max(1, (64 * 1024) // len(line))
     block = line * per_write
@@ -63,18 +66,10 @@ def _writer() -> int:
 
 
 def _widen(transport: Any) -> None:
-    try:
-        import fcntl
-    except ImportError:
-        return
     for fd in (0, 1):
         pipe = transport.get_pipe_transport(fd).get_extra_info("pipe")
-        setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
-        if pipe is not None and setsize is not None:
-            try:
-                fcntl.fcntl(pipe.fileno(), setsize, 1024 * 1024)
-            except OSError:
-                pass
+        if pipe is not None:
+            widen_pipe(pipe.fileno())
 
 
 class _Reader(asyncio.SubprocessProtocol):

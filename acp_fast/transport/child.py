@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import AcpFastError
+from ._pipes import PIPE_SIZE, widen_pipe
 from .stream import Stream, logger
 
 __all__ = ["KILL_GRACE", "MINIMAL_ENV", "PIPE_SIZE", "STDERR_TAIL", "ChildExitError", "ChildStream", "parse_command", "spawn"]
@@ -22,11 +23,6 @@ __all__ = ["KILL_GRACE", "MINIMAL_ENV", "PIPE_SIZE", "STDERR_TAIL", "ChildExitEr
 STDERR_TAIL = 64 * 1024
 #: Seconds a child gets to exit after its stdin is closed before its process group is killed.
 KILL_GRACE = 1.0
-#: The kernel buffer asked for each of the child's stdin and stdout pipes (Linux; the default
-#: is 64 KiB, and unprivileged processes may raise it to ``/proc/sys/fs/pipe-max-size``,
-#: 1 MiB unless changed). Fewer, larger reads and writes: on asyncio's loop a 1 MiB message
-#: otherwise takes sixteen wake-ups and reads each way.
-PIPE_SIZE = 1024 * 1024
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _JSON_KEYS = frozenset(("name", "command", "args", "env"))
@@ -201,21 +197,11 @@ class ChildStream(Stream):
 
 
 def _widen(pipe_transport: asyncio.BaseTransport | None) -> None:
-    """Ask for a :data:`PIPE_SIZE` kernel buffer on a pipe (where the loop exposes the pipe's
-    file, as asyncio's does; uvloop's does not, and reads faster anyway); a refusal (a lower
-    system limit, not Linux) leaves the pipe as it was."""
-    try:
-        import fcntl
-    except ImportError:  # not a POSIX system
-        return
-    setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
+    """Widen a child's pipe (:func:`~acp_fast.transport._pipes.widen_pipe`) where the loop exposes
+    the pipe's file, as asyncio's does; uvloop's does not (an acp_fast agent widens its end itself)."""
     pipe = pipe_transport.get_extra_info("pipe") if pipe_transport is not None else None
-    if setsize is None or pipe is None:
-        return
-    try:
-        fcntl.fcntl(pipe.fileno(), setsize, PIPE_SIZE)
-    except (OSError, ValueError):
-        pass
+    if pipe is not None:
+        widen_pipe(pipe.fileno())
 
 
 class _ChildProtocol(asyncio.SubprocessProtocol):

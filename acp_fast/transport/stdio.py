@@ -32,6 +32,7 @@ import sys
 import threading
 from typing import Any
 
+from ._pipes import widen_pipe
 from .stream import Stream, _ReadPipeProtocol, _WritePipeProtocol, logger
 
 __all__ = ["connect_stdio"]
@@ -265,7 +266,8 @@ async def connect_stdio(stdin: int = 0, stdout: int = 1) -> Stream:
     """A stream over this process's stdin (read) and stdout (write): the agent side.
 
     The descriptors are duplicated, so closing the stream leaves fds 0 and 1 open. Pipes,
-    sockets and terminals are driven by the event loop. A descriptor the loop cannot poll
+    sockets and terminals are driven by the event loop; a pipe gets a 1 MiB kernel buffer
+    where the system allows (:data:`~acp_fast.transport.child.PIPE_SIZE`). A descriptor the loop cannot poll
     (a regular file as in ``agent < requests.jsonl``, ``/dev/null``) is read in a daemon
     thread and written synchronously. A closed stdin is an immediate end of input; on a
     closed stdout the output is discarded with one logged warning (see this module's
@@ -279,12 +281,14 @@ async def connect_stdio(stdin: int = 0, stdout: int = 1) -> Stream:
     stream = _StdioStream(loop)
     rfd = _dup_open(stdin, stdin == 0 and sys.__stdin__ is None)
     if rfd is not None and _pollable(rfd, selectors.EVENT_READ):
+        widen_pipe(rfd)  # a pipe from the client: 1 MiB (see transport._pipes), on any loop
         stream._blocking.append((stdin, os.get_blocking(rfd)))
         await loop.connect_read_pipe(lambda: _ReadPipeProtocol(stream), open(rfd, "rb", buffering=0))  # noqa: ASYNC230,SIM115 (wraps an fd)
     else:
         _ThreadReadTransport(loop, rfd, _ReadPipeProtocol(stream))
     wfd = _dup_open(stdout, stdout == 1 and sys.__stdout__ is None)
     if wfd is not None and _pollable(wfd, selectors.EVENT_WRITE):
+        widen_pipe(wfd)
         stream._blocking.append((stdout, os.get_blocking(wfd)))
         await loop.connect_write_pipe(lambda: _WritePipeProtocol(stream), open(wfd, "wb", buffering=0))  # noqa: ASYNC230,SIM115 (wraps an fd)
     else:
