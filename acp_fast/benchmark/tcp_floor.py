@@ -18,12 +18,14 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..jsontypes import JsonObject
 from .remote_client import report
 
-__all__ = ["MESSAGE", "main"]
+__all__ = ["MESSAGE", "floor_cli", "main"]
 
 #: What the client sends each round trip (the size of a small ACP request).
 MESSAGE = b"x" * 99 + b"\n"
@@ -91,10 +93,12 @@ async def _ping(url: str, n: int, warmup: int) -> JsonObject:
             "cpuSeconds": round(cpu, 6), "loop": loop_name()}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line (see the module's text)."""
-    parser = argparse.ArgumentParser(prog="python -m acp_fast.benchmark.tcp_floor")
-    parser.add_argument("target", help="serve, or tcp://host:port")
+def floor_cli(prog: str, url: str, serve: Callable[[], Coroutine[Any, Any, None]],
+              roundtrips: Callable[[str, int, int], Coroutine[Any, Any, JsonObject]], argv: list[str] | None) -> int:
+    """The command line of a floor module: ``serve [--loop L]``, or ``URL roundtrips N [--warmup W]
+    [--loop L]`` (``url``: the form of URL, for the help)."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("target", help=f"serve, or {url}")
     parser.add_argument("workload", nargs="?", choices=("roundtrips",), default="roundtrips")
     parser.add_argument("n", nargs="?", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=200)
@@ -104,11 +108,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.target == "serve":
         try:
-            run(_serve(), loop=args.loop)
+            run(serve(), loop=args.loop)
         except KeyboardInterrupt:
             pass
         return 0
-    return report(_ping(args.target, args.n, args.warmup), args.workload, args.loop)
+    return report(roundtrips(args.target, args.n, args.warmup), args.workload, args.loop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (see the module's text)."""
+    return floor_cli("python -m acp_fast.benchmark.tcp_floor", "tcp://host:port", _serve, _ping, argv)
 
 
 if __name__ == "__main__":

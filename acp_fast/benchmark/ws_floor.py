@@ -20,7 +20,6 @@ prints one JSON line: ``{"ok", "n", "seconds", "rate", "cpuSeconds", "loop", "js
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -29,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..jsontypes import JsonObject
-from .remote_client import report
+from .tcp_floor import floor_cli
 
 __all__ = ["echo_app", "main"]
 
@@ -158,22 +157,7 @@ async def _roundtrips(url: str, n: int, warmup: int) -> JsonObject:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line (see the module's text)."""
-    parser = argparse.ArgumentParser(prog="python -m acp_fast.benchmark.ws_floor")
-    parser.add_argument("target", help="serve, or ws://host:port/path")
-    parser.add_argument("workload", nargs="?", choices=("roundtrips",), default="roundtrips")
-    parser.add_argument("n", nargs="?", type=int, default=1000)
-    parser.add_argument("--warmup", type=int, default=200)
-    parser.add_argument("--loop", default="auto", help="auto, asyncio or uvloop")
-    args = parser.parse_args(argv)
-    from ..cli.loops import run
-
-    if args.target == "serve":
-        try:
-            run(_serve(), loop=args.loop)
-        except KeyboardInterrupt:
-            pass
-        return 0
-    return report(_roundtrips(args.target, args.n, args.warmup), args.workload, args.loop)
+    return floor_cli("python -m acp_fast.benchmark.ws_floor", "ws://host:port/path", _serve, _roundtrips, argv)
 
 
 if __name__ == "__main__":
