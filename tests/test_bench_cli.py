@@ -439,3 +439,22 @@ def test_floor_row_is_in_the_default_run_as_the_reference_of_its_goals() -> None
     floor_goals = {(g.workload, g.goal) for g in GOALS if g.reference == "floor/floor"}
     assert floor_goals == {("stream", 0.6), ("large", 0.7)}
     assert all(g.pair != "floor/floor" for g in GOALS)
+
+
+def test_a_run_says_when_the_python_sdk_traces_every_message(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The official SDK opens a span per message when opentelemetry (or logfire) imports: the
+    run's notes must say so (its rows would be slower than a default install's), and say
+    nothing when neither imports."""
+    from acp_fast.benchmark import machine
+
+    monkeypatch.setattr(machine, "SDK_TRACERS", {"acp_fast_no_such_tracer.trace": "no-such-tracer"})
+    assert machine.sdk_tracing_note() is None
+    (tmp_path / "acp_fast_fake_tracer").mkdir()
+    (tmp_path / "acp_fast_fake_tracer" / "__init__.py").write_text("")
+    (tmp_path / "acp_fast_fake_tracer" / "trace.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(machine, "SDK_TRACERS", {"acp_fast_fake_tracer.trace": "fake-tracer-api",
+                                                 "acp_fast_no_such_tracer": "no-such-tracer"})
+    note = machine.sdk_tracing_note()
+    assert note is not None and "fake-tracer-api importable" in note and "no-such-tracer" not in note

@@ -1,4 +1,5 @@
-"""The state of the machine around a benchmark run: load average, CPU calibration, busy check.
+"""The state of the machine around a benchmark run: load average, CPU calibration, busy check,
+and what of this interpreter's environment changes a peer's speed (:func:`sdk_tracing_note`).
 
 The shared machine's speed moves between runs; CPU µs per message is robust to that, wall
 throughput is not. :func:`snapshot` is taken before and after the run; :func:`busy_warnings`
@@ -8,6 +9,7 @@ calibration loop's time drifting by more than 15 % between before and after).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -15,8 +17,8 @@ from typing import Any
 
 from ..jsontypes import JsonObject
 
-__all__ = ["CALIBRATION_LOOPS", "LOAD_PER_CPU", "MAX_DRIFT", "Snapshot", "busy_warnings", "calibrate", "cpu_count",
-           "snapshot"]
+__all__ = ["CALIBRATION_LOOPS", "LOAD_PER_CPU", "MAX_DRIFT", "SDK_TRACERS", "Snapshot", "busy_warnings", "calibrate",
+           "cpu_count", "sdk_tracing_note", "snapshot"]
 
 #: iterations of the calibration loop
 CALIBRATION_LOOPS = 3_000_000
@@ -24,6 +26,10 @@ CALIBRATION_LOOPS = 3_000_000
 LOAD_PER_CPU = 0.7
 #: relative change of the calibration time (before → after) above which the machine counts as busy
 MAX_DRIFT = 0.15
+#: The tracing packages the official Python SDK (``acp.telemetry``) opens a span with for every
+#: request and notification when it can import them (module → distribution). Its own install
+#: (``agent-client-protocol``, with or without ``[http]``) brings neither.
+SDK_TRACERS = {"opentelemetry.trace": "opentelemetry-api", "logfire": "logfire"}
 
 
 def cpu_count() -> int:
@@ -90,3 +96,26 @@ def busy_warnings(before: Snapshot, after: Snapshot, cpus: int | None = None) ->
             out.append(f"CPU calibration drifted {drift * 100:+.0f} % ({before.calibration_ms:.0f} → "
                        f"{after.calibration_ms:.0f} ms; limit ±{MAX_DRIFT * 100:.0f} %)")
     return out
+
+
+def sdk_tracing_note() -> str | None:
+    """A note when the Python SDK peers of a run (they run this interpreter) trace every message.
+
+    With ``opentelemetry-api`` (the ``mcp`` package brings it, so the ``test`` extra does) or
+    ``logfire`` importable, ``acp`` opens a span per request and notification: its rows, and
+    those of the drop-ins (the SDK's own code on acp_fast), are slower than with the SDK's
+    default install, so ratios against them are too flattering. ``None`` when neither imports.
+    """
+    found = [dist for module, dist in SDK_TRACERS.items() if _importable(module)]
+    if not found:
+        return None
+    return (f"the Python SDK traces every message in this interpreter ({', '.join(found)} importable; "
+            "its default install has neither): its rows and the drop-ins' are slower than a user's "
+            "default install's; run the benchmark in a venv with only the bench (and remote) extra")
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing or broken
+        return False

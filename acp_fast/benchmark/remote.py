@@ -55,6 +55,7 @@ from typing import Any
 
 from ..jsontypes import JsonObject
 from .launch import REPORT_ENV, read_reports
+from .machine import sdk_tracing_note
 from .registry import find_peers
 from .runtime import Process, RuntimeMismatch, check, child_env, launch, summary
 
@@ -471,10 +472,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = RemoteConfig.quick(**kw) if args.quick else RemoteConfig(**kw)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     rows = run_remote(cfg, progress=lambda s: print(s, file=sys.stderr, flush=True))
+    tracing = sdk_tracing_note()
     print(f"remote rows: {cfg.rounds} round(s), N={cfg.n}, M={cfg.m}, K={cfg.connections}, load at start {load}")
     print(render(rows, cfg))
+    if tracing:
+        print(f"WARNING: {tracing}")
     if args.json:
         args.json.write_text(json.dumps({"config": {**asdict(cfg), "peers": "peers"}, "load": load,
+                                         "sdk_tracing": tracing,
                                          "rows": [asdict(r) | {"median": r.median} for r in rows],
                                          "verdicts": verdicts(rows, cfg)}, indent=1))
     return 0

@@ -287,10 +287,13 @@ def _run_suite(args: argparse.Namespace) -> int:
     meta = {"command": command, "elapsed_s": elapsed, "quick": args.quick,
             "before": before.to_json(), "after": after.to_json(), "busy": warnings,
             "acp_fast_agent": {"kind": kind, "argv": list(agent_cmd)}, "baseline": pairs_mod.BASELINE,
-            "cpus_allowed": machine.cpu_count(), "harness": _harness()}
+            "cpus_allowed": machine.cpu_count(), "harness": _harness(),
+            "sdk_tracing": machine.sdk_tracing_note()}
     print(report_text(rows, config, meta, tablefmt=MARKDOWN if args.markdown else TABLEFMT))
     for w in warnings:
         _err(f"warning: machine busy: {w}")
+    if meta["sdk_tracing"]:
+        _err(f"warning: {meta['sdk_tracing']}")
     if args.json:
         write_json(args.json, rows, raw, config, meta)
         print(f"JSON written to {args.json}")
@@ -393,6 +396,8 @@ def report_text(rows: Sequence[Measurement], config: RunConfig, meta: JsonObject
     ]
     for w in meta.get("busy") or []:
         notes.append(f"WARNING: machine busy: {w}; throughput ratios are unreliable, compare CPU µs/msg")
+    if meta.get("sdk_tracing"):
+        notes.append(f"WARNING: {meta['sdk_tracing']}")
     if quick:
         notes.append("(quick: one repetition, small N and little warm-up, so JIT peers (node) run cold: "
                      "ratios are indicative; judge the goals on a full run)")
