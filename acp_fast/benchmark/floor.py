@@ -6,9 +6,10 @@ library at all, so that every run shows how close acp_fast comes to it.
   1 MiB in the large step) with blocking writes: no JSON-RPC, no encoding per message.
 * The **reader** (``python -m acp_fast.benchmark.floor [--n N] [--warmup W] [--large]
   [--loop L] -- WRITER...``) starts the writer on pipes (their kernel buffers widened as
-  :func:`acp_fast.transport.spawn` widens them, and the writer's stdout by the writer, as an
-  acp_fast agent's by :func:`acp_fast.transport.connect_stdio`: on any loop), splits the lines in an asyncio protocol and
-  decodes each with orjson, reading the text's length: no dispatch, no validation beyond JSON.
+  :func:`acp_fast.transport.spawn` widens them, and the writer's stdout by the writer as an
+  acp_fast agent's by :func:`acp_fast.transport.connect_stdio`, on any loop), splits the lines
+  in an asyncio protocol and decodes each with orjson, reading the text's length: no dispatch,
+  no validation beyond JSON.
 
 It takes the client CLI contract's options (the round-trip ones are accepted and ignored) and
 prints one JSON line with the streaming fields of the contract (``notificationsPerSec``,
