@@ -1178,6 +1178,7 @@ class Connection:
     # -- writing and flow control -------------------------------------------------------
 
     def _send(self, line: bytes) -> None:
+        # notify() carries a copy of this body (its hot path): a change here goes there too
         if self._closing:
             return
         self._out.append(line)
