@@ -1069,3 +1069,121 @@ def test_settled_waits_for_queued_async_notification_handlers(engine: Any) -> No
         assert done == [0, 1, 2, 3, 4] and not inside
 
     run(main)
+
+
+# -- long reads: decoded and handled in line-aligned slices, as one read -------------------
+
+SLICE = 16 * 1024  # acp_fast.jsonrpc._SLICE: the largest piece a long read is decoded in
+
+
+class RecordingDecoder:
+    """An engine decoder that records the pieces it is fed (passed as ``decoder=``)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.inner = engine.Decoder()
+        self.pieces: list[bytes] = []
+
+    def feed(self, data: bytes) -> list[Any]:
+        self.pieces.append(bytes(data))
+        return self.inner.feed(data)
+
+    def feed_eof(self) -> list[Any]:
+        return self.inner.feed_eof()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.inner.closed)
+
+
+def _updates(first: int, count: int) -> list[dict[str, Any]]:
+    return [note("u", {"i": i, "text": "x" * 150}) for i in range(first, first + count)]
+
+
+def test_a_long_read_is_decoded_in_line_aligned_slices_and_answered_in_one_write(engine: Any) -> None:
+    async def main() -> None:
+        a, b = memory_pair()
+        decoder = RecordingDecoder(engine)
+        conn = Connection(a, engine=engine, decoder=decoder)
+        conn.on_request("echo", lambda ctx: ctx.params)
+        seen: list[int] = []
+        conn.on_notification("u", lambda msg: seen.append(msg.params["i"]))
+        peer = RawPeer(b)
+        writes: list[bytes] = []
+        real_write = conn.stream.write
+
+        def spy(data: bytes) -> None:
+            writes.append(data)
+            real_write(data)
+
+        conn.stream.write = spy  # type: ignore[method-assign]
+        big = "y" * (3 * SLICE)  # a line longer than a slice, between short ones
+        peer.send(req(0, "echo", [0]), *_updates(0, 400), req(1, "echo", [big]), *_updates(400, 400),
+                  req(2, "echo", [2]))
+        for ident, result in ((0, [0]), (1, [big]), (2, [2])):
+            assert await peer.recv() == ok(ident, result)
+        assert seen == list(range(800))
+        data = b"".join(decoder.pieces)
+        assert data.count(b"\n") == 803 and len(data) > 10 * SLICE
+        *slices, rest = decoder.pieces
+        assert len(slices) > 3  # the read was cut ...
+        assert all(p.endswith(b"\n") and len(p) <= SLICE for p in slices)  # ... at line ends ...
+        assert rest.startswith(b'{"jsonrpc": "2.0", "id": 1,')  # ... up to the line longer than a slice
+        assert len(writes) == 1 and writes[0].count(b"\n") == 3  # one read: its answers in one write
+
+    run(main)
+
+
+def test_a_handler_started_early_in_a_long_read_runs_before_later_frames(engine: Any) -> None:
+    async def main() -> None:
+        conn, peer = with_peer(engine)
+        order: list[str] = []
+        # the request ends the first slice: k updates and the request fill it, one more would not
+        size = len(json.dumps(_updates(0, 1)[0]).encode()) + 1
+        k = (SLICE - len(json.dumps(req(1, "starts")).encode()) - 1) // size
+
+        async def starts(ctx: RequestContext) -> str:
+            order.append("started")
+            await asyncio.sleep(0)
+            return "done"
+
+        conn.on_request("starts", starts)
+        conn.on_notification("u", lambda msg: order.append("after") if msg.params["i"] == k else None)
+        peer.send(*_updates(0, k), req(1, "starts"), *_updates(k, 100))
+        assert await peer.recv() == ok(1, "done")
+        await peer.probe()
+        assert order == ["started", "after"]
+
+    run(main)
+
+
+def test_a_long_read_of_short_lines_does_not_drive_the_cyclic_gc(engine: Any) -> None:
+    """Each slice's messages are freed before the next is decoded, so a 256 KiB read of
+    updates (~1,500 messages, several objects each) stays below the first generation's
+    threshold; decoded at once, it triggers a collection every 700 objects."""
+
+    async def main() -> None:
+        conn, peer = with_peer(engine)
+        got: list[int] = []
+        conn.on_notification("u", lambda msg: got.append(msg.params["i"]))
+        collections: list[int] = []
+
+        def count(phase: str, info: dict[str, Any]) -> None:
+            if phase == "start":
+                collections.append(info["generation"])
+
+        line = json.dumps(_updates(0, 1)[0]).encode() + b"\n"
+        data = b"".join(line.replace(b'"i": 0', b'"i": %d' % i) for i in range(256 * 1024 // len(line)))
+        threshold = gc.get_threshold()
+        gc.collect()
+        gc.set_threshold(700, 10, 10)
+        gc.callbacks.append(count)
+        try:
+            peer.stream.write(data)
+            await peer.probe()
+        finally:
+            gc.callbacks.remove(count)
+            gc.set_threshold(*threshold)
+        assert got == list(range(data.count(b"\n")))
+        assert len(collections) <= 1, collections
+
+    run(main)
