@@ -77,6 +77,19 @@ def with_peer(engine: Any, **kwargs: Any) -> tuple[Connection, RawPeer]:
     return conn, RawPeer(b)
 
 
+def record_writes(conn: Connection) -> list[bytes]:
+    """The chunks ``conn`` hands its stream from now on (still written)."""
+    writes: list[bytes] = []
+    real_write = conn.stream.write
+
+    def spy(data: bytes) -> None:
+        writes.append(data)
+        real_write(data)
+
+    conn.stream.write = spy  # type: ignore[method-assign]
+    return writes
+
+
 def two(engine: Any, **kwargs: Any) -> tuple[Connection, Connection]:
     a, b = memory_pair()
     return Connection(a, engine=engine, **kwargs), Connection(b, engine=engine, **kwargs)
@@ -318,14 +331,7 @@ def test_sync_handlers_run_inline_and_coroutines_become_tasks(engine: Any) -> No
 def test_lines_of_one_read_are_coalesced_into_one_write(engine: Any) -> None:
     async def main() -> None:
         conn, peer = with_peer(engine)
-        writes: list[bytes] = []
-        real_write = conn.stream.write
-
-        def spy(data: bytes) -> None:
-            writes.append(data)
-            real_write(data)
-
-        conn.stream.write = spy  # type: ignore[method-assign]
+        writes = record_writes(conn)
         peer.send(*[req(i, "echo", [i]) for i in range(20)])
         for i in range(20):
             assert await peer.recv() == ok(i, [i])
@@ -1108,14 +1114,7 @@ def test_a_long_read_is_decoded_in_line_aligned_slices_and_answered_in_one_write
         seen: list[int] = []
         conn.on_notification("u", lambda msg: seen.append(msg.params["i"]))
         peer = RawPeer(b)
-        writes: list[bytes] = []
-        real_write = conn.stream.write
-
-        def spy(data: bytes) -> None:
-            writes.append(data)
-            real_write(data)
-
-        conn.stream.write = spy  # type: ignore[method-assign]
+        writes = record_writes(conn)
         big = "y" * (3 * SLICE)  # a line longer than a slice, between short ones
         peer.send(req(0, "echo", [0]), *_updates(0, 400), req(1, "echo", [big]), *_updates(400, 400),
                   req(2, "echo", [2]))
