@@ -174,12 +174,12 @@ def test_encode_value_golden_strings(engine):
 
 def test_ascii_escapes_found_at_every_offset_and_length(engine):
     """Every character an ASCII string must escape (controls, '"', '\\'), at every offset
-    of strings up to 40 long and next to the neighbours of the escape set (0x1f, 0x20, 0x21,
-    0x23, 0x5b, 0x5d, 0x7f), encodes as json.dumps does: the word-at-a-time scan of the
-    compiled encoder misses none (its 8-byte blocks and the tail)."""
+    of strings up to 72 long and next to the neighbours of the escape set (0x1f, 0x20, 0x21,
+    0x23, 0x5b, 0x5d, 0x7f), encodes as json.dumps does: the block scan of the compiled
+    encoder misses none (its 16- and 8-byte blocks and the tail)."""
     escaped = [chr(c) for c in range(0x20)] + ['"', "\\"]
     neighbours = ["\x1f", " ", "!", "#", "[", "]", "\x7f", "a"]
-    for length in range(0, 41):
+    for length in range(0, 73):
         base = "".join("abcdefgh"[i % 8] for i in range(length))
         assert engine.encode_value(base) == json.dumps(base).encode()
         for at in range(length):
