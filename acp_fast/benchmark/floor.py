@@ -28,7 +28,7 @@ import time
 from typing import Any, cast
 
 from ..jsontypes import JsonObject
-from ..transport._pipes import widen_pipe
+from ..transport._pipes import widen_child_pipes, widen_pipe
 from .remote_client import report
 
 __all__ = ["line_for", "main"]
@@ -66,13 +66,6 @@ def _writer() -> int:
     return 0
 
 
-def _widen(transport: Any) -> None:
-    for fd in (0, 1):
-        pipe = transport.get_pipe_transport(fd).get_extra_info("pipe")
-        if pipe is not None:
-            widen_pipe(pipe.fileno())
-
-
 class _Reader(asyncio.SubprocessProtocol):
     def __init__(self, total: int, warmup: int, done: asyncio.Future[None]) -> None:
         import orjson
@@ -89,7 +82,7 @@ class _Reader(asyncio.SubprocessProtocol):
         self.pid = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        _widen(transport)
+        widen_child_pipes(transport)  # type: ignore[arg-type]
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd != 1:

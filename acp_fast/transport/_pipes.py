@@ -10,10 +10,11 @@ ends is acp_fast.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 
-__all__ = ["PIPE_SIZE", "widen_pipe"]
+__all__ = ["PIPE_SIZE", "widen_child_pipes", "widen_pipe"]
 
 #: The kernel buffer asked for each of a connection's pipes (Linux; the default is 64 KiB, and
 #: unprivileged processes may raise it to ``/proc/sys/fs/pipe-max-size``, 1 MiB unless changed).
@@ -42,3 +43,13 @@ def widen_pipe(fd: int) -> None:
         fcntl.fcntl(fd, setsize, PIPE_SIZE)
     except (OSError, ValueError):
         pass
+
+
+def widen_child_pipes(transport: asyncio.SubprocessTransport) -> None:
+    """:func:`widen_pipe` on a child's stdin and stdout where the loop exposes the pipes' files,
+    as asyncio's does; uvloop's does not (an acp_fast agent widens its own end instead)."""
+    for fd in (0, 1):
+        pipe_transport = transport.get_pipe_transport(fd)
+        pipe = pipe_transport.get_extra_info("pipe") if pipe_transport is not None else None
+        if pipe is not None:
+            widen_pipe(pipe.fileno())

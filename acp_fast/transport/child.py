@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import AcpFastError
-from ._pipes import PIPE_SIZE, widen_pipe
+from ._pipes import PIPE_SIZE, widen_child_pipes
 from .stream import Stream, logger
 
 __all__ = ["KILL_GRACE", "MINIMAL_ENV", "PIPE_SIZE", "STDERR_TAIL", "ChildExitError", "ChildStream", "parse_command", "spawn"]
@@ -196,14 +196,6 @@ class ChildStream(Stream):
             self._resume_writing()
 
 
-def _widen(pipe_transport: asyncio.BaseTransport | None) -> None:
-    """Widen a child's pipe (:func:`~acp_fast.transport._pipes.widen_pipe`) where the loop exposes
-    the pipe's file, as asyncio's does; uvloop's does not (an acp_fast agent widens its end itself)."""
-    pipe = pipe_transport.get_extra_info("pipe") if pipe_transport is not None else None
-    if pipe is not None:
-        widen_pipe(pipe.fileno())
-
-
 class _ChildProtocol(asyncio.SubprocessProtocol):
     __slots__ = ("_s",)
 
@@ -217,8 +209,7 @@ class _ChildProtocol(asyncio.SubprocessProtocol):
         s._extra["pid"] = s.pid
         s._connected(transport.get_pipe_transport(1), read=True, write=False)  # type: ignore[attr-defined]
         s._connected(transport.get_pipe_transport(0), read=False, write=True)  # type: ignore[attr-defined]
-        for fd in (0, 1):
-            _widen(transport.get_pipe_transport(fd))  # type: ignore[attr-defined]
+        widen_child_pipes(transport)  # type: ignore[arg-type]
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:

@@ -267,7 +267,7 @@ async def connect_stdio(stdin: int = 0, stdout: int = 1) -> Stream:
 
     The descriptors are duplicated, so closing the stream leaves fds 0 and 1 open. Pipes,
     sockets and terminals are driven by the event loop; a pipe gets a 1 MiB kernel buffer
-    where the system allows (:data:`~acp_fast.transport.child.PIPE_SIZE`). A descriptor the
+    where the system allows (:data:`~acp_fast.transport._pipes.PIPE_SIZE`). A descriptor the
     loop cannot poll (a regular file as in ``agent < requests.jsonl``, ``/dev/null``) is read
     in a daemon thread and written synchronously. A closed stdin is an immediate end of input; on a
     closed stdout the output is discarded with one logged warning (see this module's
