@@ -254,7 +254,8 @@ def test_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from acp_fast.benchmark.chart import write_png
 
-    rows = _rows({("a", "stream"): 1300.0, ("ref", "stream"): 100.0, ("a", "rtt_seq"): 5.0})
+    rows = _rows({("acp_fast/acp_fast", "stream"): 1300.0, ("pysdk/pysdk", "stream"): 100.0,
+                  ("acp_fast/acp_fast", "rtt_seq"): 5.0})
     path = tmp_path / "chart.png"
     write_png(path, rows, title="test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
