@@ -59,7 +59,9 @@ class RawAgent:
         self.lines: list[bytes] = []
         self._buf = b""
         self._new = asyncio.Event()
-        stream.attach(self._on_data, lambda exc: None, lambda ok: None)
+        #: Set when the server closed the agent's stream.
+        self.eof = asyncio.Event()
+        stream.attach(self._on_data, lambda exc: self.eof.set(), lambda ok: None)
 
     def _on_data(self, data: bytes) -> None:
         *lines, self._buf = (self._buf + data).split(b"\n")
