@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "helpers"))
 
 from interop_support import env
 from remote_clients_support import (
+    Recorder,
     ServedThread,
     dying_agent,
     pysdk_available,
@@ -100,28 +101,48 @@ def _peer(sdk: str, request: pytest.FixtureRequest) -> None:
     request.getfixturevalue("pysdk" if sdk == "pysdk" else "ts_sdk")
 
 
-def _url(where: Any, transport: str) -> str:
-    return str(where.ws_url if transport == "ws" else where.http_url)
+def _url(where: Any, transport: str, run: str) -> str:
+    """The endpoint, naming the client run for the server's :class:`Recorder`."""
+    return str(where.ws_url if transport == "ws" else where.http_url) + f"?case={run}"
 
 
 class Servers:
-    """The three servers of one engine (one thread, see ``ServedThread``)."""
+    """The three servers of one engine (one thread, see ``ServedThread``), and what each
+    received and sent per client run (:class:`Recorder`, by the run's name)."""
 
-    def __init__(self, served: ServedThread) -> None:
+    def __init__(self, served: ServedThread, recorders: dict[str, Recorder]) -> None:
         self.testy, self.testy_h2, self.dying = served.where
+        self.recorders = recorders
+
+    def seen(self, run: str) -> Recorder:
+        """The recorder of the server that ``run`` (``suite:<case>``, ``dies:<case>``) used."""
+        if run.startswith("dies:"):
+            return self.recorders["dying"]
+        return self.recorders["hypercorn" if SUITES[run.split(":", 1)[1]][1] == "hypercorn" else "testy"]
+
+
+def _recorded(recorders: dict[str, Recorder], name: str, make: Any) -> Any:
+    def factory() -> Recorder:
+        recorders[name] = Recorder(make())
+        return recorders[name]
+
+    return factory
 
 
 @pytest.fixture(scope="module")
 def servers(engine: ModuleType) -> Iterator[Servers]:
     """Testy (v1 and v2) on uvicorn and on hypercorn (HTTP/2, keep-alive every second), and
-    the agent that dies mid-turn on uvicorn behind a bearer token."""
+    the agent that dies mid-turn on uvicorn behind a bearer token; each recorded."""
+    recorders: dict[str, Recorder] = {}
     with ServedThread([
-        (lambda: asgi_app(testy.build(), policy=ServerPolicy(queue_high=QUEUE_HIGH), engine=engine), "uvicorn"),
-        (lambda: asgi_app(testy.build(), policy=ServerPolicy(queue_high=QUEUE_HIGH, keepalive=1.0), engine=engine),
-         "hypercorn"),
-        (lambda: asgi_app(dying_agent(3), policy=ServerPolicy(token=TOKEN), engine=engine), "uvicorn"),
+        (_recorded(recorders, "testy", lambda: asgi_app(
+            testy.build(), policy=ServerPolicy(queue_high=QUEUE_HIGH), engine=engine)), "uvicorn"),
+        (_recorded(recorders, "hypercorn", lambda: asgi_app(
+            testy.build(), policy=ServerPolicy(queue_high=QUEUE_HIGH, keepalive=1.0), engine=engine)), "hypercorn"),
+        (_recorded(recorders, "dying", lambda: asgi_app(
+            dying_agent(3), policy=ServerPolicy(token=TOKEN), engine=engine)), "uvicorn"),
     ]) as served:
-        yield Servers(served)
+        yield Servers(served, recorders)
 
 
 @pytest.fixture(scope="module")
@@ -136,14 +157,16 @@ def runs(servers: Servers) -> dict[str, dict[str, Any]]:
         extra = ["--timeout", SCENARIO_TIMEOUT, "--protocol", str(protocol)]
         if sdk == "pysdk":
             extra += ["--h2c"] if server == "hypercorn" else []
-            commands[f"suite:{case}"] = pysdk_client(_url(where, transport), "suite", "1000", *extra)
+            commands[f"suite:{case}"] = pysdk_client(_url(where, transport, f"suite:{case}"), "suite", "1000",
+                                                     *extra)
         else:
-            commands[f"suite:{case}"] = ts_client(_url(where, transport), "suite", "1000", *extra)
+            commands[f"suite:{case}"] = ts_client(_url(where, transport, f"suite:{case}"), "suite", "1000", *extra)
     for case, (sdk, transport, protocol) in DYING.items():
         if not have[sdk]:
             continue
         make = pysdk_client if sdk == "pysdk" else ts_client
-        commands[f"dies:{case}"] = make(_url(servers.dying, transport), "stream", "1000", "--token", TOKEN,
+        commands[f"dies:{case}"] = make(_url(servers.dying, transport, f"dies:{case}"), "stream", "1000",
+                                        "--token", TOKEN,
                                         "--timeout", SCENARIO_TIMEOUT, "--protocol", str(protocol))
     return run_peers(commands, env(), timeout=PROCESS_TIMEOUT, parallel=4)
 
@@ -163,10 +186,14 @@ def _suite(runs: dict[str, dict[str, Any]], case: str, request: pytest.FixtureRe
 
 
 @pytest.mark.parametrize("case", list(SUITES))
-def test_stream_of_1000_updates_arrives_in_order(runs: dict[str, dict[str, Any]], case: str,
+def test_stream_of_1000_updates_arrives_in_order(runs: dict[str, dict[str, Any]], servers: Servers, case: str,
                                                   request: pytest.FixtureRequest) -> None:
     r = _suite(runs, case, request)["stream"]
     assert r["ok"], r
+    seen = servers.seen(f"suite:{case}")  # our side: the prompts came in, the updates went out
+    assert seen.methods(f"suite:{case}")[:3] == ["initialize", "session/new", "session/prompt"]
+    assert seen.sent_count(f"suite:{case}", b'"session/update"') >= 1000
+    assert seen.sent_count(f"suite:{case}", b'"end_turn"') >= 2  # this turn's and the permission one's
     assert r["protocolVersion"] == SUITES[case][3] and r["agentName"] == "test-agent"
     assert r["updatesReceived"] == 1000 and r["inOrder"], r
     assert r["stopReason"] == "end_turn"
@@ -179,31 +206,42 @@ def test_stream_of_1000_updates_arrives_in_order(runs: dict[str, dict[str, Any]]
 
 
 @pytest.mark.parametrize("case", list(SUITES))
-def test_permission_request_answered_mid_prompt(runs: dict[str, dict[str, Any]], case: str,
+def test_permission_request_answered_mid_prompt(runs: dict[str, dict[str, Any]], servers: Servers, case: str,
                                                 request: pytest.FixtureRequest) -> None:
     r = _suite(runs, case, request)["permission"]
     assert r["ok"], r
+    seen = servers.seen(f"suite:{case}")  # our side: one request out, its answer in
+    assert seen.sent_count(f"suite:{case}", b'"session/request_permission"') == 1
+    answers = [b for b in seen.received[f"suite:{case}"] if b'"outcome"' in b and b'"method"' not in b]
+    assert len(answers) == 1 and b'"allow"' in answers[0], answers
     assert r["permissionRequests"] == 1 and r["permissionOutcome"] == "allow", r
     assert r["stopReason"] == "end_turn"
 
 
 @pytest.mark.parametrize("case", list(SUITES))
-def test_session_cancel_ends_the_turn_cancelled(runs: dict[str, dict[str, Any]], case: str,
+def test_session_cancel_ends_the_turn_cancelled(runs: dict[str, dict[str, Any]], servers: Servers, case: str,
                                                 request: pytest.FixtureRequest) -> None:
     r = _suite(runs, case, request)["cancel"]
     assert r["ok"], r
+    seen = servers.seen(f"suite:{case}")  # our side: the cancel came in, a cancelled turn went out
+    assert "session/cancel" in seen.methods(f"suite:{case}")
+    assert seen.sent_count(f"suite:{case}", b'"cancelled"') >= 1
     assert r["cancelSent"] and r["stopReason"] == "cancelled", r
 
 
 @pytest.mark.parametrize("case", list(SUITES))
-def test_cancel_request_for_the_inflight_prompt(runs: dict[str, dict[str, Any]], case: str,
+def test_cancel_request_for_the_inflight_prompt(runs: dict[str, dict[str, Any]], servers: Servers, case: str,
                                                 request: pytest.FixtureRequest) -> None:
     r = _suite(runs, case, request)["rpc-cancel"]
+    seen = servers.seen(f"suite:{case}")
+    cancels = seen.methods(f"suite:{case}").count("$/cancel_request")
     if SUITES[case][0] == "pysdk":
         # the Python SDK 0.12.1 has no way to send $/cancel_request: the client says so
         assert r["supported"] is False and "cancel_request" in r["reason"]
+        assert cancels == 0
         return
     assert r["ok"], r
+    assert cancels == 1 and seen.sent_count(f"suite:{case}", b"-32800") == 1  # our side: in once, answered once
     assert r["cancelSent"] and r["honoured"], r
     assert r["error"]["code"] == -32800  # the prompt request itself ends "request cancelled"
     assert r["echoAfter"]  # and the connection goes on
@@ -225,12 +263,17 @@ def test_python_sdk_client_over_http2_on_hypercorn(runs: dict[str, dict[str, Any
 
 
 @pytest.mark.parametrize("case", list(DYING))
-def test_agent_dying_mid_turn_fails_the_pending_prompt_at_once(runs: dict[str, dict[str, Any]], case: str,
-                                                               request: pytest.FixtureRequest) -> None:
+def test_agent_dying_mid_turn_fails_the_pending_prompt_at_once(runs: dict[str, dict[str, Any]], servers: Servers,
+                                                               case: str, request: pytest.FixtureRequest) -> None:
     sdk, transport, protocol = DYING[case]
     _peer(sdk, request)
     r = runs[f"dies:{case}"]
     assert "peerFailed" not in r, r
+    seen = servers.seen(f"dies:{case}")  # our side: the prompt in, its 3 updates out, the socket closed 1011
+    assert "session/prompt" in seen.methods(f"dies:{case}")
+    assert seen.sent_count(f"dies:{case}", b'"session/update"') == 3
+    if transport == "ws":
+        assert seen.sent_count(f"dies:{case}", b"websocket.close 1011") == 1
     assert r["protocolVersion"] == protocol and r["agentName"] == "dying-agent", r  # the token was accepted
     assert not r["ok"] and r["phase"] == "prompt", r
     assert "timeout" not in r["error"].get("type", "") + r["error"]["message"], r

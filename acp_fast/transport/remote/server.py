@@ -381,11 +381,11 @@ class _Connection:
             self.ws_skip = True
             partial = b""
         self.ws_partial = partial
+        if len(data) > limit:  # only then can a line be over the limit
+            lines = [line for line in lines if len(line) <= limit or self._too_long()]
         size = 0
         for line in lines:
-            if len(line) > limit:
-                self._too_long()
-            elif line.strip():
+            if line.strip():
                 self.ws_lines.append(line)
                 size += len(line)
         if size:
@@ -406,11 +406,8 @@ class _Connection:
                 self._too_long()
                 continue
             kind = frame.kind
-            if kind == _kinds.MALFORMED:
-                size += self._not_jsonrpc(line)
-                continue
-            size += n
             if (kind == _kinds.NOTIFICATION or kind == _kinds.RESPONSE) and n < BATCH_FRAME_BYTES:
+                size += n
                 tail = lines[-1] if lines else None
                 if type(tail) is list and group + n < BATCH_FRAME_BYTES:
                     tail.append(line)
@@ -418,15 +415,20 @@ class _Connection:
                 else:
                     lines.append([line])
                     group = n + 2
+            elif kind == _kinds.MALFORMED:
+                size += self._not_jsonrpc(line)
             else:
+                size += n
                 lines.append(line)
         self.ws_group = group
         if size:
             self._count(size)
             self.ws_wake.set()
 
-    def _too_long(self) -> None:
+    def _too_long(self) -> bool:
+        """Log an agent line over the size limit, which is dropped; returns False."""
         logger.warning("connection %s: agent line over %d bytes dropped", self.id[:8], self.decoder.max_line_size)
+        return False
 
     def _not_jsonrpc(self, line: bytes) -> int:
         """The one rule, on every outlet, for a line of the agent that is not JSON-RPC: the
