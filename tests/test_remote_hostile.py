@@ -28,8 +28,9 @@ import websockets
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
-from remote_hostile import REPO, HostileServer, RawAgents, log_trap  # noqa: E402
+from remote_hostile import REPO, HostileHttp, HostileServer, RawAgents, log_trap  # noqa: E402
 
+from acp_fast import JsonRpcError  # noqa: E402
 from acp_fast.jsonrpc import Connection  # noqa: E402
 from acp_fast.testy import build  # noqa: E402
 from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, served  # noqa: E402
@@ -437,6 +438,43 @@ def test_hostile_server_bytes_are_answered_and_the_connection_lives(engine: Modu
                 conn.close()
                 await asyncio.wait_for(conn.wait_closed(), 10)
             assert bad == []
+
+    run(main)
+
+
+BROKEN_REPLIES = {
+    "not HTTP": b"garbage\r\n\r\n",
+    "short body": b"HTTP/1.1 202 Accepted\r\nContent-Length: 50\r\n\r\nabc",
+    "bad chunk": b"HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    "bad header": b"HTTP/1.1 202 Accepted\r\nNo colon here\r\n\r\n",
+    "status 999": b"HTTP/1.1 999 What\r\nContent-Length: 0\r\n\r\n",
+    "closed": b"",
+}
+
+
+@pytest.mark.parametrize("broken", list(BROKEN_REPLIES))
+def test_broken_http_reply_fails_its_request_once_and_the_next_works(engine: ModuleType, broken: str) -> None:
+    """Our client's lean HTTP/1.1 path (and h11 under it) given a broken reply to a POST: the
+    request in it fails at once with one -32603 naming the failure, nothing is logged with a
+    traceback, and the next request (a fresh connection) is answered."""
+
+    async def main() -> None:
+        server = HostileHttp([BROKEN_REPLIES[broken]])
+        listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        try:
+            with log_trap() as bad:
+                conn = Connection(await connect_url(f"http://127.0.0.1:{port}/acp"), engine=engine)
+                assert await conn.request("initialize", {"protocolVersion": 1}) == {"protocolVersion": 1}
+                with pytest.raises(JsonRpcError) as failed:
+                    await asyncio.wait_for(conn.request("_test/echo", {}), 10)
+                assert failed.value.code == -32603
+                assert await asyncio.wait_for(conn.request("_test/echo", {}), 10) == {}
+                conn.close()
+                await asyncio.wait_for(conn.wait_closed(), 10)
+            assert bad == []
+        finally:
+            listener.close()
 
     run(main)
 

@@ -7,6 +7,7 @@
   for our client (``initialize`` answered, ``_test/echo`` answered on the stream) and sends
   the client the hostile events or frames it was given first; it records every POST body
   and text frame the client sends.
+* :class:`HostileHttp` — a raw HTTP/1.1 server whose replies to POSTs are broken bytes.
 * :func:`log_trap` — the fuzz script's :class:`LogTrap` (records with a traceback or at
   ERROR), attached while a ``with`` block runs.
 """
@@ -27,7 +28,7 @@ from acp_fast.transport.stream import Stream
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
-__all__ = ["HostileServer", "RawAgent", "RawAgents", "fuzz_script", "log_trap"]
+__all__ = ["HostileHttp", "HostileServer", "RawAgent", "RawAgents", "fuzz_script", "log_trap"]
 
 
 def fuzz_script() -> ModuleType:
@@ -177,3 +178,47 @@ class HostileServer:
                 self._sse.put_nowait(answer)
         await send({"type": "http.response.start", "status": 202, "headers": []})
         await send({"type": "http.response.body", "body": b""})
+
+
+class HostileHttp:
+    """A raw HTTP/1.1 server for one Streamable HTTP connection whose POST replies are the
+    given raw bytes, one per POST after ``initialize`` (each on a connection it then closes),
+    and then well-formed: 202, with the answer to a ``_test/echo`` sent on the SSE stream.
+    Serve it with ``asyncio.start_server(server.handle, "127.0.0.1", 0)``."""
+
+    def __init__(self, replies: list[bytes]) -> None:
+        self.replies = list(replies)
+        self._sse: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if lines[0].startswith("GET"):
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                 b"Transfer-Encoding: chunked\r\n\r\n")
+                    while True:
+                        event = b"data: " + await self._sse.get() + b"\n\n"
+                        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                        await writer.drain()
+                if lines[0].startswith("POST") and b'"initialize"' in body:
+                    reply = HostileServer._init_reply(body)
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nAcp-Connection-Id: c1\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(reply), reply))
+                elif lines[0].startswith("POST") and self.replies:
+                    writer.write(self.replies.pop(0))
+                    await writer.drain()
+                    return
+                else:
+                    m = json.loads(body) if body else {}
+                    if m.get("method") == "_test/echo":
+                        self._sse.put_nowait(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {}}).encode())
+                    writer.write(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()

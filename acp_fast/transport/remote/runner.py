@@ -139,8 +139,8 @@ async def _uvicorn(app: Any, sock: socket.socket, stop: asyncio.Event, certfile:
     config = uvicorn.Config(app, log_level=log_level, lifespan="off", ws_max_size=max_body + 1024,
                             ssl_certfile=certfile, ssl_keyfile=keyfile, timeout_graceful_shutdown=2)
     error_log = logging.getLogger("uvicorn.error")
-    if _CLIENT_TEXT_NOT_UTF8 not in error_log.filters:
-        error_log.addFilter(_CLIENT_TEXT_NOT_UTF8)
+    if _client_text_not_utf8 not in error_log.filters:
+        error_log.addFilter(_client_text_not_utf8)
     class _Server(uvicorn.Server):
         def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
             return contextlib.nullcontext()  # signals belong to whoever runs the loop (serve_app)
@@ -163,8 +163,6 @@ def _client_text_not_utf8(record: logging.LogRecord) -> bool:
         record.levelno, record.levelname = logging.WARNING, "WARNING"
     return True
 
-
-_CLIENT_TEXT_NOT_UTF8 = _client_text_not_utf8
 
 
 async def _set_exit(srv: Any, stop: asyncio.Event) -> None:

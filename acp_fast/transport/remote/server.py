@@ -435,8 +435,9 @@ class _Connection:
         client gets it as a pipe would give it, alone (never inside a batch), on the
         connection's own channel (the connection stream; the socket), so the client's engine
         answers it as on stdio (-32700 back to the agent; a malformed response is logged).
-        A line over the size limit is dropped (logged): its bytes were never kept. Returns
-        the bytes queued."""
+        Only what the outlet's text cannot carry changes: invalid UTF-8 in a text frame
+        becomes U+FFFD, a CR in an event stream a tab (:func:`_text_safe`). A line over the
+        size limit is dropped (logged): its bytes were never kept. Returns the bytes queued."""
         if self.websocket:
             self.ws_lines.append(line)
             return len(line)
