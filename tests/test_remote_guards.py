@@ -34,16 +34,14 @@ import httpx
 import pytest
 import websockets
 
-sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+from remote_hostile import RawAgents, gateway_children
 
-from remote_hostile import RawAgents  # noqa: E402
-
-from acp_fast import Client, JsonRpcError  # noqa: E402
-from acp_fast.testy import build  # noqa: E402
-from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served  # noqa: E402
-from acp_fast.transport.remote import server as remote_server  # noqa: E402
-from acp_fast.transport.remote.client import RemoteConnectError, connect_url  # noqa: E402
-from acp_fast.transport.remote._wire import SseParser  # noqa: E402
+from acp_fast import Client, JsonRpcError
+from acp_fast.testy import build
+from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served
+from acp_fast.transport.remote import server as remote_server
+from acp_fast.transport.remote.client import RemoteConnectError, connect_url
+from acp_fast.transport.remote._wire import SseParser
 
 BOUND = 30.0
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}
@@ -176,17 +174,8 @@ def test_idle_reaping_closes_the_in_process_agent() -> None:
     run(main)
 
 
-def _testy_children() -> set[int]:
-    import psutil
-
-    found = set()
-    for p in psutil.Process(os.getpid()).children():
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and "testy" in p.cmdline():
-                found.add(p.pid)
-        except psutil.Error:
-            pass
-    return found
+def _gateway_children() -> set[int]:
+    return set(gateway_children(os.getpid()))
 
 
 def test_idle_reaping_ends_the_gateway_child() -> None:
@@ -196,14 +185,14 @@ def test_idle_reaping_ends_the_gateway_child() -> None:
     async def main() -> None:
         app = gateway_app(agent, policy=ServerPolicy(idle_timeout=0.4))
         async with served(app) as where, httpx.AsyncClient() as c:
-            before = _testy_children()
+            before = _gateway_children()
             r = await c.post(where.http_url, json=INIT)
             assert r.status_code == 200
-            (child,) = _testy_children() - before
+            (child,) = _gateway_children() - before
             deadline = time.monotonic() + 15
-            while child in _testy_children() and time.monotonic() < deadline:
+            while child in _gateway_children() and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-            assert child not in _testy_children(), "the reaped connection's child still runs"
+            assert child not in _gateway_children(), "the reaped connection's child still runs"
             assert app.connections == 0
 
     run(main, 40)

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -26,16 +25,14 @@ import httpx
 import pytest
 import websockets
 
-sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+from remote_hostile import REPO, HostileHttp, HostileServer, RawAgents, log_trap
 
-from remote_hostile import REPO, HostileHttp, HostileServer, RawAgents, log_trap  # noqa: E402
-
-from acp_fast import JsonRpcError  # noqa: E402
-from acp_fast.jsonrpc import Connection  # noqa: E402
-from acp_fast.testy import build  # noqa: E402
-from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, served  # noqa: E402
-from acp_fast.transport.remote._wire import SseParser  # noqa: E402
-from acp_fast.transport.remote.client import connect_url  # noqa: E402
+from acp_fast import JsonRpcError
+from acp_fast.jsonrpc import Connection
+from acp_fast.testy import build
+from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, served
+from acp_fast.transport.remote._wire import SseParser
+from acp_fast.transport.remote.client import connect_url
 
 BOUND = 30.0
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}

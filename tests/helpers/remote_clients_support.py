@@ -270,10 +270,18 @@ class Recorder:
                 got.append(data)
             return message
 
+        sse = False
+
         async def sending(message: dict[str, Any]) -> None:
+            nonlocal sse
             data = message.get("body") or (message.get("text") or "").encode()
-            if message["type"] == "websocket.close":
+            kind = message["type"]
+            if kind == "websocket.close":
                 data = b"websocket.close %d" % message.get("code", 1000)
+            elif kind == "http.response.start":
+                sse = (b"content-type", b"text/event-stream") in message.get("headers", [])
+            elif kind == "http.response.body" and sse and not message.get("more_body", False):
+                data += b"sse.end"
             if data:
                 out.append(data)
             await send(message)

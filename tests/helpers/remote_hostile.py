@@ -8,6 +8,7 @@
   the client the hostile events or frames it was given first; it records every POST body
   and text frame the client sends.
 * :class:`HostileHttp` — a raw HTTP/1.1 server whose replies to POSTs are broken bytes.
+* :func:`gateway_children` — the gateway's live ``testy`` children of a process.
 * :func:`log_trap` — the fuzz script's :class:`LogTrap` (records with a traceback or at
   ERROR), attached while a ``with`` block runs.
 """
@@ -28,7 +29,21 @@ from acp_fast.transport.stream import Stream
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
-__all__ = ["HostileHttp", "HostileServer", "RawAgent", "RawAgents", "fuzz_script", "log_trap"]
+__all__ = ["HostileHttp", "HostileServer", "RawAgent", "RawAgents", "fuzz_script", "log_trap", "gateway_children"]
+
+
+def gateway_children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` running ``testy`` (the gateway's agents)."""
+    import psutil
+
+    found = []
+    for p in psutil.Process(pid).children():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "testy" in p.cmdline():
+                found.append(p.pid)
+        except psutil.Error:
+            pass
+    return found
 
 
 def fuzz_script() -> ModuleType:
