@@ -10,9 +10,9 @@ Used two ways:
 
 * as an mkdocs hook (``hooks:`` in mkdocs.yml), so a plain ``mkdocs build`` generates the
   pages in memory: nothing is written into ``docs/site/``. The hook also fills the nav's
-  ``Guides`` entry, builds the ``transport.remote`` API page only when the nav lists it (the
+  ``Guides`` entry, builds the ``remote`` API page only when the nav lists it (the
   module is being written: list it in mkdocs.yml once its docstrings build cleanly; listing
-  it before ``acp_fast/transport/remote/`` is a package is an error), and shortens the Sphinx
+  it before ``acp_fast/remote/`` is a package is an error), and shortens the Sphinx
   cross-reference roles some docstrings use (``:class:`~acp_fast.errors.JsonRpcError```) to
   plain code;
 * ``python scripts/docs_pages.py OUTDIR``: writes the generated pages to OUTDIR, to read them.
@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 #: other repository files that become pages: file name -> page
 EXTRA_PAGES = {"INTEROP.md": "interop.md", "CHANGELOG.md": "changelog.md"}
 #: the API page of a module being written now: built only when the nav lists it
-REMOTE_PAGE = "api/transport-remote.md"
-REMOTE_PACKAGE = Path("acp_fast") / "transport" / "remote" / "__init__.py"
+REMOTE_PAGE = "api/remote.md"
+REMOTE_PACKAGE = Path("acp_fast") / "remote" / "__init__.py"
 IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".gif")
 
 _LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)\)")
@@ -151,7 +151,7 @@ def _nav_paths(nav: Any) -> set[str]:
 
 
 def on_config(config: Any) -> Any:
-    """Fill the nav's ``Guides`` entry; check the ``transport.remote`` page can be built."""
+    """Fill the nav's ``Guides`` entry; check the ``remote`` page can be built."""
     root = Path(config.config_file_path).resolve().parent
     pages, assets = generate(root)
     _STATE["pages"], _STATE["assets"] = pages, assets

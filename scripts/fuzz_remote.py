@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Fuzz of the remote server (``acp_fast.transport.remote``) with hostile client bytes.
+"""Fuzz of the remote server (``acp_fast.remote``) with hostile client bytes.
 
 The app is what ``acp-fast serve --testy`` serves (Testy v1 and v2 in-process, the default
-:class:`~acp_fast.transport.remote.ServerPolicy`), on uvicorn, bound to 127.0.0.1 port 0 in
+:class:`~acp_fast.remote.ServerPolicy`), on uvicorn, bound to 127.0.0.1 port 0 in
 this process. Mutated JSON-RPC (deep nesting, newlines, lone surrogates, huge numbers,
 batches, wrong types, truncated and invalid UTF-8, control characters, duplicate keys,
 empty bodies) goes in as:
@@ -48,9 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 import websockets  # noqa: E402
 
-from acp_fast.transport.remote import served  # noqa: E402
-from acp_fast.transport.remote._wire import SseParser  # noqa: E402
-from acp_fast.transport.remote.gateway import testy_app  # noqa: E402
+from acp_fast.remote import served  # noqa: E402
+from acp_fast.remote._wire import SseParser  # noqa: E402
+from acp_fast.remote.gateway import testy_app  # noqa: E402
 
 #: Seconds every answer may take to arrive after the last input of a path.
 SETTLE = 10.0

@@ -212,3 +212,58 @@ def test_no_import_circles() -> None:
     graph = import_graph()
     found = cycles(graph)
     assert not found, "import circles among acp_fast's modules:\n" + "\n".join(describe(graph, c) for c in found)
+
+
+#: the modules the I/O layer must never reach: the engine and its twins, JSON-RPC, the protocol
+_ABOVE_TRANSPORT = ("acp_fast.engine", "acp_fast._engine_c", "acp_fast._engine_py", "acp_fast.jsonrpc",
+                    "acp_fast.protocol")
+
+
+def _is_above_transport(module: str) -> bool:
+    return any(module == top or module.startswith(top + ".") for top in _ABOVE_TRANSPORT)
+
+
+def forbidden_transport_paths(graph: dict[str, list[Edge]]) -> list[list[Edge]]:
+    """Every path, through any module, from ``acp_fast.transport`` to a module above it.
+
+    One shortest path per forbidden module reached, found breadth-first from the transport
+    modules; an arrow into the remote layer or any other module counts like any other, so a
+    detour through a third module is caught too.
+    """
+    starts = sorted(m for m in graph if m == "acp_fast.transport" or m.startswith("acp_fast.transport."))
+    via: dict[str, Edge | None] = {m: None for m in starts}
+    queue = list(starts)
+    found: list[list[Edge]] = []
+    while queue:
+        v = queue.pop(0)
+        for edge in graph.get(v, ()):
+            w = edge[1]
+            if w in via:
+                continue
+            via[w] = edge
+            if _is_above_transport(w):
+                path = [edge]
+                while (back := via[path[0][0]]) is not None:
+                    path.insert(0, back)
+                found.append(path)
+            else:
+                queue.append(w)
+    return found
+
+
+def test_transport_knows_nothing_of_json_rpc() -> None:
+    # transport/ is the byte layer: it may not import the engine, jsonrpc or protocol, directly
+    # or through another module (the remote layer, which speaks JSON-RPC, lives in acp_fast.remote)
+    graph = import_graph()
+    assert any(m.startswith("acp_fast.transport.") for m in graph)
+    found = forbidden_transport_paths(graph)
+    assert not found, "acp_fast.transport reaches the JSON-RPC layers:\n" + "\n".join(
+        "    " + " -> ".join([p[0][0], *(f"{w} ({where})" for _, w, where in p)]) for p in found)
+
+
+def test_the_transport_rule_sees_a_relative_import() -> None:
+    # the check itself: a detour through a third module is a path it reports, arrow by arrow
+    graph = {"acp_fast.transport.x": [("acp_fast.transport.x", "acp_fast.util", "x.py:3")],
+             "acp_fast.util": [("acp_fast.util", "acp_fast.protocol.v2", "util.py:9")]}
+    assert forbidden_transport_paths(graph) == [[("acp_fast.transport.x", "acp_fast.util", "x.py:3"),
+                                                 ("acp_fast.util", "acp_fast.protocol.v2", "util.py:9")]]

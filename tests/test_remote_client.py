@@ -38,10 +38,10 @@ from remote_peers import KINDS, REPO, RemotePeer
 from acp_fast import Client, JsonRpcError
 from acp_fast.jsonrpc import Connection
 from acp_fast.testy import build as build_testy
-from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, served
-from acp_fast.transport.remote._wire import CONNECTION_ID_HEADER, MissingExtraError, SseParser
-from acp_fast.transport.remote import client as remote_client
-from acp_fast.transport.remote.client import RemoteConnectError, RemoteConnectionLost, connect_url, resolve_url
+from acp_fast.remote import AcpApp, ServerPolicy, asgi_app, served
+from acp_fast.remote._wire import CONNECTION_ID_HEADER, MissingExtraError, SseParser
+from acp_fast.remote import client as remote_client
+from acp_fast.remote.client import RemoteConnectError, RemoteConnectionLost, connect_url, resolve_url
 
 TOKEN = "t0ken-for-tests"
 WIRES = ("http", "ws")
@@ -810,7 +810,7 @@ def test_http_cookies_kept_on_every_request(engine: ModuleType) -> None:
 def test_plain_http_reopens_a_connection_the_server_closed() -> None:
     """POSTs reuse one keep-alive connection; one closed meanwhile (a server's keep-alive
     timeout) is not reused: the next request opens a new one and succeeds."""
-    from acp_fast.transport.remote._plainhttp import PlainHttp
+    from acp_fast.remote._plainhttp import PlainHttp
 
     async def body() -> None:
         app = our_server(engine_default())

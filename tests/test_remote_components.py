@@ -16,7 +16,7 @@ from acp_fast.benchmark.probe import probe_once
 from acp_fast.conductor.spec import validate
 from acp_fast.testy import build
 from acp_fast.transport import spawn
-from acp_fast.transport.remote import ServerPolicy, asgi_app, is_url, served
+from acp_fast.remote import ServerPolicy, asgi_app, is_url, served
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 from package_path import pythonpath  # noqa: E402

@@ -38,10 +38,10 @@ from remote_hostile import RawAgents, gateway_children
 
 from acp_fast import Client, JsonRpcError
 from acp_fast.testy import build
-from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served
-from acp_fast.transport.remote import server as remote_server
-from acp_fast.transport.remote.client import RemoteConnectError, connect_url
-from acp_fast.transport.remote._wire import SseParser
+from acp_fast.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served
+from acp_fast.remote import server as remote_server
+from acp_fast.remote.client import RemoteConnectError, connect_url
+from acp_fast.remote._wire import SseParser
 
 BOUND = 30.0
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}

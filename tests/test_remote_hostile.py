@@ -30,9 +30,9 @@ from remote_hostile import REPO, HostileHttp, HostileServer, RawAgents, log_trap
 from acp_fast import JsonRpcError
 from acp_fast.jsonrpc import Connection
 from acp_fast.testy import build
-from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, served
-from acp_fast.transport.remote._wire import SseParser
-from acp_fast.transport.remote.client import connect_url
+from acp_fast.remote import AcpApp, ServerPolicy, asgi_app, served
+from acp_fast.remote._wire import SseParser
+from acp_fast.remote.client import connect_url
 
 BOUND = 30.0
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}
@@ -294,7 +294,7 @@ def test_each_websocket_route_answers_a_request_once(engine: ModuleType, batches
 
 def test_the_remote_layer_knows_the_conductors_successor_envelopes() -> None:
     from acp_fast.conductor.names import SUCCESSOR
-    from acp_fast.transport.remote._wire import SUCCESSOR_METHODS
+    from acp_fast.remote._wire import SUCCESSOR_METHODS
 
     assert SUCCESSOR_METHODS == SUCCESSOR
 

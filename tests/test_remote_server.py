@@ -1,4 +1,4 @@
-"""The remote server (``acp_fast.transport.remote``): the wire profile, the security defaults and
+"""The remote server (``acp_fast.remote``): the wire profile, the security defaults and
 the bounds, driven with plain httpx and websockets against the app on uvicorn (and hypercorn).
 
 Engine behaviour (decoding POST bodies and the agent's output, the in-process agent) runs on
@@ -28,8 +28,8 @@ from remote_hostile import gateway_children as _children_of
 
 from acp_fast.testy import build
 from acp_fast.transport import Stream
-from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served
-from acp_fast.transport.remote.server import _EventStream, _sse_chunk
+from acp_fast.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served
+from acp_fast.remote.server import _EventStream, _sse_chunk
 
 HANG_GUARD = 30.0
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}
@@ -78,7 +78,7 @@ class Sse:
         self.task = asyncio.ensure_future(self._read(c, url, headers))
 
     async def _read(self, c: httpx.AsyncClient, url: str, headers: dict[str, str]) -> None:
-        from acp_fast.transport.remote._wire import SseParser
+        from acp_fast.remote._wire import SseParser
 
         parser = SseParser()
         try:
@@ -317,7 +317,7 @@ def test_sse_batch_events_group_notifications_and_responses_and_keep_cursors() -
 
 
 def test_sse_batch_event_size_is_bounded() -> None:
-    from acp_fast.transport.remote._wire import BATCH_FRAME_BYTES
+    from acp_fast.remote._wire import BATCH_FRAME_BYTES
 
     events = _EventStream(None)
     line = b'{"x":"' + b"a" * 1000 + b'"}'
@@ -347,7 +347,7 @@ def test_sse_batch_event_size_is_bounded() -> None:
 def test_session_read_from_the_line_agrees_with_the_decoded_params(engine: ModuleType, line: bytes) -> None:
     """The server routes the agent's calls by ``params.sessionId``, read from the bytes where
     the line starts as the engines write it: always the value decoding would give."""
-    from acp_fast.transport.remote.server import _params_session
+    from acp_fast.remote.server import _params_session
 
     frame = engine.Decoder(lazy=True).feed(line + b"\n")[0]
     params = engine.Decoder().feed(line + b"\n")[0].params
@@ -362,7 +362,7 @@ def test_agent_calls_routed_to_their_sessions_streams(engine: ModuleType) -> Non
     """Interleaved updates of two sessions, one with a session id that needs decoding and a
     call whose text holds ``"sessionId"`` as well: each line lands on its session's stream."""
     from acp_fast.transport.memory import memory_pair
-    from acp_fast.transport.remote.server import _Connection
+    from acp_fast.remote.server import _Connection
 
     def update(sid: bytes, text: bytes = b"x", extra: bytes = b"") -> bytes:
         return (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"%s","text":"%s"%s}}'
@@ -493,7 +493,7 @@ def test_sse_batch_events_for_a_client_that_asks(engine: ModuleType) -> None:
                 assert resp.headers["acp-batch-frames"] == "1"
                 r = await c.post(url, json=prompt(2, sid, "stream 1000"), headers={**h, "acp-session-id": sid})
                 assert r.status_code == 202
-                from acp_fast.transport.remote._wire import SseParser
+                from acp_fast.remote._wire import SseParser
 
                 parser, datas, ids = SseParser(), [], []
                 async for chunk in resp.aiter_bytes():
@@ -859,7 +859,7 @@ def test_listening_socket_turns_nagle_off_on_asyncio() -> None:
     """Accepted sockets of the runners' listener have TCP_NODELAY on the stock asyncio loop
     (which sets it only when the socket's proto says TCP): otherwise every response whose
     head and body are two writes waits for the client's delayed ACK."""
-    from acp_fast.transport.remote.runner import _listen
+    from acp_fast.remote.runner import _listen
 
     async def main() -> int:
         got: asyncio.Future[int] = asyncio.get_running_loop().create_future()

@@ -74,7 +74,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
     from acp_fast import Client
     from acp_fast.conductor.spec import same_acp_fast
     from acp_fast.transport import spawn
-    from acp_fast.transport.remote import connect_url, is_url
+    from acp_fast.remote import connect_url, is_url
 
     perf = time.perf_counter
     cwd = cwd or os.getcwd()

@@ -1,7 +1,7 @@
 """The floor of the WebSocket round-trip rows: the least an ASGI WebSocket round trip costs here.
 
 The server is an ASGI app of a dozen lines on the same ASGI server and settings as
-``acp-fast serve`` (:func:`acp_fast.transport.remote.runner.served`: uvicorn and its default
+``acp-fast serve`` (:func:`acp_fast.remote.runner.served`: uvicorn and its default
 WebSocket implementation): it decodes each text message and sends back
 ``{"jsonrpc": "2.0", "id": …, "result": <the request's params>}``. No ACP, no JSON-RPC
 connection, no session, no validation. The client is websockets' sans-I/O protocol in an
@@ -115,7 +115,7 @@ class _Caller(asyncio.Protocol):
 
 
 async def _serve() -> None:
-    from ..transport.remote.runner import served
+    from ..remote.runner import served
 
     async with served(echo_app) as where:
         print(where.port, flush=True)

@@ -1,7 +1,7 @@
 """``acp-fast serve``: expose a stdio agent (or Testy) over Streamable HTTP and WebSocket.
 
 Each remote connection gets its own agent child process (see
-:mod:`acp_fast.transport.remote.gateway`); ``--testy`` serves the test agent in-process.
+:mod:`acp_fast.remote.gateway`); ``--testy`` serves the test agent in-process.
 Needs the ``remote`` extra (``pip install 'acp-fast[remote]'``).
 """
 
@@ -87,14 +87,14 @@ def main(args: argparse.Namespace) -> int:
         print("acp-fast serve: give an agent command after -- or --testy (one of them)", file=sys.stderr)
         return 2
     logging.basicConfig(level=str(args.log_level).upper(), format="acp-fast serve: %(levelname)s %(message)s")
-    from ..transport.remote._wire import MissingExtraError, require_extra
+    from ..remote._wire import MissingExtraError, require_extra
 
     try:
         require_extra("uvicorn" if args.server == "uvicorn" else "hypercorn")
     except MissingExtraError as exc:
         print(f"acp-fast serve: {exc}", file=sys.stderr)
         return 2
-    from ..transport.remote import gateway
+    from ..remote import gateway
 
     cfg = _config(args, command)
     try:
@@ -112,7 +112,7 @@ def main(args: argparse.Namespace) -> int:
                                 engine=None if args.engine == "auto" else args.engine)
     else:
         app = gateway.gateway_app(command, path=args.path, policy=policy)
-    from ..transport.remote.runner import Served, serve_app
+    from ..remote.runner import Served, serve_app
 
     def ready(where: Served) -> None:
         print(f"acp-fast serve: listening on {where.http_url} and {where.ws_url}", file=sys.stderr, flush=True)
@@ -129,12 +129,12 @@ def _workers(args: argparse.Namespace, cfg: JsonObject) -> int:
         return 2
     import uvicorn
 
-    from ..transport.remote.gateway import CONFIG_ENV
+    from ..remote.gateway import CONFIG_ENV
 
     os.environ[CONFIG_ENV] = json.dumps(cfg)
     print(f"acp-fast serve: {args.workers} workers on {args.host}:{args.port}{args.path} "
           "(Streamable HTTP needs sticky routing on Acp-Connection-Id)", file=sys.stderr, flush=True)
-    uvicorn.run("acp_fast.transport.remote.gateway:app_from_env", factory=True, host=args.host, port=args.port,
+    uvicorn.run("acp_fast.remote.gateway:app_from_env", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=str(args.log_level).lower(), lifespan="on",
                 ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
     return 0

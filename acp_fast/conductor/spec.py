@@ -6,7 +6,7 @@ A component is one of:
   ``{"command", "args"?, "env"?}`` (parsed by :func:`acp_fast.transport.parse_command`);
 * an argv list (already split);
 * a URL of a remote agent: ``ws(s)://…`` (WebSocket) or ``http(s)://…`` (Streamable HTTP),
-  reached with :func:`acp_fast.transport.remote.connect_url` (the ``remote`` extra);
+  reached with :func:`acp_fast.remote.connect_url` (the ``remote`` extra);
 * an in-process builder (``Proxy.builder()`` / ``Proxy.v2()`` / ``Proxy.protocol_router()``
   for proxies, an agent builder or router for the agent), served over an in-memory pair.
 
@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Any, Union
 
 from ..transport import Stream, memory_pair, parse_command, spawn
-from ..transport.remote import is_url
+from ..remote import is_url
 
 __all__ = ["SAFE_RUN_MODULE", "ComponentSpec", "Started", "describe", "known_versions", "same_acp_fast",
            "start_component", "validate"]
@@ -185,7 +185,7 @@ async def start_component(spec: ComponentSpec, *, env: Mapping[str, str] | None 
         task = asyncio.get_running_loop().create_task(builder.serve(far, engine=engine))
         return Started(near, task)
     if is_url(spec):
-        from ..transport.remote import connect_url
+        from ..remote import connect_url
 
         return Started(await connect_url(str(spec).strip()), None, False)
     argv, spec_env = parse_command(spec)

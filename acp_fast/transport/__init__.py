@@ -18,7 +18,8 @@ loops; it knows nothing about JSON-RPC. Every helper returns a :class:`Stream`, 
 * ``loop`` -- :func:`run` / :func:`new_event_loop`: the event loop acp_fast's runners use
   (uvloop by default where installed; ``loop=`` or ``ACP_FAST_LOOP`` to choose).
 
-Every name is importable from ``acp_fast.transport`` itself.
+Every name is importable from ``acp_fast.transport`` itself. The remote transports (Streamable
+HTTP and WebSocket), which read and route JSON-RPC, live above this layer in ``acp_fast.remote``.
 """
 
 from __future__ import annotations

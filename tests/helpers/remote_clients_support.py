@@ -1,7 +1,7 @@
 """Support for the interop tests of the remote server against the SDKs' remote clients (not a
 test module).
 
-* :class:`ServedThread`: :class:`~acp_fast.transport.remote.AcpApp` s served by uvicorn or
+* :class:`ServedThread`: :class:`~acp_fast.remote.AcpApp` s served by uvicorn or
   hypercorn on ``127.0.0.1`` port 0, in one thread and event loop of their own, so that the
   test thread is free to run peer processes and its own clients;
 * :func:`dying_agent`: an in-process agent that answers ``initialize`` (v1 or v2) and
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from acp_fast.transport.remote import Served, served
+from acp_fast.remote import Served, served
 from acp_fast.transport.stream import Stream
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -115,7 +115,7 @@ class ServedThread:
 
 
 def dying_agent(after: int = 3) -> Callable[[Stream], Awaitable[None]]:
-    """An agent (``serve(stream)`` for :func:`~acp_fast.transport.remote.asgi_app`) that dies
+    """An agent (``serve(stream)`` for :func:`~acp_fast.remote.asgi_app`) that dies
     mid-turn: it answers ``initialize`` (v1 or v2, as asked) and ``session/new``, sends
     ``after`` ``agent_message_chunk`` updates for the first ``session/prompt`` and then
     closes its stream without answering the prompt. Other requests get -32601."""

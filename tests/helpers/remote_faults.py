@@ -1,6 +1,6 @@
 """Network faults for the remote transport's tests, made deterministic.
 
-* :class:`CutSse` — ASGI middleware around an :class:`~acp_fast.transport.remote.AcpApp` that
+* :class:`CutSse` — ASGI middleware around an :class:`~acp_fast.remote.AcpApp` that
   cuts the first SSE response of a session stream in the middle of an event, after a given
   number of whole events: the bytes up to there reach the client, then the response stops
   without its end (the client sees a broken chunked body, as when a network path is lost).

@@ -1,6 +1,6 @@
 """Agents and servers for the remote layer's hostile-input tests (not a test module).
 
-* :class:`RawAgents` — an :class:`~acp_fast.transport.remote.AcpApp` opener whose agents are
+* :class:`RawAgents` — an :class:`~acp_fast.remote.AcpApp` opener whose agents are
   the test itself: each connection's agent side (:class:`RawAgent`) records the lines it is
   given, answers ``initialize`` and writes whatever the test tells it to.
 * :class:`HostileServer` — an ASGI app that speaks just enough Streamable HTTP and WebSocket
@@ -103,7 +103,7 @@ class RawAgent:
 
 
 class RawAgents:
-    """An opener for :class:`~acp_fast.transport.remote.AcpApp`: :attr:`agents` gets each
+    """An opener for :class:`~acp_fast.remote.AcpApp`: :attr:`agents` gets each
     connection's :class:`RawAgent`."""
 
     def __init__(self) -> None:

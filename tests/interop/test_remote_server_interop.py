@@ -1,4 +1,4 @@
-"""Interop of acp_fast's remote server (``acp_fast.transport.remote``) with the official SDKs'
+"""Interop of acp_fast's remote server (``acp_fast.remote``) with the official SDKs'
 remote clients, real processes over real sockets.
 
 The server serves Testy (``acp_fast.testy``, v1 and v2) through :func:`asgi_app` on uvicorn
@@ -65,7 +65,7 @@ from remote_clients_support import (
 )
 
 from acp_fast import testy
-from acp_fast.transport.remote import ServerPolicy, asgi_app
+from acp_fast.remote import ServerPolicy, asgi_app
 
 TOKEN = "interop-secret"
 #: seconds a client allows each scenario (a hang becomes a failure record, not a stuck test)

@@ -18,8 +18,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..child import spawn
-from ..stream import Stream
+from ..transport.child import spawn
+from ..transport.stream import Stream
 from ._wire import DEFAULT_PATH
 from .server import AcpApp, ServerPolicy
 
@@ -57,7 +57,7 @@ def gateway_app(command: str | Sequence[str], *, path: str = DEFAULT_PATH, polic
 def testy_app(*, versions: str = "1,2", path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
               engine: Any = None) -> AcpApp:
     """Testy (the deterministic test agent) served in-process, one instance per connection."""
-    from ...testy import build, parse_versions
+    from ..testy import build, parse_versions
     from .server import asgi_app
 
     endpoint = build(parse_versions(versions))

@@ -9,7 +9,7 @@ where the server offers it over TLS). A bare base URL gets ``/acp`` appended.
 Design: :func:`~acp_fast.transport.memory_pair` gives two connected streams; the caller gets
 one, a *bridge* attaches to the other and moves bytes between it and the network. Lines the
 connection writes arrive at the bridge in chunks; messages from the network are written to
-the connection as single lines (:func:`~acp_fast.transport.remote._wire.one_line`), so the
+the connection as single lines (:func:`~acp_fast.remote._wire.one_line`), so the
 connection's own engine decodes and validates them. The WebSocket bridge is the socket's
 protocol itself (websockets' sans-I/O layer frames and parses; no task or queue per message;
 through a proxy named by the environment, websockets' asyncio client instead); Streamable
@@ -54,11 +54,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
-from ... import _version
-from ..._kinds import BATCH, MALFORMED, REQUEST, RESPONSE
-from ...engine import Decoder, encode_error
-from ..memory import memory_pair
-from ..stream import Stream, _DuplexProtocol
+from .. import _version
+from .._kinds import BATCH, MALFORMED, REQUEST, RESPONSE
+from ..engine import Decoder, encode_error
+from ..transport.memory import memory_pair
+from ..transport.stream import Stream, _DuplexProtocol
 from ._wire import (
     BATCH_FRAMES_HEADER,
     CONNECTION_ID_HEADER,
@@ -77,8 +77,8 @@ if TYPE_CHECKING:
     import httpx
     from websockets.asyncio.client import ClientConnection
 
-    from ...engine import Message
-    from ...jsontypes import RequestId
+    from ..engine import Message
+    from ..jsontypes import RequestId
     from ._plainhttp import Reply, StreamedReply
 
 __all__ = [
@@ -95,7 +95,7 @@ __all__ = [
     "resolve_url",
 ]
 
-logger = logging.getLogger("acp_fast.transport.remote")
+logger = logging.getLogger("acp_fast.remote")
 
 #: Bytes of outgoing messages not yet sent above which the bridge stops reading from the
 #: connection (the connection's writers then wait) ...

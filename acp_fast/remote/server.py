@@ -41,14 +41,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
-from ... import _kinds
+from .. import _kinds
 import types
 
-from ... import engine as _default_engine
-from ...engine import encode_error
-from ...errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
-from ..memory import memory_pair
-from ..stream import Stream
+from .. import engine as _default_engine
+from ..engine import encode_error
+from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from ..transport.memory import memory_pair
+from ..transport.stream import Stream
 from ._wire import (
     BATCH_FRAME_BYTES,
     BATCH_FRAMES_HEADER,
@@ -570,7 +570,7 @@ class AcpApp:
 
     Args:
         opener: opens the agent side of each new connection (see :func:`asgi_app` for a
-            builder, router or conductor, and :func:`acp_fast.transport.remote.gateway_app`
+            builder, router or conductor, and :func:`acp_fast.remote.gateway_app`
             for a command).
         path: the endpoint path (``/acp``); ``/health`` answers beside it.
         policy: limits and access rules (:class:`ServerPolicy`; secure defaults).
@@ -1087,7 +1087,7 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
 
     Example::
 
-        from acp_fast.transport.remote import asgi_app
+        from acp_fast.remote import asgi_app
         app = asgi_app(agent)          # uvicorn module:app
     """
     twin: types.ModuleType | None = engine if isinstance(engine, types.ModuleType) else None
