@@ -1,4 +1,4 @@
-"""Running an :class:`~acp_fast.remote.AcpApp` on uvicorn or hypercorn.
+"""Running an :class:`~acp_fast.transport.remote.AcpApp` on uvicorn or hypercorn.
 
 :func:`served` starts a server inside the running event loop for as long as a ``with`` block
 (tests, embedding, benchmarks); :func:`serve_app` runs one until it is told to stop (the CLI).
