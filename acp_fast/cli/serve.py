@@ -1,7 +1,7 @@
 """``acp-fast serve``: expose a stdio agent (or Testy) over Streamable HTTP and WebSocket.
 
 Each remote connection gets its own agent child process (see
-:mod:`acp_fast.remote.gateway`); ``--testy`` serves the test agent in-process.
+:mod:`acp_fast.transport.remote.gateway`); ``--testy`` serves the test agent in-process.
 Needs the ``remote`` extra (``pip install 'acp-fast[remote]'``).
 """
 
