@@ -39,6 +39,7 @@ from remote_hostile import RawAgents, gateway_children
 from acp_fast import Client, JsonRpcError
 from acp_fast.testy import build
 from acp_fast.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served
+from acp_fast.remote import policy as remote_policy
 from acp_fast.remote import server as remote_server
 from acp_fast.remote.client import RemoteConnectError, connect_url
 from acp_fast.remote._wire import SseParser
@@ -406,13 +407,13 @@ def test_token_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> Non
     """The bearer token is compared with ``hmac.compare_digest`` (timing cannot show it),
     for a right and a wrong token alike."""
     calls: list[tuple[bytes, bytes]] = []
-    real = remote_server.hmac.compare_digest
+    real = remote_policy.hmac.compare_digest
 
     def spy(a: Any, b: Any) -> bool:
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(remote_server.hmac, "compare_digest", spy)
+    monkeypatch.setattr(remote_policy.hmac, "compare_digest", spy)
     policy = ServerPolicy(token="s3cret")
     host = {b"host": b"127.0.0.1"}
     assert policy.refusal({**host, b"authorization": b"Bearer s3cret"}) is None
@@ -420,3 +421,53 @@ def test_token_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> Non
     assert policy.refusal(host) == (401, "missing or wrong bearer token")
     assert calls == [(b"Bearer s3cret", b"Bearer s3cret"), (b"Bearer s3creT", b"Bearer s3cret"),
                      (b"", b"Bearer s3cret")]
+
+
+# ---------------------------------------------------------------------------------------
+# the access rules as middleware of their own
+# ---------------------------------------------------------------------------------------
+
+
+def test_access_guard_stands_in_front_of_any_asgi_app() -> None:
+    """:class:`AccessGuard` refuses a request or an upgrade to a guarded path before the app
+    sees it (the app is never called), and passes other paths and allowed requests through."""
+    from acp_fast.remote import AccessGuard
+
+    seen: list[tuple[str, str]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append((scope["type"], scope["path"]))
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+    guard = AccessGuard(app, ServerPolicy(token="t"), paths=("/acp/",))
+
+    async def call(kind: str, path: str, headers: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+        first = {"type": "websocket.connect"} if kind == "websocket" else {"type": "http.request", "body": b""}
+
+        async def receive() -> dict[str, Any]:
+            return first
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": kind, "path": path, "root_path": "", "method": "GET", "headers": headers,
+                 "extensions": {"websocket.http.response": {}}}
+        await guard(scope, receive, send)
+        return sent
+
+    async def body() -> None:
+        good = [(b"Host", b"localhost"), (b"Authorization", b"Bearer t")]
+        assert (await call("http", "/acp", good))[0]["status"] == 204
+        refused = await call("http", "/acp", [(b"host", b"evil.example"), (b"authorization", b"Bearer t")])
+        assert refused[0]["status"] == 421 and b"Host not allowed" in refused[1]["body"]
+        refused = await call("http", "/acp/", [(b"host", b"localhost")])
+        assert refused[0]["status"] == 401 and (b"www-authenticate", b"Bearer") in refused[0]["headers"]
+        refused = await call("websocket", "/acp", [*good, (b"origin", b"http://evil.example")])
+        assert refused[0]["type"] == "websocket.http.response.start" and refused[0]["status"] == 403
+        assert (await call("http", "/health", [(b"host", b"evil.example")]))[0]["status"] == 204  # not guarded
+        assert seen == [("http", "/acp"), ("http", "/health")]
+
+    run(body)

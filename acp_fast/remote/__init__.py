@@ -4,6 +4,8 @@
   clients (one in-process connection each); :func:`gateway_app` — the same for a stdio agent
   command, one child process per connection (``acp-fast serve``). Serve either with
   :func:`serve_app` (uvicorn, or hypercorn for HTTP/2) or mount it in Starlette/FastAPI.
+  :class:`ServerPolicy` holds its limits and access rules; :class:`AccessGuard`, the ASGI
+  middleware that applies the rules, also guards other applications.
 * :func:`connect_url` — a client transport for ``http(s)://`` (Streamable HTTP) and
   ``ws(s)://`` (WebSocket) URLs, beside :func:`acp_fast.transport.spawn`::
 
@@ -29,7 +31,8 @@ from ._wire import (
 )
 from .gateway import gateway_app
 from .runner import Served, serve_app, served
-from .server import DEFAULT_ALLOW_HOSTS, AcpApp, ServerPolicy, Servable, StreamOpener, asgi_app
+from .policy import DEFAULT_ALLOW_HOSTS, AccessGuard, ServerPolicy
+from .server import AcpApp, Servable, StreamOpener, asgi_app
 
 __all__ = [
     "CONNECTION_ID_HEADER",
@@ -38,6 +41,7 @@ __all__ = [
     "DEFAULT_PATH",
     "SESSION_ID_HEADER",
     "URL_SCHEMES",
+    "AccessGuard",
     "AcpApp",
     "MissingExtraError",
     "RemoteConnectError",

@@ -21,7 +21,8 @@ from typing import Any
 from ..transport.child import spawn
 from ..transport.stream import Stream
 from ._wire import DEFAULT_PATH
-from .server import AcpApp, ServerPolicy
+from .policy import ServerPolicy
+from .server import AcpApp
 
 __all__ = ["CONFIG_ENV", "app_from_env", "gateway_app", "testy_app"]
 

@@ -20,9 +20,11 @@ here (to route them and check their session), WebSocket frames in the agent conn
 engine; malformed input is answered with a JSON-RPC error. Lines the agent writes arrive in
 coalesced chunks and leave as one SSE body chunk per stream per turn.
 
-Security defaults (:class:`ServerPolicy`): only loopback ``Host`` names (421 otherwise, the
-DNS-rebinding guard) and no ``Origin`` (403 for any browser origin not listed), on every
-request and on the upgrade; an optional bearer token (401, compared in constant time); a body
+Security defaults (:class:`~acp_fast.remote.policy.ServerPolicy`; the access rules are checked by
+its ASGI middleware, :class:`~acp_fast.remote.policy.AccessGuard`, which every :class:`AcpApp`
+puts in front of itself): only loopback ``Host`` names (421 otherwise, the DNS-rebinding
+guard) and no ``Origin`` (403 for any browser origin not listed), on every request and on the
+upgrade; an optional bearer token (401, compared in constant time); a body
 limit (413); a connection cap (503); bounded queues that pause the agent instead of growing or
 dropping; an idle timeout for HTTP connections nobody reads; ids from :func:`secrets.token_urlsafe`;
 error bodies are fixed texts, never an agent's stderr or a traceback. No CORS headers are sent.
@@ -32,23 +34,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hmac
 import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+import types
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, Union
 
 from .. import _kinds
-import types
-
 from .. import engine as _default_engine
 from ..engine import encode_error
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
+from ._asgi import Receive, Scope, Send, deny, endpoint_path, error_body, lower_headers, respond
 from ._wire import (
     BATCH_FRAME_BYTES,
     BATCH_FRAMES_HEADER,
@@ -64,11 +64,10 @@ from ._wire import (
     one_line,
     sse_events,
 )
+from .policy import AccessGuard, ServerPolicy
 
 __all__ = [
-    "DEFAULT_ALLOW_HOSTS",
     "AcpApp",
-    "ServerPolicy",
     "StreamOpener",
     "Servable",
     "asgi_app",
@@ -76,15 +75,8 @@ __all__ = [
 
 logger = logging.getLogger("acp_fast.remote")
 
-#: ``Host`` names accepted unless :attr:`ServerPolicy.allow_hosts` says otherwise.
-DEFAULT_ALLOW_HOSTS = ("127.0.0.1", "localhost", "::1")
-
 #: Opens the agent side of one new connection: a stream that reads and writes JSON lines.
 StreamOpener = Callable[[], Awaitable[Stream]]
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class Servable(Protocol):
@@ -93,84 +85,6 @@ class Servable(Protocol):
     def serve(self, transport: Stream, /) -> Awaitable[None]:
         """Serve one connection on ``transport`` until it closes."""
         ...
-
-
-@dataclass(frozen=True)
-class ServerPolicy:
-    """The limits and access rules of an :class:`AcpApp`.
-
-    Attributes:
-        token: when set, every request (and the WebSocket upgrade) needs
-            ``Authorization: Bearer <token>`` (401 otherwise; compared in constant time).
-        allow_hosts: accepted ``Host`` header names (port ignored; ``"*"`` accepts any).
-            The default accepts loopback names only: a DNS name an attacker points at this
-            machine (DNS rebinding) gets 421. Add the names clients use when you bind
-            another address.
-        allow_origins: accepted ``Origin`` values (``"*"`` accepts any). A request without
-            ``Origin`` (any non-browser client) passes; one from a browser origin not listed
-            gets 403, on every request and on the WebSocket upgrade.
-        max_body: the largest POST body or WebSocket text frame, in bytes (413 / close 1009).
-        max_connections: open connections at most; the next gets 503.
-        idle_timeout: seconds an HTTP connection with no SSE reader and no request lives;
-            then it is closed and its agent with it. WebSocket connections live as long as
-            their socket (the ASGI server's pings detect a dead peer).
-        queue_high: bytes of agent output queued for the network (all streams of one
-            connection) above which the agent's stream is paused; it resumes below
-            ``queue_high // 4``. Nothing is dropped.
-        replay_window: bytes of already sent SSE events kept per stream for readers that
-            reconnect with ``Last-Event-ID`` (0 turns resuming off).
-        keepalive: seconds between SSE comment lines on a quiet stream.
-    """
-
-    token: str | None = None
-    allow_hosts: Sequence[str] = DEFAULT_ALLOW_HOSTS
-    allow_origins: Sequence[str] = ()
-    max_body: int = DEFAULT_MAX_BODY
-    max_connections: int = 4096
-    idle_timeout: float = 300.0
-    queue_high: int = 1024 * 1024
-    replay_window: int = 256 * 1024
-    keepalive: float = KEEPALIVE_SECONDS
-    _hosts: frozenset[str] = field(init=False, repr=False, compare=False)
-    _origins: frozenset[str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.max_body < 1 or self.max_connections < 1 or self.queue_high < 1:
-            raise ValueError("max_body, max_connections and queue_high must be positive")
-        if self.idle_timeout <= 0 or self.keepalive <= 0 or self.replay_window < 0:
-            raise ValueError("idle_timeout and keepalive must be positive, replay_window >= 0")
-        object.__setattr__(self, "_hosts", frozenset(h.lower().strip("[]") for h in self.allow_hosts))
-        object.__setattr__(self, "_origins", frozenset(o.lower().rstrip("/") for o in self.allow_origins))
-
-    def refusal(self, headers: Mapping[bytes, bytes]) -> tuple[int, str] | None:
-        """Why a request with these (lower-cased) headers is refused, or ``None``."""
-        if "*" not in self._hosts:
-            host = _host_name(headers.get(b"host", b"").decode("latin-1"))
-            if host not in self._hosts:
-                return 421, "Host not allowed"
-        origin = headers.get(b"origin")
-        if origin is not None and "*" not in self._origins:
-            if origin.decode("latin-1").lower().rstrip("/") not in self._origins:
-                return 403, "Origin not allowed"
-        if self.token is not None:
-            auth = headers.get(b"authorization", b"")
-            expected = b"Bearer " + self.token.encode()
-            if not hmac.compare_digest(auth, expected):
-                return 401, "missing or wrong bearer token"
-        return None
-
-
-def _host_name(host: str) -> str:
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[1:host.find("]")] if "]" in host else host
-    if host.count(":") == 1:
-        return host.split(":", 1)[0]
-    return host
-
-
-def _error_body(status: int, message: str, code: int = INVALID_REQUEST) -> bytes:
-    return encode_error(None, code, f"HTTP {status}: {message}")
 
 
 # -- one stream of SSE events ---------------------------------------------------------------
@@ -593,6 +507,7 @@ class AcpApp:
         self._conns: dict[str, _Connection] = {}
         self._opening = 0
         self._reaper: asyncio.Task[None] | None = None
+        self._guarded = AccessGuard(self._dispatch, self.policy, paths=(self.path,))
 
     @property
     def connections(self) -> int:
@@ -651,16 +566,16 @@ class AcpApp:
     # ASGI entry -----------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._guarded(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # behind the access guard: what reaches here on self.path passed the policy's rules
         kind = scope["type"]
         if kind == "lifespan":
             await self._lifespan(receive, send)
             return
-        path = scope.get("path", "")
-        root = scope.get("root_path", "")
-        if root and path.startswith(root):
-            path = path[len(root):]
-        path = path.rstrip("/") or "/"
-        headers = {k.lower(): v for k, v in scope.get("headers", ())}
+        path = endpoint_path(scope)
+        headers = lower_headers(scope)
         if kind == "websocket":
             await self._websocket(scope, headers, path, receive, send)
             return
@@ -668,14 +583,10 @@ class AcpApp:
             return
         method = scope["method"]
         if path == HEALTH_PATH.rstrip("/") and method in ("GET", "HEAD"):
-            await _respond(send, 200, b'{"status":"ok"}')
+            await respond(send, 200, b'{"status":"ok"}')
             return
         if path != self.path:
-            await _respond(send, 404, _error_body(404, "not found"))
-            return
-        refused = self.policy.refusal(headers)
-        if refused is not None:
-            await _respond(send, refused[0], _error_body(*refused), www_auth=refused[0] == 401)
+            await respond(send, 404, error_body(404, "not found"))
             return
         if method == "POST":
             await self._post(headers, receive, send)
@@ -685,9 +596,9 @@ class AcpApp:
             conn = await self._named(headers, send)
             if conn is not None:
                 conn.close()
-                await _respond(send, 202, b"")
+                await respond(send, 202, b"")
         else:
-            await _respond(send, 405, _error_body(405, "method not allowed"),
+            await respond(send, 405, error_body(405, "method not allowed"),
                            extra=[(b"allow", b"GET, POST, DELETE")])
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -706,16 +617,16 @@ class AcpApp:
         id, 404 for an unknown one; with ``streamable``, 400 for a WebSocket connection)."""
         raw = headers.get(CONNECTION_ID_HEADER.lower().encode())
         if raw is None:
-            await _respond(send, 400, _error_body(400, f"missing {CONNECTION_ID_HEADER} header"))
+            await respond(send, 400, error_body(400, f"missing {CONNECTION_ID_HEADER} header"))
             return None
         conn = self._conns.get(raw.decode("latin-1"))
         if conn is None:
-            await _respond(send, 404, _error_body(
+            await respond(send, 404, error_body(
                 404, f"unknown {CONNECTION_ID_HEADER}: closed, expired, or owned by another server "
                      f"process (route requests by {CONNECTION_ID_HEADER})"))
             return None
         if streamable and conn.websocket:
-            await _respond(send, 400, _error_body(400, "this connection is a WebSocket"))
+            await respond(send, 400, error_body(400, "this connection is a WebSocket"))
             return None
         return conn
 
@@ -724,11 +635,11 @@ class AcpApp:
     async def _post(self, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
         ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
         if ctype != CONTENT_TYPE_JSON.encode():
-            await _respond(send, 415, _error_body(415, f"Content-Type must be {CONTENT_TYPE_JSON}"))
+            await respond(send, 415, error_body(415, f"Content-Type must be {CONTENT_TYPE_JSON}"))
             return
         body = await _read_body(headers, receive, self.policy.max_body)
         if body is None:
-            await _respond(send, 413, _error_body(413, f"body over {self.policy.max_body} bytes"))
+            await respond(send, 413, error_body(413, f"body over {self.policy.max_body} bytes"))
             return
         line = one_line(body)
         cid = headers.get(CONNECTION_ID_HEADER.lower().encode())
@@ -740,11 +651,11 @@ class AcpApp:
             return
         frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
         if len(frames) != 1:
-            await _respond(send, 400, _error_body(400, "empty body", INVALID_REQUEST))
+            await respond(send, 400, error_body(400, "empty body", INVALID_REQUEST))
             return
         frame = frames[0]
         if frame.kind == _kinds.MALFORMED:
-            await _respond(send, 400, _malformed_reply(self.engine, frame))
+            await respond(send, 400, _malformed_reply(self.engine, frame))
             return
         raw_session = headers.get(b"acp-session-id")
         session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
@@ -758,7 +669,7 @@ class AcpApp:
                 continue
             checked = _checked(entry, session, self.engine)
             if isinstance(checked, str):
-                await _respond(send, 400, _error_body(400, checked, INVALID_PARAMS))
+                await respond(send, 400, error_body(400, checked, INVALID_PARAMS))
                 return
             route, line_out = checked
             if entry.kind == _kinds.REQUEST:
@@ -775,21 +686,21 @@ class AcpApp:
         else:
             out = parts[0]
         await conn.write((out, b"\n"))
-        await _respond(send, 202, b"")
+        await respond(send, 202, b"")
 
     async def _initialize(self, line: bytes, send: Send) -> None:
         frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
         frame = frames[0] if frames else None
         if frame is not None and frame.kind == _kinds.MALFORMED:
-            await _respond(send, 400, _malformed_reply(self.engine, frame))
+            await respond(send, 400, _malformed_reply(self.engine, frame))
             return
         if frame is None or frame.kind != _kinds.REQUEST or frame.method != "initialize":
-            await _respond(send, 400, _error_body(
+            await respond(send, 400, error_body(
                 400, f"a POST without {CONNECTION_ID_HEADER} must be an initialize request"))
             return
         conn = await self._open(websocket=False)
         if conn is None:
-            await _respond(send, 503, _error_body(503, "too many connections"))
+            await respond(send, 503, error_body(503, "too many connections"))
             return
         conn.init_id = _key(frame.id)
         conn.init_reply = asyncio.get_running_loop().create_future()
@@ -798,19 +709,19 @@ class AcpApp:
             reply = await conn.init_reply
         except ConnectionError:
             conn.close()
-            await _respond(send, 200, encode_error(frame.id, INTERNAL_ERROR, "the agent closed before answering"))
+            await respond(send, 200, encode_error(frame.id, INTERNAL_ERROR, "the agent closed before answering"))
             return
         if b'"error"' in reply and self.engine.Decoder(lazy=True).feed(reply + b"\n")[0].error is not None:
             conn.close()
-            await _respond(send, 200, reply + b"\n")
+            await respond(send, 200, reply + b"\n")
             return
-        await _respond(send, 200, reply + b"\n", extra=[(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())])
+        await respond(send, 200, reply + b"\n", extra=[(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())])
 
     # GET (SSE) ------------------------------------------------------------------------------
 
     async def _get(self, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
         if CONTENT_TYPE_SSE.encode() not in headers.get(b"accept", b""):
-            await _respond(send, 406, _error_body(406, f"Accept must include {CONTENT_TYPE_SSE}"))
+            await respond(send, 406, error_body(406, f"Accept must include {CONTENT_TYPE_SSE}"))
             return
         conn = await self._named(headers, send, streamable=True)
         if conn is None:
@@ -818,14 +729,14 @@ class AcpApp:
         raw_session = headers.get(b"acp-session-id")
         key = raw_session.decode("utf-8", "replace") if raw_session is not None else None
         if not conn.may_open(key):
-            await _respond(send, 404, _error_body(404, "unknown session"))
+            await respond(send, 404, error_body(404, "unknown session"))
             return
         events = conn.streams.get(key)
         if events is None:
             events = conn.streams[key] = _EventStream(key)
         last = headers.get(b"last-event-id")
         if events.reader is not None and last is None:
-            await _respond(send, 409, _error_body(409, "this stream already has a reader"))
+            await respond(send, 409, error_body(409, "this stream already has a reader"))
             return
         # a reader that resumes takes the stream over from one still attached: after a silent
         # network loss the old response has not failed yet (it ends at its next turn)
@@ -835,7 +746,7 @@ class AcpApp:
             except ValueError:
                 ok = False
             if not ok:
-                await _respond(send, 409, _error_body(409, "cannot resume from that Last-Event-ID"))
+                await respond(send, 409, error_body(409, "cannot resume from that Last-Event-ID"))
                 return
         token = object()
         events.reader = token
@@ -892,15 +803,11 @@ class AcpApp:
         if first["type"] != "websocket.connect":
             return
         if path != self.path:
-            await _deny(scope, send, 404, "not found")
-            return
-        refused = self.policy.refusal(headers)
-        if refused is not None:
-            await _deny(scope, send, *refused)
+            await deny(scope, send, 404, "not found")
             return
         conn = await self._open(websocket=True)
         if conn is None:
-            await _deny(scope, send, 503, "too many connections")
+            await deny(scope, send, 503, "too many connections")
             return
         accept = [(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())]
         if headers.get(BATCH_FRAMES_HEADER.lower().encode()) == b"1":
@@ -1042,29 +949,6 @@ async def _read_body(headers: Mapping[bytes, bytes], receive: Receive, limit: in
 async def _disconnected(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-async def _respond(send: Send, status: int, body: bytes, *, extra: Sequence[tuple[bytes, bytes]] = (),
-                   www_auth: bool = False) -> None:
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if www_auth:
-        headers.append((b"www-authenticate", b"Bearer"))
-    headers.extend(extra)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _deny(scope: Scope, send: Send, status: int, message: str) -> None:
-    """Refuse a WebSocket upgrade: an HTTP status where the server supports it, else close."""
-    if "websocket.http.response" in scope.get("extensions", {}) or {}:
-        body = _error_body(status, message)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        if status == 401:
-            headers.append((b"www-authenticate", b"Bearer"))
-        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
-        await send({"type": "websocket.http.response.body", "body": body})
-    else:
-        await send({"type": "websocket.close", "code": 1008})
 
 
 # -- building apps --------------------------------------------------------------------------------
