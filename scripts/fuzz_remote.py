@@ -50,7 +50,7 @@ import websockets  # noqa: E402
 
 from acp_fast.remote import served  # noqa: E402
 from acp_fast.remote._wire import SseParser  # noqa: E402
-from acp_fast.remote.gateway import testy_app  # noqa: E402
+from acp_fast.cli.serve_apps import testy_app  # noqa: E402
 
 #: Seconds every answer may take to arrive after the last input of a path.
 SETTLE = 10.0

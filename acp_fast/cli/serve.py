@@ -95,10 +95,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"acp-fast serve: {exc}", file=sys.stderr)
         return 2
     from ..remote import gateway
+    from .serve_apps import policy_from_config, testy_app
 
     cfg = _config(args, command)
     try:
-        policy = gateway.policy_from_config(cfg)
+        policy = policy_from_config(cfg)
     except (RuntimeError, ValueError) as exc:
         print(f"acp-fast serve: {exc}", file=sys.stderr)
         return 2
@@ -108,8 +109,8 @@ def main(args: argparse.Namespace) -> int:
     if args.workers > 1:
         return _workers(args, cfg)
     if args.testy:
-        app = gateway.testy_app(versions=args.versions, path=args.path, policy=policy,
-                                engine=None if args.engine == "auto" else args.engine)
+        app = testy_app(versions=args.versions, path=args.path, policy=policy,
+                        engine=None if args.engine == "auto" else args.engine)
     else:
         app = gateway.gateway_app(command, path=args.path, policy=policy)
     from ..remote.runner import Served, serve_app
@@ -129,12 +130,12 @@ def _workers(args: argparse.Namespace, cfg: JsonObject) -> int:
         return 2
     import uvicorn
 
-    from ..remote.gateway import CONFIG_ENV
+    from .serve_apps import CONFIG_ENV
 
     os.environ[CONFIG_ENV] = json.dumps(cfg)
     print(f"acp-fast serve: {args.workers} workers on {args.host}:{args.port}{args.path} "
           "(Streamable HTTP needs sticky routing on Acp-Connection-Id)", file=sys.stderr, flush=True)
-    uvicorn.run("acp_fast.remote.gateway:app_from_env", factory=True, host=args.host, port=args.port,
+    uvicorn.run("acp_fast.cli.serve_apps:app_from_env", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=str(args.log_level).lower(), lifespan="on",
                 ssl_certfile=args.certfile, ssl_keyfile=args.keyfile)
     return 0
