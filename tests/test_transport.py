@@ -541,3 +541,54 @@ def test_stream_buffers_chunks_delivered_before_attach_even_if_transport_ignores
                                                              b'{"jsonrpc":"2.0","id":2,"result":[2]}']
 
     run(main)
+
+
+def test_a_transport_built_outside_the_package_feeds_a_stream() -> None:
+    """``Stream.protocol()`` is what a transport written elsewhere (the remote WebSocket link)
+    drives; ``set_extra_info`` names it; ``memory_pair(first=...)`` builds a subclass end."""
+
+    class Outside(asyncio.Transport):
+        def __init__(self) -> None:
+            super().__init__()
+            self.written: list[bytes] = []
+            self.paused = False
+
+        def write(self, data: bytes | bytearray | memoryview) -> None:
+            self.written.append(bytes(data))
+
+        def pause_reading(self) -> None:
+            self.paused = True
+
+        def resume_reading(self) -> None:
+            self.paused = False
+
+        def is_closing(self) -> bool:
+            return False
+
+        def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+            pass
+
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return {"peername": ("10.0.0.1", 1)}.get(name, default)
+
+    class Named(Stream):
+        pass
+
+    async def main() -> None:
+        stream = Stream(asyncio.get_running_loop())
+        proto, link = stream.protocol(), Outside()
+        proto.connection_made(link)
+        stream.set_extra_info("transport", "outside")
+        got: list[bytes] = []
+        ended: list[BaseException | None] = []
+        stream.attach(got.append, ended.append, lambda ok: None)
+        proto.data_received(b'{"a":1}\n')
+        stream.write(b"out\n")
+        proto.eof_received()
+        assert got == [b'{"a":1}\n'] and ended == [None] and link.written == [b"out\n"]
+        assert stream.get_extra_info("transport") == "outside"
+        assert stream.get_extra_info("peername") == ("10.0.0.1", 1)
+        a, b = memory_pair(first=Named)
+        assert type(a) is Named and type(b) is Stream
+
+    run(main)

@@ -58,7 +58,7 @@ from .. import _version
 from .._kinds import BATCH, MALFORMED, REQUEST, RESPONSE
 from ..engine import Decoder, encode_error
 from ..transport.memory import memory_pair
-from ..transport.stream import Stream, _DuplexProtocol
+from ..transport.stream import Stream
 from ._wire import (
     BATCH_FRAMES_HEADER,
     CONNECTION_ID_HEADER,
@@ -232,7 +232,7 @@ class _Lane(Generic[_T]):
 
 
 class _RemoteStream(Stream):
-    """The caller's end of the pair (a :class:`Stream` whose class is switched to this one):
+    """The caller's end of the pair (the memory pair's first stream is of this class):
     closing it reaches the bridge even while the bridge is not reading, and ``wait_closed()``
     returns once the bridge has ended its network side too."""
 
@@ -246,10 +246,6 @@ class _RemoteStream(Stream):
         await super().wait_closed()
         await asyncio.shield(self.bridge.done)
 
-    def set_extra(self, name: str, value: Any) -> None:
-        """Answer ``get_extra_info(name)`` with ``value``."""
-        self._extra[name] = value
-
     def _eof(self, exc: BaseException | None) -> None:
         # The memory pair ends without an error; the bridge knows why the network side ended.
         super()._eof(exc if exc is not None else self.bridge.failure)
@@ -261,12 +257,11 @@ class _Bridge:
     def __init__(self, kind: str, url: str, max_message_size: int) -> None:
         self._url = url
         self._max = max_message_size
-        a, self._b = memory_pair()
-        a.__class__ = _RemoteStream
+        a, self._b = memory_pair(first=_RemoteStream)
         self._a = cast(_RemoteStream, a)
         self._a.bridge = self
-        self._a.set_extra("url", url)
-        self._a.set_extra("transport", kind)
+        self._a.set_extra_info("url", url)
+        self._a.set_extra_info("transport", kind)
         #: Set once the bridge has ended (its tasks and its network side).
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._draining = False
@@ -470,7 +465,7 @@ class _WebSocketLink(asyncio.Protocol):
         self._max = max_message_size
         self._headers = headers
         self._stream = stream
-        self._glue = _DuplexProtocol(stream)
+        self._glue = stream.protocol()
         self._proto = ClientProtocol(parse_uri(url), max_size=max_message_size)
         self._socket: asyncio.Transport | None = None
         self._handshake: asyncio.Future[None] = loop.create_future()
@@ -488,47 +483,55 @@ class _WebSocketLink(asyncio.Protocol):
     @classmethod
     async def open(cls, url: str, headers: dict[str, str], max_message_size: int,
                    connect_timeout: float) -> Stream:
-        import ssl
-
-        from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+        from websockets.exceptions import InvalidURI
         from websockets.uri import parse_uri
 
         try:
-            uri = parse_uri(url)
+            parse_uri(url)
         except InvalidURI as exc:
             raise ValueError(f"invalid WebSocket URL {url!r}: {exc}") from exc
-        loop = asyncio.get_running_loop()
-        stream = Stream(loop)
-        link = cls(url, max_message_size, headers, stream)
+        stream = Stream(asyncio.get_running_loop())
+        await cls(url, max_message_size, headers, stream).establish(connect_timeout)
+        return stream
+
+    async def establish(self, connect_timeout: float) -> None:
+        """Connect and shake hands (within ``connect_timeout``), then become the stream's
+        transport; :class:`RemoteConnectError` when either fails."""
+        import ssl
+
+        from websockets.exceptions import InvalidHandshake, InvalidStatus
+        from websockets.uri import parse_uri
+
+        url, uri, loop = self._url, parse_uri(self._url), self._loop
         context = ssl.create_default_context() if uri.secure else None
 
         async def opening() -> None:
-            await loop.create_connection(lambda: link, uri.host, uri.port, ssl=context,
+            await loop.create_connection(lambda: self, uri.host, uri.port, ssl=context,
                                          server_hostname=uri.host if context is not None else None)
-            await link._handshake
+            await self._handshake
 
         try:
             await asyncio.wait_for(opening(), connect_timeout)
         except InvalidStatus as exc:
-            link._abort()
+            self._abort()
             status = exc.response.status_code
             raise RemoteConnectError(
                 f"the WebSocket handshake with {url} was refused: HTTP {status} {exc.response.reason_phrase}",
                 status) from exc
         except (OSError, asyncio.TimeoutError, InvalidHandshake) as exc:
-            link._abort()
+            self._abort()
             raise RemoteConnectError(f"cannot open a WebSocket to {url}: {exc or type(exc).__name__}") from exc
         except BaseException:
-            link._abort()
+            self._abort()
             raise
-        stream._extra.update(url=url, transport="websocket")
-        link._opened = True
-        link._glue.connection_made(link)  # type: ignore[arg-type]  # the stream's transport
-        if link._early:
-            early, link._early = link._early, []
-            link._glue.data_received(b"".join(early))
-        link._arm_ping()
-        return stream
+        self._stream.set_extra_info("url", url)
+        self._stream.set_extra_info("transport", "websocket")
+        self._opened = True
+        self._glue.connection_made(self)  # type: ignore[arg-type]  # the stream's transport
+        if self._early:
+            early, self._early = self._early, []
+            self._glue.data_received(b"".join(early))
+        self._arm_ping()
 
     def _abort(self) -> None:
         if self._socket is not None:
@@ -599,7 +602,7 @@ class _WebSocketLink(asyncio.Protocol):
             return
         conn_id = response.headers.get(CONNECTION_ID_HEADER)
         if conn_id:
-            self._stream._extra["acp_connection_id"] = conn_id
+            self._stream.set_extra_info("acp_connection_id", conn_id)
         self._handshake.set_result(None)
 
     def eof_received(self) -> bool:
@@ -740,7 +743,7 @@ class _ProxiedWebSocketBridge(_Bridge):
         self._lanes.append(self._out)
         conn_id = ws.response.headers.get(CONNECTION_ID_HEADER) if ws.response is not None else None
         if conn_id:
-            self._a.set_extra("acp_connection_id", conn_id)
+            self._a.set_extra_info("acp_connection_id", conn_id)
         self._spawn(self._drain(self._out, self._send))
         self._spawn(self._receive())
 
@@ -931,7 +934,7 @@ class _HttpBridge(_Bridge):
             self._refuse(frame, f"{self._url} answered initialize without an {CONNECTION_ID_HEADER} header")
             return
         self._conn_id = conn_id
-        self._a.set_extra("acp_connection_id", conn_id)
+        self._a.set_extra_info("acp_connection_id", conn_id)
         self._deliver(one_line(body) + b"\n")
         self._spawn(self._sse(None))
 

@@ -217,8 +217,10 @@ def _key(ident: object) -> tuple[bool, object]:
 class _Connection:
     """One ACP connection: the agent's stream and what the network side has in flight."""
 
-    def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool) -> None:
-        self.app = app
+    def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool,
+                 on_closed: Callable[[_Connection], None] | None = None) -> None:
+        #: called once the connection ends (the app forgets it)
+        self.on_closed = on_closed
         self.id = cid
         self.stream = stream
         self.websocket = websocket
@@ -268,7 +270,8 @@ class _Connection:
             s.wake.set()
         self.ws_wake.set()
         self.done.set()
-        self.app._forget(self)
+        if self.on_closed is not None:
+            self.on_closed(self)
 
     def _on_data(self, data: bytes) -> None:
         if self.websocket:
@@ -473,7 +476,8 @@ class _Connection:
         self.ws_wake.set()
         self.writable.set()
         self.stream.close()
-        self.app._forget(self)
+        if self.on_closed is not None:
+            self.on_closed(self)
 
 
 # -- the application ----------------------------------------------------------------------------
@@ -543,7 +547,7 @@ class AcpApp:
         finally:
             self._opening -= 1
         cid = secrets.token_urlsafe(24)
-        conn = _Connection(self, cid, stream, websocket)
+        conn = _Connection(self, cid, stream, websocket, on_closed=self._forget)
         self._conns[cid] = conn
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.get_running_loop().create_task(self._reap())

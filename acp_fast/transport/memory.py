@@ -128,15 +128,19 @@ class _MemoryTransport(asyncio.Transport):
         self._protocol.connection_lost(None)
 
 
-def memory_pair() -> tuple[Stream, Stream]:
+def memory_pair(first: type[Stream] = Stream) -> tuple[Stream, Stream]:
     """Two connected in-memory streams (call inside a running loop); for tests.
 
     They behave like a socket pair: asynchronous delivery, half-close on :meth:`Stream.close`,
     and backpressure (a reader that pauses makes the other side's writer pause once 64 KiB
     are waiting; tune with ``stream._wt.set_write_buffer_limits``).
+
+    Args:
+        first: the class of the first stream, a :class:`Stream` subclass built with the loop
+            alone (a transport that hands the first end to its caller overrides ``close``).
     """
     loop = asyncio.get_running_loop()
-    a, b = Stream(loop), Stream(loop)
+    a, b = first(loop), Stream(loop)
     pa, pb = _DuplexProtocol(a), _DuplexProtocol(b)
     ta, tb = _MemoryTransport(loop, pa), _MemoryTransport(loop, pb)
     ta._peer, tb._peer = tb, ta

@@ -157,6 +157,21 @@ class Stream:
                     return value
         return default
 
+    def set_extra_info(self, name: str, value: object) -> None:
+        """Make :meth:`get_extra_info` answer ``name`` with ``value`` (a transport built on
+        top of this stream names itself: ``"transport"``, ``"url"``, ...)."""
+        self._extra[name] = value
+
+    def protocol(self) -> asyncio.Protocol:
+        """An asyncio protocol feeding this stream from one bidirectional transport.
+
+        For a transport written outside this package (a WebSocket link, say): the transport
+        calls the protocol as asyncio would (``connection_made``, ``data_received``,
+        ``eof_received``, ``connection_lost``, ``pause_writing`` / ``resume_writing``) and
+        the stream writes to, pauses and closes that transport.
+        """
+        return _DuplexProtocol(self)
+
     def close(self) -> None:
         """Close the stream: queued writes are flushed first, then the peer sees EOF."""
         if self._closing:
