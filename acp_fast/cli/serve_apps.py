@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..remote import DEFAULT_PATH, AcpApp, ServerPolicy, asgi_app, gateway_app
+from ..roles import EngineChoice
 from ..testy import build, parse_versions
 
 __all__ = ["CONFIG_ENV", "app_from_env", "policy_from_config", "testy_app"]
@@ -24,7 +25,7 @@ CONFIG_ENV = "ACP_FAST_SERVE_CONFIG"
 
 
 def testy_app(*, versions: str = "1,2", path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-              engine: Any = None) -> AcpApp:
+              engine: EngineChoice = None) -> AcpApp:
     """Testy (the deterministic test agent) served in-process, one instance per connection."""
     endpoint = build(parse_versions(versions))
     return asgi_app(endpoint, path=path, policy=policy, engine=engine)

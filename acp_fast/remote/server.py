@@ -40,7 +40,7 @@ import secrets
 import time
 import types
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from .. import _kinds
 from .. import engine as _default_engine
@@ -65,6 +65,9 @@ from ._wire import (
     sse_events,
 )
 from .policy import AccessGuard, ServerPolicy
+
+if TYPE_CHECKING:
+    from ..roles.streams import EngineChoice
 
 __all__ = [
     "AcpApp",
@@ -507,7 +510,7 @@ class AcpApp:
         self.path = path.rstrip("/") or "/"
         self.policy = policy if policy is not None else ServerPolicy()
         #: The engine twin that decodes what the network sends and what the agent writes.
-        self.engine: Any = engine if engine is not None else _default_engine
+        self.engine: types.ModuleType = engine if engine is not None else _default_engine
         self._conns: dict[str, _Connection] = {}
         self._opening = 0
         self._reaper: asyncio.Task[None] | None = None
@@ -883,7 +886,7 @@ class AcpApp:
             pass
 
 
-def _checked(entry: Any, session: str | None, engine: Any) -> tuple[str | None, bytes | None] | str:
+def _checked(entry: Any, session: str | None, engine: types.ModuleType) -> tuple[str | None, bytes | None] | str:
     """The route of one client message and its rewritten line (or ``None``), or why it is refused."""
     kind = entry.kind
     if kind == _kinds.RESPONSE:
@@ -913,7 +916,7 @@ def _checked(entry: Any, session: str | None, engine: Any) -> tuple[str | None, 
     return session, None
 
 
-def _malformed_reply(engine: Any, frame: Any) -> bytes:
+def _malformed_reply(engine: types.ModuleType, frame: Any) -> bytes:
     """The answer to a malformed POST body: what the engine answers the same line with on
     stdio (-32700 echoing the line, -32600 with the reason, id ``null``); a malformed
     response, which stdio leaves unanswered, still gets its code and reason with its 400."""
@@ -962,7 +965,7 @@ Target = Union[Servable, Callable[[Stream], Awaitable[None]]]
 
 
 def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-             engine: Any = None) -> AcpApp:
+             engine: EngineChoice = None) -> AcpApp:
     """An ASGI app serving ``target`` to remote clients, one in-process connection each.
 
     Args:
@@ -971,18 +974,21 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
             runs it on its own in-memory stream.
         path: the endpoint path.
         policy: limits and access rules (:class:`ServerPolicy`).
-        engine: the engine twin for builders and routers (``"c"``, ``"py"`` or ``None``).
+        engine: the engine twin for builders and routers (``"c"``, ``"py"``, an engine module,
+            or ``None`` for the selected one); the server decodes with the same twin.
+
+    Raises:
+        ValueError: ``engine`` is none of those.
+        TypeError: ``target`` is neither something with ``serve`` nor a function.
 
     Example::
 
         from acp_fast.remote import asgi_app
         app = asgi_app(agent)          # uvicorn module:app
     """
-    twin: types.ModuleType | None = engine if isinstance(engine, types.ModuleType) else None
-    if engine in ("c", "py"):
-        import importlib
+    from ..roles.streams import resolve_engine  # the roles load with what they serve, not before
 
-        twin = importlib.import_module("acp_fast._engine_c" if engine == "c" else "acp_fast._engine_py")
+    twin = resolve_engine(engine)
     serve = getattr(target, "serve", None)
     run: Callable[[Stream], Awaitable[None]]
     if serve is not None:
