@@ -34,3 +34,17 @@ def test_no_any_in_public_signatures() -> None:
             found[name] = text
     assert {"asgi_app", "gateway_app", "AcpApp.__init__", "AccessGuard.__init__", "connect_url"} <= seen
     assert found.keys() == ALLOWED_ANY.keys(), found
+
+
+def test_one_id_key_for_server_and_client() -> None:
+    """Server and client key in-flight requests by one function: ``1`` and ``"1"`` are two
+    requests, and an id decoded as a ``str`` subclass finds the request keyed by a plain one."""
+    from acp_fast.remote import _wire, client, server
+
+    class Decoded(str):
+        pass
+
+    assert server.id_key is client.id_key is _wire.id_key
+    assert _wire.id_key(1) != _wire.id_key("1")
+    routes = {_wire.id_key("a"): "session"}
+    assert routes.get(_wire.id_key(Decoded("a"))) == "session"

@@ -28,6 +28,7 @@ __all__ = [
     "SseParser",
     "SUCCESSOR_METHODS",
     "URL_SCHEMES",
+    "id_key",
     "is_url",
     "one_line",
     "require_extra",
@@ -79,6 +80,13 @@ SESSION_SCOPED_METHODS = frozenset({
 #: ``acp_fast.conductor.names.SUCCESSOR``, which a test keeps equal: the remote layer loads
 #: without the conductor): a ``$/`` method inside one is connection-scoped like a bare one.
 SUCCESSOR_METHODS = frozenset({"_proxy/successor", "proxy/successor"})
+
+
+
+def id_key(ident: object) -> tuple[bool, object]:
+    """A JSON-RPC id as a dict key, the same on both sides: ``1`` and ``"1"`` differ."""
+    return isinstance(ident, str), ident
+
 
 #: The URL schemes of the remote client transport (``connect_url``).
 URL_SCHEMES = ("ws://", "wss://", "http://", "https://")

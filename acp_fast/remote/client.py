@@ -69,6 +69,7 @@ from ._wire import (
     LAST_EVENT_ID_HEADER,
     SESSION_ID_HEADER,
     SseParser,
+    id_key,
     one_line,
     require_extra,
 )
@@ -1000,7 +1001,7 @@ class _HttpBridge(_Bridge):
         if frame.kind == MALFORMED:
             return None
         if frame.kind == RESPONSE:
-            return self._routes.pop(_id_key(frame.id), None)
+            return self._routes.pop(id_key(frame.id), None)
         method = frame.method or ""
         if method.startswith("$/") or b'"sessionId"' not in frame.raw:
             return None
@@ -1186,7 +1187,7 @@ class _HttpBridge(_Bridge):
 
     def _remember_route(self, ident: Any, session: str) -> None:
         routes = self._routes
-        routes[_id_key(ident)] = session
+        routes[id_key(ident)] = session
         while len(routes) > MAX_ROUTES:
             routes.popitem(last=False)
 
@@ -1238,8 +1239,3 @@ async def _head_of(response: httpx.Response | StreamedReply) -> bytes:
     except Exception:  # noqa: BLE001 - only a quote for an error message
         pass
     return head[:BODY_QUOTE].strip()
-
-
-def _id_key(ident: Any) -> tuple[bool, Any]:
-    """A JSON-RPC id as a dict key: ``1`` and ``"1"`` differ."""
-    return isinstance(ident, str), ident

@@ -61,6 +61,7 @@ from ._wire import (
     KEEPALIVE_SECONDS,
     SESSION_SCOPED_METHODS,
     SUCCESSOR_METHODS,
+    id_key,
     one_line,
     sse_events,
 )
@@ -211,10 +212,6 @@ def _params_session(frame: Any, line: bytes) -> tuple[object, bytes | None]:
         return found.group(1).decode("utf-8", "surrogateescape"), found.group(0)
     params = frame.params
     return (params.get("sessionId") if isinstance(params, dict) else None), None
-
-
-def _key(ident: object) -> tuple[bool, object]:
-    return (type(ident) is str, ident)
 
 
 class _Connection:
@@ -387,10 +384,10 @@ class _Connection:
         if kind == _kinds.BATCH:
             for entry in frame:
                 if entry.kind == _kinds.RESPONSE:
-                    self.routes.pop(_key(entry.id), None)
+                    self.routes.pop(id_key(entry.id), None)
             return self.streams[None].put(line)
         if kind == _kinds.RESPONSE:
-            k = _key(frame.id)
+            k = id_key(frame.id)
             if k == self.init_id and self.init_reply is not None:
                 self.init_id = None
                 if not self.init_reply.done():
@@ -680,7 +677,7 @@ class AcpApp:
                 return
             route, line_out = checked
             if entry.kind == _kinds.REQUEST:
-                conn.routes[_key(entry.id)] = (route, entry.method)
+                conn.routes[id_key(entry.id)] = (route, entry.method)
             if line_out is not None:
                 rewritten = True
                 parts.append(line_out)
@@ -709,7 +706,7 @@ class AcpApp:
         if conn is None:
             await respond(send, 503, error_body(503, "too many connections"))
             return
-        conn.init_id = _key(frame.id)
+        conn.init_id = id_key(frame.id)
         conn.init_reply = asyncio.get_running_loop().create_future()
         await conn.write([line + b"\n"])
         try:
