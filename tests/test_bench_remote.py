@@ -101,3 +101,16 @@ def test_the_websocket_floor_app_answers_requests_only() -> None:
     sent.clear()
     asyncio.run(echo_app({"type": "http"}, receive, send))
     assert sent[0]["status"] == 404
+
+
+def test_pairs_limit_the_rows(tmp_path: object) -> None:
+    """``--pairs`` keeps the rows of the pairs named (here none: only the connection row,
+    which every run has) and ``--servers`` names the server of each row served by acp_fast."""
+    from pathlib import Path
+
+    out = Path(str(tmp_path)) / "rows.json"
+    assert remote.main(["--quick", "--pairs", "nothing", "--connections", "5", "--loops", "asyncio",
+                        "--servers", "uvicorn", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["pair"], r["workload"], r["server"]) for r in rows] == [("acp_fast", "connections", "uvicorn")]
+    assert rows[0]["error"] is None and rows[0]["runs"]

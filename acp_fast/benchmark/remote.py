@@ -483,7 +483,8 @@ def render(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m acp_fast.benchmark.remote [--quick] [--rounds R] [--loops L,L] [--json PATH]``."""
+    """``python -m acp_fast.benchmark.remote [--quick] [--rounds R] [--loops L,L] [--servers S,S]
+    [--pairs P,P] [--json PATH]``."""
     parser = argparse.ArgumentParser(prog="python -m acp_fast.benchmark.remote", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one short round")
     parser.add_argument("--rounds", type=int)
@@ -494,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", default=DEFAULT_SERVER,
                         help=f"comma-separated ASGI servers of acp_fast's rows, the first the goals' "
                              f"({', '.join(SERVERS)}; default {DEFAULT_SERVER})")
+    parser.add_argument("--pairs", help="comma-separated: only these pairs' rows (e.g. acp_fast,floor; default all)")
     parser.add_argument("--peers", type=Path, default=PEERS, help="the peers/ folder (with peers/ts/node_modules)")
     parser.add_argument("--json", type=Path, help="write the rows and verdicts as JSON")
     args = parser.parse_args(argv)
@@ -504,7 +506,9 @@ def main(argv: list[str] | None = None) -> int:
             kw[name] = getattr(args, name)
     cfg = RemoteConfig.quick(**kw) if args.quick else RemoteConfig(**kw)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    rows = run_remote(cfg, progress=lambda s: print(s, file=sys.stderr, flush=True))
+    pairs = set(args.pairs.split(",")) if args.pairs else None
+    only = ROWS if pairs is None else tuple(r for r in ROWS if r[0] in pairs)
+    rows = run_remote(cfg, rows=only, progress=lambda s: print(s, file=sys.stderr, flush=True))
     tracing = sdk_tracing_note()
     print(f"remote rows: {cfg.rounds} round(s), N={cfg.n}, M={cfg.m}, K={cfg.connections}, "
           f"servers {', '.join(cfg.servers)}, load at start {load}")

@@ -28,6 +28,10 @@ Notes on the peers (what they do, not what the server does):
   seen with the SDK's own ASGI app on hypercorn too, and with strace the server's write is
   immediate. The servers that speak HTTP/2 send SSE keep-alive comments every second here
   (``ServerPolicy.keepalive``) so such a stall costs at most that.
+* The TS SDK's HTTP client (Node's ``fetch``) against hypercorn over HTTP/1.1 fails a
+  request now and then with ``fetch failed`` (3 of 16 runs of the suite, at the start of a
+  scenario; never on uvicorn or granian in as many runs): that case is left out on hypercorn
+  (``LEFT_OUT``), which the Python SDK's HTTP/1.1 and HTTP/2 cases still cover.
 * The servers of one engine share one thread: the compiled engine decodes lazy payloads with
   one module-level parser that only the GIL guards, and a decode that triggers a garbage
   collection whose finalizers run Python code can hand the GIL to another thread in the
@@ -102,11 +106,13 @@ DYING_CASES = {
 #: each transport once (the protocol version is the agent's business, not the server's). The
 #: whole set on every server took 112 s instead of 30 s for this module; this one ~60 s.
 OTHER_SERVERS_RUN = frozenset({"pysdk-http-v1", "pysdk-ws-v1", "pysdk-http2-v1", "ts-http-v2", "ts-ws-v2"})
+#: (case, server) pairs left out, with the reason (see the notes in the module's text).
+LEFT_OUT = {("ts-http-v2", "hypercorn"): "the TS SDK's fetch fails now and then against hypercorn's HTTP/1.1"}
 
 
 def _cases(server: str, cases: dict[str, Any]) -> list[str]:
     return [case for case, spec in cases.items()
-            if (server == DEFAULT_SERVER or case in OTHER_SERVERS_RUN)
+            if (server == DEFAULT_SERVER or case in OTHER_SERVERS_RUN) and (case, server) not in LEFT_OUT
             and not (len(spec) == 4 and spec[3] and server not in HTTP2_SERVERS)]
 
 
