@@ -10,7 +10,8 @@ A remote test module takes the ``asgi_server`` fixture (registered for every mod
 and runs once on each server of :data:`SERVERS` (ids ``uvicorn``, ``hypercorn``, ``granian``).
 A server that is not installed is a missing peer (``tests/helpers/peer_rule.py``): skipped on
 a developer's machine, a failure where the peers are required (CI). :data:`HTTP2_SERVERS` are
-the ones that speak HTTP/2 (``http2_server`` fixture).
+the ones that speak HTTP/2 (``http2_server`` fixture). ``ACP_FAST_TEST_SERVERS=uvicorn,granian``
+narrows both lists.
 
 Where a server is known to differ from what the app asks of it, :data:`GAPS` says so, and
 the tests assert the difference (so that a server release that closes the gap fails the test
@@ -31,14 +32,25 @@ app's limit (a 64 MB fragmented message: the server process's peak RSS 173 MiB a
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import peer_rule
 import pytest
 
-from acp_fast.transport.remote.runner import DEFAULT_SERVER, SERVERS
+from acp_fast.transport.remote import runner
+from acp_fast.transport.remote.runner import DEFAULT_SERVER
 
 __all__ = ["DEFAULT_SERVER", "GAPS", "HTTP2_SERVERS", "SERVERS", "asgi_server", "has_gap", "http2_server",
            "require_server"]
+
+#: ``ACP_FAST_TEST_SERVERS`` (comma-separated) narrows the servers the tests run on (CI's smoke
+#: runs of the installed wheels, say); unset, every server.
+_ONLY = [s for s in os.environ.get("ACP_FAST_TEST_SERVERS", "").split(",") if s.strip()]
+for _name in _ONLY:
+    if _name not in runner.SERVERS:
+        raise ValueError(f"ACP_FAST_TEST_SERVERS names {_name!r}: one of {', '.join(runner.SERVERS)}")
+#: The servers the remote tests run on.
+SERVERS = tuple(s for s in runner.SERVERS if not _ONLY or s in _ONLY)
 
 #: The servers that speak HTTP/2 (h2c with prior knowledge, and over TLS by ALPN).
 HTTP2_SERVERS = tuple(s for s in SERVERS if s != "uvicorn")
