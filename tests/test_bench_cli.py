@@ -97,6 +97,31 @@ def test_suite_json_rows_and_skip_line(tmp_path: Path) -> None:
     assert results[("pure twin streaming vs Python SDK", "asyncio")] == "n/a"
 
 
+def test_the_readme_agent_row(tmp_path: Path) -> None:
+    """``acp_fast/acp_fast-readme``: the acp_fast client fed by the agent the README's snippet
+    describes (acp_fast.benchmark.readme_agent), a default and --quick row on every loop, its
+    processes checked like any other row's (compiled twin, the row's loop), every 1 MiB text too."""
+    pytest.importorskip("psutil")
+    pytest.importorskip("tabulate")
+    pytest.importorskip("tqdm")
+    from acp_fast.benchmark.pairs import DEFAULT_PAIRS, PAIRS
+
+    assert "acp_fast/acp_fast-readme" in DEFAULT_PAIRS and PAIRS["acp_fast/acp_fast-readme"].quick
+    out = tmp_path / "bench.json"
+    r = _bench("--pairs", "acp_fast/acp_fast-readme", "--json", str(out), *TINY)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    rows = {(row["loop"], row["workload"]): row for row in doc["rows"]}
+    for loop in doc["config"]["loops"]:
+        for workload in ("stream", "stream_cpu_agent", "rtt_seq", "inflight", "large"):
+            assert rows[(loop, workload)]["median"] is not None, (loop, workload)
+            assert rows[(loop, workload)]["ran"] == "c ×2"
+    for rec in doc["raw"]:
+        res = rec["result"]
+        assert res["updatesOk"] and res["textOk"] and res["agentLoop"] == rec["loop"], res
+        assert res["agentEngine"] == "c" and res["agentInfo"]["name"] == "readme-agent"
+
+
 def test_a_side_on_another_loop_fails_the_run() -> None:
     from acp_fast.benchmark.runner import Invocation, InvocationError
     from acp_fast.benchmark.suite import STEPS, _check
@@ -254,7 +279,8 @@ def test_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from acp_fast.benchmark.chart import write_png
 
-    rows = _rows({("a", "stream"): 1300.0, ("ref", "stream"): 100.0, ("a", "rtt_seq"): 5.0})
+    rows = _rows({("acp_fast/acp_fast", "stream"): 1300.0, ("pysdk/pysdk", "stream"): 100.0,
+                  ("acp_fast/acp_fast", "rtt_seq"): 5.0})
     path = tmp_path / "chart.png"
     write_png(path, rows, title="test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

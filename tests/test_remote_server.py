@@ -28,6 +28,8 @@ import httpx
 import pytest
 import websockets
 
+from remote_hostile import gateway_children as _children_of
+
 from acp_fast.testy import build
 from acp_fast.transport import Stream
 from acp_fast.transport.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served
@@ -707,19 +709,6 @@ def test_websocket_fragmented_message_over_the_limit(asgi_server: str) -> None:
 
 
 # -- the gateway: a child per connection ----------------------------------------------------------
-
-
-def _children_of(pid: int) -> list[int]:
-    import psutil
-
-    found = []
-    for p in psutil.Process(pid).children():
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and "testy" in p.cmdline():
-                found.append(p.pid)
-        except psutil.Error:
-            pass
-    return found
 
 
 def test_gateway_child_per_connection_killed_on_delete_and_close(asgi_server: str) -> None:

@@ -440,28 +440,39 @@ def test_memory_pair_goes_through_the_protocol_callbacks(engine: Any, monkeypatc
     assert len(calls) == 2
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are a Linux fcntl")
-def test_child_pipes_get_the_wide_kernel_buffer_on_asyncio() -> None:
-    """On asyncio's loop the child's stdin and stdout pipes are widened to ``PIPE_SIZE`` (or
-    the system's limit, when lower), so a large message crosses in few reads and writes."""
-    import fcntl
+_REPORT_STDIO = """
+import fcntl, os, stat, sys
+for fd in (0, 1):
+    mode = os.fstat(fd).st_mode
+    size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) if stat.S_ISFIFO(mode) else None
+    sys.stderr.write(f"{fd} {'pipe' if stat.S_ISFIFO(mode) else 'socket' if stat.S_ISSOCK(mode) else 'other'} {size}\\n")
+"""
 
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are a Linux fcntl")
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_the_child_gets_wide_pipes_on_every_loop(loop: str) -> None:
+    """The child's stdin and stdout are pipes widened to ``PIPE_SIZE`` (or the system's limit,
+    when lower) on every loop, as the child itself sees them: uvloop's own ``PIPE`` would be a
+    socket pair that no end can widen (``transport._pipes``)."""
+    from acp_fast.transport import run
     from acp_fast.transport.child import PIPE_SIZE
 
+    pytest.importorskip(loop)
     with open("/proc/sys/fs/pipe-max-size") as f:
         expected = min(PIPE_SIZE, int(f.read()))
+    seen: list[bytes] = []
 
     async def main() -> None:
-        stream = await spawn([sys.executable, "-c", "import sys; sys.stdin.read()"])
+        stream = await spawn([sys.executable, "-c", _REPORT_STDIO], on_stderr=seen.append)
         try:
-            for fd in (0, 1):
-                pipe = stream._proc.get_pipe_transport(fd).get_extra_info("pipe")  # type: ignore[union-attr]
-                assert fcntl.fcntl(pipe.fileno(), fcntl.F_GETPIPE_SZ) == expected, fd
+            assert await asyncio.wait_for(stream.wait_exit(), HANG_GUARD) == 0
         finally:
             stream.close()
             await stream.wait_closed()
 
-    asyncio.run(main())
+    run(main(), loop=loop)
+    assert b"".join(seen).decode().split("\n")[:2] == [f"0 pipe {expected}", f"1 pipe {expected}"]
 
 
 def test_stream_keeps_data_and_eof_that_arrive_before_attach(engine: Any) -> None:

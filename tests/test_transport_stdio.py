@@ -186,8 +186,8 @@ def test_thread_reader_with_no_descriptor_is_an_immediate_eof() -> None:
 @pytest.mark.parametrize("loop", LOOPS)
 def test_the_agent_widens_its_stdin_and_stdout_pipes_on_any_loop(loop: str) -> None:
     """``connect_stdio`` asks for ``PIPE_SIZE`` kernel buffers on the pipes it is given (or the
-    system's limit, when lower), on uvloop too, whose spawn cannot: a pipe is wide when either
-    end is acp_fast. A regular file is left alone."""
+    system's limit, when lower), on every loop: a pipe is wide when either end is acp_fast, whoever
+    made it. A regular file is left alone."""
     import fcntl
 
     from acp_fast.transport import connect_stdio, run

@@ -5,11 +5,10 @@ library at all, so that every run shows how close acp_fast comes to it.
   ``session/update`` line (``agent_message_chunk`` with ``ACP_CHUNK`` bytes of text: 100, or
   1 MiB in the large step) with blocking writes: no JSON-RPC, no encoding per message.
 * The **reader** (``python -m acp_fast.benchmark.floor [--n N] [--warmup W] [--large]
-  [--loop L] -- WRITER...``) starts the writer on pipes (their kernel buffers widened as
-  :func:`acp_fast.transport.spawn` widens them, and the writer's stdout by the writer as an
-  acp_fast agent's by :func:`acp_fast.transport.connect_stdio`, on any loop), splits the lines
-  in an asyncio protocol and decodes each with orjson, reading the text's length: no dispatch,
-  no validation beyond JSON.
+  [--loop L] -- WRITER...``) starts the writer with :func:`acp_fast.transport.spawn` (the same
+  wide pipes as every acp_fast client's agent, on every loop), splits the lines of each chunk
+  read and decodes each with orjson, reading the text's length: no dispatch, no validation
+  beyond JSON.
 
 It takes the client CLI contract's options (the round-trip ones are accepted and ignored) and
 prints one JSON line with the streaming fields of the contract (``notificationsPerSec``,
@@ -25,10 +24,9 @@ import asyncio
 import os
 import sys
 import time
-from typing import Any, cast
 
 from ..jsontypes import JsonObject
-from ..transport._pipes import widen_child_pipes, widen_pipe
+from ..transport._pipes import widen_pipe
 from .remote_client import report
 
 __all__ = ["line_for", "main"]
@@ -66,7 +64,7 @@ def _writer() -> int:
     return 0
 
 
-class _Reader(asyncio.SubprocessProtocol):
+class _Reader:
     def __init__(self, total: int, warmup: int, done: asyncio.Future[None]) -> None:
         import orjson
 
@@ -80,13 +78,9 @@ class _Reader(asyncio.SubprocessProtocol):
         self.t0 = 0.0
         self.cpu0 = 0.0
         self.pid = 0
+        self.agent0: int | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        widen_child_pipes(transport)  # type: ignore[arg-type]
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd != 1:
-            return
+    def data_received(self, data: bytes) -> None:
         buf = self.buf
         buf += data
         end = buf.rfind(b"\n")
@@ -114,33 +108,37 @@ class _Reader(asyncio.SubprocessProtocol):
         self.cpu0 = time.process_time()
         self.agent0 = _task_cpu_ns(self.pid)
 
-    def process_exited(self) -> None:
+    def eof(self, exc: BaseException | None) -> None:
         if not self.done.done():
-            self.done.set_exception(RuntimeError(f"the writer exited after {self.count} of {self.total} lines"))
+            self.done.set_exception(RuntimeError(f"the writer ended after {self.count} of {self.total} lines"))
+
+
+def _stderr(data: bytes) -> None:
+    sys.stderr.buffer.write(data)
+    sys.stderr.flush()
 
 
 async def _read(cmd: list[str], n: int, warmup: int, env: dict[str, str]) -> JsonObject:
     from ..cli.loops import loop_name
+    from ..transport import spawn
     from .client import _task_cpu_ns
 
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     warm = max(1, warmup)  # the clock starts at the first measured line's predecessor
     reader = _Reader(n + warm, warm, done)
-    transport, _ = await loop.subprocess_exec(lambda: reader, *cmd, stdin=asyncio.subprocess.PIPE,
-                                              stdout=asyncio.subprocess.PIPE, stderr=None,
-                                              env={**os.environ, **env})
-    reader.pid = transport.get_pid()
-    stdin = cast(asyncio.WriteTransport, transport.get_pipe_transport(0))
+    stream = await spawn(cmd, env=env, on_stderr=_stderr)
+    reader.pid = stream.pid or 0
+    stream.attach(reader.data_received, reader.eof, lambda writable: None)
     try:
-        stdin.write(b"%d\n" % (n + warm))
+        stream.write(b"%d\n" % (n + warm))
         await asyncio.wait_for(done, 300)
         seconds = time.perf_counter() - reader.t0
         cpu = time.process_time() - reader.cpu0
         agent1 = _task_cpu_ns(reader.pid)
     finally:
-        stdin.close()
-        transport.close()
+        stream.close()
+        await stream.wait_closed()
     agent_us = None if agent1 is None or reader.agent0 is None else (agent1 - reader.agent0) / 1e3 / n
     return {"ok": True, "sdk": "floor", "engine": None, "loop": loop_name(), "n": n, "seconds": round(seconds, 6),
             "notificationsPerSec": round(n / seconds), "textBytes": reader.text,

@@ -13,6 +13,8 @@ through the public API, ``cx.send_session_update`` with fresh text per chunk):
 
 =======================================  ==============================================
 ``acp_fast/acp_fast``                    acp_fast client and agent, compiled engine
+``acp_fast/acp_fast-readme``             the acp_fast client fed by an agent written from the README
+                                         (:mod:`.readme_agent`: public API only, as a user writes it)
 ``acp_fast-pure/acp_fast-pure``          the same with ``ACP_FAST_NO_EXTENSIONS=1`` on both
 ``pysdk/pysdk``                          official Python SDK client and agent (``peers/pysdk``)
 ``ts/ts``                                official TypeScript SDK client and agent
@@ -94,7 +96,7 @@ __all__ = [
 ]
 
 #: The pairs ``acp-fast bench`` runs by default.
-DEFAULT_PAIRS = ("acp_fast/acp_fast", "acp_fast-pure/acp_fast-pure", "pysdk/pysdk", "ts/ts",
+DEFAULT_PAIRS = ("acp_fast/acp_fast", "acp_fast/acp_fast-readme", "acp_fast-pure/acp_fast-pure", "pysdk/pysdk", "ts/ts",
                  "acp_fast/pysdk", "pysdk/acp_fast", "acp_fast/ts", "ts/acp_fast",
                  "acp_fast/acp_fast-preencoded", "floor/floor",
                  # proxy chains (.chains)
@@ -153,6 +155,10 @@ def _register_builtin_pairs() -> None:
     register_pair("acp_fast/acp_fast", acp_client, acp_agent, requires=[ACP_FAST, ACP_FAST_COMPILED],
                   env=compiled, quick=True, py_client=True, py_agent=testy, engine="c", processes=(fast, fast_agent),
                   description="acp_fast client and agent (public API), compiled engine")
+    register_pair("acp_fast/acp_fast-readme", acp_client, launch("agent", "acp_fast.benchmark.readme_agent"),
+                  requires=[ACP_FAST, ACP_FAST_COMPILED], env=compiled, quick=True, py_client=True, py_agent=True,
+                  engine="c", processes=(fast, Process("agent")),
+                  description="acp_fast client fed by an agent written from the README (public API only)")
     register_pair("acp_fast-pure/acp_fast-pure", acp_client, acp_agent, requires=[ACP_FAST],
                   env=acp_env(ACP_FAST_NO_EXTENSIONS="1"), quick=True, py_client=True, py_agent=testy, engine="py",
                   processes=(fast, fast_agent),

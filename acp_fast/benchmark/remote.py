@@ -54,7 +54,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ from .machine import sdk_tracing_note
 from .registry import find_peers
 from .runtime import Process, RuntimeMismatch, check, child_env, launch, summary
 
-__all__ = ["GOALS", "RemoteConfig", "RemoteResult", "main", "run_remote"]
+__all__ = ["GOALS", "RemoteConfig", "RemoteResult", "main", "read_json", "run_remote", "write_chart"]
 
 #: The peers' folder by default (see :func:`~acp_fast.benchmark.registry.find_peers`).
 PEERS = find_peers()[0]
@@ -482,9 +482,45 @@ def render(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> str:
             + tabulate(goals, ["goal", "loop", "target", "measured", ""], disable_numparse=True))
 
 
+def read_json(path: str | os.PathLike[str]) -> tuple[list[RemoteResult], RemoteConfig, float | None]:
+    """The rows, config and load at start of the ``--json`` a remote run wrote.
+
+    Raises:
+        BenchJSONError: ``path`` is not such a file.
+    """
+    from .tables import BenchJSONError, load_json
+
+    what = "the JSON of acp-fast bench --remote"
+    doc = load_json(path, what, ("config", "rows", "verdicts"))
+    try:
+        names = {f.name for f in fields(RemoteResult)}
+        rows = [RemoteResult(**{k: v for k, v in r.items() if k in names}) for r in doc["rows"]]
+        conf = {f.name: doc["config"][f.name] for f in fields(RemoteConfig) if f.name in doc["config"]}
+        conf["loops"] = tuple(conf.get("loops", ()))
+        conf["peers"] = Path(conf.get("peers", PEERS))
+        load = doc.get("load")
+        return rows, RemoteConfig(**conf), float(load) if isinstance(load, (int, float)) else None
+    except (TypeError, AttributeError, KeyError) as exc:
+        raise BenchJSONError(f"{path}: not {what}: {exc}") from None
+
+
+def write_chart(path: str | os.PathLike[str], rows: Sequence[RemoteResult], cfg: RemoteConfig,
+                load: float | None) -> None:
+    """The rows' chart (:func:`acp_fast.benchmark.chart.write_remote_png`), the RSS goal drawn.
+
+    Raises:
+        MissingMatplotlib: matplotlib is not installed.
+    """
+    from .chart import write_remote_png
+
+    title = (f"acp-fast bench --remote (medians of {cfg.rounds}"
+             + ("" if load is None else f"; load {load:.2f}") + ")")
+    write_remote_png(path, [asdict(r) | {"median": r.median} for r in rows], title, rss_goal=RSS_PER_CONNECTION_KIB)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m acp_fast.benchmark.remote [--quick] [--rounds R] [--loops L,L] [--servers S,S]
-    [--pairs P,P] [--json PATH]``."""
+    [--pairs P,P] [--json PATH] [--png PATH]``."""
     parser = argparse.ArgumentParser(prog="python -m acp_fast.benchmark.remote", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one short round")
     parser.add_argument("--rounds", type=int)
@@ -498,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", help="comma-separated: only these pairs' rows (e.g. acp_fast,floor; default all)")
     parser.add_argument("--peers", type=Path, default=PEERS, help="the peers/ folder (with peers/ts/node_modules)")
     parser.add_argument("--json", type=Path, help="write the rows and verdicts as JSON")
+    parser.add_argument("--png", type=Path, help="draw the rows' chart (needs matplotlib)")
     args = parser.parse_args(argv)
     kw: dict[str, Any] = {"loops": tuple(x for x in args.loops.split(",") if x), "peers": args.peers,
                           "servers": tuple(x for x in args.servers.split(",") if x)}
@@ -520,6 +557,15 @@ def main(argv: list[str] | None = None) -> int:
                                          "sdk_tracing": tracing,
                                          "rows": [asdict(r) | {"median": r.median} for r in rows],
                                          "verdicts": verdicts(rows, cfg)}, indent=1))
+    if args.png:
+        from .chart import MissingMatplotlib
+
+        try:
+            write_chart(args.png, rows, cfg, load)
+        except MissingMatplotlib as exc:
+            print(f"chart skipped: {exc}", file=sys.stderr)
+            return 1
+        print(f"chart written to {args.png}")
     return 0
 
 

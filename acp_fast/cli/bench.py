@@ -80,7 +80,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--remote", action="store_true",
                    help="the remote rows instead of the suite: WebSocket and Streamable HTTP servers and clients "
                         "(acp_fast, the Python SDK, the TS SDK), the gateway, 1,000 connections "
-                        "(acp_fast.benchmark.remote; uses --quick, --repeat/--runs, --loops, --n, --m, --peers, --json)")
+                        "(acp_fast.benchmark.remote; uses --quick, --repeat/--runs, --loops, --n, --m, --peers, --json, "
+                        "--png)")
     g.add_argument("--servers", metavar="S,S",
                    help="with --remote: the ASGI servers acp_fast's rows run on, comma-separated, the first the "
                         "goals' (uvicorn, hypercorn, granian; default: acp-fast serve's default)")
@@ -97,8 +98,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     g = p.add_argument_group("from a saved run")
     g.add_argument("--from-json", metavar="PATH",
-                   help="run nothing: print the tables of the suite run that wrote this --json file again "
-                        "(with --png: redraw its chart)")
+                   help="run nothing: print the tables of the suite run (or --remote run) that wrote this --json "
+                        "file again (with --png: redraw its chart)")
     g.add_argument("--markdown", action="store_true",
                    help="tables as GitHub markdown with alignment colons (tabulate 'pipe'), notes as a list")
 
@@ -134,7 +135,8 @@ def _run_remote(args: argparse.Namespace) -> int:
     argv: list[str] = ["--quick"] if args.quick else []
     rounds = args.repeat or args.runs
     for flag, value in (("--rounds", rounds), ("--n", args.n), ("--m", args.m), ("--loops", args.loops),
-                        ("--servers", args.servers), ("--peers", args.peers), ("--json", args.json)):
+                        ("--servers", args.servers), ("--peers", args.peers), ("--json", args.json),
+                        ("--png", args.png)):
         if value is not None:
             argv += [flag, str(value)]
     return remote_main(argv)
@@ -417,6 +419,8 @@ def _run_from_json(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("tabulate") is None:
         _err("--from-json needs tabulate (part of the bench extra): pip install tabulate")
         return 2
+    if _is_remote_json(args.from_json):
+        return _remote_from_json(args)
     try:
         doc = read_json(args.from_json)
     except BenchJSONError as exc:
@@ -435,6 +439,38 @@ def _run_from_json(args: argparse.Namespace) -> int:
         try:
             write_png(args.png, doc.rows, title=f"acp-fast bench ({'quick' if doc.meta.get('quick') else 'full'}, "
                                                  f"medians of {doc.config.repeat}; load {load})")
+        except MissingMatplotlib as exc:
+            _err(f"--png: chart skipped: {exc}")
+            return 1
+        print(f"chart written to {args.png}")
+    return 0
+
+
+def _is_remote_json(path: str) -> bool:
+    """Whether ``path`` holds the JSON of a ``--remote`` run (its rows name a transport)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    return "verdicts" in doc and isinstance(rows, list) and bool(rows) and isinstance(rows[0], dict) \
+        and "transport" in rows[0]
+
+
+def _remote_from_json(args: argparse.Namespace) -> int:
+    from acp_fast.benchmark.chart import MissingMatplotlib
+    from acp_fast.benchmark.remote import read_json, render, write_chart
+    from acp_fast.benchmark.tables import BenchJSONError
+
+    try:
+        rows, cfg, load = read_json(args.from_json)
+    except BenchJSONError as exc:
+        _err(str(exc))
+        return 2
+    print(render(rows, cfg))
+    if args.png:
+        try:
+            write_chart(args.png, rows, cfg, load)
         except MissingMatplotlib as exc:
             _err(f"--png: chart skipped: {exc}")
             return 1

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import AcpFastError
-from ._pipes import PIPE_SIZE, widen_child_pipes
-from .stream import Stream, logger
+from ._pipes import PIPE_SIZE, open_child_pipes
+from .stream import Stream, _ReadPipeProtocol, _WritePipeProtocol, logger
 
 __all__ = ["KILL_GRACE", "MINIMAL_ENV", "PIPE_SIZE", "STDERR_TAIL", "ChildExitError", "ChildStream", "parse_command", "spawn"]
 
@@ -188,6 +188,8 @@ class ChildStream(Stream):
             self._killpg()
             if self._proc is not None:
                 self._proc.close()
+            if self._rt is not None:  # spawn's own stdout pipe (the process transport closed the loop's)
+                self._rt.close()
             if not self._lost.done():
                 self._lost.set_result(None)
 
@@ -207,9 +209,10 @@ class _ChildProtocol(asyncio.SubprocessProtocol):
         s._proc = transport
         s.pid = transport.get_pid()  # type: ignore[attr-defined]
         s._extra["pid"] = s.pid
-        s._connected(transport.get_pipe_transport(1), read=True, write=False)  # type: ignore[attr-defined]
-        s._connected(transport.get_pipe_transport(0), read=False, write=True)  # type: ignore[attr-defined]
-        widen_child_pipes(transport)  # type: ignore[arg-type]
+        for fd in (1, 0):  # the loop's pipes where it made them (not on POSIX: spawn makes its own)
+            pipe = transport.get_pipe_transport(fd)  # type: ignore[attr-defined]
+            if pipe is not None:
+                s._connected(pipe, read=fd == 1, write=fd == 0)
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
@@ -262,7 +265,9 @@ async def spawn(
     """Start an agent as a child process and return a stream over its stdio.
 
     The child gets piped stdin/stdout/stderr and its own session (it leads a new process
-    group, so :meth:`ChildStream.close` can kill the whole tree).
+    group, so :meth:`ChildStream.close` can kill the whole tree). On POSIX its stdin and stdout
+    are pipes made here with a 1 MiB kernel buffer where the system allows, on every loop
+    (uvloop's own would be a socket pair: see :mod:`acp_fast.transport._pipes`).
 
     Its environment: by default the child **inherits this process's whole environment**
     (API keys and tokens included, as a shell would pass them on), with the spec's
@@ -283,14 +288,32 @@ async def spawn(
     loop = asyncio.get_running_loop()
     argv, spec_env = parse_command(command)
     stream = ChildStream(loop, grace, stderr_tail, on_stderr)
-    await loop.subprocess_exec(
-        lambda: _ChildProtocol(stream),
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=_child_env(spec_env, env, inherit_env),
-        cwd=cwd,
-        start_new_session=True,
-    )
+    full_env = _child_env(spec_env, env, inherit_env)
+    if os.name != "posix":  # pragma: no cover - the loop's pipes (Windows needs overlapped ones)
+        await loop.subprocess_exec(lambda: _ChildProtocol(stream), *argv, stdin=asyncio.subprocess.PIPE,
+                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                   env=full_env, cwd=cwd, start_new_session=True)
+        return stream
+    pipes = open_child_pipes()  # real, wide pipes on every loop (uvloop's PIPE is a socket pair: see _pipes)
+    try:
+        await loop.subprocess_exec(lambda: _ChildProtocol(stream), *argv, stdin=pipes.child_stdin,
+                                   stdout=pipes.child_stdout, stderr=asyncio.subprocess.PIPE,
+                                   env=full_env, cwd=cwd, start_new_session=True)
+    except BaseException:
+        os.close(pipes.stdin)
+        os.close(pipes.stdout)
+        raise
+    finally:
+        os.close(pipes.child_stdin)
+        os.close(pipes.child_stdout)
+    reader, writer = open(pipes.stdout, "rb", buffering=0), open(pipes.stdin, "wb", buffering=0)  # noqa: SIM115
+    try:
+        await loop.connect_read_pipe(lambda: _ReadPipeProtocol(stream), reader)
+        await loop.connect_write_pipe(lambda: _WritePipeProtocol(stream), writer)
+    except BaseException:  # cancelled while connecting: the child must not outlive its stream
+        stream._killpg()
+        stream._proc.close()
+        reader.close()
+        writer.close()
+        raise
     return stream

@@ -10,7 +10,9 @@ test module).
   and ``peers/ts/remote_client.mjs``; :func:`run_peers`: several of them at once, each bounded
   by a timeout (killed when it runs over), each answering its JSON line or a failure record;
 * :func:`pysdk_available`, :func:`ts_available`: whether a peer can run, asked without
-  skipping (the tests themselves go through the fixtures of ``tests/interop/conftest.py``).
+  skipping (the tests themselves go through the fixtures of ``tests/interop/conftest.py``);
+* :class:`Recorder`: what the server received and sent, per client run (the run's URL names
+  it in a ``case`` query parameter, which the SDK clients keep on every request).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ TS_CLIENT = REPO / "peers" / "ts" / "remote_client.mjs"
 __all__ = [
     "PYSDK_CLIENT",
     "TS_CLIENT",
+    "Recorder",
     "ServedThread",
     "dying_agent",
     "pysdk_available",
@@ -232,3 +235,72 @@ def run_peers(commands: Mapping[str, Sequence[str]], env: Mapping[str, str], *, 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         futures = {name: pool.submit(_run_one, argv, env, timeout) for name, argv in commands.items()}
         return {name: f.result() for name, f in futures.items()}
+
+
+class Recorder:
+    """ASGI middleware that records, per value of the URL's ``case`` query parameter, what
+    the server received (POST bodies, WebSocket text frames) and what it sent (SSE body
+    chunks, WebSocket text frames), so a test can assert what our side saw of a client that
+    reports only its own view.
+
+    Attributes:
+        received: ``case -> [bytes]``; sent: ``case -> [bytes]``.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.path = app.path
+        self.received: dict[str, list[bytes]] = {}
+        self.sent: dict[str, list[bytes]] = {}
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        from urllib.parse import parse_qs
+
+        case = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("case", [""])[0]
+        got = self.received.setdefault(case, [])
+        out = self.sent.setdefault(case, [])
+
+        async def receiving() -> Any:
+            message = await receive()
+            data = message.get("body") or (message.get("text") or "").encode()
+            if data:
+                got.append(data)
+            return message
+
+        sse = False
+
+        async def sending(message: dict[str, Any]) -> None:
+            nonlocal sse
+            data = message.get("body") or (message.get("text") or "").encode()
+            kind = message["type"]
+            if kind == "websocket.close":
+                data = b"websocket.close %d" % message.get("code", 1000)
+            elif kind == "http.response.start":
+                sse = (b"content-type", b"text/event-stream") in message.get("headers", [])
+            elif kind == "http.response.body" and sse and not message.get("more_body", False):
+                data += b"sse.end"
+            if data:
+                out.append(data)
+            await send(message)
+
+        await self.app(scope, receiving, sending)
+
+    def methods(self, case: str) -> list[str]:
+        """The methods of the calls received for ``case``, in order."""
+        found: list[str] = []
+        for data in self.received.get(case, []):
+            try:
+                value = json.loads(data)
+            except ValueError:
+                continue
+            for m in value if isinstance(value, list) else [value]:
+                if isinstance(m, dict) and isinstance(m.get("method"), str):
+                    found.append(m["method"])
+        return found
+
+    def sent_count(self, case: str, needle: bytes) -> int:
+        """How often ``needle`` occurs in what was sent for ``case``."""
+        return sum(chunk.count(needle) for chunk in self.sent.get(case, []))

@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "helpers"))
 from interop_support import env
 from remote_servers import DEFAULT_SERVER, HTTP2_SERVERS, SERVERS, require_server
 from remote_clients_support import (
+    Recorder,
     ServedThread,
     dying_agent,
     pysdk_available,
@@ -129,17 +130,36 @@ def _peer(sdk: str, request: pytest.FixtureRequest) -> None:
     request.getfixturevalue("pysdk" if sdk == "pysdk" else "ts_sdk")
 
 
-def _url(where: Any, transport: str) -> str:
-    return str(where.ws_url if transport == "ws" else where.http_url)
+def _url(where: Any, transport: str, run: str) -> str:
+    """The endpoint, naming the client run for the server's :class:`Recorder`."""
+    return str(where.ws_url if transport == "ws" else where.http_url) + f"?case={run}"
 
 
 class Servers:
     """Testy and the dying agent on each installed ASGI server of one engine (one thread, see
-    ``ServedThread``): ``testy[server]``, ``dying[server]``."""
+    ``ServedThread``): ``testy[server]``, ``dying[server]``; and what each received and sent
+    per client run (:class:`Recorder`, by the run's name)."""
 
-    def __init__(self, names: list[str], served: ServedThread) -> None:
+    def __init__(self, names: list[str], served: ServedThread, recorders: dict[tuple[str, str], Recorder]) -> None:
         self.testy = dict(zip(names, served.where[0::2]))
         self.dying = dict(zip(names, served.where[1::2]))
+        self.recorders = recorders
+
+    def seen(self, run: str) -> Recorder:
+        """The recorder of the server that ``run`` (``suite:<case>``, ``dies:<case>``) used."""
+        kind, case = run.split(":", 1)
+        if kind == "dies":
+            return self.recorders["dying", DYING[case][1]]
+        return self.recorders["testy", SUITES[case][1]]
+
+
+def _recorded(recorders: dict[tuple[str, str], Recorder], key: tuple[str, str],
+              make: Callable[[], Any]) -> Callable[[], Recorder]:
+    def factory() -> Recorder:
+        recorders[key] = Recorder(make())
+        return recorders[key]
+
+    return factory
 
 
 @pytest.fixture(scope="module")
@@ -148,14 +168,16 @@ def servers(engine: ModuleType) -> Iterator[Servers]:
     is spoken) and the agent that dies mid-turn behind a bearer token. (A server that is not
     installed: its tests go through the peer rule, see :func:`_on`.)"""
     names = [s for s in SERVERS if importlib.util.find_spec(s) is not None]
+    recorders: dict[tuple[str, str], Recorder] = {}
     apps: list[tuple[Callable[[], Any], str]] = []
     for name in names:
         keepalive = 1.0 if name in HTTP2_SERVERS else ServerPolicy().keepalive
-        apps.append((lambda k=keepalive: asgi_app(testy.build(), policy=ServerPolicy(queue_high=QUEUE_HIGH, keepalive=k),
-                                                  engine=engine), name))
-        apps.append((lambda: asgi_app(dying_agent(3), policy=ServerPolicy(token=TOKEN), engine=engine), name))
+        apps.append((_recorded(recorders, ("testy", name), lambda k=keepalive: asgi_app(
+            testy.build(), policy=ServerPolicy(queue_high=QUEUE_HIGH, keepalive=k), engine=engine)), name))
+        apps.append((_recorded(recorders, ("dying", name), lambda: asgi_app(
+            dying_agent(3), policy=ServerPolicy(token=TOKEN), engine=engine)), name))
     with ServedThread(apps) as served:
-        yield Servers(names, served)
+        yield Servers(names, served, recorders)
 
 
 def _on(server: str) -> str:
@@ -175,14 +197,16 @@ def runs(servers: Servers) -> dict[str, dict[str, Any]]:
         extra = ["--timeout", SCENARIO_TIMEOUT, "--protocol", str(protocol)]
         if sdk == "pysdk":
             extra += ["--h2c"] if h2c else []
-            commands[f"suite:{case}"] = pysdk_client(_url(where, transport), "suite", "1000", *extra)
+            commands[f"suite:{case}"] = pysdk_client(_url(where, transport, f"suite:{case}"), "suite", "1000",
+                                                     *extra)
         else:
-            commands[f"suite:{case}"] = ts_client(_url(where, transport), "suite", "1000", *extra)
+            commands[f"suite:{case}"] = ts_client(_url(where, transport, f"suite:{case}"), "suite", "1000", *extra)
     for case, (sdk, server, transport, protocol) in DYING.items():
         if not have[sdk] or server not in servers.dying:
             continue
         make = pysdk_client if sdk == "pysdk" else ts_client
-        commands[f"dies:{case}"] = make(_url(servers.dying[server], transport), "stream", "1000", "--token", TOKEN,
+        commands[f"dies:{case}"] = make(_url(servers.dying[server], transport, f"dies:{case}"), "stream", "1000",
+                                        "--token", TOKEN,
                                         "--timeout", SCENARIO_TIMEOUT, "--protocol", str(protocol))
     return run_peers(commands, env(), timeout=PROCESS_TIMEOUT, parallel=4)
 
@@ -203,10 +227,14 @@ def _suite(runs: dict[str, dict[str, Any]], case: str, request: pytest.FixtureRe
 
 
 @pytest.mark.parametrize("case", list(SUITES))
-def test_stream_of_1000_updates_arrives_in_order(runs: dict[str, dict[str, Any]], case: str,
+def test_stream_of_1000_updates_arrives_in_order(runs: dict[str, dict[str, Any]], servers: Servers, case: str,
                                                   request: pytest.FixtureRequest) -> None:
     r = _suite(runs, case, request)["stream"]
     assert r["ok"], r
+    seen = servers.seen(f"suite:{case}")  # our side: the prompts came in, the updates went out
+    assert seen.methods(f"suite:{case}")[:3] == ["initialize", "session/new", "session/prompt"]
+    assert seen.sent_count(f"suite:{case}", b'"session/update"') >= 1000
+    assert seen.sent_count(f"suite:{case}", b'"end_turn"') >= 2  # this turn's and the permission one's
     assert r["protocolVersion"] == SUITES[case][3] and r["agentName"] == "test-agent"
     assert r["updatesReceived"] == 1000 and r["inOrder"], r
     assert r["stopReason"] == "end_turn"
@@ -219,31 +247,42 @@ def test_stream_of_1000_updates_arrives_in_order(runs: dict[str, dict[str, Any]]
 
 
 @pytest.mark.parametrize("case", list(SUITES))
-def test_permission_request_answered_mid_prompt(runs: dict[str, dict[str, Any]], case: str,
+def test_permission_request_answered_mid_prompt(runs: dict[str, dict[str, Any]], servers: Servers, case: str,
                                                 request: pytest.FixtureRequest) -> None:
     r = _suite(runs, case, request)["permission"]
     assert r["ok"], r
+    seen = servers.seen(f"suite:{case}")  # our side: one request out, its answer in
+    assert seen.sent_count(f"suite:{case}", b'"session/request_permission"') == 1
+    answers = [b for b in seen.received[f"suite:{case}"] if b'"outcome"' in b and b'"method"' not in b]
+    assert len(answers) == 1 and b'"allow"' in answers[0], answers
     assert r["permissionRequests"] == 1 and r["permissionOutcome"] == "allow", r
     assert r["stopReason"] == "end_turn"
 
 
 @pytest.mark.parametrize("case", list(SUITES))
-def test_session_cancel_ends_the_turn_cancelled(runs: dict[str, dict[str, Any]], case: str,
+def test_session_cancel_ends_the_turn_cancelled(runs: dict[str, dict[str, Any]], servers: Servers, case: str,
                                                 request: pytest.FixtureRequest) -> None:
     r = _suite(runs, case, request)["cancel"]
     assert r["ok"], r
+    seen = servers.seen(f"suite:{case}")  # our side: the cancel came in, a cancelled turn went out
+    assert "session/cancel" in seen.methods(f"suite:{case}")
+    assert seen.sent_count(f"suite:{case}", b'"cancelled"') >= 1
     assert r["cancelSent"] and r["stopReason"] == "cancelled", r
 
 
 @pytest.mark.parametrize("case", list(SUITES))
-def test_cancel_request_for_the_inflight_prompt(runs: dict[str, dict[str, Any]], case: str,
+def test_cancel_request_for_the_inflight_prompt(runs: dict[str, dict[str, Any]], servers: Servers, case: str,
                                                 request: pytest.FixtureRequest) -> None:
     r = _suite(runs, case, request)["rpc-cancel"]
+    seen = servers.seen(f"suite:{case}")
+    cancels = seen.methods(f"suite:{case}").count("$/cancel_request")
     if SUITES[case][0] == "pysdk":
         # the Python SDK 0.12.1 has no way to send $/cancel_request: the client says so
         assert r["supported"] is False and "cancel_request" in r["reason"]
+        assert cancels == 0
         return
     assert r["ok"], r
+    assert cancels == 1 and seen.sent_count(f"suite:{case}", b"-32800") == 1  # our side: in once, answered once
     assert r["cancelSent"] and r["honoured"], r
     assert r["error"]["code"] == -32800  # the prompt request itself ends "request cancelled"
     assert r["echoAfter"]  # and the connection goes on
@@ -266,13 +305,22 @@ def test_python_sdk_client_over_http2(runs: dict[str, dict[str, Any]], server: s
 
 
 @pytest.mark.parametrize("case", list(DYING))
-def test_agent_dying_mid_turn_fails_the_pending_prompt_at_once(runs: dict[str, dict[str, Any]], case: str,
-                                                               request: pytest.FixtureRequest) -> None:
+def test_agent_dying_mid_turn_fails_the_pending_prompt_at_once(runs: dict[str, dict[str, Any]], servers: Servers,
+                                                               case: str, request: pytest.FixtureRequest) -> None:
     sdk, server, transport, protocol = DYING[case]
     _peer(sdk, request)
     _on(server)
     r = runs[f"dies:{case}"]
     assert "peerFailed" not in r, r
+    # our side: the prompt in, at most the agent's 3 updates out (a session stream opened after
+    # the agent died gets none), then the end: the socket closed 1011, the SSE streams ended
+    seen = servers.seen(f"dies:{case}")
+    assert "session/prompt" in seen.methods(f"dies:{case}")
+    assert seen.sent_count(f"dies:{case}", b'"session/update"') <= 3
+    if transport == "ws":
+        assert seen.sent_count(f"dies:{case}", b"websocket.close 1011") == 1
+    else:
+        assert seen.sent_count(f"dies:{case}", b"sse.end") >= 1
     assert r["protocolVersion"] == protocol and r["agentName"] == "dying-agent", r  # the token was accepted
     assert not r["ok"] and r["phase"] == "prompt", r
     assert "timeout" not in r["error"].get("type", "") + r["error"]["message"], r

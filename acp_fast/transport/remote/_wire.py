@@ -9,7 +9,6 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Iterable
 
 __all__ = [
@@ -27,6 +26,7 @@ __all__ = [
     "SESSION_ID_HEADER",
     "SESSION_SCOPED_METHODS",
     "SseParser",
+    "SUCCESSOR_METHODS",
     "URL_SCHEMES",
     "is_url",
     "one_line",
@@ -75,6 +75,11 @@ SESSION_SCOPED_METHODS = frozenset({
     "session/set_model",
 })
 
+#: The envelopes a proxy wraps its successor's messages in, both spellings (the conductor's
+#: ``acp_fast.conductor.names.SUCCESSOR``, which a test keeps equal: the remote layer loads
+#: without the conductor): a ``$/`` method inside one is connection-scoped like a bare one.
+SUCCESSOR_METHODS = frozenset({"_proxy/successor", "proxy/successor"})
+
 #: The URL schemes of the remote client transport (``connect_url``).
 URL_SCHEMES = ("ws://", "wss://", "http://", "https://")
 
@@ -103,17 +108,16 @@ def require_extra(*modules: str) -> None:
 def one_line(payload: bytes) -> bytes:
     """One JSON text (a POST body, an SSE ``data`` payload, a WebSocket text frame) as one line.
 
-    Outer whitespace is dropped. A newline inside a valid JSON text can only be whitespace
-    between tokens, so when the text holds one it is checked with the strict JSON rules and
-    the newlines become spaces; in a text that is not valid JSON they become a control
-    character, so that the engine sees exactly one line, still malformed, and answers it once. The result has no newline; the caller appends the one that ends it.
+    Outer whitespace is dropped and every newline inside becomes a tab: outside a string both
+    are JSON whitespace, inside one both are control characters that no JSON string may hold
+    raw, so the line is valid JSON exactly when the text is, with the same meaning, and a
+    text that is not valid stays one malformed line that the engine answers once (on stdio a
+    newline would have made it two). Nothing is parsed here: any bytes cost one scan. The
+    result has no newline; the caller appends the one that ends it.
     """
     payload = payload.strip()
     if b"\n" in payload:
-        # Rare (pretty-printed input): valid JSON keeps its meaning with spaces; anything
-        # else gets a control character that no JSON text may hold, so it stays malformed.
-        sep = b" " if _valid_json(payload) else b"\x1f"
-        payload = payload.replace(b"\n", sep)
+        payload = payload.replace(b"\n", b"\t")
     return payload
 
 
@@ -195,11 +199,3 @@ class SseParser:
             raise ValueError(f"SSE line over {self.max_event} bytes")
         self._buf = rest
         return events
-
-
-def _valid_json(payload: bytes) -> bool:
-    try:
-        json.loads(payload)
-    except ValueError:
-        return False
-    return True

@@ -890,7 +890,6 @@ class _HttpBridge(_Bridge):
         session = self._session_of(frame)
         if session is not None:
             headers[SESSION_ID_HEADER] = session
-            self._open_session(session, confirmed=False)
         try:
             response, body = await self._exchange("POST", headers, bytes(frame.raw))
         except Exception as exc:  # noqa: BLE001 - any failure of the POST fails its requests
@@ -898,6 +897,12 @@ class _HttpBridge(_Bridge):
             return
         status = response.status_code
         if 200 <= status < 300:
+            if session is not None:
+                # Opened once the POST is accepted: a server lets a session's stream open while
+                # a request naming it is in flight, and queues its events until a reader
+                # comes; a request asks again for a stream refused before (a session loaded
+                # or resumed since), a notification or a response does not.
+                self._open_session(session, confirmed=frame.kind in (REQUEST, BATCH))
             if body.strip():  # a server may answer in the body
                 self._incoming([body], None)
             return

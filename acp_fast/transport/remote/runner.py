@@ -154,6 +154,9 @@ async def _uvicorn(app: Any, sock: socket.socket, stop: asyncio.Event, certfile:
     max_body = getattr(getattr(app, "policy", None), "max_body", 16 * 1024 * 1024)
     config = uvicorn.Config(app, log_level=log_level, lifespan="off", ws_max_size=max_body + 1024,
                             ssl_certfile=certfile, ssl_keyfile=keyfile, timeout_graceful_shutdown=2)
+    error_log = logging.getLogger("uvicorn.error")
+    if _client_text_not_utf8 not in error_log.filters:
+        error_log.addFilter(_client_text_not_utf8)
     class _Server(uvicorn.Server):
         def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
             return contextlib.nullcontext()  # signals belong to whoever runs the loop (serve_app)
@@ -164,6 +167,18 @@ async def _uvicorn(app: Any, sock: socket.socket, stop: asyncio.Event, certfile:
         await srv.serve(sockets=[sock])
     finally:
         watcher.cancel()
+
+
+def _client_text_not_utf8(record: logging.LogRecord) -> bool:
+    """uvicorn logs a traceback at ERROR for a WebSocket text frame that is not UTF-8, which
+    it answers with close 1007: a client's bad bytes, so one WARNING line without it."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, UnicodeDecodeError):
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
+
 
 
 async def _set_exit(srv: Any, stop: asyncio.Event) -> None:

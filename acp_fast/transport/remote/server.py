@@ -60,6 +60,7 @@ from ._wire import (
     HEALTH_PATH,
     KEEPALIVE_SECONDS,
     SESSION_SCOPED_METHODS,
+    SUCCESSOR_METHODS,
     one_line,
     sse_events,
 )
@@ -237,7 +238,7 @@ def _sse_chunk(items: list[tuple[int, bytes, bool]], cursors: bool, batches: boo
     per run of notifications and responses, as a JSON-RPC batch whose ``id:`` is its last
     line's, so a reader resuming from it has every line up to it."""
     if not batches:
-        return sse_events([line for _, line, _ in items], items[0][0] if cursors else None)
+        return _text_safe(sse_events([line for _, line, _ in items], items[0][0] if cursors else None))
     out: list[bytes] = []
     group: list[bytes] = []
     size = 0
@@ -255,7 +256,16 @@ def _sse_chunk(items: list[tuple[int, bytes, bool]], cursors: bool, batches: boo
             out.append(_batch_event([line], ident if cursors else None))
     if group:
         out.append(_batch_event(group, last if cursors else None))
-    return b"".join(out)
+    return _text_safe(b"".join(out))
+
+
+def _text_safe(chunk: bytes) -> bytes:
+    """An SSE chunk with no carriage return: an event-stream reader ends a line at a lone CR,
+    which would cut an agent's line that holds one (an agent writing CRLF line ends, inside
+    a batch event). A CR becomes a tab: outside a JSON string both are whitespace, inside one
+    both are invalid raw, so every line keeps its meaning or stays malformed (the SSE framing
+    written here holds none)."""
+    return chunk if b"\r" not in chunk else chunk.replace(b"\r", b"\t")
 
 
 def _batch_event(lines: list[bytes], ident: int | None) -> bytes:
@@ -319,6 +329,7 @@ class _Connection:
         self.ws_batches = False
         self.ws_group = 0  # bytes in the open group (the deque's last item when a list)
         self.ws_partial = b""
+        self.ws_skip = False  # the rest of an agent line over the size limit is being dropped
         self.ws_wake = asyncio.Event()
         self.writable = asyncio.Event()
         self.writable.set()
@@ -352,16 +363,26 @@ class _Connection:
             self._http_data(data)
 
     def _ws_data(self, data: bytes) -> None:
+        """Queue the agent's lines, one frame each, as written: nothing is decoded, and every
+        line goes alone, which is :meth:`_not_jsonrpc`'s rule for a malformed one too."""
         if self.ws_batches:
             self._ws_grouped(data)
             return
         if self.ws_partial:
             data = self.ws_partial + data
         lines = data.split(b"\n")
-        self.ws_partial = lines.pop()
-        if len(self.ws_partial) > self.decoder.max_line_size:
-            logger.warning("connection %s: agent line over %d bytes dropped", self.id[:8], self.decoder.max_line_size)
-            self.ws_partial = b""
+        partial = lines.pop()
+        limit = self.decoder.max_line_size
+        if self.ws_skip and lines:  # the end of a line over the limit
+            del lines[0]
+            self.ws_skip = False
+        if self.ws_skip or len(partial) > limit:
+            self._too_long()
+            self.ws_skip = True
+            partial = b""
+        self.ws_partial = partial
+        if len(data) > limit:  # only then can a line be over the limit
+            lines = [line for line in lines if len(line) <= limit or self._too_long()]
         size = 0
         for line in lines:
             if line.strip():
@@ -382,12 +403,11 @@ class _Connection:
             line = frame.raw
             n = len(line)
             if not n:  # a line over the size limit: never buffered, nothing to send
-                logger.warning("connection %s: agent line over %d bytes dropped", self.id[:8],
-                               self.decoder.max_line_size)
+                self._too_long()
                 continue
-            size += n
             kind = frame.kind
             if (kind == _kinds.NOTIFICATION or kind == _kinds.RESPONSE) and n < BATCH_FRAME_BYTES:
+                size += n
                 tail = lines[-1] if lines else None
                 if type(tail) is list and group + n < BATCH_FRAME_BYTES:
                     tail.append(line)
@@ -395,19 +415,43 @@ class _Connection:
                 else:
                     lines.append([line])
                     group = n + 2
+            elif kind == _kinds.MALFORMED:
+                size += self._not_jsonrpc(line)
             else:
+                size += n
                 lines.append(line)
         self.ws_group = group
         if size:
             self._count(size)
             self.ws_wake.set()
 
+    def _too_long(self) -> bool:
+        """Log an agent line over the size limit, which is dropped; returns False."""
+        logger.warning("connection %s: agent line over %d bytes dropped", self.id[:8], self.decoder.max_line_size)
+        return False
+
+    def _not_jsonrpc(self, line: bytes) -> int:
+        """The one rule, on every outlet, for a line of the agent that is not JSON-RPC: the
+        client gets it as a pipe would give it, alone (never inside a batch), on the
+        connection's own channel (the connection stream; the socket), so the client's engine
+        answers it as on stdio (-32700 back to the agent; a malformed response is logged).
+        Only what the outlet's text cannot carry changes: invalid UTF-8 in a text frame
+        becomes U+FFFD, a CR in an event stream a tab (:func:`_text_safe`). A line over the
+        size limit is dropped (logged): its bytes were never kept. Returns the bytes queued."""
+        if self.websocket:
+            self.ws_lines.append(line)
+            return len(line)
+        return self.streams[None].put(line)
+
     def _http_data(self, data: bytes) -> None:
         size = 0
         for frame in self.decoder.feed(data):
             kind = frame.kind
             if kind == _kinds.MALFORMED:
-                logger.warning("connection %s: agent wrote a line that is not JSON-RPC; not forwarded", self.id[:8])
+                if frame.raw:
+                    size += self._not_jsonrpc(frame.raw)
+                else:
+                    self._too_long()
                 continue
             try:
                 size += self._route(frame, kind)
@@ -437,7 +481,7 @@ class _Connection:
                 result = frame.result
                 if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
                     self.sessions.add(result["sessionId"])
-            return self._stream_for(route).put(line, True)
+            return self._reply_stream(route).put(line, True)
         notification = kind == _kinds.NOTIFICATION
         prefix = self.sid_prefix
         if prefix is not None and line.startswith(prefix) and line.count(b'"sessionId"') == 1:
@@ -449,6 +493,23 @@ class _Connection:
             self.sessions.add(sid)
             return self._stream_for(sid).put(line, notification)
         return self.streams[None].put(line, notification)
+
+    # Every reply reaches a stream the client can read: a client may open a session's
+    # stream once the agent has named the session or while a request naming it is in
+    # flight (``may_open``); a reply goes to its request's session stream when the agent
+    # named the session or a reader opened that stream, else to the connection stream (the
+    # error for a session that does not exist: its stream never could be opened).
+
+    def may_open(self, session: str | None) -> bool:
+        """Whether a client may open ``session``'s stream (``None``: the connection stream)."""
+        return session is None or session in self.sessions or any(
+            route == session for route, _ in self.routes.values())
+
+    def _reply_stream(self, route: str | None) -> _EventStream:
+        """The stream of a reply to a request routed to ``route`` (see :meth:`may_open`)."""
+        if route is not None and route not in self.sessions and route not in self.streams:
+            route = None
+        return self._stream_for(route)
 
     def _stream_for(self, session: str | None) -> _EventStream:
         """The stream of ``session`` (made on first use: it queues until a reader opens it).
@@ -683,7 +744,7 @@ class AcpApp:
             return
         frame = frames[0]
         if frame.kind == _kinds.MALFORMED:
-            await _respond(send, 400, encode_error(None, frame.code, None, frame.reason))
+            await _respond(send, 400, _malformed_reply(self.engine, frame))
             return
         raw_session = headers.get(b"acp-session-id")
         session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
@@ -719,10 +780,12 @@ class AcpApp:
     async def _initialize(self, line: bytes, send: Send) -> None:
         frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
         frame = frames[0] if frames else None
+        if frame is not None and frame.kind == _kinds.MALFORMED:
+            await _respond(send, 400, _malformed_reply(self.engine, frame))
+            return
         if frame is None or frame.kind != _kinds.REQUEST or frame.method != "initialize":
-            code = frame.code if frame is not None and frame.kind == _kinds.MALFORMED else INVALID_REQUEST
             await _respond(send, 400, _error_body(
-                400, f"a POST without {CONNECTION_ID_HEADER} must be an initialize request", code))
+                400, f"a POST without {CONNECTION_ID_HEADER} must be an initialize request"))
             return
         conn = await self._open(websocket=False)
         if conn is None:
@@ -754,7 +817,7 @@ class AcpApp:
             return
         raw_session = headers.get(b"acp-session-id")
         key = raw_session.decode("utf-8", "replace") if raw_session is not None else None
-        if key is not None and key not in conn.sessions:
+        if not conn.may_open(key):
             await _respond(send, 404, _error_body(404, "unknown session"))
             return
         events = conn.streams.get(key)
@@ -853,12 +916,12 @@ class AcpApp:
                 t = message["type"]
                 if t == "websocket.receive":
                     text = message.get("text")
-                    if text is None:
-                        continue  # binary frames are ignored
-                    data = text.encode("utf-8", "surrogatepass")
+                    data = text.encode("utf-8", "surrogatepass") if text is not None else message.get("bytes") or b""
                     if len(data) > limit:
                         code = 1009
                         break
+                    if text is None:
+                        continue  # binary frames carry no ACP message: ignored
                     await conn.write((one_line(data), b"\n"))
                     if conn.closed:
                         break
@@ -896,7 +959,7 @@ class AcpApp:
                         else:
                             line = item
                             size += len(line)
-                        await send({"type": "websocket.send", "text": line.decode("utf-8", "surrogateescape")})
+                        await send({"type": "websocket.send", "text": line.decode("utf-8", "replace")})
                     conn.sent(size)
                     continue
                 if conn.agent_gone or conn.closed:
@@ -915,7 +978,7 @@ def _checked(entry: Any, session: str | None, engine: Any) -> tuple[str | None, 
     if kind == _kinds.RESPONSE:
         return None, None
     method: str = entry.method
-    if method.startswith("$/") or (method == "_proxy/successor" and _inner_is_dollar(entry.params)):
+    if method.startswith("$/") or (method in SUCCESSOR_METHODS and _inner_is_dollar(entry.params)):
         return None, None  # connection-scoped: never takes the session header
     scoped = method in SESSION_SCOPED_METHODS
     if session is None and not scoped:
@@ -939,9 +1002,17 @@ def _checked(entry: Any, session: str | None, engine: Any) -> tuple[str | None, 
     return session, None
 
 
+def _malformed_reply(engine: Any, frame: Any) -> bytes:
+    """The answer to a malformed POST body: what the engine answers the same line with on
+    stdio (-32700 echoing the line, -32600 with the reason, id ``null``); a malformed
+    response, which stdio leaves unanswered, still gets its code and reason with its 400."""
+    reply: bytes | None = engine.error_reply(frame)
+    return reply if reply is not None else encode_error(None, frame.code, None, frame.reason)
+
+
 def _inner_is_dollar(params: Any) -> bool:
-    inner = params.get("message") if isinstance(params, dict) else None
-    m = inner.get("method") if isinstance(inner, dict) else None
+    """Whether a successor envelope (``{"method", "params"}``) wraps a ``$/`` method."""
+    m = params.get("method") if isinstance(params, dict) else None
     return isinstance(m, str) and m.startswith("$/")
 
 
