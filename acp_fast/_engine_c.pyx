@@ -39,6 +39,7 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.long cimport PyLong_AsLongLong
 from cpython.unicode cimport PyUnicode_GET_LENGTH, PyUnicode_READ_CHAR
 
+import sys
 from typing import Union
 
 from acp_fast.errors import (
@@ -51,6 +52,7 @@ from acp_fast.errors import (
 from acp_fast._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from acp_fast._kinds import check_batch_state, check_message_state
 from acp_fast._rawjson import RawJson, set_decoder
+from acp_fast.protocol._schema_names import PROPERTY_NAMES, STRING_CONSTANTS
 from acp_fast._strictjson import MAX_DEPTH_LIMIT, InvalidJson
 
 __all__ = [
@@ -170,6 +172,11 @@ cdef extern from "acp_parse.h" namespace "acp_fast":
     void clear_string_caches()
 
 
+cdef extern from "acp_values.h" namespace "acp_fast":
+    int pin_str(object u) except -1
+    object pinned_strs()
+
+
 cdef extern from "acp_encode.h" namespace "acp_fast":
     cdef cppclass Writer:
         Writer()
@@ -253,8 +260,31 @@ def _simdjson_implementation():
 
 
 def _clear_caches():
-    """Drop the interned-string cache (tests)."""
+    """Drop the decoder's string cache (tests); the pinned names stay."""
     clear_string_caches()
+
+
+def _pinned_names():
+    """The strs pinned in the decoder's string cache (tests), in no particular order."""
+    return pinned_strs()
+
+
+cdef int _pin_schema_names() except -1:
+    """Pin the ACP schemas' property names and tag strings, interned, in the string cache.
+
+    A fixed set, taken once from the generated schema data: a peer's fresh keys only ever
+    go through the bounded cache, never into this table or the interpreter's interned
+    strings. ``sys.intern`` (``PyUnicode_InternInPlace``) is safe on every supported
+    CPython: the strings live as long as the process anyway (3.12 makes interned strings
+    immortal; the set is bounded). A key the decoder makes is then the very object a
+    handler's literal ``"text"`` is (code constants that look like names are interned).
+    """
+    for name in PROPERTY_NAMES + STRING_CONSTANTS:
+        pin_str(sys.intern(name))
+    return 0
+
+
+_pin_schema_names()
 
 
 # ---------------------------------------------------------------------------------------

@@ -102,6 +102,46 @@ def test_method_and_keys_are_interned():
     assert c.method == a.method
 
 
+def _fresh(s: str) -> str:
+    """An equal str that is a new object (never the interned one)."""
+    return "".join(list(s))
+
+
+def _is_interned(s: str) -> bool:
+    """Whether ``s`` itself is the interpreter's interned str for its text (asked through an
+    equal fresh copy, so asking interns nothing new under ``s``)."""
+    return sys.intern(_fresh(s)) is s
+
+
+def test_schema_names_are_pinned_interned_keys_and_tags():
+    from acp_fast.protocol._schema_names import PROPERTY_NAMES, STRING_CONSTANTS
+
+    assert sorted(C._pinned_names()) == sorted(set(PROPERTY_NAMES + STRING_CONSTANTS))
+    line = (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":'
+            b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}\n')
+    C._clear_caches()
+    for _ in range(2):  # a cache miss (first) and a cache hit give the same objects
+        (m,) = C.Decoder().feed(line)
+        update = m.params["update"]
+        keys = [*m.params, *update, *update["content"]]
+        assert keys == ["sessionId", "update", "sessionUpdate", "content", "type", "text"]
+        assert all(_is_interned(k) for k in keys)
+        assert _is_interned(update["sessionUpdate"]) and _is_interned(update["content"]["type"])
+        assert not _is_interned(update["content"]["text"])  # "hi": a value, not a schema name
+
+
+def test_fresh_keys_are_neither_pinned_nor_interned():
+    before = sorted(C._pinned_names())
+    d = C.Decoder()
+    keys = []
+    for i in range(0, 4000, 100):
+        chunk = b"".join(b'{"jsonrpc":"2.0","method":"x","params":{"k%dz":1}}\n' % j for j in range(i, i + 100))
+        keys += [next(iter(m.params)) for m in d.feed(chunk)]
+    assert len(keys) == 4000 and keys[17] == "k17z"
+    assert sorted(C._pinned_names()) == before  # a fixed set: a peer's keys never join it
+    assert not any(_is_interned(k) for k in keys)
+
+
 def test_lazy_payload_is_decoded_once():
     (m,) = C.Decoder(lazy=True).feed(_msg(1) + b"\n")
     p = m.params
