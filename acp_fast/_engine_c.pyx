@@ -48,6 +48,7 @@ from acp_fast.errors import (
     PARSE_ERROR,
     DecoderClosedError,
     EncodeError,
+    SendBufferFull,
 )
 from acp_fast._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from acp_fast._kinds import check_batch_state, check_message_state
@@ -82,6 +83,9 @@ __all__ = [
     "BatchReply",
     "error_reply",
     "Forwarder",
+    "Outbox",
+    "DEFAULT_MAX_WRITE_BUFFER",
+    "DEFAULT_FLUSH_AT",
 ]
 
 IMPLEMENTATION = "c"
@@ -90,6 +94,8 @@ DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128
 DEFAULT_MAX_BATCH_SIZE = 1024
 DEFAULT_MAX_PENDING = 65536
+DEFAULT_MAX_WRITE_BUFFER = 8 * 1024 * 1024
+DEFAULT_FLUSH_AT = 256 * 1024
 
 # Most bytes one stage 1 run indexes (Decoder.feed): enough to amortise its fixed cost, small
 # enough that the index stays in cache.
@@ -1132,6 +1138,169 @@ def forward(message, id=_KEEP):
         return out
     finally:
         _release(w)
+
+
+# ---------------------------------------------------------------------------------------
+# Outbox: a connection's queued output (the pure twin's Outbox is the reference)
+# ---------------------------------------------------------------------------------------
+
+
+cdef class Outbox:
+    """A connection's outgoing lines: encode, queue and flush scheduling in one call each;
+    see the pure twin's :class:`Outbox` (the reference) for the contract. Here a line is
+    encoded into the shared scratch writer and appended to one per-connection buffer (no
+    bytes object per line); a flush makes one bytes object of everything queued."""
+
+    cdef Writer* _buf
+    cdef object _write
+    cdef object _schedule
+    cdef object _buffered
+    cdef object _flush_cb
+    cdef Py_ssize_t _max
+    cdef Py_ssize_t _flush_at
+    cdef bint _scheduled
+    cdef bint _closed
+    cdef public bint paused
+    cdef public bint holding
+
+    def __cinit__(self, *args, **kwargs):
+        self._buf = new Writer()
+
+    def __dealloc__(self):
+        del self._buf
+
+    def __init__(self, write, schedule, buffered, *, max_buffer=DEFAULT_MAX_WRITE_BUFFER,
+                 flush_at=DEFAULT_FLUSH_AT):
+        if type(max_buffer) is not int or max_buffer < 0:
+            raise ValueError("max_buffer must be an int >= 0")
+        if type(flush_at) is not int or flush_at < 0:
+            raise ValueError("flush_at must be an int >= 0")
+        self._write = write
+        self._schedule = schedule
+        self._buffered = buffered
+        self._max = min(max_buffer, (<Py_ssize_t>1) << 62)
+        self._flush_at = min(flush_at, (<Py_ssize_t>1) << 62)
+        self._flush_cb = self.flush
+        self._buf.reset()
+        self._scheduled = False
+        self._closed = False
+        self.paused = False
+        self.holding = False
+
+    @property
+    def size(self):
+        """Bytes queued (not yet handed to ``write``)."""
+        return <Py_ssize_t>self._buf.size()
+
+    @property
+    def closed(self):
+        """True after :meth:`close`: nothing more is queued."""
+        return self._closed
+
+    @property
+    def max_buffer(self):
+        """The ``max_buffer`` the outbox was made with."""
+        return self._max
+
+    @property
+    def flush_at(self):
+        """The ``flush_at`` the outbox was made with."""
+        return self._flush_at
+
+    cdef int _room(self) except -1:
+        cdef Py_ssize_t size = <Py_ssize_t>self._buf.size()
+        if self.paused or size > self._max:
+            total = size + self._buffered()
+            if total > self._max:
+                raise SendBufferFull(total, self._max)
+        return 0
+
+    def check_room(self):
+        """Raise ``SendBufferFull`` when a send must wait (see the pure twin)."""
+        self._room()
+
+    cdef int _queued(self) except -1:
+        if <Py_ssize_t>self._buf.size() > self._flush_at:
+            self._flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            if not self.holding:
+                self._schedule(self._flush_cb)
+        return 0
+
+    def notify(self, method, params=None):
+        """Queue a notification; False (nothing queued) after :meth:`close`."""
+        if self._closed:
+            return False
+        self._room()
+        cdef Writer* w = _acquire()
+        try:
+            w.put(b'{"jsonrpc":"2.0","method":', 26)
+            _put_method(w, method)
+            if params is not None:
+                _check_params(params)
+                w.put(b',"params":', 10)
+                _put_payload(w, params)
+            w.put(b'}\n', 2)
+            self._buf.put(w.data(), w.size())
+        finally:
+            _release(w)
+        self._queued()
+        return True
+
+    def request(self, id, method, params=None):
+        """Queue a request (no room check); False after :meth:`close`."""
+        if self._closed:
+            return False
+        cdef Writer* w = _acquire()
+        try:
+            w.put(b'{"jsonrpc":"2.0","id":', 22)
+            _put_id(w, id)
+            w.put(b',"method":', 10)
+            _put_method(w, method)
+            if params is not None:
+                _check_params(params)
+                w.put(b',"params":', 10)
+                _put_payload(w, params)
+            w.put(b'}\n', 2)
+            self._buf.put(w.data(), w.size())
+        finally:
+            _release(w)
+        self._queued()
+        return True
+
+    def write(self, line):
+        """Queue an encoded line (no room check); False after :meth:`close`."""
+        if type(line) is not bytes:
+            raise TypeError("line must be bytes")
+        if self._closed:
+            return False
+        self._buf.put(PyBytes_AS_STRING(line), <size_t>PyBytes_GET_SIZE(line))
+        self._queued()
+        return True
+
+    cdef int _flush(self) except -1:
+        self._scheduled = False
+        if self._buf.size() == 0:
+            return 0
+        data = self._buf.to_bytes()
+        self._buf.reset()
+        self._write(data)
+        return 0
+
+    def flush(self):
+        """Hand everything queued to ``write`` in one call (nothing when empty)."""
+        self._flush()
+
+    def release(self):
+        """End :attr:`holding` and flush what was queued meanwhile."""
+        self.holding = False
+        if self._buf.size():
+            self._flush()
+
+    def close(self):
+        """Queue nothing more (what is queued can still be flushed)."""
+        self._closed = True
 
 
 # ---------------------------------------------------------------------------------------
