@@ -100,6 +100,11 @@ DEFAULT_FLUSH_AT = 256 * 1024
 # Most bytes one stage 1 run indexes (Decoder.feed): enough to amortise its fixed cost, small
 # enough that the index stays in cache.
 cdef Py_ssize_t _RUN_MAX = 64 * 1024
+# Joined lines at least this long get their bytes from the decoder's spare block, and those
+# at most _RECYCLE_KEEP long become the next spare (Decoder._buffered_line): large frames
+# reuse one block instead of a fresh one each (no page-fault churn; see recycled_bytes).
+cdef Py_ssize_t _RECYCLE_MIN = 64 * 1024
+cdef Py_ssize_t _RECYCLE_KEEP = 4 * 1024 * 1024
 
 
 cdef extern from "Python.h":
@@ -135,6 +140,7 @@ cdef extern from "acp_common.h" namespace "acp_fast":
         REASON_BATCH_TOO_LARGE
     const size_t ACP_PADDING
     const char* last_newline(const char* p, size_t n)
+    object recycled_bytes(PyObject*& spare, const char* src, Py_ssize_t n, Py_ssize_t keep)
 
     cdef cppclass PaddedBuffer:
         PaddedBuffer(size_t pad)
@@ -187,6 +193,7 @@ cdef extern from "acp_encode.h" namespace "acp_fast":
     cdef cppclass Writer:
         Writer()
         void reset()
+        void reset(size_t keep)
         size_t size()
         const char* data()
         int put(const char* s, size_t n) except -1
@@ -668,14 +675,20 @@ cdef class Decoder:
     cdef object _max_depth
     cdef object _max_batch_size
     cdef object _batch_reason
+    # The last large joined line's bytes, reused for the next one once its frames are gone
+    # (see recycled_bytes in acp_common.h); an owned reference or NULL.
+    cdef PyObject* _spare
 
     def __cinit__(self, *args, **kwargs):
         self._parser = new LineParser()
         self._buf = new PaddedBuffer(ACP_PADDING)
+        self._spare = NULL
 
     def __dealloc__(self):
         del self._parser
         del self._buf
+        Py_XDECREF(self._spare)
+        self._spare = NULL
 
     def __init__(self, *, lazy=False, max_line_size=DEFAULT_MAX_LINE_SIZE,
                  max_depth=DEFAULT_MAX_DEPTH, max_batch_size=DEFAULT_MAX_BATCH_SIZE):
@@ -858,7 +871,10 @@ cdef class Decoder:
         if length > 0:
             self._parser.parse(q, <size_t>length, self._lazy, self._max_depth_c)
             if self._parser.top.kind != KIND_SKIP:
-                line = PyBytes_FromStringAndSize(q, length)
+                if length >= _RECYCLE_MIN:
+                    line = recycled_bytes(self._spare, q, length, _RECYCLE_KEEP)
+                else:
+                    line = PyBytes_FromStringAndSize(q, length)
                 self._emit(line, 0, frames)
         self._buf.clear()
         return 0
@@ -912,6 +928,10 @@ cdef class Decoder:
 
 cdef Writer* _writer = new Writer()
 cdef bint _writer_busy = False
+# The shared writer keeps its buffer up to this size between encodes: a stream of large
+# messages (1 MiB texts) reuses one buffer instead of growing a fresh one, copy by copy, for
+# each. One buffer per process, so the memory it holds is bounded by this.
+cdef size_t _SCRATCH_KEEP = 16 * 1024 * 1024
 
 
 cdef Writer* _acquire() except NULL:
@@ -921,7 +941,7 @@ cdef Writer* _acquire() except NULL:
     if _writer_busy:
         return new Writer()
     _writer_busy = True
-    _writer.reset()
+    _writer.reset(_SCRATCH_KEEP)
     return _writer
 
 
@@ -1219,6 +1239,24 @@ cdef class Outbox:
         """Raise ``SendBufferFull`` when a send must wait (see the pure twin)."""
         self._room()
 
+    cdef object _append(self, Writer* w):
+        """Queue the line in ``w``; returns None. A line over ``flush_at`` with nothing queued
+        before it is returned as bytes instead, for the caller to write at once (what queueing
+        and flushing it would write, one copy less: large messages never pass through this
+        connection's buffer, which stays small)."""
+        if self._buf.size() == 0 and <Py_ssize_t>w.size() > self._flush_at:
+            return w.to_bytes()
+        self._buf.put(w.data(), w.size())
+        return None
+
+    cdef int _sent(self, object direct) except -1:
+        """After _append (the encode writer released): write ``direct``, or see to the flush."""
+        if direct is None:
+            return self._queued()
+        self._scheduled = False
+        self._write(direct)
+        return 0
+
     cdef int _queued(self) except -1:
         if <Py_ssize_t>self._buf.size() > self._flush_at:
             self._flush()
@@ -1242,10 +1280,10 @@ cdef class Outbox:
                 w.put(b',"params":', 10)
                 _put_payload(w, params)
             w.put(b'}\n', 2)
-            self._buf.put(w.data(), w.size())
+            direct = self._append(w)
         finally:
             _release(w)
-        self._queued()
+        self._sent(direct)
         return True
 
     def request(self, id, method, params=None):
@@ -1263,10 +1301,10 @@ cdef class Outbox:
                 w.put(b',"params":', 10)
                 _put_payload(w, params)
             w.put(b'}\n', 2)
-            self._buf.put(w.data(), w.size())
+            direct = self._append(w)
         finally:
             _release(w)
-        self._queued()
+        self._sent(direct)
         return True
 
     def write(self, line):
@@ -1275,6 +1313,10 @@ cdef class Outbox:
             raise TypeError("line must be bytes")
         if self._closed:
             return False
+        if self._buf.size() == 0 and PyBytes_GET_SIZE(line) > self._flush_at:
+            self._scheduled = False  # a large line alone: written as it is (see _append)
+            self._write(line)
+            return True
         self._buf.put(PyBytes_AS_STRING(line), <size_t>PyBytes_GET_SIZE(line))
         self._queued()
         return True

@@ -54,8 +54,9 @@ class _Sink:
     """The far end of a memory stream: counts bytes; answers ``initialize``/``session/new``
     when scripted as an agent."""
 
-    def __init__(self, stream: Any, answer: bool) -> None:
+    def __init__(self, stream: Any, answer: bool, count_only: bool = False) -> None:
         self.stream = stream
+        self.count_only = count_only
         self.bytes = 0
         self.lines = 0
         self.answer = answer
@@ -66,6 +67,8 @@ class _Sink:
 
     def _data(self, data: bytes) -> None:
         self.bytes += len(data)
+        if self.count_only:
+            return
         self.lines += data.count(b"\n")
         if self.answer:
             for raw in (self._tail + data).split(b"\n")[:-1]:
@@ -140,11 +143,83 @@ async def agent(n: int, size: int) -> dict[str, Any]:
     return {"lines": peer.lines, "bytes": peer.bytes, "usPerUpdate": round(secs / n * 1e6, 3)}
 
 
+def _minflt() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+async def frames(n: int, size: int, side: str = "both") -> dict[str, Any]:
+    """Minor page faults per 1 MiB frame read (a ``Client``) and written (a ``Connection``)."""
+    from acp_fast import Client
+    from acp_fast.jsonrpc import Connection
+    from acp_fast.transport import memory_pair
+
+    size = size if size > 1000 else 1 << 20
+    warm = 5
+    # reading: the reads are made before measuring (their bytes are the transport's)
+    a, b = memory_pair()
+    _Sink(b, answer=True)
+    seen = [0]
+
+    def on_update(u: Any, cx: Any) -> None:
+        seen[0] += len(u.payload["content"]["text"])
+
+    reads = []
+    read_faults = write_faults = text_faults = read_cpu = write_cpu = 0.0
+    for i in range(n + warm if side != "write" else 0):
+        line = _update_line(i, size)
+        reads.append([line[j:j + READ] for j in range(0, len(line), READ)])
+    async with Client.builder().on_session_update(on_update).connect(a) as conn:
+        await conn.initialize()
+        await conn.build_session("/tmp")
+        feed = conn.raw.feed_data
+        f0, c0 = _minflt(), time.process_time()
+        for i, chunks in enumerate(reads):
+            if i == warm:
+                f0, c0 = _minflt(), time.process_time()
+            for chunk in chunks:
+                feed(chunk)
+        read_faults = (_minflt() - f0) / n
+        read_cpu = (time.process_time() - c0) / n
+    assert seen[0] == len(reads) * size, seen
+    del reads
+    if side == "read":
+        n = 0
+    # writing: a fresh text per frame, as an agent makes it (its str's pages are the user's:
+    # counted separately and subtracted)
+    a, b = memory_pair()
+    sink = _Sink(b, answer=False, count_only=True)
+    conn2 = Connection(a)
+    pad = "y" * size
+    text_faults = 0
+    f0, c0 = _minflt(), time.process_time()
+    for i in range(n + warm):
+        if i == warm:
+            f0, c0 = _minflt(), time.process_time()
+            text_faults = 0
+        t0 = _minflt()
+        text = str(i) + pad[len(str(i)):]
+        text_faults += _minflt() - t0
+        conn2.notify("session/update", {"sessionId": SESSION, "update": {
+            "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}})
+        del text
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+    if n:
+        write_cpu = (time.process_time() - c0) / n
+        write_faults = (_minflt() - f0 - text_faults) / n
+        assert sink.bytes > n * size
+    conn2.close()
+    return {"frames": n, "readFaultsPerFrame": round(read_faults, 1), "writeFaultsPerFrame": round(write_faults, 1),
+            "textFaultsPerFrame": round(text_faults / max(n, 1), 1),
+            "readCpuUsPerFrame": round(read_cpu * 1e6, 1), "writeCpuUsPerFrame": round(write_cpu * 1e6, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=("client", "agent", "frames"))
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--side", choices=("read", "write", "both"), default="both", help="frames: which side runs")
     ap.add_argument("--total", type=int, default=20000,
                     help="client: lines built whatever --n is (so that two runs differ only in feeding)")
     args = ap.parse_args()
@@ -152,6 +227,8 @@ def main() -> None:
         print(asyncio.run(client(args.n, args.size, args.total)))
     elif args.what == "agent":
         print(asyncio.run(agent(args.n, args.size)))
+    else:
+        print(asyncio.run(frames(args.n, args.size, args.side)))
 
 
 if __name__ == "__main__":

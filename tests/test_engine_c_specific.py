@@ -142,6 +142,39 @@ def test_fresh_keys_are_neither_pinned_nor_interned():
     assert not any(_is_interned(k) for k in keys)
 
 
+def _line_of(m):
+    """The bytes object a message's frames point into (the line, for a joined line)."""
+    return m.__reduce__()[1][4]
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_large_joined_lines_reuse_a_block_only_once_it_is_free(lazy):
+    def big(ch: str) -> bytes:
+        return P.encode_notification("session/update", {"text": ch * 200_000})
+
+    def feed(d, line):
+        (m,) = d.feed(line[:70_000]) + d.feed(line[70_000:])  # joined across two reads
+        return m
+
+    d = C.Decoder(lazy=lazy)
+    m1 = feed(d, big("a"))
+    kept = _line_of(m1)
+    m2 = feed(d, big("b"))  # m1 still holds its line: a fresh block
+    assert _line_of(m2) is not kept
+    assert bytes(m1.raw) + b"\n" == big("a") and m1.params == {"text": "a" * 200_000}
+    spare_id = id(_line_of(m2))
+    line2 = _line_of(m2)
+    h = hash(line2)  # a holder hashes the line, then lets it go
+    del m2, line2
+    m3 = feed(d, big("c"))
+    line3 = _line_of(m3)
+    assert id(line3) == spare_id  # the free block was reused (the old one is gone only now)
+    assert line3 == big("c")[:-1] and m3.params == {"text": "c" * 200_000}
+    fresh_copy = line3[:-1] + line3[-1:]
+    assert hash(line3) == hash(fresh_copy) != h  # no stale cached hash
+    assert bytes(m1.raw) + b"\n" == big("a")  # the kept frame never changed
+
+
 def test_lazy_payload_is_decoded_once():
     (m,) = C.Decoder(lazy=True).feed(_msg(1) + b"\n")
     p = m.params
