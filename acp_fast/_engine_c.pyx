@@ -1006,19 +1006,27 @@ def encode_value(obj):
         _release(w)
 
 
+cdef int _put_call(Writer* w, bint request, object id, object method, object params) except -1:
+    """A request's (with ``id``) or a notification's whole line (params omitted when None)."""
+    if request:
+        w.put(b'{"jsonrpc":"2.0","id":', 22)
+        _put_id(w, id)
+        w.put(b',"method":', 10)
+    else:
+        w.put(b'{"jsonrpc":"2.0","method":', 26)
+    _put_method(w, method)
+    if params is not None:
+        _check_params(params)
+        w.put(b',"params":', 10)
+        _put_payload(w, params)
+    return w.put(b'}\n', 2)
+
+
 def encode_request(id, method, params=None):
     """``{"jsonrpc":"2.0","id":…,"method":…,"params":…}\\n`` (params omitted when None)."""
     cdef Writer* w = _acquire()
     try:
-        w.put(b'{"jsonrpc":"2.0","id":', 22)
-        _put_id(w, id)
-        w.put(b',"method":', 10)
-        _put_method(w, method)
-        if params is not None:
-            _check_params(params)
-            w.put(b',"params":', 10)
-            _put_payload(w, params)
-        w.put(b'}\n', 2)
+        _put_call(w, True, id, method, params)
         return w.to_bytes()
     finally:
         _release(w)
@@ -1028,13 +1036,7 @@ def encode_notification(method, params=None):
     """``{"jsonrpc":"2.0","method":…,"params":…}\\n`` (params omitted when None)."""
     cdef Writer* w = _acquire()
     try:
-        w.put(b'{"jsonrpc":"2.0","method":', 26)
-        _put_method(w, method)
-        if params is not None:
-            _check_params(params)
-            w.put(b',"params":', 10)
-            _put_payload(w, params)
-        w.put(b'}\n', 2)
+        _put_call(w, False, None, method, params)
         return w.to_bytes()
     finally:
         _release(w)
@@ -1266,45 +1268,29 @@ cdef class Outbox:
                 self._schedule(self._flush_cb)
         return 0
 
+    cdef int _call(self, bint request, object id, object method, object params) except -1:
+        """Encode a request or notification and queue it (see _append)."""
+        cdef Writer* w = _acquire()
+        try:
+            _put_call(w, request, id, method, params)
+            direct = self._append(w)
+        finally:
+            _release(w)
+        return self._sent(direct)
+
     def notify(self, method, params=None):
         """Queue a notification; False (nothing queued) after :meth:`close`."""
         if self._closed:
             return False
         self._room()
-        cdef Writer* w = _acquire()
-        try:
-            w.put(b'{"jsonrpc":"2.0","method":', 26)
-            _put_method(w, method)
-            if params is not None:
-                _check_params(params)
-                w.put(b',"params":', 10)
-                _put_payload(w, params)
-            w.put(b'}\n', 2)
-            direct = self._append(w)
-        finally:
-            _release(w)
-        self._sent(direct)
+        self._call(False, None, method, params)
         return True
 
     def request(self, id, method, params=None):
         """Queue a request (no room check); False after :meth:`close`."""
         if self._closed:
             return False
-        cdef Writer* w = _acquire()
-        try:
-            w.put(b'{"jsonrpc":"2.0","id":', 22)
-            _put_id(w, id)
-            w.put(b',"method":', 10)
-            _put_method(w, method)
-            if params is not None:
-                _check_params(params)
-                w.put(b',"params":', 10)
-                _put_payload(w, params)
-            w.put(b'}\n', 2)
-            direct = self._append(w)
-        finally:
-            _release(w)
-        self._sent(direct)
+        self._call(True, id, method, params)
         return True
 
     def write(self, line):
