@@ -1,7 +1,7 @@
 # Stub of the compiled engine twin (acp_fast/_engine_c.pyx). Its API is the pure twin's
 # (acp_fast/_engine_py.py), which stays the reference: keep both in step (mypy.stubtest
 # checks this stub against the built module in CI).
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, TypeAlias
 
 from typing_extensions import disjoint_base
@@ -44,12 +44,17 @@ __all__ = [
     "BatchReply",
     "error_reply",
     "Forwarder",
+    "Outbox",
+    "DEFAULT_MAX_WRITE_BUFFER",
+    "DEFAULT_FLUSH_AT",
 ]
 
 IMPLEMENTATION: Final[str]
 DEFAULT_MAX_LINE_SIZE: Final[int]
 DEFAULT_MAX_DEPTH: Final[int]
 DEFAULT_MAX_BATCH_SIZE: Final[int]
+DEFAULT_MAX_WRITE_BUFFER: Final[int]
+DEFAULT_FLUSH_AT: Final[int]
 
 @disjoint_base
 class Message:
@@ -161,6 +166,35 @@ class Forwarder:
     def drain_from(self, src: int) -> list[Any]: ...
     def owed(self, src: int) -> int: ...
     def pending(self, hop: int) -> int: ...
+
+@disjoint_base
+class Outbox:
+    paused: bool
+    holding: bool
+    def __init__(
+        self,
+        write: Callable[[bytes], object],
+        schedule: Callable[[Callable[[], None]], object],
+        buffered: Callable[[], int],
+        *,
+        max_buffer: int = ...,
+        flush_at: int = ...,
+    ) -> None: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def max_buffer(self) -> int: ...
+    @property
+    def flush_at(self) -> int: ...
+    def check_room(self) -> None: ...
+    def notify(self, method: str, params: Json = None) -> bool: ...
+    def request(self, id: RequestId | None, method: str, params: Json = None) -> bool: ...
+    def write(self, line: bytes) -> bool: ...
+    def flush(self) -> None: ...
+    def release(self) -> None: ...
+    def close(self) -> None: ...
 
 def encode_value(obj: Json) -> bytes: ...
 def encode_request(id: RequestId | None, method: str, params: Json = None) -> bytes: ...

@@ -39,6 +39,7 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.long cimport PyLong_AsLongLong
 from cpython.unicode cimport PyUnicode_GET_LENGTH, PyUnicode_READ_CHAR
 
+import sys
 from typing import Union
 
 from acp_fast.errors import (
@@ -47,10 +48,12 @@ from acp_fast.errors import (
     PARSE_ERROR,
     DecoderClosedError,
     EncodeError,
+    SendBufferFull,
 )
 from acp_fast._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from acp_fast._kinds import check_batch_state, check_message_state
 from acp_fast._rawjson import RawJson, set_decoder
+from acp_fast.protocol._schema_names import PROPERTY_NAMES, STRING_CONSTANTS
 from acp_fast._strictjson import MAX_DEPTH_LIMIT, InvalidJson
 
 __all__ = [
@@ -80,6 +83,9 @@ __all__ = [
     "BatchReply",
     "error_reply",
     "Forwarder",
+    "Outbox",
+    "DEFAULT_MAX_WRITE_BUFFER",
+    "DEFAULT_FLUSH_AT",
 ]
 
 IMPLEMENTATION = "c"
@@ -88,10 +94,17 @@ DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128
 DEFAULT_MAX_BATCH_SIZE = 1024
 DEFAULT_MAX_PENDING = 65536
+DEFAULT_MAX_WRITE_BUFFER = 8 * 1024 * 1024
+DEFAULT_FLUSH_AT = 256 * 1024
 
 # Most bytes one stage 1 run indexes (Decoder.feed): enough to amortise its fixed cost, small
 # enough that the index stays in cache.
 cdef Py_ssize_t _RUN_MAX = 64 * 1024
+# Joined lines at least this long get their bytes from the decoder's spare block, and those
+# at most _RECYCLE_KEEP long become the next spare (Decoder._buffered_line): large frames
+# reuse one block instead of a fresh one each (no page-fault churn; see recycled_bytes).
+cdef Py_ssize_t _RECYCLE_MIN = 64 * 1024
+cdef Py_ssize_t _RECYCLE_KEEP = 4 * 1024 * 1024
 
 
 cdef extern from "Python.h":
@@ -127,6 +140,7 @@ cdef extern from "acp_common.h" namespace "acp_fast":
         REASON_BATCH_TOO_LARGE
     const size_t ACP_PADDING
     const char* last_newline(const char* p, size_t n)
+    object recycled_bytes(PyObject*& spare, const char* src, Py_ssize_t n, Py_ssize_t keep)
 
     cdef cppclass PaddedBuffer:
         PaddedBuffer(size_t pad)
@@ -170,10 +184,16 @@ cdef extern from "acp_parse.h" namespace "acp_fast":
     void clear_string_caches()
 
 
+cdef extern from "acp_values.h" namespace "acp_fast":
+    int pin_str(object u) except -1
+    object pinned_strs()
+
+
 cdef extern from "acp_encode.h" namespace "acp_fast":
     cdef cppclass Writer:
         Writer()
         void reset()
+        void reset(size_t keep)
         size_t size()
         const char* data()
         int put(const char* s, size_t n) except -1
@@ -253,8 +273,31 @@ def _simdjson_implementation():
 
 
 def _clear_caches():
-    """Drop the interned-string cache (tests)."""
+    """Drop the decoder's string cache (tests); the pinned names stay."""
     clear_string_caches()
+
+
+def _pinned_names():
+    """The strs pinned in the decoder's string cache (tests), in no particular order."""
+    return pinned_strs()
+
+
+cdef int _pin_schema_names() except -1:
+    """Pin the ACP schemas' property names and tag strings, interned, in the string cache.
+
+    A fixed set, taken once from the generated schema data: a peer's fresh keys only ever
+    go through the bounded cache, never into this table or the interpreter's interned
+    strings. ``sys.intern`` (``PyUnicode_InternInPlace``) is safe on every supported
+    CPython: the strings live as long as the process anyway (3.12 makes interned strings
+    immortal; the set is bounded). A key the decoder makes is then the very object a
+    handler's literal ``"text"`` is (code constants that look like names are interned).
+    """
+    for name in PROPERTY_NAMES + STRING_CONSTANTS:
+        pin_str(sys.intern(name))
+    return 0
+
+
+_pin_schema_names()
 
 
 # ---------------------------------------------------------------------------------------
@@ -632,14 +675,20 @@ cdef class Decoder:
     cdef object _max_depth
     cdef object _max_batch_size
     cdef object _batch_reason
+    # The last large joined line's bytes, reused for the next one once its frames are gone
+    # (see recycled_bytes in acp_common.h); an owned reference or NULL.
+    cdef PyObject* _spare
 
     def __cinit__(self, *args, **kwargs):
         self._parser = new LineParser()
         self._buf = new PaddedBuffer(ACP_PADDING)
+        self._spare = NULL
 
     def __dealloc__(self):
         del self._parser
         del self._buf
+        Py_XDECREF(self._spare)
+        self._spare = NULL
 
     def __init__(self, *, lazy=False, max_line_size=DEFAULT_MAX_LINE_SIZE,
                  max_depth=DEFAULT_MAX_DEPTH, max_batch_size=DEFAULT_MAX_BATCH_SIZE):
@@ -822,7 +871,10 @@ cdef class Decoder:
         if length > 0:
             self._parser.parse(q, <size_t>length, self._lazy, self._max_depth_c)
             if self._parser.top.kind != KIND_SKIP:
-                line = PyBytes_FromStringAndSize(q, length)
+                if length >= _RECYCLE_MIN:
+                    line = recycled_bytes(self._spare, q, length, _RECYCLE_KEEP)
+                else:
+                    line = PyBytes_FromStringAndSize(q, length)
                 self._emit(line, 0, frames)
         self._buf.clear()
         return 0
@@ -876,6 +928,10 @@ cdef class Decoder:
 
 cdef Writer* _writer = new Writer()
 cdef bint _writer_busy = False
+# The shared writer keeps its buffer up to this size between encodes: a stream of large
+# messages (1 MiB texts) reuses one buffer instead of growing a fresh one, copy by copy, for
+# each. One buffer per process, so the memory it holds is bounded by this.
+cdef size_t _SCRATCH_KEEP = 16 * 1024 * 1024
 
 
 cdef Writer* _acquire() except NULL:
@@ -885,7 +941,7 @@ cdef Writer* _acquire() except NULL:
     if _writer_busy:
         return new Writer()
     _writer_busy = True
-    _writer.reset()
+    _writer.reset(_SCRATCH_KEEP)
     return _writer
 
 
@@ -950,19 +1006,27 @@ def encode_value(obj):
         _release(w)
 
 
+cdef int _put_call(Writer* w, bint request, object id, object method, object params) except -1:
+    """A request's (with ``id``) or a notification's whole line (params omitted when None)."""
+    if request:
+        w.put(b'{"jsonrpc":"2.0","id":', 22)
+        _put_id(w, id)
+        w.put(b',"method":', 10)
+    else:
+        w.put(b'{"jsonrpc":"2.0","method":', 26)
+    _put_method(w, method)
+    if params is not None:
+        _check_params(params)
+        w.put(b',"params":', 10)
+        _put_payload(w, params)
+    return w.put(b'}\n', 2)
+
+
 def encode_request(id, method, params=None):
     """``{"jsonrpc":"2.0","id":…,"method":…,"params":…}\\n`` (params omitted when None)."""
     cdef Writer* w = _acquire()
     try:
-        w.put(b'{"jsonrpc":"2.0","id":', 22)
-        _put_id(w, id)
-        w.put(b',"method":', 10)
-        _put_method(w, method)
-        if params is not None:
-            _check_params(params)
-            w.put(b',"params":', 10)
-            _put_payload(w, params)
-        w.put(b'}\n', 2)
+        _put_call(w, True, id, method, params)
         return w.to_bytes()
     finally:
         _release(w)
@@ -972,13 +1036,7 @@ def encode_notification(method, params=None):
     """``{"jsonrpc":"2.0","method":…,"params":…}\\n`` (params omitted when None)."""
     cdef Writer* w = _acquire()
     try:
-        w.put(b'{"jsonrpc":"2.0","method":', 26)
-        _put_method(w, method)
-        if params is not None:
-            _check_params(params)
-            w.put(b',"params":', 10)
-            _put_payload(w, params)
-        w.put(b'}\n', 2)
+        _put_call(w, False, None, method, params)
         return w.to_bytes()
     finally:
         _release(w)
@@ -1102,6 +1160,175 @@ def forward(message, id=_KEEP):
         return out
     finally:
         _release(w)
+
+
+# ---------------------------------------------------------------------------------------
+# Outbox: a connection's queued output (the pure twin's Outbox is the reference)
+# ---------------------------------------------------------------------------------------
+
+
+cdef class Outbox:
+    """A connection's outgoing lines: encode, queue and flush scheduling in one call each;
+    see the pure twin's :class:`Outbox` (the reference) for the contract. Here a line is
+    encoded into the shared scratch writer and appended to one per-connection buffer (no
+    bytes object per line); a flush makes one bytes object of everything queued."""
+
+    cdef Writer* _buf
+    cdef object _write
+    cdef object _schedule
+    cdef object _buffered
+    cdef object _flush_cb
+    cdef Py_ssize_t _max
+    cdef Py_ssize_t _flush_at
+    cdef bint _scheduled
+    cdef bint _closed
+    cdef public bint paused
+    cdef public bint holding
+
+    def __cinit__(self, *args, **kwargs):
+        self._buf = new Writer()
+
+    def __dealloc__(self):
+        del self._buf
+
+    def __init__(self, write, schedule, buffered, *, max_buffer=DEFAULT_MAX_WRITE_BUFFER,
+                 flush_at=DEFAULT_FLUSH_AT):
+        if type(max_buffer) is not int or max_buffer < 0:
+            raise ValueError("max_buffer must be an int >= 0")
+        if type(flush_at) is not int or flush_at < 0:
+            raise ValueError("flush_at must be an int >= 0")
+        self._write = write
+        self._schedule = schedule
+        self._buffered = buffered
+        self._max = min(max_buffer, (<Py_ssize_t>1) << 62)
+        self._flush_at = min(flush_at, (<Py_ssize_t>1) << 62)
+        self._flush_cb = self.flush
+        self._buf.reset()
+        self._scheduled = False
+        self._closed = False
+        self.paused = False
+        self.holding = False
+
+    @property
+    def size(self):
+        """Bytes queued (not yet handed to ``write``)."""
+        return <Py_ssize_t>self._buf.size()
+
+    @property
+    def closed(self):
+        """True after :meth:`close`: nothing more is queued."""
+        return self._closed
+
+    @property
+    def max_buffer(self):
+        """The ``max_buffer`` the outbox was made with."""
+        return self._max
+
+    @property
+    def flush_at(self):
+        """The ``flush_at`` the outbox was made with."""
+        return self._flush_at
+
+    cdef int _room(self) except -1:
+        cdef Py_ssize_t size = <Py_ssize_t>self._buf.size()
+        if self.paused or size > self._max:
+            total = size + self._buffered()
+            if total > self._max:
+                raise SendBufferFull(total, self._max)
+        return 0
+
+    def check_room(self):
+        """Raise ``SendBufferFull`` when a send must wait (see the pure twin)."""
+        self._room()
+
+    cdef object _append(self, Writer* w):
+        """Queue the line in ``w``; returns None. A line over ``flush_at`` with nothing queued
+        before it is returned as bytes instead, for the caller to write at once (what queueing
+        and flushing it would write, one copy less: large messages never pass through this
+        connection's buffer, which stays small)."""
+        if self._buf.size() == 0 and <Py_ssize_t>w.size() > self._flush_at:
+            return w.to_bytes()
+        self._buf.put(w.data(), w.size())
+        return None
+
+    cdef int _sent(self, object direct) except -1:
+        """After _append (the encode writer released): write ``direct``, or see to the flush."""
+        if direct is None:
+            return self._queued()
+        self._scheduled = False
+        self._write(direct)
+        return 0
+
+    cdef int _queued(self) except -1:
+        if <Py_ssize_t>self._buf.size() > self._flush_at:
+            self._flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            if not self.holding:
+                self._schedule(self._flush_cb)
+        return 0
+
+    cdef int _call(self, bint request, object id, object method, object params) except -1:
+        """Encode a request or notification and queue it (see _append)."""
+        cdef Writer* w = _acquire()
+        try:
+            _put_call(w, request, id, method, params)
+            direct = self._append(w)
+        finally:
+            _release(w)
+        return self._sent(direct)
+
+    def notify(self, method, params=None):
+        """Queue a notification; False (nothing queued) after :meth:`close`."""
+        if self._closed:
+            return False
+        self._room()
+        self._call(False, None, method, params)
+        return True
+
+    def request(self, id, method, params=None):
+        """Queue a request (no room check); False after :meth:`close`."""
+        if self._closed:
+            return False
+        self._call(True, id, method, params)
+        return True
+
+    def write(self, line):
+        """Queue an encoded line (no room check); False after :meth:`close`."""
+        if type(line) is not bytes:
+            raise TypeError("line must be bytes")
+        if self._closed:
+            return False
+        if self._buf.size() == 0 and PyBytes_GET_SIZE(line) > self._flush_at:
+            self._scheduled = False  # a large line alone: written as it is (see _append)
+            self._write(line)
+            return True
+        self._buf.put(PyBytes_AS_STRING(line), <size_t>PyBytes_GET_SIZE(line))
+        self._queued()
+        return True
+
+    cdef int _flush(self) except -1:
+        self._scheduled = False
+        if self._buf.size() == 0:
+            return 0
+        data = self._buf.to_bytes()
+        self._buf.reset()
+        self._write(data)
+        return 0
+
+    def flush(self):
+        """Hand everything queued to ``write`` in one call (nothing when empty)."""
+        self._flush()
+
+    def release(self):
+        """End :attr:`holding` and flush what was queued meanwhile."""
+        self.holding = False
+        if self._buf.size():
+            self._flush()
+
+    def close(self):
+        """Queue nothing more (what is queued can still be flushed)."""
+        self._closed = True
 
 
 # ---------------------------------------------------------------------------------------

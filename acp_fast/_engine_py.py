@@ -76,7 +76,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Iterable, Iterator, List, NoReturn, Union
+from typing import Any, Callable, Iterable, Iterator, List, NoReturn, Union
 
 from ._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from ._kinds import check_batch_state, check_message_state
@@ -98,6 +98,7 @@ from .errors import (
     PARSE_ERROR,
     DecoderClosedError,
     EncodeError,
+    SendBufferFull,
 )
 from .jsontypes import Json, JsonObject, RequestId
 
@@ -128,6 +129,9 @@ __all__ = [
     "BatchReply",
     "error_reply",
     "Forwarder",
+    "Outbox",
+    "DEFAULT_MAX_WRITE_BUFFER",
+    "DEFAULT_FLUSH_AT",
 ]
 
 IMPLEMENTATION = "py"
@@ -1043,6 +1047,159 @@ def _unwrap_envelope(b: bytes) -> tuple[bytes, bytes | None] | None:
             return method, params
         return None
     return None
+
+
+# ---------------------------------------------------------------------------------------
+# Outbox: a connection's queued output
+# ---------------------------------------------------------------------------------------
+
+#: Bytes queued for a peer that is not reading above which :meth:`Outbox.notify` refuses.
+DEFAULT_MAX_WRITE_BUFFER = 8 * 1024 * 1024
+#: Queued bytes handed to the transport at once, without waiting for the scheduled flush.
+DEFAULT_FLUSH_AT = 256 * 1024
+
+
+class Outbox:
+    """A connection's outgoing lines: encode, queue and flush scheduling in one call each.
+
+    Sans-IO: the caller gives the three ways out. Every line queued between two flushes goes
+    out in one ``write`` call, in the order queued. The first line queued after a flush asks
+    ``schedule(flush)`` once (one transport write per loop turn with ``loop.call_soon``),
+    unless :attr:`holding` is set (the caller flushes at the end of its batch of work, see
+    :meth:`release`); more than ``flush_at`` queued bytes are flushed at once.
+
+    Args:
+        write: takes the bytes of one flush (the transport's ``write``).
+        schedule: ``schedule(fn)`` runs ``fn()`` soon (``loop.call_soon``).
+        buffered: ``buffered()`` is the bytes the transport itself still holds (asked only
+            while :attr:`paused` or over ``max_buffer``).
+        max_buffer: bytes queued here plus held by the transport above which
+            :meth:`notify` and :meth:`check_room` raise
+            :class:`~acp_fast.errors.SendBufferFull`, once the transport paused writing or
+            this queue alone is over the limit.
+        flush_at: queued bytes flushed at once.
+
+    Attributes:
+        paused: the transport's write side is paused (set by the caller).
+        holding: no flush is scheduled while set; the caller flushes (:meth:`release`).
+    """
+
+    __slots__ = ("_buffered", "_closed", "_flush_at", "_max", "_out", "_scheduled", "_schedule", "_size",
+                 "_write", "holding", "paused")
+
+    def __init__(self, write: Callable[[bytes], object], schedule: Callable[[Callable[[], None]], object],
+                 buffered: Callable[[], int], *, max_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+                 flush_at: int = DEFAULT_FLUSH_AT) -> None:
+        if type(max_buffer) is not int or max_buffer < 0:
+            raise ValueError("max_buffer must be an int >= 0")
+        if type(flush_at) is not int or flush_at < 0:
+            raise ValueError("flush_at must be an int >= 0")
+        self._write = write
+        self._schedule = schedule
+        self._buffered = buffered
+        self._max = max_buffer
+        self._flush_at = flush_at
+        self._out: list[bytes] = []
+        self._size = 0
+        self._scheduled = False
+        self._closed = False
+        self.paused = False
+        self.holding = False
+
+    @property
+    def size(self) -> int:
+        """Bytes queued (not yet handed to ``write``)."""
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`: nothing more is queued."""
+        return self._closed
+
+    @property
+    def max_buffer(self) -> int:
+        """The ``max_buffer`` the outbox was made with."""
+        return self._max
+
+    @property
+    def flush_at(self) -> int:
+        """The ``flush_at`` the outbox was made with."""
+        return self._flush_at
+
+    def check_room(self) -> None:
+        """Raise ``SendBufferFull`` when a send must wait (see ``max_buffer``).
+
+        Raises:
+            SendBufferFull: more than ``max_buffer`` bytes wait for the peer.
+        """
+        size = self._size
+        if self.paused or size > self._max:
+            total = size + self._buffered()
+            if total > self._max:
+                raise SendBufferFull(total, self._max)
+
+    def notify(self, method: str, params: Json = None) -> bool:
+        """Queue a notification; False (nothing queued) after :meth:`close`.
+
+        Raises:
+            SendBufferFull: see ``max_buffer`` (nothing of the message is queued).
+            EncodeError: as :func:`encode_notification` (nothing is queued).
+        """
+        if self._closed:
+            return False
+        self.check_room()
+        self._queue(encode_notification(method, params))
+        return True
+
+    def request(self, id: RequestId | None, method: str, params: Json = None) -> bool:
+        """Queue a request (no room check: see :meth:`check_room`); False after :meth:`close`.
+
+        Raises:
+            EncodeError: as :func:`encode_request` (nothing is queued).
+        """
+        if self._closed:
+            return False
+        self._queue(encode_request(id, method, params))
+        return True
+
+    def write(self, line: bytes) -> bool:
+        """Queue an encoded line (``\\n``-terminated; no room check); False after :meth:`close`."""
+        if type(line) is not bytes:
+            raise TypeError("line must be bytes")
+        if self._closed:
+            return False
+        self._queue(line)
+        return True
+
+    def _queue(self, line: bytes) -> None:
+        self._out.append(line)
+        self._size += len(line)
+        if self._size > self._flush_at:
+            self.flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            if not self.holding:
+                self._schedule(self.flush)
+
+    def flush(self) -> None:
+        """Hand everything queued to ``write`` in one call (nothing when empty)."""
+        self._scheduled = False
+        out = self._out
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            self._out = []
+            self._size = 0
+            self._write(data)
+
+    def release(self) -> None:
+        """End :attr:`holding` and flush what was queued meanwhile."""
+        self.holding = False
+        if self._size:
+            self.flush()
+
+    def close(self) -> None:
+        """Queue nothing more (what is queued can still be flushed)."""
+        self._closed = True
 
 
 class Forwarder:

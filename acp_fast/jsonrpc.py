@@ -59,14 +59,13 @@ from .errors import (
     METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
     JsonRpcError,
-    SendBufferFull,
 )
 from .jsontypes import Json, RequestId
 from .transport import Stream
 
 if TYPE_CHECKING:
     from ._replies import BatchReply
-    from .engine import Decoder, Frame, Malformed, Message
+    from .engine import Decoder, Frame, Malformed, Message, Outbox
 
 __all__ = [
     "CANCEL_METHOD",
@@ -588,8 +587,6 @@ class Connection:
         if max_batch_size is not None:
             kwargs["max_batch_size"] = max_batch_size
         self._decoder = decoder if decoder is not None else eng.Decoder(**kwargs)
-        self._enc_request = eng.encode_request
-        self._enc_notification = eng.encode_notification
         self._enc_result = eng.encode_result
         self._enc_error = eng.encode_error
         self._error_reply = eng.error_reply
@@ -610,13 +607,11 @@ class Connection:
         self._queue: collections.deque[Any] = collections.deque()
         self._runner: asyncio.Task[None] | None = None
 
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._flush_scheduled = False
+        #: encoded lines waiting for one transport write per loop turn (the engine's outbox)
+        self._outbox: Outbox = eng.Outbox(self._write_out, self._loop.call_soon, stream.get_write_buffer_size,
+                                  max_buffer=max_write_buffer, flush_at=_FLUSH_AT)
         self._task_started = False
-        self._in_frames = False
         self._reading_paused = False
-        self._write_paused = False
         self._drain_fut: asyncio.Future[None] | None = None
 
         self._eof = False
@@ -690,17 +685,15 @@ class Connection:
             EncodeError: ``params`` cannot be encoded (nothing is sent).
             SendBufferFull: more than ``max_write_buffer`` bytes wait for the peer.
         """
-        if self._write_paused or self._out_bytes > self._max_write_buffer:
-            self._check_room()
+        self._outbox.check_room()
         self._next_id += 1
         rid = self._next_id
         handle = PendingRequest(self, rid, method, raw)
         if self._eof or self._closing:
             handle._fail(self.closed_error(method))
             return handle
-        line = self._enc_request(rid, method, params)
+        self._outbox.request(rid, method, params)
         self._pending[rid] = handle
-        self._send(line)
         if timeout is not None:
             handle._timer = self._loop.call_later(timeout, handle._expire, timeout)
         if self._reading_paused:
@@ -714,36 +707,22 @@ class Connection:
             EncodeError: ``params`` cannot be encoded.
             SendBufferFull: more than ``max_write_buffer`` bytes wait for the peer.
         """
-        if self._closing:
-            return False
-        out_bytes = self._out_bytes
-        if self._write_paused or out_bytes > self._max_write_buffer:
-            self._check_room()
-        # ``_send`` inlined: this runs once per streamed update
-        line = self._enc_notification(method, params)
-        self._out.append(line)
-        out_bytes += len(line)
-        self._out_bytes = out_bytes
-        if out_bytes > _FLUSH_AT:
-            self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            if not self._in_frames:
-                self._loop.call_soon(self._flush)
-        return True
+        return self._outbox.notify(method, params)
 
-    def _check_room(self) -> None:
-        buffered = self._out_bytes + self._stream.get_write_buffer_size()
-        if buffered > self._max_write_buffer:
-            raise SendBufferFull(buffered, self._max_write_buffer)
+    @property
+    def outbox(self) -> Outbox:
+        """The engine's ``Outbox`` this connection writes through: ``outbox.notify(method,
+        params)`` is :meth:`notify` without a Python call around it (the builder API's
+        session-update sender uses it); everything written goes through it, in order."""
+        return self._outbox
 
     async def drain(self) -> None:
         """Write what is queued and wait while the peer is not keeping up.
 
         Returns at once when the peer reads fast enough; await it in send loops.
         """
-        self._flush()
-        if self._write_paused and not self._closing:
+        self._outbox.flush()
+        if self._outbox.paused and not self._closing:
             if self._drain_fut is None:
                 self._drain_fut = self._loop.create_future()
             await asyncio.shield(self._drain_fut)
@@ -819,7 +798,7 @@ class Connection:
     @property
     def writing_paused(self) -> bool:
         """True while the stream's write side is paused (its buffer is above the high mark)."""
-        return self._write_paused
+        return self._outbox.paused
 
     def close(self) -> None:
         """Close now: pending requests fail (-32603 "Connection closed"), running handlers
@@ -829,6 +808,7 @@ class Connection:
         if self._closing:
             return
         self._closing = True
+        self._outbox.close()  # queued lines are still flushed (_finish)
         self._queue.clear()
         for task in list(self._tasks):
             task.cancel()
@@ -872,7 +852,7 @@ class Connection:
         feed = self._decoder.feed
         n = len(data)
         start = 0
-        self._in_frames = True
+        self._outbox.holding = True
         try:
             while start < n:
                 if n - start <= _SLICE:
@@ -893,7 +873,7 @@ class Connection:
 
     def _deliver(self, frames: list[Any]) -> None:
         """Handle one read's frames; what they wrote goes out in one transport write."""
-        self._in_frames = True
+        self._outbox.holding = True
         try:
             self._handle_frames(frames)
         finally:
@@ -902,10 +882,8 @@ class Connection:
     def _end_frames(self) -> None:
         """After one read's frames: the next read is handled inline again (a handler started
         by this one has run its first step by then), and what they wrote goes out."""
-        self._in_frames = False
         self._task_started = False
-        if self._out:
-            self._flush()
+        self._outbox.release()
 
     def _handle_frames(self, frames: list[Any]) -> None:
         # The hot loop: responses resolve their waiter, a notification with a handler is
@@ -1218,30 +1196,15 @@ class Connection:
     # -- writing and flow control -------------------------------------------------------
 
     def _send(self, line: bytes) -> None:
-        # notify() carries a copy of this body (its hot path): a change here goes there too
-        if self._closing:
-            return
-        self._out.append(line)
-        self._out_bytes += len(line)
-        if self._out_bytes > _FLUSH_AT:
-            self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            if not self._in_frames:
-                self._loop.call_soon(self._flush)
+        self._outbox.write(line)  # dropped once closing
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        out = self._out
-        if out:
-            data = out[0] if len(out) == 1 else b"".join(out)
-            out.clear()
-            self._out_bytes = 0
-            self._stream.write(data)
+    def _write_out(self, data: bytes) -> None:
+        """The outbox's way out: one flush, one transport write."""
+        self._stream.write(data)
 
     def set_writable(self, writable: bool) -> None:
         """The stream's write side paused (``False``) or resumed (``True``)."""
-        self._write_paused = not writable
+        self._outbox.paused = not writable
         if writable and self._drain_fut is not None:
             if not self._drain_fut.done():
                 self._drain_fut.set_result(None)
@@ -1254,11 +1217,12 @@ class Connection:
         backlog = len(self._queue) + len(self._tasks)
         if self._pending:  # read ahead (the response may be behind), within bounds
             limit = self._max_backlog * _READ_AHEAD
-            blocked = self._write_paused and (
-                self._out_bytes + self._stream.get_write_buffer_size() > self._max_write_buffer)
+            outbox = self._outbox
+            blocked = outbox.paused and (
+                outbox.size + self._stream.get_write_buffer_size() > self._max_write_buffer)
         else:
             limit = self._max_backlog
-            blocked = self._write_paused
+            blocked = self._outbox.paused
         if self._reading_paused:
             if not blocked and backlog <= limit // 2:
                 self._reading_paused = False
@@ -1312,8 +1276,9 @@ class Connection:
         if self._finishing:
             return
         self._finishing = True
-        self._flush()
+        self._outbox.flush()
         self._closing = True
+        self._outbox.close()
         if self._drain_fut is not None and not self._drain_fut.done():
             self._drain_fut.set_result(None)
         self._stream.close()

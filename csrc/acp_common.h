@@ -115,4 +115,44 @@ class PaddedBuffer {
   size_t pad_;
 };
 
+// A bytes object holding src[0..n), made from `spare` when nothing else holds it any more.
+//
+// Strategy: a large line joined across reads needs a bytes object of its own (frames point
+// into it), and the decoded text of a big message is another fresh block of the same size.
+// Two such blocks freed per frame make glibc's heap top cross its trim threshold, so every
+// frame's pages go back to the kernel and fault in again (~480 minor faults per 1 MiB
+// frame, most of the reading cost). Reusing the previous line's block when its frames are
+// gone (refcount 1: only `spare` holds it) leaves one fresh block per frame (the text, the
+// user's), and the heap keeps its pages, with no allocator setting changed. The block is
+// resized to n (in place when the size is about the same), its bytes overwritten and its
+// cached hash cleared (a holder may have hashed it before letting it go). Lines longer
+// than `keep` are not kept as the spare. Returns a new reference (NULL + exception on
+// failure); `spare` owns its own reference.
+inline PyObject* recycled_bytes(PyObject*& spare, const char* src, Py_ssize_t n, Py_ssize_t keep) {
+  PyObject* b = nullptr;
+  if (spare && Py_REFCNT(spare) == 1 && PyBytes_CheckExact(spare)) {
+    b = spare;
+    spare = nullptr;
+    if (_PyBytes_Resize(&b, n) < 0) return nullptr;  // b freed, exception set
+    std::memcpy(PyBytes_AS_STRING(b), src, size_t(n));
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+    reinterpret_cast<PyBytesObject*>(b)->ob_shash = -1;
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+  } else {
+    b = PyBytes_FromStringAndSize(src, n);
+    if (!b) return nullptr;
+  }
+  Py_CLEAR(spare);
+  if (n <= keep) {
+    Py_INCREF(b);
+    spare = b;
+  }
+  return b;
+}
+
 }  // namespace acp_fast

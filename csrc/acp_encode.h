@@ -22,9 +22,10 @@ class Writer {
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
 
-  void reset() {
+  // Empty again, keeping the capacity up to `keep` bytes (beyond: freed, not held on to).
+  void reset(size_t keep = size_t(1) << 20) {
     len_ = 0;
-    if (cap_ > (size_t(1) << 20)) {  // do not hold on to a huge buffer
+    if (cap_ > keep) {
       std::free(data_);
       data_ = nullptr;
       cap_ = 0;

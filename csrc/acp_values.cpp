@@ -30,7 +30,7 @@ inline uint32_t load32(const char* p) {
   return v;
 }
 
-inline size_t slot_of(const char* s, size_t n) {
+inline uint64_t hash_of(const char* s, size_t n) {
   uint64_t a, b;
   if (n >= 8) {
     a = load64(s);
@@ -48,7 +48,7 @@ inline size_t slot_of(const char* s, size_t n) {
   h ^= h >> 31;
   h *= 0x94D049BB133111EBull;
   h ^= h >> 29;
-  return size_t(h) & (kCacheSlots - 1);
+  return h;
 }
 
 // a[0..n) == b[0..n) for n <= kCacheMaxLen. Strategy: a cache hit is the common case for
@@ -66,6 +66,23 @@ inline bool same_bytes(const char* a, const char* b, size_t n) {
   }
   return true;
 }
+
+// Pinned strings: a fixed set of interned str (the schemas' names, see pin_str) in an
+// open-addressing table that is never evicted. It is consulted only when the cache above
+// misses, and its strs then fill the cache slot, so a hit costs nothing more than before.
+constexpr size_t kPinSlots = 1024;       // power of two
+constexpr size_t kPinMax = kPinSlots / 2;  // load factor <= 1/2: short probes
+
+struct PinSlot {
+  PyObject* str;  // owned; compact ASCII
+  uint32_t tag;   // low half of the hash (a cheap first compare)
+  uint32_t len;
+};
+
+PinSlot g_pins[kPinSlots];
+size_t g_npins = 0;
+
+inline size_t pin_index(uint64_t h) { return size_t(h >> 32) & (kPinSlots - 1); }
 
 inline bool all_ascii(const char* s, size_t n) {
   size_t i = 0;
@@ -89,15 +106,63 @@ PyObject* make_str_uncached(const char* s, size_t n) {
   return PyUnicode_DecodeUTF8(s, Py_ssize_t(n), "surrogatepass");
 }
 
+static PyObject* find_pinned(const char* s, size_t n, uint64_t h) {
+  if (!g_npins) return nullptr;
+  const uint32_t tag = uint32_t(h);
+  for (size_t i = pin_index(h);; i = (i + 1) & (kPinSlots - 1)) {
+    const PinSlot& p = g_pins[i];
+    if (!p.str) return nullptr;
+    if (p.tag == tag && p.len == n &&
+        same_bytes(static_cast<const char*>(PyUnicode_DATA(p.str)), s, n)) {
+      return p.str;
+    }
+  }
+}
+
+int pin_str(PyObject* u) {
+  if (!PyUnicode_CheckExact(u) || !PyUnicode_IS_COMPACT_ASCII(u)) return 0;
+  const size_t n = size_t(PyUnicode_GET_LENGTH(u));
+  if (n == 0 || n > kCacheMaxLen) return 0;
+  const char* s = static_cast<const char*>(PyUnicode_DATA(u));
+  const uint64_t h = hash_of(s, n);
+  if (find_pinned(s, n, h)) return 1;
+  if (g_npins >= kPinMax) return 0;
+  size_t i = pin_index(h);
+  while (g_pins[i].str) i = (i + 1) & (kPinSlots - 1);
+  Py_INCREF(u);
+  g_pins[i].str = u;
+  g_pins[i].tag = uint32_t(h);
+  g_pins[i].len = uint32_t(n);
+  g_npins++;
+  return 1;
+}
+
+PyObject* pinned_strs() {
+  PyObject* out = PyList_New(0);
+  if (!out) return nullptr;
+  for (const PinSlot& p : g_pins) {
+    if (p.str && PyList_Append(out, p.str) < 0) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+  }
+  return out;
+}
+
 PyObject* make_str(const char* s, size_t n) {
   if (n > kCacheMaxLen) return make_str_uncached(s, n);
-  CacheSlot& slot = g_cache[slot_of(s, n)];
+  const uint64_t h = hash_of(s, n);
+  CacheSlot& slot = g_cache[size_t(h) & (kCacheSlots - 1)];
   if (slot.str && slot.len == n && same_bytes(slot.bytes, s, n)) {
     Py_INCREF(slot.str);
     return slot.str;
   }
-  PyObject* u = make_str_uncached(s, n);
-  if (!u) return nullptr;
+  PyObject* u = find_pinned(s, n, h);
+  if (u) {
+    Py_INCREF(u);
+  } else if (!(u = make_str_uncached(s, n))) {
+    return nullptr;
+  }
   PyObject* old = slot.str;
   Py_INCREF(u);
   slot.str = u;

@@ -20,6 +20,15 @@ enum Walk : int {
 PyObject* make_str(const char* s, size_t n);
 PyObject* make_str_uncached(const char* s, size_t n);
 
+// Pins `u` (an exact str the caller has interned) in a fixed table that make_str consults
+// when its cache misses: from then on make_str returns that very object for those bytes,
+// so dict lookups with an interned literal key match by identity. Only compact ASCII strs
+// of 1..32 characters are pinned, at most 512 of them (a fixed set given once at import:
+// the schemas' names). 1: pinned (or already); 0: not eligible or the table is full.
+int pin_str(PyObject* u);
+// A new list of the pinned strs (tests).
+PyObject* pinned_strs();
+
 // The content of a JSON string (the bytes between its quotes; stage 1 has checked UTF-8,
 // control characters and where the string ends). Unescapes it like json.loads, refusing
 // bad escapes and keeping unpaired surrogate escapes (in the 3-byte "surrogatepass" form

@@ -81,12 +81,12 @@ for pattern in acp_fast/_engine_c acp_fast/protocol/_gate_c acp_fast/roles/_hot_
 done
 
 if [ "$#" -eq 0 ]; then
-    # the engine and the connection; the read gate (_gate_c: test_protocol_surfaces.py, and
+    # the engine (its outbox too) and the connection; the read gate (_gate_c: test_protocol_surfaces.py, and
     # on live connections test_roles.py); the hot path (_hot_c: every role test, the
     # dispatch of requests, notifications and session updates in test_roles*.py)
     set -- tests/test_engine_batch.py tests/test_engine_c_specific.py tests/test_engine_diff.py \
         tests/test_engine_encode.py tests/test_engine_envelope.py tests/test_engine_framing.py \
-        tests/test_engine_limits.py tests/test_engine_forwarder.py tests/test_connection.py \
+        tests/test_engine_limits.py tests/test_engine_forwarder.py tests/test_engine_outbox.py tests/test_connection.py \
         tests/test_protocol_surfaces.py tests/test_roles.py tests/test_roles_runtime.py
 fi
 

@@ -174,6 +174,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 pytest_runtest_makereport = peer_rule.pytest_runtest_makereport
 pytest_make_collect_report = peer_rule.pytest_make_collect_report
 
+# The ASGI servers of the remote tests (tests/helpers/remote_servers.py): a test that takes
+# ``asgi_server`` (or ``http2_server``) runs on each of them.
+from remote_servers import asgi_server, http2_server  # noqa: E402,F401
+
 
 # ---------------------------------------------------------------------------------------
 # Fixtures

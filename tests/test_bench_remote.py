@@ -35,6 +35,24 @@ def test_verdicts_from_medians() -> None:
     assert "MISS" in text and "PASS" in text
 
 
+def test_goals_read_the_first_servers_rows() -> None:
+    """With several ASGI servers the rows served by acp_fast exist once per server (the
+    ``server`` column says which) and the goals are read from the first server's rows; the
+    SDK rows have no server. An unknown server name is refused before anything runs."""
+    cfg = RemoteConfig(loops=("uvloop",), servers=("granian", "uvicorn"))
+
+    def on(server: str | None, pair: str, runs: list[float]) -> RemoteResult:
+        return RemoteResult(pair, "ws", "stream", "uvloop", "updates/s", server=server, runs=runs)
+
+    rows = [on("uvicorn", "acp_fast", [300.0]), on("granian", "acp_fast", [150.0]), on(None, "pysdk", [10.0])]
+    got = {v["goal"]: v for v in verdicts(rows, cfg)}
+    assert got["WebSocket streaming vs the Python SDK"]["measured"] == pytest.approx(15.0)
+    text = render(rows, cfg)
+    assert "granian" in text and "uvicorn" in text
+    with pytest.raises(ValueError, match="unknown ASGI server"):
+        run_remote(RemoteConfig(servers=("nginx",)), rows=[])
+
+
 def test_a_failed_run_is_an_error_not_a_number() -> None:
     with pytest.raises(RuntimeError):
         remote._rate({"ok": True, "updatesReceived": 999, "seconds": 1.0}, "stream", 1000)
@@ -83,3 +101,16 @@ def test_the_websocket_floor_app_answers_requests_only() -> None:
     sent.clear()
     asyncio.run(echo_app({"type": "http"}, receive, send))
     assert sent[0]["status"] == 404
+
+
+def test_pairs_limit_the_rows(tmp_path: object) -> None:
+    """``--pairs`` keeps the rows of the pairs named (here none: only the connection row,
+    which every run has) and ``--servers`` names the server of each row served by acp_fast."""
+    from pathlib import Path
+
+    out = Path(str(tmp_path)) / "rows.json"
+    assert remote.main(["--quick", "--pairs", "nothing", "--connections", "5", "--loops", "asyncio",
+                        "--servers", "uvicorn", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["pair"], r["workload"], r["server"]) for r in rows] == [("acp_fast", "connections", "uvicorn")]
+    assert rows[0]["error"] is None and rows[0]["runs"]

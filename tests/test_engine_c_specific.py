@@ -102,6 +102,79 @@ def test_method_and_keys_are_interned():
     assert c.method == a.method
 
 
+def _fresh(s: str) -> str:
+    """An equal str that is a new object (never the interned one)."""
+    return "".join(list(s))
+
+
+def _is_interned(s: str) -> bool:
+    """Whether ``s`` itself is the interpreter's interned str for its text (asked through an
+    equal fresh copy, so asking interns nothing new under ``s``)."""
+    return sys.intern(_fresh(s)) is s
+
+
+def test_schema_names_are_pinned_interned_keys_and_tags():
+    from acp_fast.protocol._schema_names import PROPERTY_NAMES, STRING_CONSTANTS
+
+    assert sorted(C._pinned_names()) == sorted(set(PROPERTY_NAMES + STRING_CONSTANTS))
+    line = (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":'
+            b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}\n')
+    C._clear_caches()
+    for _ in range(2):  # a cache miss (first) and a cache hit give the same objects
+        (m,) = C.Decoder().feed(line)
+        update = m.params["update"]
+        keys = [*m.params, *update, *update["content"]]
+        assert keys == ["sessionId", "update", "sessionUpdate", "content", "type", "text"]
+        assert all(_is_interned(k) for k in keys)
+        assert _is_interned(update["sessionUpdate"]) and _is_interned(update["content"]["type"])
+        assert not _is_interned(update["content"]["text"])  # "hi": a value, not a schema name
+
+
+def test_fresh_keys_are_neither_pinned_nor_interned():
+    before = sorted(C._pinned_names())
+    d = C.Decoder()
+    keys = []
+    for i in range(0, 4000, 100):
+        chunk = b"".join(b'{"jsonrpc":"2.0","method":"x","params":{"k%dz":1}}\n' % j for j in range(i, i + 100))
+        keys += [next(iter(m.params)) for m in d.feed(chunk)]
+    assert len(keys) == 4000 and keys[17] == "k17z"
+    assert sorted(C._pinned_names()) == before  # a fixed set: a peer's keys never join it
+    assert not any(_is_interned(k) for k in keys)
+
+
+def _line_of(m):
+    """The bytes object a message's frames point into (the line, for a joined line)."""
+    return m.__reduce__()[1][4]
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_large_joined_lines_reuse_a_block_only_once_it_is_free(lazy):
+    def big(ch: str) -> bytes:
+        return P.encode_notification("session/update", {"text": ch * 200_000})
+
+    def feed(d, line):
+        (m,) = d.feed(line[:70_000]) + d.feed(line[70_000:])  # joined across two reads
+        return m
+
+    d = C.Decoder(lazy=lazy)
+    m1 = feed(d, big("a"))
+    kept = _line_of(m1)
+    m2 = feed(d, big("b"))  # m1 still holds its line: a fresh block
+    assert _line_of(m2) is not kept
+    assert bytes(m1.raw) + b"\n" == big("a") and m1.params == {"text": "a" * 200_000}
+    spare_id = id(_line_of(m2))
+    line2 = _line_of(m2)
+    h = hash(line2)  # a holder hashes the line, then lets it go
+    del m2, line2
+    m3 = feed(d, big("c"))
+    line3 = _line_of(m3)
+    assert id(line3) == spare_id  # the free block was reused (the old one is gone only now)
+    assert line3 == big("c")[:-1] and m3.params == {"text": "c" * 200_000}
+    fresh_copy = line3[:-1] + line3[-1:]
+    assert hash(line3) == hash(fresh_copy) != h  # no stale cached hash
+    assert bytes(m1.raw) + b"\n" == big("a")  # the kept frame never changed
+
+
 def test_lazy_payload_is_decoded_once():
     (m,) = C.Decoder(lazy=True).feed(_msg(1) + b"\n")
     p = m.params

@@ -18,6 +18,11 @@ Pairs (server + client, each a public-API program doing what a user's would):
   pays at least per WebSocket round trip on that server. Ceilings measured with a shortcut,
   shown beside the round-trip rows, never targets.
 
+ASGI servers (``--servers``, default: the default server of ``acp-fast serve`` only): the rows
+whose server is acp_fast's (``acp_fast``, ``gateway``, the ``ws`` floor, the connection row)
+are measured on each server named, the ``server`` column says which; the goals are read from
+the first one named.
+
 Workloads: ``stream`` (one prompt streaming N ``agent_message_chunk`` updates of 100 bytes),
 ``roundtrips`` (M sequential ``_test/echo`` requests; the peers' own round-trip request), and
 ``connections`` (K WebSocket connections held open at once against one ``acp-fast serve
@@ -54,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsontypes import JsonObject
+from ..remote.runner import DEFAULT_SERVER, SERVERS
 from .launch import REPORT_ENV, read_reports
 from .machine import sdk_tracing_note
 from .registry import find_peers
@@ -75,6 +81,8 @@ class RemoteConfig:
     connections: int = 1_000  #: concurrent WebSocket connections
     warmup: int = 1_000
     loops: tuple[str, ...] = ("uvloop",)
+    #: the ASGI servers of the rows served by acp_fast (the first: the goals' rows)
+    servers: tuple[str, ...] = (DEFAULT_SERVER,)
     peers: Path = PEERS
     timeout: float = 300.0
 
@@ -86,13 +94,15 @@ class RemoteConfig:
 
 @dataclass
 class RemoteResult:
-    """One row: ``pair``/``transport``/``workload`` on ``loop``, its runs and their median."""
+    """One row: ``pair``/``transport``/``workload`` on ``loop`` (and ``server``), its runs and
+    their median."""
 
     pair: str
     transport: str
     workload: str
     loop: str
     unit: str
+    server: str | None = None  #: the ASGI server of an acp_fast server process (None: the row has none)
     runs: list[float] = field(default_factory=list)
     server_us: list[float] = field(default_factory=list)
     client_us: list[float] = field(default_factory=list)
@@ -218,19 +228,21 @@ def _testy(loop: str) -> tuple[str, ...]:
     return launch("agent", "acp_fast.cli.main", "testy", "--versions", "1", "--loop", loop)
 
 
-def _server_argv(pair: str, loop: str, cfg: RemoteConfig, transport: str = "ws") -> tuple[list[str], bool]:
+def _server_argv(pair: str, loop: str, cfg: RemoteConfig, transport: str = "ws",
+                 server: str = DEFAULT_SERVER) -> tuple[list[str], bool]:
     if pair == "acp_fast":
         return [*launch("server", "acp_fast.cli.main", "serve", "--testy", "--versions", "1", "--port", "0",
-                        "--loop", loop)], True
+                        "--loop", loop, "--server", server)], True
     if pair == "gateway":
-        return [*launch("server", "acp_fast.cli.main", "serve", "--port", "0", "--loop", loop, "--",
-                        *_testy(loop))], True
+        return [*launch("server", "acp_fast.cli.main", "serve", "--port", "0", "--loop", loop, "--server", server,
+                        "--", *_testy(loop))], True
     if pair == "pysdk":
         return [sys.executable, str(cfg.peers / "pysdk" / "remote_server.py"), "--port", "0", "--loop", loop], False
     if pair == "ts":
         return ["node", str(cfg.peers / "ts" / "remote_server.mjs"), "--port", "0"], False
     if pair == "floor":
-        return [*launch("server", _FLOORS[transport], "serve", "--loop", loop)], False
+        asgi = ["--server", server] if transport == "ws" else []
+        return [*launch("server", _FLOORS[transport], "serve", "--loop", loop, *asgi)], False
     raise ValueError(pair)
 
 
@@ -274,6 +286,11 @@ ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: The rows served by an ASGI server of acp_fast's: measured on each server of ``--servers``.
+def _on_asgi(pair: str, transport: str) -> bool:
+    return pair in ("acp_fast", "gateway") or (pair == "floor" and transport == "ws")
+
+
 #: The acp_fast processes of each pair's rows (the connection row: the acp_fast server), checked after
 #: every run; the SDK rows have none (their processes report nothing of acp_fast).
 PROCESSES: dict[str, tuple[Process, ...]] = {
@@ -314,7 +331,7 @@ def _one(pair: str, transport: str, workload: str, loop: str, cfg: RemoteConfig,
         if pair == "direct":
             target = shlex.join(_testy(loop))
         else:
-            argv, on_stderr = _server_argv(pair, loop, cfg, transport)
+            argv, on_stderr = _server_argv(pair, loop, cfg, transport, row.server or DEFAULT_SERVER)
             server = _Server(argv, port_on_stderr=on_stderr, env=env)
             target = f"{transport}://127.0.0.1:{server.port}/acp"
         cpu0 = server.cpu() if server else 0.0
@@ -338,7 +355,8 @@ def _one(pair: str, transport: str, workload: str, loop: str, cfg: RemoteConfig,
 def _connections(loop: str, cfg: RemoteConfig, row: RemoteResult) -> None:
     fd, report = tempfile.mkstemp(prefix="acp-fast-bench-", suffix=".jsonl")
     os.close(fd)
-    server = _Server(_server_argv("acp_fast", loop, cfg)[0], port_on_stderr=True, env=_env(report))
+    server = _Server(_server_argv("acp_fast", loop, cfg, server=row.server or DEFAULT_SERVER)[0],
+                     port_on_stderr=True, env=_env(report))
     try:
         asyncio.run(_hold_and_measure(server, 20))  # warm: imports, first allocations
         before = server.rss()
@@ -389,20 +407,29 @@ async def _hold_connections_keep(port: int, k: int) -> list[Any]:
 
 def run_remote(cfg: RemoteConfig, *, rows: Sequence[tuple[str, str, str]] = ROWS,
                progress: Any = None) -> list[RemoteResult]:
-    """Run every row on every loop, rounds interleaved; returns the rows."""
-    results: dict[tuple[str, str, str, str], RemoteResult] = {}
+    """Run every row on every loop (the rows served by acp_fast on every server of
+    ``cfg.servers``), rounds interleaved; returns the rows."""
+    for name in cfg.servers:
+        if name not in SERVERS:
+            raise ValueError(f"unknown ASGI server {name!r}: one of {', '.join(SERVERS)}")
+    results: dict[tuple[str, str, str, str, str | None], RemoteResult] = {}
     for loop in cfg.loops:
         for pair, transport, workload in rows:
             unit = "updates/s" if workload == "stream" else "round trips/s"
-            results[(pair, transport, workload, loop)] = RemoteResult(pair, transport, workload, loop, unit)
-        results[("acp_fast", "ws", "connections", loop)] = RemoteResult(
-            "acp_fast", "ws", "connections", loop, "KiB RSS per connection")
+            servers: tuple[str | None, ...] = cfg.servers if _on_asgi(pair, transport) else (None,)
+            for server in servers:
+                results[(pair, transport, workload, loop, server)] = RemoteResult(
+                    pair, transport, workload, loop, unit, server)
+        for name in cfg.servers:
+            results[("acp_fast", "ws", "connections", loop, name)] = RemoteResult(
+                "acp_fast", "ws", "connections", loop, "KiB RSS per connection", name)
     for r in range(cfg.rounds):
         for key, row in results.items():
             if row.invalid:
                 continue  # its processes ran something else: no further rounds
             if progress is not None:
-                progress(f"round {r + 1}/{cfg.rounds}: {key[0]} {key[1]} {key[2]} ({key[3]})")
+                on = f", {key[4]}" if key[4] else ""
+                progress(f"round {r + 1}/{cfg.rounds}: {key[0]} {key[1]} {key[2]} ({key[3]}{on})")
             if row.workload == "connections":
                 _connections(row.loop, cfg, row)
             else:
@@ -411,8 +438,10 @@ def run_remote(cfg: RemoteConfig, *, rows: Sequence[tuple[str, str, str]] = ROWS
 
 
 def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[JsonObject]:
-    """Each goal on each loop: the measured ratio (or value) and whether it is met."""
-    by = {(r.pair, r.transport, r.workload, r.loop): r for r in rows}
+    """Each goal on each loop: the measured ratio (or value) and whether it is met (the rows of
+    acp_fast's servers: those on the first server of ``cfg.servers``)."""
+    first = cfg.servers[0] if cfg.servers else DEFAULT_SERVER
+    by = {(r.pair, r.transport, r.workload, r.loop): r for r in rows if r.server in (None, first)}
     out: list[JsonObject] = []
     for loop in cfg.loops:
         for g in GOALS:
@@ -436,13 +465,13 @@ def render(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> str:
     """The rows and the goals as two plain-text tables."""
     from tabulate import tabulate
 
-    table = [[r.pair, r.transport, r.workload, r.loop, r.ran or "—",
+    table = [[r.pair, r.transport, r.workload, r.loop, r.server or "", r.ran or "—",
               "ERROR" if r.invalid else "" if r.median is None else f"{r.median:,.1f}", r.unit,
               " / ".join(f"{v:,.0f}" for v in r.runs),
               "" if not r.server_us else f"{statistics.median(r.server_us):.1f}",
               "" if not r.client_us else f"{statistics.median(r.client_us):.1f}",
               r.error or ""] for r in rows]
-    head = ["pair", "transport", "workload", "loop", "ran†", "median", "unit", "runs", "server µs/msg*",
+    head = ["pair", "transport", "workload", "loop", "server", "ran†", "median", "unit", "runs", "server µs/msg*",
             "client µs/msg*", "error"]
     goals = [[v["goal"], v["loop"], v["target"], "" if v["measured"] is None else f"{v['measured']:.2f}",
               "PASS" if v["met"] else "MISS"] for v in verdicts(rows, cfg)]
@@ -490,7 +519,8 @@ def write_chart(path: str | os.PathLike[str], rows: Sequence[RemoteResult], cfg:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m acp_fast.benchmark.remote [--quick] [--rounds R] [--loops L,L] [--json PATH] [--png PATH]``."""
+    """``python -m acp_fast.benchmark.remote [--quick] [--rounds R] [--loops L,L] [--servers S,S]
+    [--pairs P,P] [--json PATH] [--png PATH]``."""
     parser = argparse.ArgumentParser(prog="python -m acp_fast.benchmark.remote", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one short round")
     parser.add_argument("--rounds", type=int)
@@ -498,19 +528,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--m", type=int, help="sequential round trips (default 1,000)")
     parser.add_argument("--connections", type=int, help="concurrent WebSocket connections (default 1,000)")
     parser.add_argument("--loops", default="uvloop", help="comma-separated: asyncio,uvloop (default uvloop)")
+    parser.add_argument("--servers", default=DEFAULT_SERVER,
+                        help=f"comma-separated ASGI servers of acp_fast's rows, the first the goals' "
+                             f"({', '.join(SERVERS)}; default {DEFAULT_SERVER})")
+    parser.add_argument("--pairs", help="comma-separated: only these pairs' rows (e.g. acp_fast,floor; default all)")
     parser.add_argument("--peers", type=Path, default=PEERS, help="the peers/ folder (with peers/ts/node_modules)")
     parser.add_argument("--json", type=Path, help="write the rows and verdicts as JSON")
     parser.add_argument("--png", type=Path, help="draw the rows' chart (needs matplotlib)")
     args = parser.parse_args(argv)
-    kw: dict[str, Any] = {"loops": tuple(x for x in args.loops.split(",") if x), "peers": args.peers}
+    kw: dict[str, Any] = {"loops": tuple(x for x in args.loops.split(",") if x), "peers": args.peers,
+                          "servers": tuple(x for x in args.servers.split(",") if x)}
     for name in ("rounds", "n", "m", "connections"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
     cfg = RemoteConfig.quick(**kw) if args.quick else RemoteConfig(**kw)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    rows = run_remote(cfg, progress=lambda s: print(s, file=sys.stderr, flush=True))
+    pairs = set(args.pairs.split(",")) if args.pairs else None
+    only = ROWS if pairs is None else tuple(r for r in ROWS if r[0] in pairs)
+    rows = run_remote(cfg, rows=only, progress=lambda s: print(s, file=sys.stderr, flush=True))
     tracing = sdk_tracing_note()
-    print(f"remote rows: {cfg.rounds} round(s), N={cfg.n}, M={cfg.m}, K={cfg.connections}, load at start {load}")
+    print(f"remote rows: {cfg.rounds} round(s), N={cfg.n}, M={cfg.m}, K={cfg.connections}, "
+          f"servers {', '.join(cfg.servers)}, load at start {load}")
     print(render(rows, cfg))
     if tracing:
         print(f"WARNING: {tracing}")

@@ -1,7 +1,7 @@
 """The acp_fast client of the remote benchmark rows (``acp-fast bench --remote``).
 
 A v1 client on the public API, as a user's would be: it connects to a URL with
-:func:`acp_fast.transport.remote.connect_url` (or spawns a stdio agent, for the direct row),
+:func:`acp_fast.remote.connect_url` (or spawns a stdio agent, for the direct row),
 initializes, opens a session and runs one workload, reading every update's text:
 
 ``stream N``      one prompt ``stream N``; counts the ``agent_message_chunk`` updates and

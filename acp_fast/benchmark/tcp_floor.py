@@ -93,22 +93,28 @@ async def _ping(url: str, n: int, warmup: int) -> JsonObject:
             "cpuSeconds": round(cpu, 6), "loop": loop_name()}
 
 
-def floor_cli(prog: str, url: str, serve: Callable[[], Coroutine[Any, Any, None]],
-              roundtrips: Callable[[str, int, int], Coroutine[Any, Any, JsonObject]], argv: list[str] | None) -> int:
+def floor_cli(prog: str, url: str, serve: Callable[..., Coroutine[Any, Any, None]],
+              roundtrips: Callable[[str, int, int], Coroutine[Any, Any, JsonObject]], argv: list[str] | None,
+              *, asgi: bool = False) -> int:
     """The command line of a floor module: ``serve [--loop L]``, or ``URL roundtrips N [--warmup W]
-    [--loop L]`` (``url``: the form of URL, for the help)."""
+    [--loop L]`` (``url``: the form of URL, for the help). With ``asgi``, ``serve`` also takes
+    ``--server NAME`` (the ASGI server, passed to ``serve`` as ``server=``)."""
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("target", help=f"serve, or {url}")
     parser.add_argument("workload", nargs="?", choices=("roundtrips",), default="roundtrips")
     parser.add_argument("n", nargs="?", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--loop", default="auto", help="auto, asyncio or uvloop")
+    if asgi:
+        from ..remote.runner import DEFAULT_SERVER, SERVERS
+
+        parser.add_argument("--server", choices=SERVERS, default=DEFAULT_SERVER, help="the ASGI server (serve)")
     args = parser.parse_args(argv)
     from ..cli.loops import run
 
     if args.target == "serve":
         try:
-            run(serve(), loop=args.loop)
+            run(serve(server=args.server) if asgi else serve(), loop=args.loop)
         except KeyboardInterrupt:
             pass
         return 0

@@ -1,8 +1,8 @@
 """The floor of the WebSocket round-trip rows: the least an ASGI WebSocket round trip costs here.
 
 The server is an ASGI app of a dozen lines on the same ASGI server and settings as
-``acp-fast serve`` (:func:`acp_fast.remote.runner.served`: uvicorn and its default
-WebSocket implementation): it decodes each text message and sends back
+``acp-fast serve`` (:func:`acp_fast.remote.runner.served`; ``serve --server NAME``
+picks the server, the default one of ``acp-fast serve`` by default): it decodes each text message and sends back
 ``{"jsonrpc": "2.0", "id": …, "result": <the request's params>}``. No ACP, no JSON-RPC
 connection, no session, no validation. The client is websockets' sans-I/O protocol in an
 asyncio ``Protocol``: it builds each ``_test/echo`` request, waits for the answer and decodes
@@ -13,7 +13,7 @@ Any ACP server and client on that ASGI server pay at least this much per round t
 their protocol library: the ``floor`` ``ws`` row of ``acp-fast bench --remote`` shows it beside
 the ACP rows. It is a ceiling measured with a shortcut, never a target.
 
-``python -m acp_fast.benchmark.ws_floor serve [--loop L]`` prints its port on stdout;
+``python -m acp_fast.benchmark.ws_floor serve [--loop L] [--server S]`` prints its port on stdout;
 ``python -m acp_fast.benchmark.ws_floor URL roundtrips N [--loop L]`` (URL ``ws://host:port/acp``)
 prints one JSON line: ``{"ok", "n", "seconds", "rate", "cpuSeconds", "loop", "json"}``.
 """
@@ -25,10 +25,13 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..jsontypes import JsonObject
 from .tcp_floor import floor_cli
+
+if TYPE_CHECKING:
+    from ..remote.runner import ServerName
 
 __all__ = ["echo_app", "main"]
 
@@ -114,10 +117,10 @@ class _Caller(asyncio.Protocol):
         return self.answer
 
 
-async def _serve() -> None:
+async def _serve(server: ServerName) -> None:
     from ..remote.runner import served
 
-    async with served(echo_app) as where:
+    async with served(echo_app, server=server) as where:
         print(where.port, flush=True)
         await asyncio.Event().wait()
 
@@ -157,7 +160,8 @@ async def _roundtrips(url: str, n: int, warmup: int) -> JsonObject:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line (see the module's text)."""
-    return floor_cli("python -m acp_fast.benchmark.ws_floor", "ws://host:port/path", _serve, _roundtrips, argv)
+    return floor_cli("python -m acp_fast.benchmark.ws_floor", "ws://host:port/path", _serve, _roundtrips, argv,
+                     asgi=True)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "(acp_fast, the Python SDK, the TS SDK), the gateway, 1,000 connections "
                         "(acp_fast.benchmark.remote; uses --quick, --repeat/--runs, --loops, --n, --m, --peers, --json, "
                         "--png)")
+    g.add_argument("--servers", metavar="S,S",
+                   help="with --remote: the ASGI servers acp_fast's rows run on, comma-separated, the first the "
+                        "goals' (uvicorn, hypercorn, granian; default: acp-fast serve's default)")
     g = p.add_argument_group("probe mode")
     g.add_argument("--agent", metavar="CMD|URL",
                    help="measure this ACP agent command (or remote agent: ws(s):// or http(s):// URL) instead of the suite")
@@ -132,7 +135,8 @@ def _run_remote(args: argparse.Namespace) -> int:
     argv: list[str] = ["--quick"] if args.quick else []
     rounds = args.repeat or args.runs
     for flag, value in (("--rounds", rounds), ("--n", args.n), ("--m", args.m), ("--loops", args.loops),
-                        ("--peers", args.peers), ("--json", args.json), ("--png", args.png)):
+                        ("--servers", args.servers), ("--peers", args.peers), ("--json", args.json),
+                        ("--png", args.png)):
         if value is not None:
             argv += [flag, str(value)]
     return remote_main(argv)

@@ -1,7 +1,7 @@
 """``acp-fast serve``: expose a stdio agent (or Testy) over Streamable HTTP and WebSocket.
 
 Each remote connection gets its own agent child process (see
-:mod:`acp_fast.transport.remote.gateway`); ``--testy`` serves the test agent in-process.
+:mod:`acp_fast.remote.gateway`); ``--testy`` serves the test agent in-process.
 Needs the ``remote`` extra (``pip install 'acp-fast[remote]'``).
 """
 
@@ -14,6 +14,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from ..remote.runner import DEFAULT_SERVER, SERVERS
 from .loops import LOOPS, run
 
 if TYPE_CHECKING:
@@ -46,9 +47,10 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--max-connections", type=int, default=None, help="open connections at most (default: 4096)")
     parser.add_argument("--idle-timeout", type=float, default=None,
                         help="seconds an HTTP connection nobody reads lives (default: 300)")
-    parser.add_argument("--server", choices=("uvicorn", "hypercorn"), default="uvicorn",
-                        help="ASGI server: uvicorn (HTTP/1.1 + WebSocket, default) or hypercorn (adds HTTP/2 over TLS)")
-    parser.add_argument("--certfile", help="TLS certificate (https/wss; HTTP/2 with hypercorn)")
+    parser.add_argument("--server", choices=SERVERS, default=DEFAULT_SERVER,
+                        help=f"ASGI server (default: {DEFAULT_SERVER}): uvicorn (HTTP/1.1 + WebSocket), hypercorn or "
+                             "granian (both add HTTP/2: over TLS by ALPN, and h2c to a client that starts with it)")
+    parser.add_argument("--certfile", help="TLS certificate (https/wss; HTTP/2 by ALPN with hypercorn or granian)")
     parser.add_argument("--keyfile", help="TLS private key")
     parser.add_argument("--workers", type=int, default=1,
                         help="worker processes (uvicorn only); Streamable HTTP then needs sticky routing on Acp-Connection-Id")
@@ -90,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
     from ..remote._wire import MissingExtraError, require_extra
 
     try:
-        require_extra("uvicorn" if args.server == "uvicorn" else "hypercorn")
+        require_extra(args.server)
     except MissingExtraError as exc:
         print(f"acp-fast serve: {exc}", file=sys.stderr)
         return 2

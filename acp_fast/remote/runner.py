@@ -1,10 +1,13 @@
-"""Running an :class:`~acp_fast.transport.remote.AcpApp` on uvicorn or hypercorn.
+"""Running an :class:`~acp_fast.remote.AcpApp` on uvicorn, hypercorn or granian.
 
 :func:`served` starts a server inside the running event loop for as long as a ``with`` block
 (tests, embedding, benchmarks); :func:`serve_app` runs one until it is told to stop (the CLI).
-uvicorn serves HTTP/1.1 and WebSocket; hypercorn serves HTTP/2 as well (over TLS: give
-``certfile``/``keyfile``), which the transport's RFD asks for. Both bind a socket made here,
-so ``port=0`` picks a free port and :attr:`Served.port` says which.
+uvicorn serves HTTP/1.1 and WebSocket. hypercorn and granian serve HTTP/2 as well, which the
+transport's RFD asks for: over TLS (give ``certfile``/``keyfile``) by ALPN, and without TLS
+to a client that speaks HTTP/2 from its first bytes ("prior knowledge", h2c); HTTP/1.1 and
+WebSocket on the same port. granian's HTTP and WebSocket I/O runs on its own Rust threads;
+the app itself runs in this event loop, as with the other two. All three bind a socket made
+here, so ``port=0`` picks a free port and :attr:`Served.port` says which.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,11 +26,13 @@ from typing import Any, Literal
 from ._wire import DEFAULT_PATH, require_extra
 from .server import AcpApp
 
-__all__ = ["SERVERS", "Served", "serve_app", "served"]
+__all__ = ["DEFAULT_SERVER", "SERVERS", "Served", "serve_app", "served"]
 
 #: The ASGI servers :func:`served` and :func:`serve_app` can run.
-SERVERS = ("uvicorn", "hypercorn")
-ServerName = Literal["uvicorn", "hypercorn"]
+SERVERS = ("uvicorn", "hypercorn", "granian")
+ServerName = Literal["uvicorn", "hypercorn", "granian"]
+#: The server :func:`served`, :func:`serve_app` and ``acp-fast serve`` use unless told otherwise.
+DEFAULT_SERVER: ServerName = "uvicorn"
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,14 @@ class Served:
         return self._base("ws")
 
 
+#: The listening socket's backlog.
+_BACKLOG = 2048
+#: Requests granian serves at once (its default is 128): every open SSE stream and WebSocket
+#: is one, and the app's own connection cap (``ServerPolicy.max_connections``) is what bounds
+#: them, so granian's must not bind first.
+_BACKPRESSURE = 65536
+
+
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP spelled out: asyncio turns Nagle off (TCP_NODELAY) only on sockets whose
@@ -69,13 +83,13 @@ def _listen(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
-    sock.listen(2048)
+    sock.listen(_BACKLOG)
     sock.setblocking(False)
     return sock
 
 
 @contextlib.asynccontextmanager
-async def served(app: AcpApp | Callable[..., Any], *, server: ServerName = "uvicorn", host: str = "127.0.0.1",
+async def served(app: AcpApp | Callable[..., Any], *, server: ServerName = DEFAULT_SERVER, host: str = "127.0.0.1",
                  port: int = 0, certfile: str | None = None, keyfile: str | None = None,
                  log_level: str = "warning") -> AsyncIterator[Served]:
     """Serve ``app`` in this event loop while the block runs; yields a :class:`Served`.
@@ -94,6 +108,8 @@ async def served(app: AcpApp | Callable[..., Any], *, server: ServerName = "uvic
         task = asyncio.ensure_future(_uvicorn(app, sock, stop, certfile, keyfile, log_level))
     elif server == "hypercorn":
         task = asyncio.ensure_future(_hypercorn(app, sock, stop, certfile, keyfile, log_level))
+    elif server == "granian":
+        task = asyncio.ensure_future(_granian(app, sock, stop, certfile, keyfile, log_level))
     else:
         sock.close()
         raise ValueError(f"server must be one of {SERVERS}, not {server!r}")
@@ -188,7 +204,75 @@ async def _hypercorn(app: Any, sock: socket.socket, stop: asyncio.Event, certfil
     await serve(app, config, shutdown_trigger=stop.wait)
 
 
-async def serve_app(app: AcpApp, *, server: ServerName = "uvicorn", host: str = "127.0.0.1", port: int = 8000,
+#: granian's start-up notice that its in-process ("embedded") server is experimental: said on
+#: every start, dropped from the log (the tests of this package are what vouch for it here).
+_GRANIAN_EMBED_NOTICE = "Embedded server is experimental"
+
+
+def _granian_filter(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_GRANIAN_EMBED_NOTICE)
+
+
+def _os_threads() -> set[str]:
+    """This process's OS thread ids (Linux), or an empty set where ``/proc`` cannot say."""
+    try:
+        return set(os.listdir("/proc/self/task"))
+    except OSError:
+        return set()
+
+
+async def _granian(app: Any, sock: socket.socket, stop: asyncio.Event, certfile: str | None, keyfile: str | None,
+                   log_level: str) -> None:
+    require_extra("granian")
+    from pathlib import Path
+
+    from granian import net
+    from granian.constants import HTTPModes, Interfaces, SSLProtocols
+    from granian.log import LogLevels
+    from granian.server.embed import Server
+
+    level = log_level.lower() if log_level.lower() in LogLevels.__members__ else "warning"
+    fd = os.dup(sock.fileno())  # granian owns (and closes) its copy
+
+    class _Embedded(Server):
+        def _init_shared_socket(self) -> None:  # serve the socket made here (port 0 works)
+            self._ssp = None
+            holder: Any = getattr(net, "SocketHolder")  # noqa: B009 - granian.net re-exports it untyped
+            self._shd = holder(fd, False, _BACKLOG)
+
+    logging.getLogger("_granian").addFilter(_granian_filter)
+    before = _os_threads()
+    srv = _Embedded(
+        app, address=sock.getsockname()[0], port=sock.getsockname()[1], interface=Interfaces.ASGINL,
+        http=HTTPModes.auto, websockets=True, backlog=_BACKLOG, backpressure=_BACKPRESSURE,
+        log_level=LogLevels(level),
+        # incremental: only the levels of granian's own loggers change; the records go to this
+        # process's handlers (no new handlers, none of the existing ones closed)
+        log_dictconfig={"version": 1, "incremental": True, "handlers": {}, "formatters": {}, "loggers": {}},
+        ssl_cert=Path(certfile) if certfile else None, ssl_key=Path(keyfile) if keyfile else None,
+        ssl_protocol_min=SSLProtocols.tls12,
+    )
+    watcher = asyncio.ensure_future(_stop_granian(srv, stop))
+    try:
+        await srv.serve()
+    finally:
+        watcher.cancel()
+        # serve() returns as soon as the stop is signalled, while granian's Rust threads are
+        # still winding down; one that reaches for the interpreter after this process began to
+        # exit aborts it. So wait (bounded) until the threads it started are gone.
+        python_threads = {str(t.native_id) for t in threading.enumerate()}
+        for _ in range(400):
+            if not (_os_threads() - before - python_threads):
+                break
+            await asyncio.sleep(0.005)
+
+
+async def _stop_granian(srv: Any, stop: asyncio.Event) -> None:
+    await stop.wait()
+    srv.stop()
+
+
+async def serve_app(app: AcpApp, *, server: ServerName = DEFAULT_SERVER, host: str = "127.0.0.1", port: int = 8000,
                     certfile: str | None = None, keyfile: str | None = None, log_level: str = "info",
                     on_ready: Callable[[Served], None] | None = None) -> None:
     """Serve ``app`` until SIGINT or SIGTERM (or cancellation); ``on_ready`` gets the address."""

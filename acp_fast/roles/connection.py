@@ -131,7 +131,7 @@ class AcpConnection(Generic[Version]):
         self._known = make_known(self.surface, compiled=getattr(conn.engine, "IMPLEMENTATION", "") == "c")
         self._request_ok = self.surface.methods_of_kind("request") - _INITIALIZES
         self._notification_ok = self.surface.methods_of_kind("notification")
-        self._notify = conn.notify
+        self._notify = conn.outbox.notify  # Connection.notify without the Python call around it
         self._out_fast = False
         #: ``send_session_update(session_id, update, *, passthrough=False, **fields)``: send
         #: ``session/update`` ``{"sessionId", "update", …fields}`` through the write guard

@@ -49,6 +49,7 @@ INSTALL = {
                    "or set ACP_FAST_SCHEMA_DIR"),
     "chromium": "headless Chromium: apt-get install chromium (Debian package; .ci/run installs it)",
     "pillow": "Pillow (with matplotlib): pip install -e '.[test]'",
+    "asgi-server": "the ASGI servers (uvicorn, hypercorn, granian): pip install -e '.[test]'",
     "pip-index": "network access to the package index (pip download), or a filled ACP_FAST_SDK_SDIST_CACHE",
 }
 

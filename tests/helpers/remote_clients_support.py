@@ -1,7 +1,7 @@
 """Support for the interop tests of the remote server against the SDKs' remote clients (not a
 test module).
 
-* :class:`ServedThread`: :class:`~acp_fast.remote.AcpApp` s served by uvicorn or
+* :class:`ServedThread`: :class:`~acp_fast.remote.AcpApp` s served by uvicorn, granian or
   hypercorn on ``127.0.0.1`` port 0, in one thread and event loop of their own, so that the
   test thread is free to run peer processes and its own clients;
 * :func:`dying_agent`: an in-process agent that answers ``initialize`` (v1 or v2) and
@@ -60,7 +60,7 @@ class ServedThread:
     in one thread here (see the notes of ``tests/interop/test_remote_server_interop.py``).
 
     Args:
-        apps: ``(make_app, server)`` pairs; ``server`` is ``"uvicorn"`` or ``"hypercorn"``.
+        apps: ``(make_app, server)`` pairs; ``server`` names an ASGI server (``"uvicorn"``, ``"hypercorn"``, ``"granian"``).
         start_timeout: seconds to wait for every server to listen.
     """
 
