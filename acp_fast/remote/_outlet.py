@@ -106,21 +106,32 @@ def grouped(items: list[Item]) -> list[tuple[int, bytes]]:
     batch) goes alone, as written. A group of one is its line, unwrapped."""
     out: list[tuple[int, bytes]] = []
     group: list[bytes] = []
-    size = 0  # the open group's batch text: brackets, lines, commas
+    size = 0  # the open group's lines, each with its comma (its batch text is one byte more)
     last = 0
     for ident, line, batchable in items:
-        n = len(line)
-        if group and (not batchable or size + n + 1 > BATCH_FRAME_BYTES):
-            out.append((last, group[0] if len(group) == 1 else b"[" + b",".join(group) + b"]"))
+        if batchable:
+            n = len(line) + 1
+            if size + n < BATCH_FRAME_BYTES:  # joins the open group (or opens one)
+                group.append(line)
+                size += n
+                last = ident
+                continue
+            if group:
+                out.append((last, _joined(group)))
+            if n < BATCH_FRAME_BYTES:
+                group = [line]
+                size = n
+                last = ident
+                continue
             group = []
-        if batchable and n + 2 <= BATCH_FRAME_BYTES:
-            size = size + n + 1 if group else n + 2
-            group.append(line)
-            last = ident
-        else:
-            out.append((ident, line))
+            size = 0
+        elif group:
+            out.append((last, _joined(group)))
+            group = []
+            size = 0
+        out.append((ident, line))
     if group:
-        out.append((last, group[0] if len(group) == 1 else b"[" + b",".join(group) + b"]"))
+        out.append((last, _joined(group)))
     return out
 
 
@@ -143,6 +154,11 @@ def ws_frames(items: list[Item], batches: bool) -> list[str]:
     if not batches:
         return [line.decode("utf-8", "replace") for _, line, _ in items]
     return [data.decode("utf-8", "replace") for _, data in grouped(items)]
+
+
+def _joined(group: list[bytes]) -> bytes:
+    """A group's frame: its line alone, or the batch of its lines."""
+    return group[0] if len(group) == 1 else b"[" + b",".join(group) + b"]"
 
 
 def _text_safe(chunk: bytes) -> bytes:

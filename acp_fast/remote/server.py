@@ -112,6 +112,11 @@ def _params_session(frame: Any, line: bytes) -> tuple[object, bytes | None]:
     return (params.get("sessionId") if isinstance(params, dict) else None), None
 
 
+_MALFORMED = _kinds.MALFORMED
+#: by frame kind: whether a message may share a batch frame (a notification or a response)
+_BATCHABLE = tuple(k in (_kinds.NOTIFICATION, _kinds.RESPONSE) for k in range(_kinds.MALFORMED + 1))
+
+
 class _Connection:
     """One ACP connection: the agent's stream and what the network side has in flight."""
 
@@ -171,16 +176,17 @@ class _Connection:
         size = 0
         websocket = self.websocket
         socket = self.streams[None]
+        put = socket.put
         for frame in self.decoder.feed(data):
             kind = frame.kind
-            if kind == _kinds.MALFORMED:
+            if kind == _MALFORMED:
                 if frame.raw:
                     size += self._not_jsonrpc(frame.raw)
                 else:  # a line over the size limit: never buffered, nothing to send
                     self._too_long()
                 continue
             if websocket:
-                size += socket.put(frame.raw, kind == _kinds.NOTIFICATION or kind == _kinds.RESPONSE)
+                size += put(frame.raw, _BATCHABLE[kind])
                 continue
             try:
                 size += self._route(frame, kind)
