@@ -8,9 +8,10 @@ else the machine runs). Three workloads:
   benchmark client does) after ``initialize`` and ``session/new`` against a scripted peer;
   then ``N`` pre-encoded ``agent_message_chunk`` lines (100-byte texts, each different) are
   handed to its JSON-RPC connection in 256 KiB reads, as a pipe delivers them.
-* ``agent``: Testy (the benchmark agent) on an in-memory stream, asked to ``stream N
-  chunks``: a fresh update dict and text per chunk, ``cx.send_session_update``,
-  ``cx.drain()`` every ~256 KiB; the peer only counts bytes.
+* ``agent``: Testy (the benchmark agent; ``--agent readme``: the README's agent of the
+  ``acp_fast/acp_fast-readme`` row) on an in-memory stream, asked to ``stream N chunks``: a
+  fresh update dict and text per chunk, ``cx.send_session_update``, ``cx.drain()`` every
+  ~256 KiB; the peer only counts bytes.
 * ``frames``: minor page faults (``getrusage``) per 1 MiB frame, on the reading side (a
   ``Client`` fed 1 MiB updates in 256 KiB reads) and on the writing side (an agent
   connection sending 1 MiB updates to a sink), after a warm-up.
@@ -118,16 +119,18 @@ async def client(n: int, size: int, total: int) -> dict[str, Any]:
     return {"updates": seen[0], "textBytes": seen[1], "usPerUpdate": round(secs / n * 1e6, 3)}
 
 
-async def agent(n: int, size: int) -> dict[str, Any]:
+async def agent(n: int, size: int, which: str = "testy") -> dict[str, Any]:
     import os
 
     from acp_fast import testy
+    from acp_fast.benchmark import readme_agent
     from acp_fast.transport import memory_pair
 
     os.environ["ACP_CHUNK"] = str(size)
     a, b = memory_pair()
     b._wt.set_write_buffer_limits(1 << 30)  # type: ignore[attr-defined]
-    task = asyncio.ensure_future(testy.build((1,)).serve(a))
+    built = readme_agent.build(size) if which == "readme" else testy.build((1,))
+    task = asyncio.ensure_future(built.serve(a))
     peer = _Sink(b, answer=False)
     b.write(_line({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}))
     b.write(_line({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}))
@@ -220,13 +223,15 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--side", choices=("read", "write", "both"), default="both", help="frames: which side runs")
+    ap.add_argument("--agent", choices=("testy", "readme"), default="testy",
+                    help="agent: Testy, or the README's agent (the acp_fast/acp_fast-readme row)")
     ap.add_argument("--total", type=int, default=20000,
                     help="client: lines built whatever --n is (so that two runs differ only in feeding)")
     args = ap.parse_args()
     if args.what == "client":
         print(asyncio.run(client(args.n, args.size, args.total)))
     elif args.what == "agent":
-        print(asyncio.run(agent(args.n, args.size)))
+        print(asyncio.run(agent(args.n, args.size, args.agent)))
     else:
         print(asyncio.run(frames(args.n, args.size, args.side)))
 

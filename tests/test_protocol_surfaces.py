@@ -875,6 +875,37 @@ def _compiled_known(surface: WireSurface):
     return gate.make_known(surface, compiled=True)
 
 
+class _Refused(Exception):
+    pass
+
+
+class _ClashingKey:
+    """A dict key that collides with ``name`` and refuses to be compared."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        raise _Refused(self.name)
+
+
+@pytest.mark.parametrize("key", ["content", "type", "text"])
+def test_read_gate_twins_agree_when_a_key_refuses_comparison(v1, key) -> None:
+    # a lookup that raises (only a caller's own dict can hold such a key, here in the place
+    # of ``key``) propagates from both twins alike: neither turns it into a verdict
+    content: dict[object, object] = {"type": "text", "text": "hi"}
+    update: dict[object, object] = {"sessionUpdate": "agent_message_chunk", "content": content}
+    holder = update if key == "content" else content
+    del holder[key]
+    holder[_ClashingKey(key)] = 1
+    for known in (v1.known_variant, _compiled_known(v1)):
+        with pytest.raises(_Refused):
+            known(update)
+
+
 def test_compiled_gate_is_not_the_pure_one() -> None:
     from acp_fast._compat import NO_EXTENSIONS
     from acp_fast.protocol import gate

@@ -9,6 +9,7 @@ in-memory pairs, with a raw JSON-line peer where the wire itself is asserted.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import subprocess
 import sys
@@ -33,7 +34,8 @@ from roles_support import (
 
 from acp_fast.errors import JsonRpcError
 from acp_fast.protocol.errors import WireSurfaceError
-from acp_fast.roles import Agent, Client, Context, Proxy
+from acp_fast.protocol.gate import SurfaceGate
+from acp_fast.roles import Agent, Client, Context, Proxy, _hot
 from acp_fast.transport import memory_pair
 
 NOT_READY = "ACP initialization must complete before `session/new` can be used"
@@ -602,6 +604,12 @@ def test_session_update_fast_path_view_equals_the_full_read_gate(engine: ModuleT
         assert all(type(cx) is Context and cx.connection is acp and cx.request is None
                    and cx.method == "session/update" for cx in contexts)
         assert len({id(cx) for cx in contexts}) == len(contexts)  # one per notification
+        # the fast path is the gate of the hot path's twin, whichever engine twin decodes
+        # (the compiled hot path calls the compiled gate at C level)
+        gate = acp.dispatch.session_update.gate
+        compiled = _hot.IMPLEMENTATION == "c"
+        assert type(gate) is (importlib.import_module("acp_fast.protocol._gate_c").Gate if compiled else SurfaceGate)
+        assert acp.send_session_update.gate is gate
 
     run(body)
 

@@ -6,8 +6,14 @@ type tests, and answers exactly what ``WireSurface.known_variant`` answers (the 
 the ``KnownVariant`` of an update that has the version's shape, else ``None`` (not a verdict).
 """
 
-from cpython.dict cimport PyDict_Contains, PyDict_GetItem
 from cpython.object cimport PyObject
+
+
+cdef extern from "Python.h":
+    # not PyDict_GetItem: that one saves and restores the error state around every lookup
+    # (a third of a lookup's cost); an error (a key whose __eq__ raises) propagates, as in
+    # the pure twin
+    PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
 
 
 cdef bint _shape(dict payload, tuple spec) except -1:
@@ -17,13 +23,13 @@ cdef bint _shape(dict payload, tuple spec) except -1:
     cdef object value, item, field, table
     cdef bint is_list
     for key in required:
-        if not PyDict_Contains(payload, key):
+        if PyDict_GetItemWithError(payload, key) is NULL:
             return False
     for entry in fields:
         field = (<tuple>entry)[0]
         table = (<tuple>entry)[1]
         is_list = (<tuple>entry)[2]
-        found = PyDict_GetItem(payload, field)
+        found = PyDict_GetItemWithError(payload, field)
         if found is NULL:
             continue
         value = <object>found
@@ -45,10 +51,10 @@ cdef bint _item(object item, dict table) except -1:
     cdef PyObject* found
     if type(item) is not dict:
         return False
-    found = PyDict_GetItem(<dict>item, "type")
+    found = PyDict_GetItemWithError(<dict>item, "type")
     if found is NULL or type(<object>found) is not str:
         return False
-    found = PyDict_GetItem(table, <object>found)
+    found = PyDict_GetItemWithError(table, <object>found)
     if found is NULL:
         return False
     return _shape(<dict>item, <tuple><object>found)
@@ -56,9 +62,8 @@ cdef bint _item(object item, dict table) except -1:
 
 cdef class Gate:
     """``known(update)``: the ``KnownVariant`` when ``update`` is known in this version's
-    shape, else ``None``. Built from ``WireSurface.gate_specs()``."""
-
-    cdef dict _entries
+    shape, else ``None``. Built from ``WireSurface.gate_specs()``. (Its C face is
+    ``_gate_c.pxd``: the compiled hot path calls ``known`` directly.)"""
 
     def __init__(self, dict specs):
         self._entries = dict(specs)
@@ -69,26 +74,26 @@ cdef class Gate:
         cdef tuple entry
         if type(update) is not dict:
             return None
-        found = PyDict_GetItem(<dict>update, "sessionUpdate")
+        found = PyDict_GetItemWithError(<dict>update, "sessionUpdate")
         if found is NULL:
             return None
         kind = <object>found
         if type(kind) is not str:
             return None
-        found = PyDict_GetItem(self._entries, kind)
+        found = PyDict_GetItemWithError(self._entries, kind)
         if found is NULL:
             return None
         entry = <tuple><object>found
         states = entry[2]
         if states is not None:  # state_update: the inner state first (as the pure twin)
-            found = PyDict_GetItem(<dict>update, "state")
+            found = PyDict_GetItemWithError(<dict>update, "state")
             if found is NULL:
                 return None
             state = <object>found
             if type(state) is not str or state not in states:
                 return None
             if state == "idle":
-                found = PyDict_GetItem(<dict>update, "stopReason")
+                found = PyDict_GetItemWithError(<dict>update, "stopReason")
                 if found is not NULL and <object>found is not None and type(<object>found) is not str:
                     return None
         if _shape(<dict>update, <tuple>entry[1]):

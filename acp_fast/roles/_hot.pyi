@@ -16,7 +16,8 @@ from ..engine import Message
 from ..jsonrpc import RequestContext, Responder
 from ..jsontypes import Json, JsonObject, RequestId
 from ..jsonrpc import RequestResult
-from ..protocol.surface import KnownVariant, SessionUpdateView
+from ..protocol.gate import Gate
+from ..protocol.surface import SessionUpdateView
 from ._hot_py import SessionUpdate as SessionUpdate
 from ._hot_py import UpdateSender as UpdateSender
 from .context import Peer, Request, SuccessorPeer
@@ -84,14 +85,14 @@ class NotificationHandler:
 
 class UpdateDispatcher:
     connection: Peer
-    known: Callable[[Json], KnownVariant | None]
+    gate: Gate
     classify: Callable[[Json], SessionUpdateView]
     apply_state: Callable[[Json, Json], None]
     on_update: Callable[[SessionUpdate, Context], object] | None
     fallback: Callable[[Json, Context], object] | None
     event_type: type[SessionUpdate]
     context_type: type[Context]
-    def __init__(self, connection: Peer, known: Callable[[Json], KnownVariant | None],
+    def __init__(self, connection: Peer, gate: Gate,
                  classify: Callable[[Json], SessionUpdateView], apply_state: Callable[[Json, Json], None],
                  on_update: Callable[[SessionUpdate, Context], object] | None,
                  fallback: Callable[[Json, Context], object] | None, event_type: type[SessionUpdate],

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..engine import Message
     from ..jsonrpc import RequestResult
     from ..jsontypes import Json, JsonObject
+    from ..protocol.gate import Gate
     from .context import Peer, Request, SessionUpdateSender, SuccessorPeer
 
 __all__ = ["Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate", "UpdateDispatcher",
@@ -259,8 +260,8 @@ class NotificationHandler:
 class UpdateDispatcher:
     """``session/update``: the read gate, session-state tracking, then the handler.
 
-    A known update (the fast path ``known(update)`` returns its variant) becomes a
-    ``SessionUpdate`` carrying the variant; anything else goes through ``classify`` (the
+    A known update (the fast path ``gate.known(update)`` returns its variant; compiled, a C
+    call to the compiled gate) becomes a ``SessionUpdate`` carrying the variant; anything else goes through ``classify`` (the
     full read gate) and carries its view. Known ``state_update``, ``tool_call`` and
     ``tool_call_update`` payloads are applied to the session states (``apply_state``)
     before the handler sees them. The handler is
@@ -268,15 +269,15 @@ class UpdateDispatcher:
     """
 
     __slots__ = ("apply_state", "classify", "connection", "context_type", "event_type",
-                 "fallback", "known", "on_update")
+                 "fallback", "gate", "on_update")
 
-    def __init__(self, connection: Peer, known: Callable[[Json], KnownVariant | None],
+    def __init__(self, connection: Peer, gate: Gate,
                  classify: Callable[[Json], SessionUpdateView], apply_state: Callable[[Json, Json], None],
                  on_update: Callable[[SessionUpdate, Context], object] | None,
                  fallback: Callable[[Json, Context], object] | None, event_type: type[SessionUpdate],
                  context_type: type[Context]) -> None:
         self.connection = connection
-        self.known = known
+        self.gate = gate
         self.classify = classify
         self.apply_state = apply_state
         self.on_update = on_update
@@ -287,9 +288,10 @@ class UpdateDispatcher:
     def __call__(self, message: Message) -> object:
         params = message.params
         if type(params) is dict:
-            update = params.get("update")
-            session_id = params.get("sessionId")
-            variant = self.known(update)
+            # dict.get(params, …), not params.get(…): compiled, a C lookup (no method call)
+            update = dict.get(params, "update")
+            session_id = dict.get(params, "sessionId")
+            variant = self.gate.known(update)
         else:
             update = None
             session_id = None
@@ -314,21 +316,20 @@ class UpdateDispatcher:
 
 class UpdateSender:
     """A connection's ``send_session_update`` once it is ready: for a plain update, the write
-    guard's compiled check of the variant (``known``), then the JSON-RPC connection's
+    guard's compiled check of the variant (``gate.known``), then the JSON-RPC connection's
     ``notify``. Anything else (``passthrough``, extra fields, or an update the fast check
     does not accept) goes to ``slow`` (the full write guard, which raises
     ``WireSurfaceError`` for what the version does not define)."""
 
-    __slots__ = ("known", "notify", "slow")
+    __slots__ = ("gate", "notify", "slow")
 
-    def __init__(self, known: Callable[[Json], KnownVariant | None], notify: Callable[[str, Json], bool],
-                 slow: SessionUpdateSender) -> None:
-        self.known = known
+    def __init__(self, gate: Gate, notify: Callable[[str, Json], bool], slow: SessionUpdateSender) -> None:
+        self.gate = gate
         self.notify = notify
         self.slow = slow
 
     def __call__(self, session_id: str, update: JsonObject, passthrough: bool = False, **fields: Json) -> bool:
-        if not passthrough and not fields and self.known(update) is not None:
+        if not passthrough and not fields and self.gate.known(update) is not None:
             return self.notify(_SESSION_UPDATE, {"sessionId": session_id, "update": update})
         return self.slow(session_id, update, passthrough=passthrough, **fields)
 
@@ -336,6 +337,6 @@ class UpdateSender:
         """``self(session_id, update)`` without options, for ``Context.send_session_update``:
         two positional arguments and no keyword handling (a compiled call with ``**fields``
         builds a dict each time; this is once per streamed update)."""
-        if self.known(update) is not None:
+        if self.gate.known(update) is not None:
             return self.notify(_SESSION_UPDATE, {"sessionId": session_id, "update": update})
         return self.slow(session_id, update)

@@ -26,9 +26,10 @@ from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection, PendingRequest, RequestContext, RequestResult
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
-from ..protocol.gate import make_known
+from ..protocol.gate import make_gate
 from ..protocol.guard import InitializationGuard
 from ..protocol.surface import WireSurface
+from ._hot import IMPLEMENTATION as HOT_IMPLEMENTATION
 from ._hot import UpdateSender
 from ._hot import Context, SessionUpdate
 from .context import Request, SentRequest, SessionUpdateSender, Version
@@ -127,8 +128,9 @@ class AcpConnection(Generic[Version]):
         #: the -32600 ``data`` for anything sent before ``initialize`` (a connector's client)
         self._first_rule = first_rule
         self._initialize_sent = False
-        # the read gate's fast path: the compiled twin on the compiled engine
-        self._known = make_known(self.surface, compiled=getattr(conn.engine, "IMPLEMENTATION", "") == "c")
+        # the read gate's fast path: the compiled twin on the compiled hot path (which calls it
+        # at C level), whichever engine twin decodes
+        self._gate = make_gate(self.surface, compiled=HOT_IMPLEMENTATION == "c")
         self._request_ok = self.surface.methods_of_kind("request") - _INITIALIZES
         self._notification_ok = self.surface.methods_of_kind("notification")
         self._notify = conn.outbox.notify  # Connection.notify without the Python call around it
@@ -149,7 +151,7 @@ class AcpConnection(Generic[Version]):
         self._mcp: McpState | None = None
         #: where every incoming message goes (:class:`~acp_fast.roles.dispatch.Dispatch`):
         #: the guarded slow path until ready, then one installed entry per method
-        self.dispatch = Dispatch(self, conn, table, self._rules(), known=self._known,
+        self.dispatch = Dispatch(self, conn, table, self._rules(), gate=self._gate,
                                  classify=self.surface.classify_session_update, apply_state=self.sessions.apply)
         conn.closed.add_done_callback(self._on_closed)
         if self.guard.ready:
@@ -475,10 +477,10 @@ class AcpConnection(Generic[Version]):
     def _out_ready(self) -> None:
         """Outgoing traffic may take the fast paths from now on (guard ready, first rule met)."""
         self._out_fast = True
-        self.send_session_update = UpdateSender(self._known, self._notify, self._send_update_guarded)
+        self.send_session_update = UpdateSender(self._gate, self._notify, self._send_update_guarded)
 
     def _check_update_out(self, update: Json) -> None:
-        if self._known(update) is None:
+        if self._gate.known(update) is None:
             self.surface.check_outgoing_session_update(update)
 
     def mapped_request(self, method: str, params: Json, fn: Callable[[Json], _T], *,

@@ -40,7 +40,8 @@ from .table import NOT_HANDLED, Handler, HandlerTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine import Message
-    from ..protocol.surface import KnownVariant, SessionUpdateView
+    from ..protocol.gate import Gate
+    from ..protocol.surface import SessionUpdateView
 
 __all__ = ["INITIALIZE", "INITIALIZING", "PROXY_INITIALIZE", "PROXY_INITIALIZE_SPEC", "SESSION_UPDATE", "Dispatch",
            "DynamicHandler", "Rules"]
@@ -167,7 +168,8 @@ class Dispatch:
         raw: the connection's JSON-RPC connection (whose tables it fills).
         table: the builder's frozen handler table.
         rules: the role's rules.
-        known: the read gate's fast path of the connection's version.
+        gate: the read gate's fast path of the connection's version (a
+            :class:`~acp_fast.protocol.gate.Gate`; the compiled one on the compiled hot path).
         classify: the full read gate (``WireSurface.classify_session_update``).
         apply_state: the session-state tracking (``SessionStates.apply``).
 
@@ -176,19 +178,19 @@ class Dispatch:
     """
 
     def __init__(self, connection: Peer, raw: Connection, table: HandlerTable, rules: Rules, *,
-                 known: Callable[[Json], KnownVariant | None], classify: Callable[[Json], SessionUpdateView],
+                 gate: Gate, classify: Callable[[Json], SessionUpdateView],
                  apply_state: Callable[[Json, Json], None]) -> None:
         self.connection = connection
         self.raw = raw
         self.table = table
         self.rules = rules
         self.installed = False
-        self._gate = (known, classify, apply_state)
+        self._gate = (gate, classify, apply_state)
         #: ``(kind, method) -> handlers`` added at run time
         self._dynamic: dict[tuple[str, str], list[DynamicHandler]] = {}
         #: the compiled ``session/update`` path: read gate, session states, ``on_update``
         self.session_update = UpdateDispatcher(
-            connection, known, classify, apply_state, table.on_update, table.notifications.get(SESSION_UPDATE),
+            connection, gate, classify, apply_state, table.on_update, table.notifications.get(SESSION_UPDATE),
             SessionUpdate, rules.context_type)
         raw.on_any_request(self.request)
         raw.on_any_notification(self.notification)
@@ -257,8 +259,8 @@ class Dispatch:
             if handlers is None:
                 entry = self.session_update
             else:  # dynamic update handlers see the gated SessionUpdate first
-                known, classify, apply_state = self._gate
-                entry = UpdateDispatcher(self.connection, known, classify, apply_state,
+                gate, classify, apply_state = self._gate
+                entry = UpdateDispatcher(self.connection, gate, classify, apply_state,
                                          self._dynamic_update(handlers), None, SessionUpdate, rules.context_type)
         else:
             fn = self.table.notifications.get(method)
