@@ -115,9 +115,9 @@ def test_posts_reach_the_agent_as_frames_and_rewritten_lines_as_bytes(engine: Mo
     run(main)
 
 
-def _limited_agent(engine: ModuleType, **limits: int) -> Callable[[Stream], Awaitable[None]]:
+def _limited_agent(engine: ModuleType, lazy: bool = False, **limits: int) -> Callable[[Stream], Awaitable[None]]:
     async def serve(stream: Stream) -> None:
-        conn = Connection(stream, engine=engine, decoder=engine.Decoder(**limits))
+        conn = Connection(stream, engine=engine, decoder=engine.Decoder(lazy=lazy, **limits))
         conn.on_request("initialize", lambda ctx: {"protocolVersion": 1})
         conn.on_request("_test/echo", lambda ctx: ctx.params)
         await conn.wait_closed()
@@ -158,6 +158,30 @@ def test_what_the_agents_own_limits_refuse_is_refused_as_before(engine: ModuleTy
         assert fed["frames"] >= 1 and fed["data"] >= 1  # the short one as frames, the long one as bytes
     else:
         assert fed["frames"] == 0  # other depth or batch limits: never frames
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_posts_queued_for_the_agent_keep_their_own_frames(engine: ModuleType, fed: dict[str, int],
+                                                          lazy: bool) -> None:
+    """POSTs sent before the agent reads any of them (one decoder decodes them all, their
+    frames wait in the pipe together) each reach the agent with their own params, for an
+    eager and a lazy agent alike."""
+
+    async def main() -> None:
+        async with served(asgi_app(_limited_agent(engine, lazy=lazy), engine=engine)) as where, \
+                httpx.AsyncClient() as c:
+            url = where.http_url
+            h, events = await _start(c, url)
+            posts = [{"jsonrpc": "2.0", "id": i, "method": "_test/echo", "params": {"n": i, "pad": "x" * (i * 999)}}
+                     for i in range(1, 9)]
+            sent = await asyncio.gather(*(c.post(url, json=p, headers=h) for p in posts))
+            assert [r.status_code for r in sent] == [202] * 8
+            for p in posts:
+                assert (await events.reply(p["id"]))["result"] == p["params"]
+            events.stop()
+
+    run(main)
+    assert fed["frames"] >= 1 and fed["data"] == 1  # initialize alone went as bytes
 
 
 def test_an_agent_of_the_other_twin_gets_bytes(engine: ModuleType, fed: dict[str, int]) -> None:
