@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 import remote_peers
+from raw_http import ACCEPTED, SSE_HEAD, RawHttp, initialize_reply, sse_event
 from remote_faults import ConnectProxy, CutSse, TcpProxy
 from remote_peers import KINDS, REPO, RemotePeer
 
@@ -345,7 +346,7 @@ def test_ws_backpressure_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
     stall); the server not reading stops the bridge reading the connection (its writes pause),
     and closing then gives up on the unsent messages after ``CLOSE_TIMEOUT``.
     """
-    monkeypatch.setattr(remote_client, "CLOSE_TIMEOUT", 0.5)
+    monkeypatch.setattr(remote_client._bridge, "CLOSE_TIMEOUT", 0.5)
     from websockets.asyncio.server import ServerConnection, serve
     from websockets.exceptions import ConnectionClosed
 
@@ -405,7 +406,7 @@ def test_ws_backpressure_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
     run(body)
 
 
-class _MiniHttp:
+class _MiniHttp(RawHttp):
     """A tiny HTTP/1.1 server for one Streamable HTTP connection: ``initialize`` answered
     200 with a connection id, other POSTs 202 (or :attr:`post_status`), the connection's
     SSE stream sending ``frames`` events (counted in :attr:`sent`), DELETE 202."""
@@ -419,41 +420,28 @@ class _MiniHttp:
         self.post_status = 202
         self.refuse_initialize = False
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method = lines[0].split(" ")[0]
-                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                if method == "GET":
-                    await self.flood(writer)
-                    await reader.read()  # until the client goes
-                    return
-                if method == "POST" and b'"initialize"' in body:
-                    ident = body.split(b'"id":', 1)[1].split(b",", 1)[0]
-                    outcome = (b'"error":{"code":-32022,"message":"Unsupported protocol version"}'
-                               if self.refuse_initialize else b'"result":{"protocolVersion":1}')
-                    reply = b'{"jsonrpc":"2.0","id":' + ident + b"," + outcome + b"}"
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nAcp-Connection-Id: c1\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s" % (len(reply), reply))
-                elif method == "POST":
-                    self.posts.append((headers, body))
-                    writer.write(b"HTTP/1.1 %d X\r\nContent-Length: 0\r\n\r\n" % self.post_status)
-                else:
-                    self.deletes.append(headers.get("acp-connection-id", ""))
-                    writer.write(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+    async def answer(self, method: str, headers: dict[str, str], body: bytes, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> bool:
+        if method == "GET":
+            await self.flood(writer)
+            await reader.read()  # until the client goes
+            return False
+        if method == "POST" and b'"initialize"' in body:
+            ident = body.split(b'"id":', 1)[1].split(b",", 1)[0]
+            outcome = (b'"error":{"code":-32022,"message":"Unsupported protocol version"}'
+                       if self.refuse_initialize else b'"result":{"protocolVersion":1}')
+            initialize_reply(writer, b'{"jsonrpc":"2.0","id":' + ident + b"," + outcome + b"}")
+        elif method == "POST":
+            self.posts.append((headers, body))
+            writer.write(b"HTTP/1.1 %d X\r\nContent-Length: 0\r\n\r\n" % self.post_status)
+        else:
+            self.deletes.append(headers.get("acp-connection-id", ""))
+            writer.write(ACCEPTED)
+        return True
 
     async def flood(self, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        event = b"data: " + FLOOD_LINE + b"\n\n"
-        chunk = b"%x\r\n%s\r\n" % (len(event), event)
+        writer.write(SSE_HEAD)
+        chunk = sse_event(FLOOD_LINE)
         for _ in range(self.frames):
             writer.write(chunk)
             await writer.drain()
@@ -876,7 +864,7 @@ def test_websocket_through_a_proxy_from_the_environment(engine: ModuleType, monk
                 await turn(where.ws_url)
                 assert proxy.asked == []
                 monkeypatch.setenv("ws_proxy", proxy.url())
-                assert remote_client._ws_proxied(where.ws_url)
+                assert remote_client.ws_proxied(where.ws_url)
                 await turn(where.ws_url)
                 assert proxy.asked == [f"127.0.0.1:{where.port}"]
         finally:
@@ -889,8 +877,8 @@ def test_websocket_through_a_proxy_from_the_environment(engine: ModuleType, monk
 def test_websocket_silently_dead_path_detected_by_pings(engine: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """The network path stops carrying anything while every socket stays open: the client's
     ping gets no pong, the connection ends, the pending request fails, and the error says so."""
-    monkeypatch.setattr(remote_client, "PING_INTERVAL", 0.2)
-    monkeypatch.setattr(remote_client, "PING_TIMEOUT", 0.3)
+    monkeypatch.setattr(remote_client._websocket, "PING_INTERVAL", 0.2)
+    monkeypatch.setattr(remote_client._websocket, "PING_TIMEOUT", 0.3)
 
     async def body() -> None:
         app = our_server(engine)

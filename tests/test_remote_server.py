@@ -33,7 +33,7 @@ from remote_hostile import gateway_children as _children_of
 from acp_fast.testy import build
 from acp_fast.transport import Stream
 from acp_fast.remote import AcpApp, ServerPolicy, asgi_app, gateway_app, served
-from acp_fast.remote.server import _EventStream, _sse_chunk
+from acp_fast.remote._outlet import Outlet, sse_chunk
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
@@ -318,7 +318,7 @@ def test_resuming_reader_takes_over_a_stale_one(engine: ModuleType, asgi_server:
 
 
 def test_replay_window_is_bounded() -> None:
-    events = _EventStream(None)
+    events = Outlet(None)
     for i in range(100):
         events.put(b"x" * 100)
     events.take(1000)
@@ -334,37 +334,83 @@ def test_sse_batch_events_group_notifications_and_responses_and_keep_cursors() -
     """A reader that takes batch frames gets each run of notifications and responses as one
     event, a JSON array whose id is its last line's; a request goes alone. Resuming from a
     batch's id replays only what came after it; without the opt-in: one event per line."""
-    events = _EventStream(None)
+    events = Outlet(None)
     lines = [(b'{"n":1}', True), (b'{"n":2}', True), (b'{"r":3}', False), (b'{"s":4}', True), (b'{"n":5}', True)]
     for line, batchable in lines:
         events.put(line, batchable)
     items, size = events.take(10_000)
     assert size == sum(len(line) for line, _ in lines)
-    assert _sse_chunk(items, True, True) == (b'id: 2\ndata: [{"n":1},{"n":2}]\n\n'
+    assert sse_chunk(items, True, True) == (b'id: 2\ndata: [{"n":1},{"n":2}]\n\n'
                                              b'id: 3\ndata: {"r":3}\n\n'
                                              b'id: 5\ndata: [{"s":4},{"n":5}]\n\n')
-    assert _sse_chunk(items, False, True) == b'data: [{"n":1},{"n":2}]\n\ndata: {"r":3}\n\ndata: [{"s":4},{"n":5}]\n\n'
-    assert _sse_chunk(items, True, False) == b"".join(b"id: %d\ndata: %s\n\n" % (i + 1, line)
+    assert sse_chunk(items, False, True) == b'data: [{"n":1},{"n":2}]\n\ndata: {"r":3}\n\ndata: [{"s":4},{"n":5}]\n\n'
+    assert sse_chunk(items, True, False) == b"".join(b"id: %d\ndata: %s\n\n" % (i + 1, line)
                                                       for i, (line, _) in enumerate(lines))
     assert events.rewind(2)  # the first batch seen whole: the rest again, as it was
     again, _ = events.take(10_000)
-    assert _sse_chunk(again, True, True) == b'id: 3\ndata: {"r":3}\n\nid: 5\ndata: [{"s":4},{"n":5}]\n\n'
+    assert sse_chunk(again, True, True) == b'id: 3\ndata: {"r":3}\n\nid: 5\ndata: [{"s":4},{"n":5}]\n\n'
 
 
 def test_sse_batch_event_size_is_bounded() -> None:
     from acp_fast.remote._wire import BATCH_FRAME_BYTES
 
-    events = _EventStream(None)
+    events = Outlet(None)
     line = b'{"x":"' + b"a" * 1000 + b'"}'
     count = 3 * BATCH_FRAME_BYTES // len(line)
     for _ in range(count):
         events.put(line, True)
     events.put(b"[" + b"b" * BATCH_FRAME_BYTES + b"]", True)  # too big to join any batch
     items, _ = events.take(0)
-    datas = [e.split(b"data: ", 1)[1] for e in _sse_chunk(items, False, True).split(b"\n\n") if e]
+    datas = [e.split(b"data: ", 1)[1] for e in sse_chunk(items, False, True).split(b"\n\n") if e]
     assert all(len(d) <= BATCH_FRAME_BYTES for d in datas[:-1]) and len(datas) >= 4
     assert sum(len(json.loads(d)) for d in datas[:-1]) == count  # every line once
     assert datas[-1].startswith(b"[bbb")
+
+
+def test_websocket_frames_group_as_sse_events_do() -> None:
+    """One grouping rule for both outlets: each WebSocket batch frame holds what the SSE
+    batch event holds (at most ``BATCH_FRAME_BYTES``); a request and an over-size line go
+    alone; without the opt-in every line is its own frame, as written."""
+    from acp_fast.remote._outlet import ws_frames
+    from acp_fast.remote._wire import BATCH_FRAME_BYTES
+
+    outlet = Outlet(None)
+    line = b'{"x":"' + b"a" * 1000 + b'"}'
+    count = 3 * BATCH_FRAME_BYTES // len(line)
+    for i in range(count):
+        outlet.put(line, True)
+        if i == count // 2:
+            outlet.put(b'{"id":1,"method":"m"}')
+    outlet.put(b"[" + b"b" * BATCH_FRAME_BYTES + b"]", True)
+    items, _ = outlet.take(0)
+    frames = [f.encode() for f in ws_frames(items, True)]
+    assert frames == [e.split(b"data: ", 1)[1] for e in sse_chunk(items, False, True).split(b"\n\n") if e]
+    assert all(len(f) <= BATCH_FRAME_BYTES for f in frames[:-1]) and len(frames) >= 5
+    assert b'{"id":1,"method":"m"}' in frames
+    assert sum(len(json.loads(f)) for f in frames if f.startswith(b"[{")) == count
+    assert ws_frames(items, False) == [item[1].decode() for item in items]
+
+
+def test_websocket_outlet_drops_an_agent_line_over_the_limit(engine: ModuleType) -> None:
+    """The socket's lines come through the engine's decoder, in any chunking: a line over
+    the size limit is dropped whole (never buffered), the lines around it go on, each alone."""
+    from acp_fast.transport.memory import memory_pair
+    from acp_fast.remote.server import _Connection
+
+    async def main() -> None:
+        ours, _theirs = memory_pair()
+        conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, True)  # type: ignore[arg-type]
+        limit = conn.decoder.max_line_size
+        before = b'{"jsonrpc":"2.0","method":"a","params":{}}'
+        after = b'{"jsonrpc":"2.0","id":2,"result":{}}'
+        data = before + b"\n" + b'{"x":"' + b"y" * limit + b'"}\n' + b"not json\n" + after + b"\n"
+        for start in range(0, len(data), 65536):
+            conn._on_data(data[start:start + 65536])
+        assert [line for _, line, _ in conn.streams[None].queue] == [before, b"not json", after]
+        assert [batchable for _, _, batchable in conn.streams[None].queue] == [True, False, True]
+        conn.close()
+
+    run(main())
 
 
 @pytest.mark.parametrize("line", [
@@ -410,7 +456,7 @@ def test_agent_calls_routed_to_their_sessions_streams(engine: ModuleType) -> Non
                  update(b"A"), update(b"B\\u0031"), update(b"B"), update(b"AB"), update(b"A"),
                  update(b"A", extra=b',"meta":{"sessionId":"B"}'), update(b"A", b"sessionId"),
                  update(b"A", extra=b',"sessionId":"C"')]  # a repeated key: the decoded value, the last
-        conn._http_data(b"\n".join(lines) + b"\n")
+        conn._on_data(b"\n".join(lines) + b"\n")
         got = {key: [line for _, line, _ in stream.queue] for key, stream in conn.streams.items()}
         assert got == {None: [], "A": [lines[i] for i in (0, 1, 3, 4, 8, 9, 10)], "B": [lines[2], lines[6]],
                        "B1": [lines[5]], "AB": [lines[7]], "C": [lines[11]]}

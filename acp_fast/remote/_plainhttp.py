@@ -7,7 +7,7 @@ stream) and two socket writes, the head and then the body. Here h11 (httpx's own
 parser and serializer) frames the request and parses the reply, and the head and the body
 leave in one write on an asyncio connection kept open for the next request.
 
-Used by :class:`~acp_fast.remote.client._HttpBridge` for ``http://`` URLs and for
+Used by the HTTP client (:mod:`acp_fast.remote.client._http`) for ``http://`` URLs and for
 ``https://`` ones when HTTP/2 is off; SSE GETs, HTTP/2 and proxied URLs stay on httpx.
 Cookies live in the httpx client's jar, shared both ways.
 """

@@ -21,8 +21,9 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
+from ._asgi import ASGIApp
 from ._wire import DEFAULT_PATH, require_extra
 from .server import AcpApp
 
@@ -89,7 +90,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 @contextlib.asynccontextmanager
-async def served(app: AcpApp | Callable[..., Any], *, server: ServerName = DEFAULT_SERVER, host: str = "127.0.0.1",
+async def served(app: ASGIApp, *, server: ServerName = DEFAULT_SERVER, host: str = "127.0.0.1",
                  port: int = 0, certfile: str | None = None, keyfile: str | None = None,
                  log_level: str = "warning") -> AsyncIterator[Served]:
     """Serve ``app`` in this event loop while the block runs; yields a :class:`Served`.
@@ -146,7 +147,7 @@ async def _wait_listening(host: str, port: int, task: asyncio.Future[None]) -> N
     raise RuntimeError("the ASGI server did not start listening within 5 s")
 
 
-async def _uvicorn(app: Any, sock: socket.socket, stop: asyncio.Event, certfile: str | None, keyfile: str | None,
+async def _uvicorn(app: ASGIApp, sock: socket.socket, stop: asyncio.Event, certfile: str | None, keyfile: str | None,
                    log_level: str) -> None:
     require_extra("uvicorn")
     import uvicorn
@@ -186,7 +187,7 @@ async def _set_exit(srv: Any, stop: asyncio.Event) -> None:
     srv.should_exit = True
 
 
-async def _hypercorn(app: Any, sock: socket.socket, stop: asyncio.Event, certfile: str | None, keyfile: str | None,
+async def _hypercorn(app: ASGIApp, sock: socket.socket, stop: asyncio.Event, certfile: str | None, keyfile: str | None,
                      log_level: str) -> None:
     require_extra("hypercorn")
     from hypercorn.asyncio import serve
@@ -201,7 +202,8 @@ async def _hypercorn(app: Any, sock: socket.socket, stop: asyncio.Event, certfil
     if certfile is not None:
         config.certfile = certfile
         config.keyfile = keyfile
-    await serve(app, config, shutdown_trigger=stop.wait)
+    # hypercorn types its scopes and events as TypedDicts; an ASGI app here takes plain dicts
+    await serve(cast(Any, app), config, shutdown_trigger=stop.wait)
 
 
 #: granian's start-up notice that its in-process ("embedded") server is experimental: said on
@@ -221,7 +223,7 @@ def _os_threads() -> set[str]:
         return set()
 
 
-async def _granian(app: Any, sock: socket.socket, stop: asyncio.Event, certfile: str | None, keyfile: str | None,
+async def _granian(app: ASGIApp, sock: socket.socket, stop: asyncio.Event, certfile: str | None, keyfile: str | None,
                    log_level: str) -> None:
     require_extra("granian")
     from pathlib import Path

@@ -36,7 +36,6 @@ error bodies are fixed texts, never an agent's stderr or a traceback. No CORS he
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import re
 import secrets
@@ -52,8 +51,8 @@ from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
 from ._asgi import Receive, Scope, Send, deny, endpoint_path, error_body, lower_headers, respond
+from ._outlet import Outlet, sse_chunk, ws_frames
 from ._wire import (
-    BATCH_FRAME_BYTES,
     BATCH_FRAMES_HEADER,
     CONNECTION_ID_HEADER,
     CONTENT_TYPE_JSON,
@@ -66,7 +65,6 @@ from ._wire import (
     SUCCESSOR_METHODS,
     id_key,
     one_line,
-    sse_events,
 )
 from .policy import AccessGuard, ServerPolicy
 
@@ -94,106 +92,6 @@ class Servable(Protocol):
         ...
 
 
-# -- one stream of SSE events ---------------------------------------------------------------
-
-
-class _EventStream:
-    """The queue of one SSE stream (connection or session) and its replay window.
-
-    Items are ``(event id, line, batchable)``; ``batchable`` marks a notification or a
-    response, which a reader that takes batch frames gets grouped with its neighbours."""
-
-    __slots__ = ("key", "queue", "queued", "next_id", "sent", "sent_bytes", "reader", "wake", "ended")
-
-    def __init__(self, key: str | None) -> None:
-        self.key = key
-        self.queue: collections.deque[tuple[int, bytes, bool]] = collections.deque()
-        self.queued = 0
-        self.next_id = 1
-        self.sent: collections.deque[tuple[int, bytes, bool]] = collections.deque()
-        self.sent_bytes = 0
-        self.reader: object | None = None  # the token of the attached reader
-        self.wake: asyncio.Event = asyncio.Event()
-        self.ended = False
-
-    def put(self, line: bytes, batchable: bool = False) -> int:
-        self.queue.append((self.next_id, line, batchable))
-        self.next_id += 1
-        self.queued += len(line)
-        self.wake.set()
-        return len(line)
-
-    def take(self, window: int) -> tuple[list[tuple[int, bytes, bool]], int]:
-        """Everything queued and its bytes; kept in the replay window."""
-        items = list(self.queue)
-        self.queue.clear()
-        size = self.queued
-        self.queued = 0
-        if window:
-            self.sent.extend(items)
-            self.sent_bytes += size
-            while self.sent and self.sent_bytes > window:
-                self.sent_bytes -= len(self.sent.popleft()[1])
-        return items, size
-
-    def rewind(self, last_seen: int) -> bool:
-        """Queue again what was sent after ``last_seen``; False when it is out of the window."""
-        if last_seen >= self.next_id:
-            return False
-        if last_seen == self.next_id - 1 - len(self.queue):
-            return True  # nothing sent after it is missing
-        if not self.sent or self.sent[0][0] > last_seen + 1:
-            return False
-        again = [item for item in self.sent if item[0] > last_seen]
-        for item in reversed(again):
-            self.queue.appendleft(item)
-            self.queued += len(item[1])
-        keep = [item for item in self.sent if item[0] <= last_seen]
-        self.sent = collections.deque(keep)
-        self.sent_bytes = sum(len(item[1]) for item in keep)
-        return True
-
-
-def _sse_chunk(items: list[tuple[int, bytes, bool]], cursors: bool, batches: bool) -> bytes:
-    """The SSE body chunk for queued items: one event per line, or (``batches``) one event
-    per run of notifications and responses, as a JSON-RPC batch whose ``id:`` is its last
-    line's, so a reader resuming from it has every line up to it."""
-    if not batches:
-        return _text_safe(sse_events([line for _, line, _ in items], items[0][0] if cursors else None))
-    out: list[bytes] = []
-    group: list[bytes] = []
-    size = 0
-    last = 0
-    for ident, line, batchable in items:
-        if group and (not batchable or size + len(line) >= BATCH_FRAME_BYTES):
-            out.append(_batch_event(group, last if cursors else None))
-            group = []
-            size = 0
-        if batchable and len(line) < BATCH_FRAME_BYTES:
-            group.append(line)
-            size += len(line) + 1
-            last = ident
-        else:
-            out.append(_batch_event([line], ident if cursors else None))
-    if group:
-        out.append(_batch_event(group, last if cursors else None))
-    return _text_safe(b"".join(out))
-
-
-def _text_safe(chunk: bytes) -> bytes:
-    """An SSE chunk with no carriage return: an event-stream reader ends a line at a lone CR,
-    which would cut an agent's line that holds one (an agent writing CRLF line ends, inside
-    a batch event). A CR becomes a tab: outside a JSON string both are whitespace, inside one
-    both are invalid raw, so every line keeps its meaning or stays malformed (the SSE framing
-    written here holds none)."""
-    return chunk if b"\r" not in chunk else chunk.replace(b"\r", b"\t")
-
-
-def _batch_event(lines: list[bytes], ident: int | None) -> bytes:
-    data = lines[0] if len(lines) == 1 else b"[" + b",".join(lines) + b"]"
-    return b"data: " + data + b"\n\n" if ident is None else b"id: %d\ndata: %s\n\n" % (ident, data)
-
-
 # -- one ACP connection -------------------------------------------------------------------------
 
 
@@ -217,6 +115,11 @@ def _params_session(frame: Any, line: bytes) -> tuple[object, bytes | None]:
     return (params.get("sessionId") if isinstance(params, dict) else None), None
 
 
+_MALFORMED = _kinds.MALFORMED
+#: by frame kind: whether a message may share a batch frame (a notification or a response)
+_BATCHABLE = tuple(k in (_kinds.NOTIFICATION, _kinds.RESPONSE) for k in range(_kinds.MALFORMED + 1))
+
+
 class _Connection:
     """One ACP connection: the agent's stream and what the network side has in flight."""
 
@@ -231,10 +134,11 @@ class _Connection:
         self.closed = False
         self.agent_gone = False
         self.last_active = time.monotonic()
-        # HTTP: routing state
+        # the agent's lines through the engine's decoder, each to its outlet (a WebSocket has
+        # one: ``streams[None]``; HTTP routes by session to its SSE streams)
         self.decoder = app.engine.Decoder(lazy=True, max_line_size=max(self.policy.max_body, 1 << 20))
         self.routes: dict[tuple[bool, object], tuple[str | None, str | None]] = {}
-        self.streams: dict[str | None, _EventStream] = {None: _EventStream(None)}
+        self.streams: dict[str | None, Outlet] = {None: Outlet(None)}
         self.sessions: set[str] = set()
         self.init_id: tuple[bool, object] | None = None
         self.sid_prefix: bytes | None = None  # the start of the last call whose session was read
@@ -245,14 +149,8 @@ class _Connection:
         self.post_decoder: Any = None
         self.queued = 0
         self.paused = False
-        # WebSocket: lines waiting for the socket; with frame batching (the client asked for
-        # it) a list is a group of notifications and responses that leave as one batch frame
-        self.ws_lines: collections.deque[bytes | list[bytes]] = collections.deque()
+        #: the WebSocket client asked for batch frames
         self.ws_batches = False
-        self.ws_group = 0  # bytes in the open group (the deque's last item when a list)
-        self.ws_partial = b""
-        self.ws_skip = False  # the rest of an agent line over the size limit is being dropped
-        self.ws_wake = asyncio.Event()
         self.writable = asyncio.Event()
         self.writable.set()
         self.done = asyncio.Event()
@@ -272,86 +170,41 @@ class _Connection:
             self.init_reply.set_exception(ConnectionError("the agent closed before answering initialize"))
         self.writable.set()
         for s in self.streams.values():
-            s.ended = True
-            s.wake.set()
-        self.ws_wake.set()
+            s.end()
         self.done.set()
         if self.on_closed is not None:
             self.on_closed(self)
 
     def _on_data(self, data: bytes) -> None:
-        if self.websocket:
-            self._ws_data(data)
-        else:
-            self._http_data(data)
-
-    def _ws_data(self, data: bytes) -> None:
-        """Queue the agent's lines, one frame each, as written: nothing is decoded, and every
-        line goes alone, which is :meth:`_not_jsonrpc`'s rule for a malformed one too."""
-        if self.ws_batches:
-            self._ws_grouped(data)
-            return
-        if self.ws_partial:
-            data = self.ws_partial + data
-        lines = data.split(b"\n")
-        partial = lines.pop()
-        limit = self.decoder.max_line_size
-        if self.ws_skip and lines:  # the end of a line over the limit
-            del lines[0]
-            self.ws_skip = False
-        if self.ws_skip or len(partial) > limit:
-            self._too_long()
-            self.ws_skip = True
-            partial = b""
-        self.ws_partial = partial
-        if len(data) > limit:  # only then can a line be over the limit
-            lines = [line for line in lines if len(line) <= limit or self._too_long()]
+        """Queue the agent's lines on their outlets: over HTTP each message on its stream
+        (:meth:`_route`), over a WebSocket all on the socket's; a notification or a response
+        may share a batch frame with its neighbours (:func:`~acp_fast.remote._outlet.grouped`)."""
         size = 0
-        for line in lines:
-            if line.strip():
-                self.ws_lines.append(line)
-                size += len(line)
-        if size:
-            self._count(size)
-            self.ws_wake.set()
-
-    def _ws_grouped(self, data: bytes) -> None:
-        """Queue the agent's lines for a client that takes batch frames: consecutive
-        notifications and responses join one group (up to ``BATCH_FRAME_BYTES``); requests,
-        the agent's own batches and lines that are not JSON-RPC go alone, as written."""
-        lines = self.ws_lines
-        size = 0
-        group = self.ws_group
+        websocket = self.websocket
+        socket = self.streams[None]
+        put = socket.put
         for frame in self.decoder.feed(data):
-            line = frame.raw
-            n = len(line)
-            if not n:  # a line over the size limit: never buffered, nothing to send
-                self._too_long()
-                continue
             kind = frame.kind
-            if (kind == _kinds.NOTIFICATION or kind == _kinds.RESPONSE) and n < BATCH_FRAME_BYTES:
-                size += n
-                tail = lines[-1] if lines else None
-                if type(tail) is list and group + n < BATCH_FRAME_BYTES:
-                    tail.append(line)
-                    group += n + 1
-                else:
-                    lines.append([line])
-                    group = n + 2
-            elif kind == _kinds.MALFORMED:
-                size += self._not_jsonrpc(line)
-            else:
-                size += n
-                lines.append(line)
-        self.ws_group = group
+            if kind == _MALFORMED:
+                if frame.raw:
+                    size += self._not_jsonrpc(frame.raw)
+                else:  # a line over the size limit: never buffered, nothing to send
+                    self._too_long()
+                continue
+            if websocket:
+                size += put(frame.raw, _BATCHABLE[kind])
+                continue
+            try:
+                size += self._route(frame, kind)
+            except ValueError:  # a payload that does not decode: still delivered, unrouted
+                logger.warning("connection %s: agent message with an undecodable payload", self.id[:8])
+                size += socket.put(bytes(frame.raw))
         if size:
             self._count(size)
-            self.ws_wake.set()
 
-    def _too_long(self) -> bool:
-        """Log an agent line over the size limit, which is dropped; returns False."""
+    def _too_long(self) -> None:
+        """Log an agent line over the size limit, which is dropped."""
         logger.warning("connection %s: agent line over %d bytes dropped", self.id[:8], self.decoder.max_line_size)
-        return False
 
     def _not_jsonrpc(self, line: bytes) -> int:
         """The one rule, on every outlet, for a line of the agent that is not JSON-RPC: the
@@ -359,30 +212,9 @@ class _Connection:
         connection's own channel (the connection stream; the socket), so the client's engine
         answers it as on stdio (-32700 back to the agent; a malformed response is logged).
         Only what the outlet's text cannot carry changes: invalid UTF-8 in a text frame
-        becomes U+FFFD, a CR in an event stream a tab (:func:`_text_safe`). A line over the
-        size limit is dropped (logged): its bytes were never kept. Returns the bytes queued."""
-        if self.websocket:
-            self.ws_lines.append(line)
-            return len(line)
+        becomes U+FFFD, a CR in an event stream a tab. A line over the size limit is dropped
+        (logged): its bytes were never kept. Returns the bytes queued."""
         return self.streams[None].put(line)
-
-    def _http_data(self, data: bytes) -> None:
-        size = 0
-        for frame in self.decoder.feed(data):
-            kind = frame.kind
-            if kind == _kinds.MALFORMED:
-                if frame.raw:
-                    size += self._not_jsonrpc(frame.raw)
-                else:
-                    self._too_long()
-                continue
-            try:
-                size += self._route(frame, kind)
-            except ValueError:  # a payload that does not decode: still delivered, unrouted
-                logger.warning("connection %s: agent message with an undecodable payload", self.id[:8])
-                size += self.streams[None].put(bytes(frame.raw))
-        if size:
-            self._count(size)
 
     def _route(self, frame: Any, kind: int) -> int:
         """Queue one message of the agent on its stream; returns the bytes queued."""
@@ -428,13 +260,13 @@ class _Connection:
         return session is None or session in self.sessions or any(
             route == session for route, _ in self.routes.values())
 
-    def _reply_stream(self, route: str | None) -> _EventStream:
+    def _reply_stream(self, route: str | None) -> Outlet:
         """The stream of a reply to a request routed to ``route`` (see :meth:`may_open`)."""
         if route is not None and route not in self.sessions and route not in self.streams:
             route = None
         return self._stream_for(route)
 
-    def _stream_for(self, session: str | None) -> _EventStream:
+    def _stream_for(self, session: str | None) -> Outlet:
         """The stream of ``session`` (made on first use: it queues until a reader opens it).
 
         Every message of a session goes to that session's stream, so its order is the
@@ -443,7 +275,7 @@ class _Connection:
         """
         s = self.streams.get(session)
         if s is None:
-            s = self.streams[session] = _EventStream(session)
+            s = self.streams[session] = Outlet(session)
         return s
 
     def _count(self, size: int) -> None:
@@ -483,9 +315,7 @@ class _Connection:
             return
         self.closed = True
         for s in self.streams.values():
-            s.ended = True
-            s.wake.set()
-        self.ws_wake.set()
+            s.end()
         self.writable.set()
         self.stream.close()
         if self.on_closed is not None:
@@ -775,7 +605,7 @@ class AcpApp:
             return
         events = conn.streams.get(key)
         if events is None:
-            events = conn.streams[key] = _EventStream(key)
+            events = conn.streams[key] = Outlet(key)
         last = headers.get(b"last-event-id")
         if events.reader is not None and last is None:
             await respond(send, 409, error_body(409, "this stream already has a reader"))
@@ -801,7 +631,7 @@ class AcpApp:
                 events.reader = None
             conn.last_active = time.monotonic()
 
-    async def _stream(self, conn: _Connection, events: _EventStream, token: object, receive: Receive,
+    async def _stream(self, conn: _Connection, events: Outlet, token: object, receive: Receive,
                       send: Send, batches: bool) -> None:
         head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
                 (b"x-accel-buffering", b"no")]
@@ -817,7 +647,7 @@ class AcpApp:
                     break  # taken over by a reader that resumed
                 if events.queue:
                     items, size = events.take(window)
-                    chunk = _sse_chunk(items, bool(window), batches)
+                    chunk = sse_chunk(items, bool(window), batches)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     conn.sent(size)
                     continue
@@ -878,7 +708,6 @@ class AcpApp:
                     break
         finally:
             conn.close()
-            conn.ws_wake.set()
             try:
                 await asyncio.wait_for(sender, 10.0)
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the socket is gone
@@ -890,31 +719,19 @@ class AcpApp:
                     pass
 
     async def _ws_send(self, conn: _Connection, send: Send) -> None:
-        lines = conn.ws_lines
+        outlet = conn.streams[None]
         try:
             while True:
-                if lines:
-                    size = 0
-                    while lines:
-                        item = lines.popleft()
-                        line: bytes
-                        if isinstance(item, list):
-                            if len(item) == 1:
-                                line = item[0]
-                                size += len(line)
-                            else:
-                                line = b"[" + b",".join(item) + b"]"
-                                size += len(line) - len(item) - 1
-                        else:
-                            line = item
-                            size += len(line)
-                        await send({"type": "websocket.send", "text": line.decode("utf-8", "replace")})
+                if outlet.queue:
+                    items, size = outlet.take(0)
+                    for text in ws_frames(items, conn.ws_batches):
+                        await send({"type": "websocket.send", "text": text})
                     conn.sent(size)
                     continue
-                if conn.agent_gone or conn.closed:
+                if outlet.ended:
                     break
-                conn.ws_wake.clear()
-                await conn.ws_wake.wait()
+                outlet.wake.clear()
+                await outlet.wake.wait()
             if conn.agent_gone:  # the agent ended the connection: tell the client at once
                 await send({"type": "websocket.close", "code": 1011, "reason": "agent closed"})
         except Exception:  # noqa: BLE001 - the client went away; the receiver ends the connection

@@ -24,6 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from raw_http import ACCEPTED, SSE_HEAD, RawHttp, initialize_reply, sse_event
+
 from acp_fast.transport.memory import memory_pair
 from acp_fast.transport.stream import Stream
 
@@ -195,7 +197,7 @@ class HostileServer:
         await send({"type": "http.response.body", "body": b""})
 
 
-class HostileHttp:
+class HostileHttp(RawHttp):
     """A raw HTTP/1.1 server for one Streamable HTTP connection whose POST replies are the
     given raw bytes, one per POST after ``initialize`` (each on a connection it then closes),
     and then well-formed: 202, with the answer to a ``_test/echo`` sent on the SSE stream.
@@ -205,35 +207,22 @@ class HostileHttp:
         self.replies = list(replies)
         self._sse: asyncio.Queue[bytes] = asyncio.Queue()
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
+    async def answer(self, method: str, headers: dict[str, str], body: bytes, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> bool:
+        if method == "GET":
+            writer.write(SSE_HEAD)
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                if lines[0].startswith("GET"):
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                 b"Transfer-Encoding: chunked\r\n\r\n")
-                    while True:
-                        event = b"data: " + await self._sse.get() + b"\n\n"
-                        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
-                        await writer.drain()
-                if lines[0].startswith("POST") and b'"initialize"' in body:
-                    reply = HostileServer._init_reply(body)
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nAcp-Connection-Id: c1\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s" % (len(reply), reply))
-                elif lines[0].startswith("POST") and self.replies:
-                    writer.write(self.replies.pop(0))
-                    await writer.drain()
-                    return
-                else:
-                    m = json.loads(body) if body else {}
-                    if m.get("method") == "_test/echo":
-                        self._sse.put_nowait(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {}}).encode())
-                    writer.write(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+                writer.write(sse_event(await self._sse.get()))
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        if method == "POST" and b'"initialize"' in body:
+            initialize_reply(writer, HostileServer._init_reply(body))
+        elif method == "POST" and self.replies:
+            writer.write(self.replies.pop(0))
+            await writer.drain()
+            return False
+        else:
+            m = json.loads(body) if body else {}
+            if m.get("method") == "_test/echo":
+                self._sse.put_nowait(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {}}).encode())
+            writer.write(ACCEPTED)
+        return True
