@@ -624,6 +624,9 @@ class Connection:
 
         if attach:
             stream.attach(self.feed_data, self.feed_eof, self.set_writable)
+            accept = getattr(stream, "accept_frames", None)  # an in-process peer may decode for us
+            if accept is not None:
+                accept(self.feed_frames, self._decoder)
 
     # -- registry -----------------------------------------------------------------------
 

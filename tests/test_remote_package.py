@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import acp_fast.remote as remote
 
@@ -47,3 +49,33 @@ def test_one_id_key_for_server_and_client() -> None:
     assert _wire.id_key(1) != _wire.id_key("1")
     routes = {_wire.id_key("a"): "session"}
     assert routes.get(_wire.id_key(Decoded("a"))) == "session"
+
+
+def test_session_scoped_methods_are_the_generated_table_and_the_documented_extras() -> None:
+    """The server's list is the schemas' table plus a few methods the schemas lack; an extra
+    the schemas come to scope leaves the extras (the table then has it)."""
+    from acp_fast.protocol._session_scope import SESSION_SCOPED
+    from acp_fast.remote import _wire
+
+    assert _wire.SESSION_SCOPED_METHODS == frozenset(SESSION_SCOPED) | _wire.EXTRA_SESSION_SCOPED_METHODS
+    assert not _wire.EXTRA_SESSION_SCOPED_METHODS & frozenset(SESSION_SCOPED)
+    assert "session/set_model" in _wire.SESSION_SCOPED_METHODS
+    assert {"session/set_title", "tool_call/cancel"} <= _wire.SESSION_SCOPED_METHODS
+
+
+def test_session_scope_agrees_with_a_derivation_of_its_own(schema_dir: Path) -> None:
+    # The generated session-scoped table (scripts/gen_surfaces.py; tests/test_protocol_surfaces.py
+    # checks the committed file is what it writes) against the schemas read directly: every
+    # ``...Request`` / ``...Notification`` def the agent implements (``x-side``) whose
+    # ``required`` names ``sessionId``, per version.
+    from acp_fast.protocol._session_scope import SESSION_SCOPED
+
+    derived: dict[str, set[int]] = {}
+    for version in (1, 2):
+        defs = json.loads((schema_dir / f"v{version}" / "schema.unstable.json").read_text())["$defs"]
+        for name, node in defs.items():
+            if (node.get("x-method") and node.get("x-side") == "agent" and not name.endswith("Response")
+                    and "sessionId" in node.get("required", ())):
+                derived.setdefault(node["x-method"], set()).add(version)
+    assert "session/prompt" in derived and "session/new" not in derived
+    assert {m: set(v) for m, v in SESSION_SCOPED.items()} == derived

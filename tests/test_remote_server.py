@@ -213,6 +213,32 @@ def test_session_header_rules(engine: ModuleType, asgi_server: str) -> None:
     run(main())
 
 
+def test_a_method_the_schemas_scope_follows_its_session(engine: ModuleType) -> None:
+    """``session/set_title`` (scoped by the schemas, not by the hand-written list of old): its
+    POST needs a session, the header fills ``params.sessionId``, and its reply (Testy answers
+    -32601) comes on that session's stream, not on the connection stream."""
+
+    async def main() -> None:
+        async with served(make_testy(engine)) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            h, conn, sid = await open_session(c, url)
+            hs = {**h, "acp-session-id": sid}
+            title = {"jsonrpc": "2.0", "id": 9, "method": "session/set_title", "params": {"title": "t"}}
+            r = await c.post(url, json=title, headers=h)
+            assert r.status_code == 400 and "Acp-Session-Id" in r.json()["error"]["message"]
+            session = Sse(c, url, hs)
+            assert await session.status == 200
+            assert (await c.post(url, json=title, headers=hs)).status_code == 202
+            reply = (await session.until(lambda m: m.get("id") == 9))[-1]
+            assert reply["error"]["code"] == -32601
+            # the connection stream got nothing of it: an echo sent after arrives there first
+            echo = {"jsonrpc": "2.0", "id": 10, "method": "_test/echo", "params": {}}
+            assert (await c.post(url, json=echo, headers=h)).status_code == 202
+            assert [m.get("id") for m in await conn.until(lambda m: m.get("id") == 10)] == [10]
+
+    run(main())
+
+
 def test_batches_are_accepted(engine: ModuleType, asgi_server: str) -> None:
     async def main() -> None:
         async with served(make_testy(engine), server=asgi_server) as where, httpx.AsyncClient() as c:

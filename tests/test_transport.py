@@ -440,6 +440,44 @@ def test_memory_pair_goes_through_the_protocol_callbacks(engine: Any, monkeypatc
     assert len(calls) == 2
 
 
+def test_memory_pair_hands_frames_in_order_with_bytes_and_counts_them() -> None:
+    """Bytes written with their frames reach a consumer that takes frames of that decoder
+    as the frames, in the order written with plain bytes around them; a consumer of another
+    decoder (or of bytes only) gets the bytes; frames count toward the writer's pause like
+    bytes, and nothing of them is delivered while the reader is paused."""
+
+    async def main() -> None:
+        a, b = memory_pair()
+        mine, other = object(), object()
+        got: list[object] = []
+        writable: list[bool] = []
+        a.attach(lambda data: got.append(data), lambda exc: None, lambda ok: None)
+        b.attach(lambda data: None, lambda exc: None, writable.append)
+        assert b.peer_frame_decoder is None  # the consumer takes bytes only
+        a.accept_frames(lambda frames: got.append(tuple(frames)), mine)
+        assert b.peer_frame_decoder is mine and a.frame_decoder is mine
+        b.write(b"one\n")
+        b.write_frames(b"two\n", ["F2"], mine)
+        b.write_frames(b"2b\n", ["F2b"], mine)  # one run of frames: one delivery, as one read
+        b.write(b"three\n")
+        b.write(b"four\n")
+        b.write_frames(b"five\n", ["F5"], other)  # not the consumer's decoder: bytes
+        b.write_frames(b"six\n", ["F6"], mine)
+        await asyncio.sleep(0)
+        assert got == [b"one\n", ("F2", "F2b"), b"three\nfour\n", b"five\n", ("F6",)]
+        got.clear()
+        a.pause_reading()
+        for i in range(40):
+            b.write_frames(b"x" * 2047 + b"\n", [i], mine)
+        await asyncio.sleep(0)
+        assert got == [] and writable == [False]  # 80 KiB waiting: over the 64 KiB mark
+        a.resume_reading()
+        await asyncio.sleep(0)
+        assert got == [tuple(range(40))] and writable == [False, True]
+
+    run(main)
+
+
 _REPORT_STDIO = """
 import fcntl, os, stat, sys
 for fd in (0, 1):

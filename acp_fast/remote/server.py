@@ -17,7 +17,10 @@ process for the gateway) and the server moves JSON lines between that stream and
 
 Every message the server reads from the network goes through the engine's decoder: POST bodies
 here (to route them and check their session), WebSocket frames in the agent connection's own
-engine; malformed input is answered with a JSON-RPC error. Lines the agent writes arrive in
+engine; malformed input is answered with a JSON-RPC error. An in-process agent (``asgi_app``)
+gets a POST's frames as decoded here, not its bytes to decode again, wherever they are what
+its own decoder would make of the line (same twin and limits; a line the server rewrote goes
+as bytes). Lines the agent writes arrive in
 coalesced chunks and leave as one SSE body chunk per stream per turn.
 
 Security defaults (:class:`~acp_fast.remote.policy.ServerPolicy`; the access rules are checked by
@@ -141,6 +144,9 @@ class _Connection:
         self.sid_prefix: bytes | None = None  # the start of the last call whose session was read
         self.sid: object = None  # ... and that session
         self.init_reply: asyncio.Future[bytes] | None = None
+        # an in-process agent that takes frames: its decoder, and the one POSTs decode with
+        self.frame_sink: Any = None
+        self.post_decoder: Any = None
         self.queued = 0
         self.paused = False
         #: the WebSocket client asked for batch frames
@@ -288,12 +294,18 @@ class _Connection:
 
     # network side --------------------------------------------------------------------------
 
-    async def write(self, lines: Iterable[bytes]) -> None:
-        """Hand lines to the agent; waits while the agent is not reading (backpressure)."""
+    async def write(self, lines: Iterable[bytes], frames: tuple[list[Any], object] | None = None) -> None:
+        """Hand lines to the agent; waits while the agent is not reading (backpressure).
+
+        With ``frames`` (the frames of the lines, and the in-process agent's decoder that
+        makes them): the agent's connection gets those instead of decoding the bytes again."""
         self.last_active = time.monotonic()
         data = b"".join(lines)
         if data and not self.agent_gone:
-            self.stream.write(data)
+            if frames is None:
+                self.stream.write(data)
+            else:
+                self.stream.write_frames(data, *frames)
         if not self.writable.is_set():
             await self.writable.wait()
 
@@ -483,7 +495,8 @@ class AcpApp:
         conn = await self._named(headers, send, streamable=True)
         if conn is None:
             return
-        frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
+        decoder, sink = self._post_decoder(conn)
+        frames = decoder.feed(line + b"\n")
         if len(frames) != 1:
             await respond(send, 400, error_body(400, "empty body", INVALID_REQUEST))
             return
@@ -519,8 +532,33 @@ class AcpApp:
             out = b"[" + b",".join(parts) + b"]"
         else:
             out = parts[0]
-        await conn.write((out, b"\n"))
+        if sink is not None and not rewritten and len(out) <= sink.max_line_size:
+            await conn.write((out, b"\n"), (frames, sink))  # the agent's decoder would make these
+        else:
+            await conn.write((out, b"\n"))
         await respond(send, 202, b"")
+
+    def _post_decoder(self, conn: _Connection) -> tuple[Any, Any]:
+        """The decoder of one POST body, and the in-process agent's decoder that its frames
+        may go to undecoded again (``None``: the agent gets the bytes).
+
+        Frames go only where they are what the agent's own decoder would make of the line:
+        the agent takes frames (:meth:`Stream.accept_frames`) with a decoder of this twin and
+        the same depth and batch limits; the body is then decoded as that decoder decodes
+        (eager or lazy); the line limit stays the POST's, and a line over the agent's own
+        goes as bytes (see :meth:`_post`). Found once per connection: should the agent's
+        consumer change later, the stream hands it the bytes (``Stream.write_frames``)."""
+        if conn.frame_sink is not None:
+            return conn.post_decoder, conn.frame_sink
+        engine = self.engine
+        limit = self.policy.max_body + 1
+        sink = conn.stream.peer_frame_decoder
+        if isinstance(sink, engine.Decoder):
+            decoder = engine.Decoder(lazy=sink.lazy, max_line_size=limit)
+            if decoder.max_depth == sink.max_depth and decoder.max_batch_size == sink.max_batch_size:
+                conn.frame_sink, conn.post_decoder = sink, decoder  # whole lines only: reusable
+                return decoder, sink
+        return engine.Decoder(lazy=True, max_line_size=limit), None
 
     async def _initialize(self, line: bytes, send: Send) -> None:
         frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")

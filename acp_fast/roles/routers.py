@@ -67,12 +67,20 @@ class _FirstFrame:
         self._eof: list[BaseException | None] = []
         self._writable = True
         stream.attach(self._on_data, self._on_eof, self._on_writable)
+        accept = getattr(stream, "accept_frames", None)  # an in-process peer may decode for us
+        if accept is not None:
+            accept(self._on_frames, self.decoder)
 
     def _on_data(self, data: bytes) -> None:
         if self._target is not None:
             self._target.feed_data(data)
             return
-        frames = self.decoder.feed(data)
+        self._on_frames(self.decoder.feed(data))
+
+    def _on_frames(self, frames: list[Any]) -> None:
+        if self._target is not None:
+            self._target.feed_frames(frames)
+            return
         if self.decision.done():
             self.frames += frames
         else:

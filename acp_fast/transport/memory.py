@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Union
 
 from .stream import Stream, _DuplexProtocol
+
+#: bytes written, or bytes written with the frames a decoder makes of them (``write_frames``)
+_Item = Union[bytes, tuple[bytes, list[Any], object]]
 
 __all__ = ["memory_pair"]
 
@@ -16,14 +20,18 @@ class _MemoryTransport(asyncio.Transport):
     loop turn, everything pending joined into one chunk (one "read"). While the reader is
     paused they wait in its inbox; the writer gets ``pause_writing`` once the inbox holds
     more than its high-water mark, and ``resume_writing`` when it drains below low.
+
+    Bytes written with their frames (:meth:`write_frames`) count and wait like any bytes; they
+    reach the protocol as ``frames_received``, in order with the bytes around them.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, protocol: asyncio.Protocol) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, protocol: _DuplexProtocol) -> None:
         super().__init__()
         self._loop = loop
         self._protocol = protocol
         self._peer: _MemoryTransport | None = None
-        self._inbox: list[bytes] = []
+        self._inbox: list[_Item] = []
+        self._inbox_framed = False  # some inbox item carries frames
         self._inbox_size = 0
         self._inbox_eof = False
         self._reading = True
@@ -36,11 +44,25 @@ class _MemoryTransport(asyncio.Transport):
 
     # writer side
     def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._put(bytes(data), len(data), False)
+
+    def write_frames(self, data: bytes, frames: list[Any], decoder: object) -> None:
+        """Write ``data`` with the frames ``decoder`` makes of it (see ``Stream.write_frames``)."""
+        self._put((data, frames, decoder), len(data), True)
+
+    def peer_frame_decoder(self) -> object | None:
+        """The decoder the other end's consumer takes frames of (``Stream.accept_frames``)."""
+        peer = self._peer
+        return None if peer is None else peer._protocol.stream.frame_decoder
+
+    def _put(self, item: _Item, size: int, framed: bool) -> None:
         peer = self._peer
         if self._closing or peer is None or peer._lost:
             return
-        peer._inbox.append(bytes(data))
-        peer._inbox_size += len(data)
+        peer._inbox.append(item)
+        peer._inbox_size += size
+        if framed:
+            peer._inbox_framed = True
         peer._schedule()
         if not self._writer_paused and peer._inbox_size > self._high:
             self._writer_paused = True
@@ -82,16 +104,53 @@ class _MemoryTransport(asyncio.Transport):
         if not self._reading or self._lost:
             return
         if self._inbox:
-            data = b"".join(self._inbox) if len(self._inbox) > 1 else self._inbox[0]
-            self._inbox.clear()
+            inbox = self._inbox
+            self._inbox = []
             self._inbox_size = 0
-            self._protocol.data_received(data)
+            if self._inbox_framed:
+                self._inbox_framed = False
+                self._deliver_items(inbox)
+            else:
+                self._protocol.data_received(b"".join(inbox) if len(inbox) > 1 else inbox[0])  # type: ignore[arg-type]
             if self._peer is not None:
                 self._peer._maybe_resume_writer()
         if self._inbox_eof and not self._inbox and self._reading and not self._lost:
             self._inbox_eof = False
             if not self._protocol.eof_received():
                 self.close()
+
+    def _deliver_items(self, items: list[_Item]) -> None:
+        """One read of an inbox holding frames, in the order written: each run of bytes
+        joined, as one read would be, and each run of items with frames of one decoder as
+        one list of frames (its bytes joined, for a consumer that takes bytes only)."""
+        protocol = self._protocol
+        if len(items) == 1:  # one write (a round trip's request): no runs to join
+            protocol.frames_received(*items[0])  # the framed item (see _inbox_framed)
+            return
+        run: list[bytes] = []
+        frames: list[Any] = []
+        decoder: object = None
+        for item in items:
+            if isinstance(item, bytes):
+                if frames:
+                    protocol.frames_received(b"".join(run), frames, decoder)
+                    run, frames = [], []
+                run.append(item)
+                continue
+            data, more, of = item
+            if frames and of is not decoder:
+                protocol.frames_received(b"".join(run), frames, decoder)
+                run, frames = [], []
+            elif run and not frames:
+                protocol.data_received(b"".join(run))
+                run = []
+            run.append(data)
+            frames += more
+            decoder = of
+        if frames:
+            protocol.frames_received(b"".join(run), frames, decoder)
+        elif run:
+            protocol.data_received(b"".join(run))
 
     def pause_reading(self) -> None:
         self._reading = False
@@ -122,6 +181,7 @@ class _MemoryTransport(asyncio.Transport):
     def _connection_lost(self) -> None:
         self._lost = True
         self._inbox.clear()
+        self._inbox_framed = False
         self._inbox_size = 0
         if self._peer is not None:
             self._peer._maybe_resume_writer()

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["WRITE_HIGH_WATER", "WRITE_LOW_WATER", "OnData", "OnEof", "OnWritable", "Stream", "logger"]
+__all__ = ["WRITE_HIGH_WATER", "WRITE_LOW_WATER", "OnData", "OnEof", "OnFrames", "OnWritable", "Stream", "logger"]
 
 #: The package's logger (every transport module logs here).
 logger = logging.getLogger("acp_fast.transport")
@@ -43,6 +43,9 @@ WRITE_LOW_WATER = 64 * 1024
 OnData = Callable[[bytes], None]
 OnEof = Callable[["BaseException | None"], None]
 OnWritable = Callable[[bool], None]
+#: A consumer's entry for input decoded before it reached the stream (see
+#: :meth:`Stream.accept_frames`): the frames its own decoder would have made of it.
+OnFrames = Callable[[list[Any]], None]
 
 
 class Stream:
@@ -77,6 +80,7 @@ class Stream:
         self._transports = 0
         self._lost: asyncio.Future[None] = loop.create_future()
         self._extra: dict[str, Any] = {}
+        self._frames_to: tuple[OnFrames, object] | None = None
 
     # -- consumer side ------------------------------------------------------------------
 
@@ -99,11 +103,51 @@ class Stream:
         if self._write_paused:
             self._loop.call_soon(on_writable, False)
 
+    def accept_frames(self, on_frames: OnFrames, decoder: object) -> None:
+        """Offer the attached consumer's entry for input decoded elsewhere.
+
+        ``on_frames`` takes a list of frames exactly as ``decoder`` (the consumer's own, which
+        reads every byte it is given) would have made them of the input. Only the in-process
+        pipe (:func:`~acp_fast.transport.memory.memory_pair`) uses it: bytes its other end
+        writes with :meth:`write_frames` for this ``decoder`` arrive as their frames, in
+        order with the bytes around them; everything else still comes through ``on_data``.
+        """
+        self._frames_to = (on_frames, decoder)
+
+    @property
+    def frame_decoder(self) -> object | None:
+        """The decoder named by :meth:`accept_frames`, ``None`` when the consumer takes bytes only."""
+        to = self._frames_to
+        return None if to is None else to[1]
+
+    @property
+    def peer_frame_decoder(self) -> object | None:
+        """The :attr:`frame_decoder` of the consumer at the other end of an in-process pipe
+        (``None`` for any other transport, or while that consumer takes bytes only): frames
+        of an equal decoder may be written to it with :meth:`write_frames`."""
+        peer = getattr(self._wt, "peer_frame_decoder", None)
+        return None if peer is None else peer()
+
     def write(self, data: bytes) -> None:
         """Queue bytes on the transport (dropped once the stream is closing or lost)."""
         wt = self._wt
         if wt is not None and not self._closing and not wt.is_closing():
             wt.write(data)
+
+    def write_frames(self, data: bytes, frames: list[Any], decoder: object) -> None:
+        """Queue ``data``, whole lines that ``decoder`` makes ``frames`` of, like :meth:`write`;
+        a peer consumer that reads with that very ``decoder`` (:attr:`peer_frame_decoder`)
+        gets the frames instead of decoding the bytes again, any other reader the bytes.
+
+        Every earlier write must have ended a line (the peer's decoder holds no partial line).
+        """
+        wt = self._wt
+        if wt is not None and not self._closing and not wt.is_closing():
+            put = getattr(wt, "write_frames", None)
+            if put is None:
+                wt.write(data)
+            else:
+                put(data, frames, decoder)
 
     def pause_reading(self) -> None:
         """Stop reading (idempotent); the peer's writes then block in the OS buffer."""
@@ -197,6 +241,13 @@ class Stream:
         if rt is not None and not rt.is_closing():
             rt.pause_reading()
 
+    def _frames_received(self, data: bytes, frames: list[Any], decoder: object) -> None:
+        to = self._frames_to
+        if to is not None and to[1] is decoder and self._ready:
+            to[0](frames)
+        else:
+            self._on_data(data)
+
     def _replay(self, on_data: OnData) -> None:
         early, self._early = self._early, []
         self._on_data = on_data
@@ -261,8 +312,17 @@ class _DuplexProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._s._connected(transport, read=True, write=True)
 
+    @property
+    def stream(self) -> Stream:
+        """The stream this protocol feeds."""
+        return self._s
+
     def data_received(self, data: bytes) -> None:
         self._s._on_data(data)
+
+    def frames_received(self, data: bytes, frames: list[Any], decoder: object) -> None:
+        """``data`` arrived with the frames ``decoder`` makes of it (an in-process pipe)."""
+        self._s._frames_received(data, frames, decoder)
 
     def eof_received(self) -> bool:
         self._s._eof(None)
