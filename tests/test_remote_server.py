@@ -365,15 +365,19 @@ def test_websocket_frames_group_as_sse_events_do() -> None:
     assert ws_frames(items, False) == [item[1].decode() for item in items]
 
 
-def test_websocket_outlet_drops_an_agent_line_over_the_limit(engine: ModuleType) -> None:
+@pytest.mark.parametrize("batches", [False, True])
+def test_websocket_outlet_drops_an_agent_line_over_the_limit(engine: ModuleType, batches: bool) -> None:
     """The socket's lines come through the engine's decoder, in any chunking: a line over
-    the size limit is dropped whole (never buffered), the lines around it go on, each alone."""
+    the size limit is dropped whole (never buffered), the lines around it go on; with batch
+    frames a notification or a response is batchable, a line that is not JSON-RPC never,
+    and without them every line goes alone."""
     from acp_fast.transport.memory import memory_pair
     from acp_fast.remote.server import _Connection
 
     async def main() -> None:
         ours, _theirs = memory_pair()
         conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, True)  # type: ignore[arg-type]
+        conn.ws_batches = batches
         limit = conn.decoder.max_line_size
         before = b'{"jsonrpc":"2.0","method":"a","params":{}}'
         after = b'{"jsonrpc":"2.0","id":2,"result":{}}'
@@ -381,7 +385,32 @@ def test_websocket_outlet_drops_an_agent_line_over_the_limit(engine: ModuleType)
         for start in range(0, len(data), 65536):
             conn._on_data(data[start:start + 65536])
         assert [line for _, line, _ in conn.streams[None].queue] == [before, b"not json", after]
-        assert [batchable for _, _, batchable in conn.streams[None].queue] == [True, False, True]
+        assert [batchable for _, _, batchable in conn.streams[None].queue] == [batches, False, batches]
+        conn.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("batches", [False, True])
+def test_websocket_frame_of_a_crlf_agent_line_is_the_line_a_pipe_reader_decodes(engine: ModuleType,
+                                                                               batches: bool) -> None:
+    """An agent that ends its lines with CRLF: each frame carries the line without the CR,
+    the same bytes a client's decoder reads from the pipe (it drops the CR of a CRLF line),
+    for a message and for a line that is not JSON-RPC alike."""
+    from acp_fast.remote._outlet import ws_frames
+    from acp_fast.remote.server import _Connection
+    from acp_fast.transport.memory import memory_pair
+
+    async def main() -> None:
+        ours, _theirs = memory_pair()
+        conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, True)  # type: ignore[arg-type]
+        conn.ws_batches = batches
+        data = b'{"jsonrpc":"2.0","id":1,"method":"a","params":{}}\r\nnot json\r\n'
+        conn._on_data(data)
+        items, _ = conn.streams[None].take(0)
+        piped = [bytes(frame.raw) for frame in engine.Decoder(lazy=True).feed(data)]
+        assert piped == [b'{"jsonrpc":"2.0","id":1,"method":"a","params":{}}', b"not json"]
+        assert [f.encode() for f in ws_frames(items, batches)] == piped
         conn.close()
 
     run(main())

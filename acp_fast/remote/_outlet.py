@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Iterable
 
 from ._wire import BATCH_FRAME_BYTES, sse_events
 
@@ -60,6 +61,14 @@ class Outlet:
         n = len(line)
         self.queued += n
         return n
+
+    def extend(self, items: Iterable[Item], size: int) -> None:
+        """Queue ``items`` of ``size`` bytes in all, each with event id 0: for an outlet
+        without replay window (a WebSocket), which needs no cursors."""
+        if not self.queue:
+            self.wake.set()
+        self.queue.extend(items)
+        self.queued += size
 
     def end(self) -> None:
         """Nothing more will be queued: the network side ends once it has sent the rest."""
