@@ -365,6 +365,25 @@ def test_websocket_frames_group_as_sse_events_do() -> None:
     assert ws_frames(items, False) == [item[1].decode() for item in items]
 
 
+@pytest.mark.parametrize("extra", [0, 1])
+def test_batch_frame_limit_is_the_same_for_a_turn_of_only_notifications(extra: int) -> None:
+    """A turn of notifications only (the usual one) groups by the same size rule as a mixed
+    turn: lines whose batch text stays under ``BATCH_FRAME_BYTES`` share one frame, one byte
+    more splits it, and the frame's id is its last line's."""
+    from acp_fast.remote._outlet import grouped
+    from acp_fast.remote._wire import BATCH_FRAME_BYTES
+
+    n = 64
+    size = (BATCH_FRAME_BYTES - 1) // n - 1  # n lines of it and their commas: under the limit
+    last = BATCH_FRAME_BYTES - 1 - n - size * (n - 1) + extra
+    lines = [b'"' + b"a" * (size - 2) + b'"'] * (n - 1) + [b'"' + b"b" * (last - 2) + b'"']
+    mixed = [(i + 1, line, True) for i, line in enumerate(lines)] + [(n + 1, b'{"id":1,"method":"m"}', False)]
+    alone = grouped(mixed[:-1])
+    assert alone == grouped(mixed)[:-1]
+    assert [ident for ident, _ in alone] == ([n] if not extra else [n - 1, n])
+    assert b",".join(frame.strip(b"[]") for _, frame in alone) == b",".join(lines)
+
+
 @pytest.mark.parametrize("batches", [False, True])
 def test_websocket_outlet_drops_an_agent_line_over_the_limit(engine: ModuleType, batches: bool) -> None:
     """The socket's lines come through the engine's decoder, in any chunking: a line over
