@@ -25,6 +25,7 @@ wall-clock time per message too (noisy on a shared machine).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import time
 import types
@@ -58,18 +59,17 @@ class _Stream:
         pass
 
 
+#: acp_fast.remote._outlet (one outlet for SSE and WebSocket), or None in an earlier layout
+_OUTLETS: list[Any] = [None]
+
+
 def _drain(conn: Any, path: str, window: int) -> int:
     """Drain the connection's outlet as the network side does; returns the characters made."""
-    import importlib
-
     from acp_fast.remote import server
 
     batches = path.endswith("batch")
     outlet = conn.streams[None if path.startswith("ws") else SESSION]
-    try:  # one outlet for SSE and WebSocket
-        outlets: Any = importlib.import_module("acp_fast.remote._outlet")
-    except ImportError:
-        outlets = None
+    outlets = _OUTLETS[0]
     if outlets is not None:
         items, size = outlet.take(window if path.startswith("sse") else 0)
         if path.startswith("ws"):
@@ -108,6 +108,10 @@ def run(path: str, rounds: int) -> dict[str, Any]:
     from acp_fast.remote import server
     from acp_fast.remote.policy import ServerPolicy
 
+    try:
+        _OUTLETS[0] = importlib.import_module("acp_fast.remote._outlet")
+    except ImportError:
+        pass
     policy = ServerPolicy()
     app = types.SimpleNamespace(policy=policy, engine=engine)
     conn = server._Connection(app, "0" * 32, _Stream(), websocket=path.startswith("ws"))  # type: ignore[arg-type]
