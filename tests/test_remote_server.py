@@ -391,15 +391,38 @@ def test_websocket_frames_group_as_sse_events_do() -> None:
     assert ws_frames(items, False) == [item[1].decode() for item in items]
 
 
-def test_websocket_outlet_drops_an_agent_line_over_the_limit(engine: ModuleType) -> None:
+@pytest.mark.parametrize("extra", [0, 1])
+def test_batch_frame_limit_is_the_same_for_a_turn_of_only_notifications(extra: int) -> None:
+    """A turn of notifications only (the usual one) groups by the same size rule as a mixed
+    turn: lines whose batch text stays under ``BATCH_FRAME_BYTES`` share one frame, one byte
+    more splits it, and the frame's id is its last line's."""
+    from acp_fast.remote._outlet import grouped
+    from acp_fast.remote._wire import BATCH_FRAME_BYTES
+
+    n = 64
+    size = (BATCH_FRAME_BYTES - 1) // n - 1  # n lines of it and their commas: under the limit
+    last = BATCH_FRAME_BYTES - 1 - n - size * (n - 1) + extra
+    lines = [b'"' + b"a" * (size - 2) + b'"'] * (n - 1) + [b'"' + b"b" * (last - 2) + b'"']
+    mixed = [(i + 1, line, True) for i, line in enumerate(lines)] + [(n + 1, b'{"id":1,"method":"m"}', False)]
+    alone = grouped(mixed[:-1])
+    assert alone == grouped(mixed)[:-1]
+    assert [ident for ident, _ in alone] == ([n] if not extra else [n - 1, n])
+    assert b",".join(frame.strip(b"[]") for _, frame in alone) == b",".join(lines)
+
+
+@pytest.mark.parametrize("batches", [False, True])
+def test_websocket_outlet_drops_an_agent_line_over_the_limit(engine: ModuleType, batches: bool) -> None:
     """The socket's lines come through the engine's decoder, in any chunking: a line over
-    the size limit is dropped whole (never buffered), the lines around it go on, each alone."""
+    the size limit is dropped whole (never buffered), the lines around it go on; with batch
+    frames a notification or a response is batchable, a line that is not JSON-RPC never,
+    and without them every line goes alone."""
     from acp_fast.transport.memory import memory_pair
     from acp_fast.remote.server import _Connection
 
     async def main() -> None:
         ours, _theirs = memory_pair()
         conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, True)  # type: ignore[arg-type]
+        conn.ws_batches = batches
         limit = conn.decoder.max_line_size
         before = b'{"jsonrpc":"2.0","method":"a","params":{}}'
         after = b'{"jsonrpc":"2.0","id":2,"result":{}}'
@@ -407,7 +430,32 @@ def test_websocket_outlet_drops_an_agent_line_over_the_limit(engine: ModuleType)
         for start in range(0, len(data), 65536):
             conn._on_data(data[start:start + 65536])
         assert [line for _, line, _ in conn.streams[None].queue] == [before, b"not json", after]
-        assert [batchable for _, _, batchable in conn.streams[None].queue] == [True, False, True]
+        assert [batchable for _, _, batchable in conn.streams[None].queue] == [batches, False, batches]
+        conn.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("batches", [False, True])
+def test_websocket_frame_of_a_crlf_agent_line_is_the_line_a_pipe_reader_decodes(engine: ModuleType,
+                                                                               batches: bool) -> None:
+    """An agent that ends its lines with CRLF: each frame carries the line without the CR,
+    the same bytes a client's decoder reads from the pipe (it drops the CR of a CRLF line),
+    for a message and for a line that is not JSON-RPC alike."""
+    from acp_fast.remote._outlet import ws_frames
+    from acp_fast.remote.server import _Connection
+    from acp_fast.transport.memory import memory_pair
+
+    async def main() -> None:
+        ours, _theirs = memory_pair()
+        conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, True)  # type: ignore[arg-type]
+        conn.ws_batches = batches
+        data = b'{"jsonrpc":"2.0","id":1,"method":"a","params":{}}\r\nnot json\r\n'
+        conn._on_data(data)
+        items, _ = conn.streams[None].take(0)
+        piped = [bytes(frame.raw) for frame in engine.Decoder(lazy=True).feed(data)]
+        assert piped == [b'{"jsonrpc":"2.0","id":1,"method":"a","params":{}}', b"not json"]
+        assert [f.encode() for f in ws_frames(items, batches)] == piped
         conn.close()
 
     run(main())

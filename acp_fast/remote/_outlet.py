@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import operator
+from collections.abc import Iterable
 
 from ._wire import BATCH_FRAME_BYTES, sse_events
 
@@ -61,6 +63,14 @@ class Outlet:
         self.queued += n
         return n
 
+    def extend(self, items: Iterable[Item], size: int) -> None:
+        """Queue ``items`` of ``size`` bytes in all, each with event id 0: for an outlet
+        without replay window (a WebSocket), which needs no cursors."""
+        if not self.queue:
+            self.wake.set()
+        self.queue.extend(items)
+        self.queued += size
+
     def end(self) -> None:
         """Nothing more will be queued: the network side ends once it has sent the rest."""
         self.ended = True
@@ -104,6 +114,10 @@ def grouped(items: list[Item]) -> list[tuple[int, bytes]]:
     last line's, so a reader resuming from it has every line up to it), and every other line
     (a request, the agent's own batch, a line that is not JSON-RPC, a line too big to join a
     batch) goes alone, as written. A group of one is its line, unwrapped."""
+    if items and all(map(_BATCHABLE_OF, items)):  # the usual turn: the rule's groups at once
+        lines = list(map(_LINE_OF, items))
+        if sum(map(len, lines)) + len(lines) < BATCH_FRAME_BYTES:  # every line joins the one group
+            return [(items[-1][0], _joined(lines))]
     out: list[tuple[int, bytes]] = []
     group: list[bytes] = []
     size = 0  # the open group's lines, each with its comma (its batch text is one byte more)
@@ -154,6 +168,10 @@ def ws_frames(items: list[Item], batches: bool) -> list[str]:
     if not batches:
         return [line.decode("utf-8", "replace") for _, line, _ in items]
     return [data.decode("utf-8", "replace") for _, data in grouped(items)]
+
+
+_LINE_OF = operator.itemgetter(1)
+_BATCHABLE_OF = operator.itemgetter(2)
 
 
 def _joined(group: list[bytes]) -> bytes:

@@ -36,6 +36,7 @@ error bodies are fixed texts, never an agent's stderr or a traceback. No CORS he
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
 import secrets
@@ -118,6 +119,8 @@ def _params_session(frame: Any, line: bytes) -> tuple[object, bytes | None]:
 _MALFORMED = _kinds.MALFORMED
 #: by frame kind: whether a message may share a batch frame (a notification or a response)
 _BATCHABLE = tuple(k in (_kinds.NOTIFICATION, _kinds.RESPONSE) for k in range(_kinds.MALFORMED + 1))
+_ZERO = itertools.repeat(0)
+_ALONE = itertools.repeat(False)
 
 
 class _Connection:
@@ -179,10 +182,11 @@ class _Connection:
         """Queue the agent's lines on their outlets: over HTTP each message on its stream
         (:meth:`_route`), over a WebSocket all on the socket's; a notification or a response
         may share a batch frame with its neighbours (:func:`~acp_fast.remote._outlet.grouped`)."""
+        if self.websocket:
+            self._ws_data(data)
+            return
         size = 0
-        websocket = self.websocket
         socket = self.streams[None]
-        put = socket.put
         for frame in self.decoder.feed(data):
             kind = frame.kind
             if kind == _MALFORMED:
@@ -191,9 +195,6 @@ class _Connection:
                 else:  # a line over the size limit: never buffered, nothing to send
                     self._too_long()
                 continue
-            if websocket:
-                size += put(frame.raw, _BATCHABLE[kind])
-                continue
             try:
                 size += self._route(frame, kind)
             except ValueError:  # a payload that does not decode: still delivered, unrouted
@@ -201,6 +202,30 @@ class _Connection:
                 size += socket.put(bytes(frame.raw))
         if size:
             self._count(size)
+
+    def _ws_data(self, data: bytes) -> None:
+        """Queue the agent's lines on the socket's outlet, one pass per chunk: over batch
+        frames each marked batchable by its kind, else each alone. A line that is not
+        JSON-RPC is never batchable, so it goes alone (:meth:`_not_jsonrpc`'s rule)."""
+        frames = self.decoder.feed(data)
+        if not frames:
+            return
+        lines = [frame.raw for frame in frames]
+        size = sum(map(len, lines))
+        if not all(lines):  # a line over the size limit: never buffered, nothing to send
+            self._too_long()
+            keep = [i for i, line in enumerate(lines) if line]
+            frames = [frames[i] for i in keep]
+            lines = [lines[i] for i in keep]
+        if not size:
+            return
+        if self.ws_batches:
+            batchable = _BATCHABLE
+            flags: Iterable[bool] = [batchable[frame.kind] for frame in frames]
+        else:
+            flags = _ALONE
+        self.streams[None].extend(zip(_ZERO, lines, flags), size)
+        self._count(size)
 
     def _too_long(self) -> None:
         """Log an agent line over the size limit, which is dropped."""
