@@ -141,6 +141,8 @@ cdef extern from "acp_common.h" namespace "acp_fast":
     const size_t ACP_PADDING
     const char* last_newline(const char* p, size_t n)
     object recycled_bytes(PyObject*& spare, const char* src, Py_ssize_t n, Py_ssize_t keep)
+    bint has_bytes_layout(PyTypeObject* type)
+    object new_bytes_like(PyTypeObject* type, const char* src, Py_ssize_t n)
 
     cdef cppclass PaddedBuffer:
         PaddedBuffer(size_t pad)
@@ -229,6 +231,10 @@ cdef object _UNSET = object()   # payload not decoded yet (lazy)
 cdef object _KEEP = object()    # forward(): keep the message's own id
 cdef object _NO_DATA = object()  # encode_error(): no data member
 cdef object _RawJson = RawJson
+# Verbatim spans become RawJson in one allocation and one copy (new_bytes_like), which needs
+# bytes' own instance layout: RawJson must keep ``__slots__ = ()``.
+if not has_bytes_layout(<PyTypeObject*>RawJson):
+    raise ImportError("RawJson must be a bytes subclass with bytes' layout (__slots__ = ())")
 cdef object _EncodeError = EncodeError
 cdef object _PARSE_ERROR = PARSE_ERROR
 cdef object _INVALID_REQUEST = INVALID_REQUEST
@@ -306,6 +312,11 @@ _pin_schema_names()
 
 _KIND_NAMES = {REQUEST: "request", NOTIFICATION: "notification", RESPONSE: "response"}
 cdef tuple _KIND_OBJS = (REQUEST, NOTIFICATION, RESPONSE)
+
+
+cdef inline object _raw_json(object line, Py_ssize_t start, Py_ssize_t end):
+    """``RawJson(line[start:end])`` made with one copy (see new_bytes_like in acp_common.h)."""
+    return new_bytes_like(<PyTypeObject*>_RawJson, PyBytes_AS_STRING(line) + start, end - start)
 
 
 @cython.freelist(256)
@@ -388,8 +399,7 @@ cdef class Message:
         if self._ps < 0:
             return None
         self._check()
-        return _RawJson(PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._line) + self._ps,
-                                                  self._pe - self._ps))
+        return _raw_json(self._line, self._ps, self._pe)
 
     @property
     def params(self):
@@ -423,8 +433,7 @@ cdef class Message:
     def raw(self):
         """The message exactly as received (without the line terminator)."""
         self._check()
-        return _RawJson(PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._line) + self._start,
-                                                  self._end - self._start))
+        return _raw_json(self._line, self._start, self._end)
 
     @property
     def is_error(self):
@@ -531,8 +540,7 @@ cdef class Batch:
     def raw(self):
         if self._line is None:
             raise ValueError("Batch was not made by a Decoder")
-        return _RawJson(PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._line) + self._start,
-                                                  self._end - self._start))
+        return _raw_json(self._line, self._start, self._end)
 
     def __len__(self):
         return len(self.entries)

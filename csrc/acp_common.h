@@ -117,6 +117,56 @@ class PaddedBuffer {
 
 // A bytes object holding src[0..n), made from `spare` when nothing else holds it any more.
 //
+// Marks the cached hash of a bytes object (or of an instance of a subclass) whose contents
+// we have just written as "not computed yet": -1, the value bytes' hash tests before hashing
+// the contents. The field is deprecated since 3.11 (the compiler is told not to warn) but it
+// is still the one bytes' hash reads, on every version that supports it (3.10 through 3.13).
+// The object must not be shared yet (no other thread can see it: a plain store suffices).
+inline void clear_cached_hash(PyObject* b) {
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+  reinterpret_cast<PyBytesObject*>(b)->ob_shash = -1;
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+}
+
+// True when `type` is a subclass of bytes whose instances have bytes' own layout (no
+// __dict__, no __weakref__, no slots: the same basic and item sizes), so that
+// new_bytes_like() may fill one in place. The compiled engine checks RawJson once, at import.
+inline bool has_bytes_layout(PyTypeObject* type) {
+  return PyType_IsSubtype(type, &PyBytes_Type) &&
+         type->tp_basicsize == PyBytes_Type.tp_basicsize &&
+         type->tp_itemsize == PyBytes_Type.tp_itemsize;
+}
+
+// A new instance of `type` (has_bytes_layout) holding a copy of src[0:n]: one allocation
+// at its final size and one copy, where `type(bytes_obj)` would copy the bytes a second
+// time. It is what constructing the subclass from a bytes object leaves: the type's own
+// allocator (zeroed memory, header and size set, the type referenced), the n bytes, the
+// terminating NUL bytes keep after their contents, and no cached hash. Returns a new
+// reference (NULL + exception on failure).
+inline PyObject* new_bytes_like(PyTypeObject* type, const char* src, Py_ssize_t n) {
+#if PY_VERSION_HEX < 0x030E0000
+  PyObject* b = type->tp_alloc(type, n);
+  if (!b) return nullptr;
+  char* out = PyBytes_AS_STRING(b);
+  std::memcpy(out, src, size_t(n));
+  out[n] = '\0';
+  clear_cached_hash(b);
+  return b;
+#else
+  // Not checked on these versions: construct it the ordinary way (two copies).
+  PyObject* tmp = PyBytes_FromStringAndSize(src, n);
+  if (!tmp) return nullptr;
+  PyObject* b = PyObject_CallOneArg(reinterpret_cast<PyObject*>(type), tmp);
+  Py_DECREF(tmp);
+  return b;
+#endif
+}
+
 // Strategy: a large line joined across reads needs a bytes object of its own (frames point
 // into it), and the decoded text of a big message is another fresh block of the same size.
 // Two such blocks freed per frame make glibc's heap top cross its trim threshold, so every
@@ -135,14 +185,7 @@ inline PyObject* recycled_bytes(PyObject*& spare, const char* src, Py_ssize_t n,
     spare = nullptr;
     if (_PyBytes_Resize(&b, n) < 0) return nullptr;  // b freed, exception set
     std::memcpy(PyBytes_AS_STRING(b), src, size_t(n));
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#endif
-    reinterpret_cast<PyBytesObject*>(b)->ob_shash = -1;
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+    clear_cached_hash(b);
   } else {
     b = PyBytes_FromStringAndSize(src, n);
     if (!b) return nullptr;

@@ -630,6 +630,49 @@ def test_raw_is_the_line_verbatim(engine, decode_one):
     assert isinstance(m.raw, engine.RawJson) and isinstance(m.raw, bytes)
 
 
+def _behaves_like_bytes(engine, value, expected):
+    """``value`` is a RawJson equal to ``expected`` that hashes, compares and keys a dict
+    exactly as the bytes ``expected`` does."""
+    assert type(value) is engine.RawJson
+    assert value == expected and not (value != expected) and bytes(value) == expected
+    assert hash(value) == hash(expected) == hash(bytes(value))
+    assert value < expected + b" " and value + b"" == expected
+    table = {value: "value"}
+    assert table[expected] == "value" and table[value] == "value"
+    table[expected] = "bytes"  # the same key: bytes and RawJson of equal contents
+    assert table == {expected: "bytes"} and type(next(iter(table))) is engine.RawJson
+    assert value in {expected} and expected in {value}
+
+
+@pytest.mark.parametrize("split", [None, 7], ids=["one-chunk", "joined"])
+def test_raw_hashes_and_compares_like_the_line_bytes(engine, lazy, split):
+    # Lines with different contents (a stale or unset cached hash would collide), parsed
+    # in place in the chunk or joined across two chunks, with CRLF and a batch.
+    lines = [
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","n":%d}}' % i
+        for i in range(3)
+    ] + [
+        b'{"jsonrpc":"2.0","id":7,"result":{"ok":true}}',
+        b'[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":1,"method":"b","params":[1]}]',
+    ]
+    data = b"\r\n".join(lines) + b"\n"
+    decoder = engine.Decoder(lazy=lazy)
+    if split is None:
+        frames = decoder.feed(data)
+    else:
+        frames = decoder.feed(data[:split]) + decoder.feed(data[split:])
+    frames += decoder.feed_eof()
+    assert len(frames) == len(lines)
+    for frame, line in zip(frames, lines):
+        _behaves_like_bytes(engine, frame.raw, line)
+    for i in range(3):
+        _behaves_like_bytes(engine, frames[i].params_raw, b'{"sessionId":"s","n":%d}' % i)
+    _behaves_like_bytes(engine, frames[3].result_raw, b'{"ok":true}')
+    _behaves_like_bytes(engine, frames[4][1].raw, b'{"jsonrpc":"2.0","id":1,"method":"b","params":[1]}')
+    _behaves_like_bytes(engine, frames[4][1].params_raw, b"[1]")
+    assert len({frame.raw for frame in frames}) == len(lines)
+
+
 def test_params_raw_is_verbatim_including_inner_whitespace(engine, decode_one):
     params = b'{ "a" : [ 1 ,\t2 ] , "b":"\\u00e9 \xc3\xa9" }'
     m = decode_one(b'{"jsonrpc":"2.0","id":1,"method":"m","params":' + params + b'  }')
