@@ -52,6 +52,7 @@ from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
 from ._asgi import Receive, Scope, Send, deny, endpoint_path, error_body, lower_headers, respond
+from ._lines import LineSplitter
 from ._outlet import Outlet, sse_chunk, ws_frames
 from ._wire import (
     BATCH_FRAMES_HEADER,
@@ -127,7 +128,7 @@ class _Connection:
     """One ACP connection: the agent's stream and what the network side has in flight."""
 
     def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool,
-                 on_closed: Callable[[_Connection], None] | None = None) -> None:
+                 on_closed: Callable[[_Connection], None] | None = None, ws_batches: bool = False) -> None:
         #: called once the connection ends (the app forgets it)
         self.on_closed = on_closed
         self.id = cid
@@ -139,7 +140,10 @@ class _Connection:
         self.last_active = time.monotonic()
         # the agent's lines through the engine's decoder, each to its outlet (a WebSocket has
         # one: ``streams[None]``; HTTP routes by session to its SSE streams)
-        self.decoder = app.engine.Decoder(lazy=True, max_line_size=max(self.policy.max_body, 1 << 20))
+        limit = max(self.policy.max_body, 1 << 20)
+        self.decoder = app.engine.Decoder(lazy=True, max_line_size=limit)
+        #: a WebSocket without batch frames sends each line alone, decoded or not: it only cuts
+        self.lines = LineSplitter(limit) if websocket and not ws_batches else None
         self.routes: dict[tuple[bool, object], tuple[str | None, str | None]] = {}
         self.streams: dict[str | None, Outlet] = {None: Outlet(None)}
         self.sessions: set[str] = set()
@@ -153,7 +157,7 @@ class _Connection:
         self.queued = 0
         self.paused = False
         #: the WebSocket client asked for batch frames
-        self.ws_batches = False
+        self.ws_batches = ws_batches
         self.writable = asyncio.Event()
         self.writable.set()
         self.done = asyncio.Event()
@@ -205,8 +209,18 @@ class _Connection:
 
     def _ws_data(self, data: bytes) -> None:
         """Queue the agent's lines on the socket's outlet, one pass per chunk: over batch
-        frames each marked batchable by its kind, else each alone. A line that is not
-        JSON-RPC is never batchable, so it goes alone (:meth:`_not_jsonrpc`'s rule)."""
+        frames each marked batchable by its kind, else each alone, undecoded. A line that is
+        not JSON-RPC is never batchable, so it goes alone (:meth:`_not_jsonrpc`'s rule)."""
+        splitter = self.lines
+        if splitter is not None:
+            lines, dropped = splitter.feed(data)
+            if dropped:
+                self._too_long()
+            if lines:
+                size = sum(map(len, lines))
+                self.streams[None].extend(zip(_ZERO, lines, _ALONE), size)
+                self._count(size)
+            return
         frames = self.decoder.feed(data)
         if not frames:
             return
@@ -219,11 +233,8 @@ class _Connection:
             lines = [lines[i] for i in keep]
         if not size:
             return
-        if self.ws_batches:
-            batchable = _BATCHABLE
-            flags: Iterable[bool] = [batchable[frame.kind] for frame in frames]
-        else:
-            flags = _ALONE
+        batchable = _BATCHABLE
+        flags = [batchable[frame.kind] for frame in frames]
         self.streams[None].extend(zip(_ZERO, lines, flags), size)
         self._count(size)
 
@@ -405,7 +416,7 @@ class AcpApp:
             self._reaper.cancel()
             self._reaper = None
 
-    async def _open(self, websocket: bool) -> _Connection | None:
+    async def _open(self, websocket: bool, ws_batches: bool = False) -> _Connection | None:
         if len(self._conns) + self._opening >= self.policy.max_connections:
             return None
         self._opening += 1
@@ -414,7 +425,7 @@ class AcpApp:
         finally:
             self._opening -= 1
         cid = secrets.token_urlsafe(24)
-        conn = _Connection(self, cid, stream, websocket, on_closed=self._forget)
+        conn = _Connection(self, cid, stream, websocket, on_closed=self._forget, ws_batches=ws_batches)
         self._conns[cid] = conn
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.get_running_loop().create_task(self._reap())
@@ -702,13 +713,13 @@ class AcpApp:
         if path != self.path:
             await deny(scope, send, 404, "not found")
             return
-        conn = await self._open(websocket=True)
+        batches = headers.get(BATCH_FRAMES_HEADER.lower().encode()) == b"1"
+        conn = await self._open(websocket=True, ws_batches=batches)
         if conn is None:
             await deny(scope, send, 503, "too many connections")
             return
         accept = [(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())]
-        if headers.get(BATCH_FRAMES_HEADER.lower().encode()) == b"1":
-            conn.ws_batches = True
+        if batches:
             accept.append((BATCH_FRAMES_HEADER.lower().encode(), b"1"))
         await send({"type": "websocket.accept", "headers": accept})
         sender = asyncio.ensure_future(self._ws_send(conn, send))
