@@ -73,6 +73,7 @@ __all__ = [
     "Malformed",
     "Frame",
     "Decoder",
+    "LineSplitter",
     "encode_request",
     "encode_notification",
     "encode_result",
@@ -1337,6 +1338,163 @@ cdef class Outbox:
     def close(self):
         """Queue nothing more (what is queued can still be flushed)."""
         self._closed = True
+
+
+# ---------------------------------------------------------------------------------------
+# LineSplitter
+# ---------------------------------------------------------------------------------------
+
+
+cdef inline bint _is_space(char c) noexcept nogil:
+    return c == b' ' or c == b'\t' or c == b'\r'
+
+
+cdef class LineSplitter:
+    """Sans-IO framing without decoding: bytes in, the lines a :class:`Decoder` would frame out.
+
+    For a consumer that forwards every line as it is and so needs no decoding (a WebSocket
+    sending each line of an agent in its own frame). ``feed`` returns, in order, exactly the
+    ``raw`` of the frames a ``Decoder`` with the same ``max_line_size`` gives for the same
+    bytes, as ``bytes``: one trailing CR dropped, empty and whitespace-only lines skipped, and
+    ``b""`` in place of a line over ``max_line_size``, which is discarded up to its newline
+    without being buffered (the ``Decoder``'s ``Malformed`` frame for it has an empty
+    ``raw`` too). Whether a line is JSON is not looked at.
+
+    Args:
+        max_line_size: the longest line (bytes before ``\\n``) that is buffered.
+    """
+
+    cdef PaddedBuffer* _buf
+    cdef bint _discarding
+    cdef bint _closed
+    cdef Py_ssize_t _max_size
+    cdef object _max_line_size
+
+    def __cinit__(self, *args, **kwargs):
+        self._buf = new PaddedBuffer(0)
+
+    def __dealloc__(self):
+        del self._buf
+
+    def __init__(self, *, max_line_size=DEFAULT_MAX_LINE_SIZE):
+        if max_line_size < 1:
+            raise ValueError("max_line_size must be >= 1")
+        self._max_line_size = int(max_line_size)
+        self._max_size = min(self._max_line_size, (<Py_ssize_t>1) << 62)
+        self._buf.clear()
+        self._discarding = False
+        self._closed = False
+
+    @property
+    def max_line_size(self):
+        return self._max_line_size
+
+    @property
+    def buffered(self):
+        """Bytes of an incomplete line held until its newline arrives."""
+        return <Py_ssize_t>self._buf.size()
+
+    @property
+    def closed(self):
+        """True after :meth:`feed_eof`."""
+        return self._closed
+
+    def feed(self, data):
+        """Split a chunk; returns every line completed by it, in order (see the class).
+
+        A partial last line is kept for the next call.
+
+        Raises:
+            DecoderClosedError: after :meth:`feed_eof`.
+        """
+        if self._closed:
+            raise DecoderClosedError("feed() after feed_eof()")
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        cdef list lines = []
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+        if n == 0:
+            return lines
+        cdef const char* p = PyBytes_AS_STRING(data)
+        cdef Py_ssize_t start = 0, end, length
+        cdef const char* nl
+        if self._discarding:
+            nl = <const char*>memchr(p, b'\n', <size_t>n)
+            if nl == NULL:
+                return lines
+            self._discarding = False
+            start = nl - p + 1
+        if self._buf.size() > 0:
+            nl = <const char*>memchr(p + start, b'\n', <size_t>(n - start))
+            if nl == NULL:
+                if <Py_ssize_t>self._buf.size() + n - start > self._max_size:
+                    self._overflow(lines)
+                elif not self._buf.append(p + start, <size_t>(n - start)):
+                    raise MemoryError()
+                return lines
+            length = nl - (p + start)
+            if <Py_ssize_t>self._buf.size() + length > self._max_size:
+                self._buf.clear()
+                lines.append(b"")
+            else:
+                if not self._buf.append(p + start, <size_t>length):
+                    raise MemoryError()
+                self._line(self._buf.data(), <Py_ssize_t>self._buf.size(), lines)
+                self._buf.clear()
+            start = nl - p + 1
+        while start < n:
+            nl = <const char*>memchr(p + start, b'\n', <size_t>(n - start))
+            if nl == NULL:
+                break
+            end = nl - p
+            length = end - start
+            if length > self._max_size:
+                lines.append(b"")
+            elif length > 0:
+                self._line(p + start, length, lines)
+            start = end + 1
+        if start < n:
+            if n - start > self._max_size:
+                self._overflow(lines)
+            elif not self._buf.assign(p + start, <size_t>(n - start)):
+                raise MemoryError()
+        return lines
+
+    def feed_eof(self):
+        """Signal end of input; returns a final unterminated line, if any.
+
+        Raises:
+            DecoderClosedError: when called twice.
+        """
+        if self._closed:
+            raise DecoderClosedError("feed_eof() called twice")
+        self._closed = True
+        cdef list lines = []
+        if self._buf.size() > 0:
+            self._line(self._buf.data(), <Py_ssize_t>self._buf.size(), lines)
+            self._buf.clear()
+        self._discarding = False
+        return lines
+
+    cdef void _overflow(self, list lines) except *:
+        self._buf.clear()
+        self._discarding = True
+        lines.append(b"")
+
+    cdef int _line(self, const char* q, Py_ssize_t length, list lines) except -1:
+        cdef Py_ssize_t i
+        if q[length - 1] == b'\r':
+            length -= 1
+            if length == 0:
+                return 0
+        if _is_space(q[0]) or _is_space(q[length - 1]):
+            i = 0
+            while i < length and _is_space(q[i]):
+                i += 1
+            if i == length:
+                return 0
+        lines.append(PyBytes_FromStringAndSize(q, length))
+        return 0
 
 
 # ---------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Callable, Iterable, Iterator, List, NoReturn, Union
+from typing import Any, Callable, Generic, Iterable, Iterator, List, NoReturn, TypeVar, Union
 
 from ._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from ._kinds import check_batch_state, check_message_state
@@ -119,6 +119,7 @@ __all__ = [
     "Malformed",
     "Frame",
     "Decoder",
+    "LineSplitter",
     "encode_request",
     "encode_notification",
     "encode_result",
@@ -469,7 +470,123 @@ def _classify(obj: dict[str, Any], raw: bytes) -> Message | Malformed:
 # ---------------------------------------------------------------------------------------
 
 
-class Decoder:
+_T = TypeVar("_T")
+
+
+class _Framing(Generic[_T]):
+    """Line framing shared by :class:`Decoder` and :class:`LineSplitter`: a line is the bytes
+    before ``\\n``; a line over ``max_line_size`` is discarded up to its newline without being
+    buffered, and stands as :meth:`_too_long` in the output; every other non-empty line goes
+    to :meth:`_line`."""
+
+    __slots__ = ("_max_line_size", "_buf", "_discarding", "_closed")
+
+    _max_line_size: int
+    _buf: bytearray
+    _discarding: bool
+    _closed: bool
+
+    @property
+    def max_line_size(self) -> int:
+        """The longest line buffered, in bytes before the newline."""
+        return self._max_line_size
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete line held until its newline arrives."""
+        return len(self._buf)
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`feed_eof`."""
+        return self._closed
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[_T]:
+        """Feed a chunk; returns, in order, what every line it completes gives: frames for a
+        :class:`Decoder`, lines for a :class:`LineSplitter`.
+
+        A partial last line is kept for the next call.
+
+        Raises:
+            DecoderClosedError: after :meth:`feed_eof`.
+        """
+        if self._closed:
+            raise DecoderClosedError("feed() after feed_eof()")
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        out: list[_T] = []
+        if not data:
+            return out
+        max_size = self._max_line_size
+        start = 0
+        if self._discarding:
+            nl = data.find(b"\n")
+            if nl < 0:
+                return out
+            self._discarding = False
+            start = nl + 1
+        buf = self._buf
+        if buf:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                if len(buf) + len(data) - start > max_size:
+                    self._overflow(out)
+                else:
+                    buf += data[start:] if start else data
+                return out
+            if len(buf) + nl - start > max_size:
+                # Checked before joining: the over-long line is never copied.
+                buf.clear()
+                out.append(self._too_long())
+            else:
+                line = bytes(buf) + data[start:nl]
+                buf.clear()
+                self._line(line, out)
+            start = nl + 1
+        parts = data[start:].split(b"\n") if start else data.split(b"\n")
+        tail = parts.pop()
+        for line in parts:
+            if len(line) > max_size:
+                out.append(self._too_long())
+            elif line:
+                self._line(line, out)
+        if tail:
+            if len(tail) > max_size:
+                self._overflow(out)
+            else:
+                buf += tail
+        return out
+
+    def feed_eof(self) -> list[_T]:
+        """Signal end of input; returns what a final unterminated line gives, if anything.
+
+        Raises:
+            DecoderClosedError: when called twice.
+        """
+        if self._closed:
+            raise DecoderClosedError("feed_eof() called twice")
+        self._closed = True
+        out: list[_T] = []
+        if self._buf:
+            line = bytes(self._buf)
+            self._buf.clear()
+            self._line(line, out)
+        self._discarding = False
+        return out
+
+    def _overflow(self, out: list[_T]) -> None:
+        self._buf.clear()
+        self._discarding = True
+        out.append(self._too_long())
+
+    def _too_long(self) -> _T:
+        raise NotImplementedError
+
+    def _line(self, line: bytes, out: list[_T]) -> None:
+        raise NotImplementedError
+
+
+class Decoder(_Framing[Frame]):
     """Sans-IO decoder: bytes of line-delimited JSON-RPC in, frames out.
 
     Args:
@@ -489,8 +606,7 @@ class Decoder:
     ``TypeError`` for a non-bytes argument).
     """
 
-    __slots__ = ("_lazy", "_max_line_size", "_max_depth", "_max_batch_size", "_buf",
-                 "_discarding", "_closed")
+    __slots__ = ("_lazy", "_max_depth", "_max_batch_size")
 
     def __init__(
         self,
@@ -529,92 +645,8 @@ class Decoder:
         """The most entries a batch may have; a longer one is a single -32600 ``Malformed``."""
         return self._max_batch_size
 
-    @property
-    def buffered(self) -> int:
-        """Bytes of an incomplete line held until its newline arrives."""
-        return len(self._buf)
-
-    @property
-    def closed(self) -> bool:
-        """True after :meth:`feed_eof`."""
-        return self._closed
-
-    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
-        """Decode a chunk; returns the frames of every line completed by it, in order.
-
-        A partial last line is kept for the next call.
-
-        Raises:
-            DecoderClosedError: after :meth:`feed_eof`.
-        """
-        if self._closed:
-            raise DecoderClosedError("feed() after feed_eof()")
-        if not isinstance(data, bytes):
-            data = bytes(data)
-        frames: list[Frame] = []
-        if not data:
-            return frames
-        max_size = self._max_line_size
-        start = 0
-        if self._discarding:
-            nl = data.find(b"\n")
-            if nl < 0:
-                return frames
-            self._discarding = False
-            start = nl + 1
-        buf = self._buf
-        if buf:
-            nl = data.find(b"\n", start)
-            if nl < 0:
-                if len(buf) + len(data) - start > max_size:
-                    self._overflow(frames)
-                else:
-                    buf += data[start:] if start else data
-                return frames
-            if len(buf) + nl - start > max_size:
-                # Checked before joining: the over-long line is never copied.
-                buf.clear()
-                frames.append(_invalid(b"", "line too long"))
-            else:
-                line = bytes(buf) + data[start:nl]
-                buf.clear()
-                self._line(line, frames)
-            start = nl + 1
-        parts = data[start:].split(b"\n") if start else data.split(b"\n")
-        tail = parts.pop()
-        for line in parts:
-            if len(line) > max_size:
-                frames.append(_invalid(b"", "line too long"))
-            elif line:
-                self._line(line, frames)
-        if tail:
-            if len(tail) > max_size:
-                self._overflow(frames)
-            else:
-                buf += tail
-        return frames
-
-    def feed_eof(self) -> list[Frame]:
-        """Signal end of input; returns the frame of a final unterminated line, if any.
-
-        Raises:
-            DecoderClosedError: when called twice.
-        """
-        if self._closed:
-            raise DecoderClosedError("feed_eof() called twice")
-        self._closed = True
-        frames: list[Frame] = []
-        if self._buf:
-            line = bytes(self._buf)
-            self._buf.clear()
-            self._line(line, frames)
-        self._discarding = False
-        return frames
-
-    def _overflow(self, frames: list[Frame]) -> None:
-        self._buf.clear()
-        self._discarding = True
-        frames.append(_invalid(b"", "line too long"))
+    def _too_long(self) -> Frame:
+        return _invalid(b"", "line too long")
 
     def _line(self, line: bytes, frames: list[Frame]) -> None:
         if line[-1] == 0x0D:  # CRLF
@@ -715,6 +747,44 @@ class Decoder:
         else:
             msg._ps, msg._pe = start + off(payload[1]), start + off(payload[2])
         return msg
+
+
+class LineSplitter(_Framing[bytes]):
+    """Sans-IO framing without decoding: bytes in, the lines a :class:`Decoder` would frame out.
+
+    For a consumer that forwards every line as it is and so needs no decoding (a WebSocket
+    sending each line of an agent in its own frame). ``feed`` returns, in order, exactly the
+    ``raw`` of the frames a ``Decoder`` with the same ``max_line_size`` gives for the same
+    bytes, as ``bytes``: one trailing CR dropped, empty and whitespace-only lines skipped, and
+    ``b""`` in place of a line over ``max_line_size``, which is discarded up to its newline
+    without being buffered (the ``Decoder``'s ``Malformed`` frame for it has an empty
+    ``raw`` too). Whether a line is JSON is not looked at.
+
+    Args:
+        max_line_size: the longest line (bytes before ``\\n``) that is buffered.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *, max_line_size: int = DEFAULT_MAX_LINE_SIZE) -> None:
+        if max_line_size < 1:
+            raise ValueError("max_line_size must be >= 1")
+        self._max_line_size = int(max_line_size)
+        self._buf = bytearray()
+        self._discarding = False
+        self._closed = False
+
+    def _too_long(self) -> bytes:
+        return b""
+
+    def _line(self, line: bytes, out: list[bytes]) -> None:
+        if line[-1] == 0x0D:  # CRLF
+            line = line[:-1]
+            if not line:
+                return
+        if (line[0] in _WS_BYTES or line[-1] in _WS_BYTES) and not line.strip(_WS_BYTES):
+            return  # whitespace-only line: skipped
+        out.append(line)
 
 
 def _maybe_duplicate_envelope(line: bytes) -> bool:

@@ -114,8 +114,13 @@ def run(path: str, rounds: int) -> dict[str, Any]:
         pass
     policy = ServerPolicy()
     app = types.SimpleNamespace(policy=policy, engine=engine)
-    conn = server._Connection(app, "0" * 32, _Stream(), websocket=path.startswith("ws"))  # type: ignore[arg-type]
-    conn.ws_batches = path == "ws-batch"
+    websocket, batches = path.startswith("ws"), path == "ws-batch"
+    try:  # the client's choice of batch frames, known when the connection opens
+        conn = server._Connection(app, "0" * 32, _Stream(), websocket=websocket,  # type: ignore[arg-type]
+                                  ws_batches=batches)
+    except TypeError:  # an earlier layout: set afterwards
+        conn = server._Connection(app, "0" * 32, _Stream(), websocket=websocket)  # type: ignore[arg-type]
+        conn.ws_batches = batches
     conn.sessions.add(SESSION)
     chunks = [_chunk(r) for r in range(8)]  # the same work for any number of rounds
     on_data = conn._on_data

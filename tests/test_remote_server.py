@@ -412,17 +412,16 @@ def test_batch_frame_limit_is_the_same_for_a_turn_of_only_notifications(extra: i
 
 @pytest.mark.parametrize("batches", [False, True])
 def test_websocket_outlet_drops_an_agent_line_over_the_limit(engine: ModuleType, batches: bool) -> None:
-    """The socket's lines come through the engine's decoder, in any chunking: a line over
-    the size limit is dropped whole (never buffered), the lines around it go on; with batch
-    frames a notification or a response is batchable, a line that is not JSON-RPC never,
-    and without them every line goes alone."""
+    """The socket's lines come through the engine (its decoder with batch frames, its line
+    splitter without), in any chunking: a line over the size limit is dropped whole (never
+    buffered), the lines around it go on; with batch frames a notification or a response is
+    batchable, a line that is not JSON-RPC never, and without them every line goes alone."""
     from acp_fast.transport.memory import memory_pair
     from acp_fast.remote.server import _Connection
 
     async def main() -> None:
         ours, _theirs = memory_pair()
-        conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, True)  # type: ignore[arg-type]
-        conn.ws_batches = batches
+        conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, True, ws_batches=batches)  # type: ignore[arg-type]
         limit = conn.decoder.max_line_size
         before = b'{"jsonrpc":"2.0","method":"a","params":{}}'
         after = b'{"jsonrpc":"2.0","id":2,"result":{}}'
@@ -448,8 +447,7 @@ def test_websocket_frame_of_a_crlf_agent_line_is_the_line_a_pipe_reader_decodes(
 
     async def main() -> None:
         ours, _theirs = memory_pair()
-        conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, True)  # type: ignore[arg-type]
-        conn.ws_batches = batches
+        conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, True, ws_batches=batches)  # type: ignore[arg-type]
         data = b'{"jsonrpc":"2.0","id":1,"method":"a","params":{}}\r\nnot json\r\n'
         conn._on_data(data)
         items, _ = conn.streams[None].take(0)

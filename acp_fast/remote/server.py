@@ -52,7 +52,6 @@ from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
 from ._asgi import Receive, Scope, Send, deny, endpoint_path, error_body, lower_headers, respond
-from ._lines import LineSplitter
 from ._outlet import Outlet, sse_chunk, ws_frames
 from ._wire import (
     BATCH_FRAMES_HEADER,
@@ -143,7 +142,7 @@ class _Connection:
         limit = max(self.policy.max_body, 1 << 20)
         self.decoder = app.engine.Decoder(lazy=True, max_line_size=limit)
         #: a WebSocket without batch frames sends each line alone, decoded or not: it only cuts
-        self.lines = LineSplitter(limit) if websocket and not ws_batches else None
+        self.lines = app.engine.LineSplitter(max_line_size=limit) if websocket and not ws_batches else None
         self.routes: dict[tuple[bool, object], tuple[str | None, str | None]] = {}
         self.streams: dict[str | None, Outlet] = {None: Outlet(None)}
         self.sessions: set[str] = set()
@@ -213,11 +212,14 @@ class _Connection:
         not JSON-RPC is never batchable, so it goes alone (:meth:`_not_jsonrpc`'s rule)."""
         splitter = self.lines
         if splitter is not None:
-            lines, dropped = splitter.feed(data)
-            if dropped:
+            lines = splitter.feed(data)
+            if not lines:
+                return
+            if not all(lines):  # a line over the size limit: never buffered, nothing to send
                 self._too_long()
-            if lines:
-                size = sum(map(len, lines))
+                lines = [line for line in lines if line]
+            size = sum(map(len, lines))
+            if size:
                 self.streams[None].extend(zip(_ZERO, lines, _ALONE), size)
                 self._count(size)
             return
