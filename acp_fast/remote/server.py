@@ -202,7 +202,7 @@ class _Connection:
                 size += self._route(frame, kind)
             except ValueError:  # a payload that does not decode: still delivered, unrouted
                 logger.warning("connection %s: agent message with an undecodable payload", self.id[:8])
-                size += socket.put(bytes(frame.raw))
+                size += socket.put(frame.raw)
         if size:
             self._count(size)
 
@@ -550,7 +550,7 @@ class AcpApp:
         rewritten = False
         for entry in entries:
             if entry.kind == _kinds.MALFORMED:  # the agent answers it, in its place
-                parts.append(bytes(entry.raw))
+                parts.append(entry.raw)
                 continue
             checked = _checked(entry, session, self.engine)
             if isinstance(checked, str):
@@ -563,9 +563,9 @@ class AcpApp:
                 rewritten = True
                 parts.append(line_out)
             else:
-                parts.append(bytes(entry.raw))
+                parts.append(entry.raw)
         if not rewritten:
-            out = bytes(frame.raw)
+            out = frame.raw
         elif batch:
             out = b"[" + b",".join(parts) + b"]"
         else:

@@ -137,7 +137,7 @@ class HttpBridge(Bridge):
         if session is not None:
             headers[SESSION_ID_HEADER] = session
         try:
-            response, body = await self._exchange("POST", headers, bytes(frame.raw))
+            response, body = await self._exchange("POST", headers, frame.raw)
         except Exception as exc:  # noqa: BLE001 - any failure of the POST fails its requests
             self._refuse(frame, f"POST to {self._url} failed: {exc!r}")
             return
@@ -157,7 +157,7 @@ class HttpBridge(Bridge):
     async def _initialize(self, frame: Any) -> None:
         headers = {**self._headers, "Content-Type": CONTENT_TYPE_JSON, "Accept": CONTENT_TYPE_JSON}
         try:
-            response, body = await self._exchange("POST", headers, bytes(frame.raw))
+            response, body = await self._exchange("POST", headers, frame.raw)
         except Exception as exc:  # noqa: BLE001 - any failure of the POST fails initialize
             self._refuse(frame, f"initialize POST to {self._url} failed: {exc!r}")
             return
