@@ -654,7 +654,120 @@ cdef inline Message _new_message(Entry* e, object line, Py_ssize_t off, bint laz
 # ---------------------------------------------------------------------------------------
 
 
-cdef class Decoder:
+cdef class _Framing:
+    """Line framing shared by :class:`Decoder` and :class:`LineSplitter` (not public): the
+    carry buffer of an incomplete line, the discarding of a line over the limit up to its
+    newline (never buffered), the end of input. A subclass frames each complete line
+    (``_run`` over a chunk's lines, ``_buffered_line`` for the carry buffer's) and says what
+    stands for a line over the limit (``_too_long``)."""
+
+    cdef PaddedBuffer* _buf
+    cdef bint _discarding
+    cdef bint _closed
+    cdef Py_ssize_t _max_size
+    cdef object _max_line_size
+
+    def __dealloc__(self):
+        del self._buf
+
+    cdef int _set_limit(self, object max_line_size) except -1:
+        self._max_line_size = int(max_line_size)
+        self._max_size = min(self._max_line_size, (<Py_ssize_t>1) << 62)
+        self._buf.clear()
+        self._discarding = False
+        self._closed = False
+        return 0
+
+    @property
+    def max_line_size(self):
+        return self._max_line_size
+
+    @property
+    def buffered(self):
+        """Bytes of an incomplete line held until its newline arrives."""
+        return <Py_ssize_t>self._buf.size()
+
+    @property
+    def closed(self):
+        """True after :meth:`feed_eof`."""
+        return self._closed
+
+    cdef list _feed(self, object data):
+        """The lines of a chunk: the end of a discarded or carried line first, then
+        ``_run`` over the chunk's own complete lines, then the new carry."""
+        if self._closed:
+            raise DecoderClosedError("feed() after feed_eof()")
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        cdef list out = []
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+        if n == 0:
+            return out
+        cdef const char* p = PyBytes_AS_STRING(data)
+        cdef Py_ssize_t start = 0, length
+        cdef const char* nl
+        if self._discarding:
+            nl = <const char*>memchr(p, b'\n', <size_t>n)
+            if nl == NULL:
+                return out
+            self._discarding = False
+            start = nl - p + 1
+        if self._buf.size() > 0:
+            nl = <const char*>memchr(p + start, b'\n', <size_t>(n - start))
+            if nl == NULL:
+                if <Py_ssize_t>self._buf.size() + n - start > self._max_size:
+                    self._overflow(out)
+                elif not self._buf.append(p + start, <size_t>(n - start)):
+                    raise MemoryError()
+                return out
+            length = nl - (p + start)
+            if <Py_ssize_t>self._buf.size() + length > self._max_size:
+                self._buf.clear()
+                out.append(self._too_long())
+            else:
+                if not self._buf.append(p + start, <size_t>length):
+                    raise MemoryError()
+                self._buffered_line(out)
+            start = nl - p + 1
+        start = self._run(data, p, n, start, out)
+        if start < n:
+            if n - start > self._max_size:
+                self._overflow(out)
+            elif not self._buf.assign(p + start, <size_t>(n - start)):
+                raise MemoryError()
+        return out
+
+    cdef list _feed_eof(self):
+        if self._closed:
+            raise DecoderClosedError("feed_eof() called twice")
+        self._closed = True
+        cdef list out = []
+        if self._buf.size() > 0:
+            self._buffered_line(out)
+        self._discarding = False
+        return out
+
+    cdef int _overflow(self, list out) except -1:
+        self._buf.clear()
+        self._discarding = True
+        out.append(self._too_long())
+        return 0
+
+    cdef object _too_long(self):
+        raise NotImplementedError
+
+    cdef Py_ssize_t _run(self, object data, const char* p, Py_ssize_t n, Py_ssize_t start,
+                         list out) except -1:
+        """Frame the complete lines of ``data`` from ``start``; returns where the incomplete
+        last line starts (``n`` when there is none)."""
+        raise NotImplementedError
+
+    cdef int _buffered_line(self, list out) except -1:
+        """Frame the carry buffer's complete line (joined across chunks, or at EOF) and clear it."""
+        raise NotImplementedError
+
+
+cdef class Decoder(_Framing):
     """Sans-IO decoder: bytes of line-delimited JSON-RPC in, frames out.
 
     Args:
@@ -674,13 +787,8 @@ cdef class Decoder:
     """
 
     cdef LineParser* _parser
-    cdef PaddedBuffer* _buf
     cdef bint _lazy
-    cdef bint _discarding
-    cdef bint _closed
-    cdef Py_ssize_t _max_size
     cdef int _max_depth_c
-    cdef object _max_line_size
     cdef object _max_depth
     cdef object _max_batch_size
     cdef object _batch_reason
@@ -695,7 +803,6 @@ cdef class Decoder:
 
     def __dealloc__(self):
         del self._parser
-        del self._buf
         Py_XDECREF(self._spare)
         self._spare = NULL
 
@@ -708,24 +815,16 @@ cdef class Decoder:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         self._lazy = bool(lazy)
-        self._max_line_size = int(max_line_size)
+        self._set_limit(max_line_size)
         self._max_depth = int(max_depth)
         self._max_batch_size = int(max_batch_size)
         self._batch_reason = f"batch too large (more than {self._max_batch_size} entries)"
-        self._max_size = min(self._max_line_size, (<Py_ssize_t>1) << 62)
         self._max_depth_c = self._max_depth
         self._parser.set_max_batch(<size_t>min(self._max_batch_size, (<Py_ssize_t>1) << 62))
-        self._buf.clear()
-        self._discarding = False
-        self._closed = False
 
     @property
     def lazy(self):
         return self._lazy
-
-    @property
-    def max_line_size(self):
-        return self._max_line_size
 
     @property
     def max_depth(self):
@@ -735,16 +834,6 @@ cdef class Decoder:
     def max_batch_size(self):
         return self._max_batch_size
 
-    @property
-    def buffered(self):
-        """Bytes of an incomplete line held until its newline arrives."""
-        return <Py_ssize_t>self._buf.size()
-
-    @property
-    def closed(self):
-        """True after :meth:`feed_eof`."""
-        return self._closed
-
     def feed(self, data):
         """Decode a chunk; returns the frames of every line completed by it, in order.
 
@@ -753,40 +842,12 @@ cdef class Decoder:
         Raises:
             DecoderClosedError: after :meth:`feed_eof`.
         """
-        if self._closed:
-            raise DecoderClosedError("feed() after feed_eof()")
-        if not isinstance(data, bytes):
-            data = bytes(data)
-        cdef list frames = []
-        cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
-        if n == 0:
-            return frames
-        cdef const char* p = PyBytes_AS_STRING(data)
-        cdef Py_ssize_t start = 0, end, length
+        return self._feed(data)
+
+    cdef Py_ssize_t _run(self, object data, const char* p, Py_ssize_t n, Py_ssize_t start,
+                         list frames) except -1:
+        cdef Py_ssize_t end, length
         cdef const char* nl
-        if self._discarding:
-            nl = <const char*>memchr(p, b'\n', <size_t>n)
-            if nl == NULL:
-                return frames
-            self._discarding = False
-            start = nl - p + 1
-        if self._buf.size() > 0:
-            nl = <const char*>memchr(p + start, b'\n', <size_t>(n - start))
-            if nl == NULL:
-                if <Py_ssize_t>self._buf.size() + n - start > self._max_size:
-                    self._overflow(frames)
-                elif not self._buf.append(p + start, <size_t>(n - start)):
-                    raise MemoryError()
-                return frames
-            length = nl - (p + start)
-            if <Py_ssize_t>self._buf.size() + length > self._max_size:
-                self._buf.clear()
-                frames.append(_too_long())
-            else:
-                if not self._buf.append(p + start, <size_t>length):
-                    raise MemoryError()
-                self._buffered_line(frames)
-            start = nl - p + 1
         # Complete lines with SIMDJSON_PADDING bytes after them in the chunk are parsed in
         # runs [rstart, rend) indexed by one stage 1 call (LineParser.index_region); the
         # others (near the end of the chunk, or longer than a run) one by one.
@@ -811,12 +872,7 @@ cdef class Decoder:
                 else:
                     self._chunk_line(data, p, n, start, end, frames)
             start = end + 1
-        if start < n:
-            if n - start > self._max_size:
-                self._overflow(frames)
-            elif not self._buf.assign(p + start, <size_t>(n - start)):
-                raise MemoryError()
-        return frames
+        return start
 
     def feed_eof(self):
         """Signal end of input; returns the frame of a final unterminated line, if any.
@@ -824,19 +880,10 @@ cdef class Decoder:
         Raises:
             DecoderClosedError: when called twice.
         """
-        if self._closed:
-            raise DecoderClosedError("feed_eof() called twice")
-        self._closed = True
-        cdef list frames = []
-        if self._buf.size() > 0:
-            self._buffered_line(frames)
-        self._discarding = False
-        return frames
+        return self._feed_eof()
 
-    cdef void _overflow(self, list frames) except *:
-        self._buf.clear()
-        self._discarding = True
-        frames.append(_too_long())
+    cdef object _too_long(self):
+        return _too_long()
 
     cdef int _run_line(self, object data, const char* p, Py_ssize_t rstart, Py_ssize_t start,
                        Py_ssize_t end, list frames) except -1:
@@ -1349,7 +1396,7 @@ cdef inline bint _is_space(char c) noexcept nogil:
     return c == b' ' or c == b'\t' or c == b'\r'
 
 
-cdef class LineSplitter:
+cdef class LineSplitter(_Framing):
     """Sans-IO framing without decoding: bytes in, the lines a :class:`Decoder` would frame out.
 
     For a consumer that forwards every line as it is and so needs no decoding (a WebSocket
@@ -1364,40 +1411,13 @@ cdef class LineSplitter:
         max_line_size: the longest line (bytes before ``\\n``) that is buffered.
     """
 
-    cdef PaddedBuffer* _buf
-    cdef bint _discarding
-    cdef bint _closed
-    cdef Py_ssize_t _max_size
-    cdef object _max_line_size
-
     def __cinit__(self, *args, **kwargs):
         self._buf = new PaddedBuffer(0)
-
-    def __dealloc__(self):
-        del self._buf
 
     def __init__(self, *, max_line_size=DEFAULT_MAX_LINE_SIZE):
         if max_line_size < 1:
             raise ValueError("max_line_size must be >= 1")
-        self._max_line_size = int(max_line_size)
-        self._max_size = min(self._max_line_size, (<Py_ssize_t>1) << 62)
-        self._buf.clear()
-        self._discarding = False
-        self._closed = False
-
-    @property
-    def max_line_size(self):
-        return self._max_line_size
-
-    @property
-    def buffered(self):
-        """Bytes of an incomplete line held until its newline arrives."""
-        return <Py_ssize_t>self._buf.size()
-
-    @property
-    def closed(self):
-        """True after :meth:`feed_eof`."""
-        return self._closed
+        self._set_limit(max_line_size)
 
     def feed(self, data):
         """Split a chunk; returns every line completed by it, in order (see the class).
@@ -1407,58 +1427,7 @@ cdef class LineSplitter:
         Raises:
             DecoderClosedError: after :meth:`feed_eof`.
         """
-        if self._closed:
-            raise DecoderClosedError("feed() after feed_eof()")
-        if not isinstance(data, bytes):
-            data = bytes(data)
-        cdef list lines = []
-        cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
-        if n == 0:
-            return lines
-        cdef const char* p = PyBytes_AS_STRING(data)
-        cdef Py_ssize_t start = 0, end, length
-        cdef const char* nl
-        if self._discarding:
-            nl = <const char*>memchr(p, b'\n', <size_t>n)
-            if nl == NULL:
-                return lines
-            self._discarding = False
-            start = nl - p + 1
-        if self._buf.size() > 0:
-            nl = <const char*>memchr(p + start, b'\n', <size_t>(n - start))
-            if nl == NULL:
-                if <Py_ssize_t>self._buf.size() + n - start > self._max_size:
-                    self._overflow(lines)
-                elif not self._buf.append(p + start, <size_t>(n - start)):
-                    raise MemoryError()
-                return lines
-            length = nl - (p + start)
-            if <Py_ssize_t>self._buf.size() + length > self._max_size:
-                self._buf.clear()
-                lines.append(b"")
-            else:
-                if not self._buf.append(p + start, <size_t>length):
-                    raise MemoryError()
-                self._line(self._buf.data(), <Py_ssize_t>self._buf.size(), lines)
-                self._buf.clear()
-            start = nl - p + 1
-        while start < n:
-            nl = <const char*>memchr(p + start, b'\n', <size_t>(n - start))
-            if nl == NULL:
-                break
-            end = nl - p
-            length = end - start
-            if length > self._max_size:
-                lines.append(b"")
-            elif length > 0:
-                self._line(p + start, length, lines)
-            start = end + 1
-        if start < n:
-            if n - start > self._max_size:
-                self._overflow(lines)
-            elif not self._buf.assign(p + start, <size_t>(n - start)):
-                raise MemoryError()
-        return lines
+        return self._feed(data)
 
     def feed_eof(self):
         """Signal end of input; returns a final unterminated line, if any.
@@ -1466,20 +1435,31 @@ cdef class LineSplitter:
         Raises:
             DecoderClosedError: when called twice.
         """
-        if self._closed:
-            raise DecoderClosedError("feed_eof() called twice")
-        self._closed = True
-        cdef list lines = []
-        if self._buf.size() > 0:
-            self._line(self._buf.data(), <Py_ssize_t>self._buf.size(), lines)
-            self._buf.clear()
-        self._discarding = False
-        return lines
+        return self._feed_eof()
 
-    cdef void _overflow(self, list lines) except *:
+    cdef object _too_long(self):
+        return b""
+
+    cdef Py_ssize_t _run(self, object data, const char* p, Py_ssize_t n, Py_ssize_t start,
+                         list lines) except -1:
+        cdef const char* nl
+        cdef Py_ssize_t length
+        while start < n:
+            nl = <const char*>memchr(p + start, b'\n', <size_t>(n - start))
+            if nl == NULL:
+                break
+            length = nl - (p + start)
+            if length > self._max_size:
+                lines.append(b"")
+            elif length > 0:
+                self._line(p + start, length, lines)
+            start += length + 1
+        return start
+
+    cdef int _buffered_line(self, list lines) except -1:
+        self._line(self._buf.data(), <Py_ssize_t>self._buf.size(), lines)
         self._buf.clear()
-        self._discarding = True
-        lines.append(b"")
+        return 0
 
     cdef int _line(self, const char* q, Py_ssize_t length, list lines) except -1:
         cdef Py_ssize_t i

@@ -86,8 +86,9 @@ if [ "$#" -eq 0 ]; then
     # dispatch of requests, notifications and session updates in test_roles*.py)
     set -- tests/test_engine_batch.py tests/test_engine_c_specific.py tests/test_engine_diff.py \
         tests/test_engine_encode.py tests/test_engine_envelope.py tests/test_engine_framing.py \
-        tests/test_engine_limits.py tests/test_engine_forwarder.py tests/test_engine_outbox.py tests/test_connection.py \
-        tests/test_protocol_surfaces.py tests/test_roles.py tests/test_roles_runtime.py
+        tests/test_engine_line_splitter.py tests/test_engine_limits.py tests/test_engine_forwarder.py \
+        tests/test_engine_outbox.py tests/test_connection.py tests/test_protocol_surfaces.py tests/test_roles.py \
+        tests/test_roles_runtime.py
 fi
 
 log="$work/sanitize.log"
