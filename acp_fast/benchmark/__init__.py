@@ -6,11 +6,12 @@ and an agent command behaving like the peers' test agent, run on every event loo
 (both Python sides on the same loop) with client and agent pinned to different CPUs;
 :mod:`.suite` runs the workloads (streaming 100-byte ``agent_message_chunk`` notifications with
 the CPU µs per message of each side, sequential and 64-in-flight ``_test/echo`` round trips,
-1 MiB notifications, peak RSS of both processes, start-up to the ``initialize`` response) R
-times, interleaving the pairs; :mod:`.machine` records load and a CPU calibration around the
-run; :mod:`.tables` prints the medians and the PASS/MISS verdicts of :mod:`.targets`;
-:mod:`.chart` draws a PNG. :mod:`.probe` measures any single ACP agent as a client sees it
-(``acp-fast bench --agent CMD``).
+1 MiB notifications, peak RSS of both processes, start-up to the ``initialize`` response,
+the processes' bytecode compiled beforehand by :mod:`.bytecode`) R times, interleaving the
+pairs; :mod:`.machine` records load and a CPU calibration around the run; :mod:`.tables`
+prints the medians and the PASS/MISS verdicts of :mod:`.targets`; :mod:`.chart` draws a PNG.
+:mod:`.probe` measures any single ACP agent as a client sees it (``acp-fast bench --agent
+CMD``).
 
 acp_fast's own peers: :mod:`.client` (the benchmark client, v1 and ``--v2``) and the test agent
 ``acp-fast testy`` (:mod:`acp_fast.testy`), both on the public API. Every acp_fast process of a

@@ -5,7 +5,9 @@ Each repetition runs, for every pair, two client invocations ("steps"):
 ``main``   ``--n N --m M --inflight K --inflight-m X --warmup W``: one prompt streaming N
            ``agent_message_chunk`` notifications of 100-byte text (workload a), M sequential
            ``_test/echo`` round trips (b), X echo requests with K = 64 in flight (c); the client
-           also reports the spawn-to-initialize time (f) and both processes' peak RSS (e).
+           also reports the spawn-to-initialize time (f: the agent's start, its modules' bytecode
+           compiled beforehand by ``acp-fast bench``, :mod:`.bytecode`) and both processes'
+           peak RSS (e).
 ``large``  ``--large --n L``: the agent sends L notifications of 1 MiB text each (d), with the
            peak RSS of both processes at that size.
 
@@ -207,7 +209,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("rss_agent", "main", "MiB", "lower", _agent_rss, "(e) agent peak RSS, streaming run"),
     Metric("large_rss_client", "large", "MiB", "lower", _client_rss, "(e) client peak RSS, 1 MiB frames"),
     Metric("large_rss_agent", "large", "MiB", "lower", _agent_rss, "(e) agent peak RSS, 1 MiB frames"),
-    Metric("startup", "main", "ms", "lower", _field("startupMs"), "(f) spawn → initialize response"),
+    Metric("startup", "main", "ms", "lower", _field("startupMs"),
+           "(f) spawn → initialize response, bytecode cached (.bytecode)"),
     # chains (.chains): the conductor is the process the client spawns, measured by the client from /proc
     Metric("stream_cpu_conductor_hop", "main", "µs/msg/hop", "lower", _field("streamChildCpuUsPerHop"),
            "(a) conductor CPU per forwarded notification per hop", chain_only=True),

@@ -215,10 +215,11 @@ def _run_suite(args: argparse.Namespace) -> int:
 
     from acp_fast.benchmark import machine
     from acp_fast.benchmark import pairs as pairs_mod
+    from acp_fast.benchmark.bytecode import bench_folders, ensure_bytecode
     from acp_fast.benchmark.progress import Progress
     from acp_fast.benchmark.runner import pin_plan
     from acp_fast.benchmark.suite import STEPS, RunConfig, run_pairs
-    from acp_fast.benchmark.tables import MARKDOWN, TABLEFMT, write_json
+    from acp_fast.benchmark.tables import MARKDOWN, TABLEFMT, portable_paths, write_json
 
     if args.acp_agent:
         os.environ["ACP_FAST_BENCH_AGENT"] = args.acp_agent
@@ -277,6 +278,10 @@ def _run_suite(args: argparse.Namespace) -> int:
         if msg:
             # always shown, even with --no-progress: a skipped peer must never go unnoticed
             sys.stderr.write(f"{p.name}: {msg}\n")
+    bytecode = ensure_bytecode(bench_folders())  # the start-up rows measure a start, not the compiler
+    if bytecode.compiled:
+        progress.note(f"compiled the bytecode of {bytecode.compiled} Python files the processes import "
+                      "(missing or stale)")
     t0 = time.perf_counter()
     before = machine.snapshot()
     progress.note(f"acp_fast agent: {agent_note}: {shlex.join(agent_cmd)}; loops {', '.join(config.loops)}; "
@@ -293,7 +298,8 @@ def _run_suite(args: argparse.Namespace) -> int:
             "before": before.to_json(), "after": after.to_json(), "busy": warnings,
             "acp_fast_agent": {"kind": kind, "argv": list(agent_cmd)}, "baseline": pairs_mod.BASELINE,
             "cpus_allowed": machine.cpu_count(), "harness": _harness(),
-            "sdk_tracing": machine.sdk_tracing_note()}
+            "sdk_tracing": machine.sdk_tracing_note(),
+            "bytecode": {"compiled": bytecode.compiled, "uncached": portable_paths(bytecode.uncached)}}
     print(report_text(rows, config, meta, tablefmt=MARKDOWN if args.markdown else TABLEFMT))
     for w in warnings:
         _err(f"warning: machine busy: {w}")
@@ -345,6 +351,15 @@ def _harness_note(harness: Json) -> str | None:
     return (f"Harness: {_path(harness.get('python'))}, acp_fast from {_path(harness.get('acp_fast'))} "
             f"(engine {harness.get('engine')}); every Python process of a row runs that interpreter and that "
             f"package, whatever the working directory; peers: {peers}")
+
+
+def _bytecode_note(bytecode: Json) -> str | None:
+    if not isinstance(bytecode, dict) or not bytecode.get("uncached"):
+        return None  # all cached, or a run saved before the bytecode was recorded
+    files = [str(f) for f in cast("list[Json]", bytecode["uncached"])]
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return (f"WARNING: {len(files)} Python files have no bytecode cache and could not be given one ({shown}): "
+            "a process importing them compiles them at each start, inside its start-up ms")
 
 
 #: the ``acp_fast agent:`` note of the report, per kind of :func:`~acp_fast.benchmark.pairs.acp_fast_agent`
@@ -403,6 +418,7 @@ def report_text(rows: Sequence[Measurement], config: RunConfig, meta: JsonObject
         notes.append(f"WARNING: machine busy: {w}; throughput ratios are unreliable, compare CPU µs/msg")
     if meta.get("sdk_tracing"):
         notes.append(f"WARNING: {meta['sdk_tracing']}")
+    notes.extend(filter(None, [_bytecode_note(meta.get("bytecode"))]))
     if quick:
         notes.append("(quick: one repetition, small N and little warm-up, so JIT peers (node) run cold: "
                      "ratios are indicative; judge the goals on a full run)")
