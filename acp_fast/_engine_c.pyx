@@ -54,6 +54,7 @@ from acp_fast._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from acp_fast._kinds import check_batch_state, check_message_state
 from acp_fast._rawjson import RawJson, set_decoder
 from acp_fast.protocol._schema_names import PROPERTY_NAMES, STRING_CONSTANTS
+from acp_fast.protocol.facts import FORWARD_CLAIMED_METHODS, PROXY_SUCCESSOR, PROXY_SUCCESSOR_SPEC, SUCCESSOR_METHODS
 from acp_fast._strictjson import MAX_DEPTH_LIMIT, InvalidJson
 
 __all__ = [
@@ -1504,12 +1505,13 @@ cdef struct _Pending:
 
 ctypedef unordered_map[int64_t, _Pending] _PendingMap
 
-# 1: never forwarded by the fast path; 2: a successor envelope.
-cdef dict _FWD_METHODS = {
-    "initialize": 1, "$/cancel_request": 1, "_proxy/initialize": 1, "proxy/initialize": 1,
-    "_proxy/successor": 2, "proxy/successor": 2,
-}
-_SUCCESSOR_NAMES = ("_proxy/successor", "proxy/successor")
+# 1: never forwarded by the fast path; 2: a successor envelope (the pure twin's table, from
+# the protocol facts). The C level spells the claimed names again: claimed_method_token
+# (csrc/acp_forward.cpp) and _maybe_special's bounds; tests/test_protocol_facts.py keeps them
+# equal to FORWARD_CLAIMED_METHODS.
+cdef dict _FWD_METHODS = {**dict.fromkeys(sorted(FORWARD_CLAIMED_METHODS), 1),
+                          **dict.fromkeys(sorted(SUCCESSOR_METHODS), 2)}
+_SUCCESSOR_NAMES = (PROXY_SUCCESSOR, PROXY_SUCCESSOR_SPEC)
 
 
 cdef class Forwarder
@@ -1579,7 +1581,7 @@ cdef class Forwarder:
                 inc(it)
             self._pending[h].clear()
 
-    def __init__(self, proxies, *, agent=True, successor="_proxy/successor",
+    def __init__(self, proxies, *, agent=True, successor=PROXY_SUCCESSOR,
                  max_line_size=DEFAULT_MAX_LINE_SIZE, max_depth=DEFAULT_MAX_DEPTH,
                  max_batch_size=DEFAULT_MAX_BATCH_SIZE, max_pending=DEFAULT_MAX_PENDING):
         if type(proxies) is not int or proxies < 0:

@@ -101,6 +101,7 @@ from .errors import (
     SendBufferFull,
 )
 from .jsontypes import Json, JsonObject, RequestId
+from .protocol.facts import FORWARD_CLAIMED_METHODS, PROXY_SUCCESSOR, PROXY_SUCCESSOR_SPEC, SUCCESSOR_METHODS
 
 __all__ = [
     "IMPLEMENTATION",
@@ -1006,11 +1007,8 @@ def forward(message: Message, id: RequestId | None = _KEEP) -> bytes:
 # ---------------------------------------------------------------------------------------
 
 #: 1: never forwarded by the fast path (a handler claims it); 2: a successor envelope.
-_FWD_METHODS = {
-    "initialize": 1, "$/cancel_request": 1, "_proxy/initialize": 1, "proxy/initialize": 1,
-    "_proxy/successor": 2, "proxy/successor": 2,
-}
-_SUCCESSOR_NAMES = ("_proxy/successor", "proxy/successor")
+_FWD_METHODS = {**dict.fromkeys(sorted(FORWARD_CLAIMED_METHODS), 1), **dict.fromkeys(sorted(SUCCESSOR_METHODS), 2)}
+_SUCCESSOR_NAMES = (PROXY_SUCCESSOR, PROXY_SUCCESSOR_SPEC)
 _CLAIMED_TOKENS = frozenset(b'"' + name.encode() + b'"' for name, v in _FWD_METHODS.items() if v == 1)
 _TOO_LONG = "line too long"
 
@@ -1325,7 +1323,7 @@ class Forwarder:
     __slots__ = ("_agent", "_closed", "_decoders", "_dropped", "_fast", "_hops", "_max_pending",
                  "_next", "_out", "_owed", "_pending", "_proxies", "_seq", "_succ")
 
-    def __init__(self, proxies: int, *, agent: bool = True, successor: str = "_proxy/successor",
+    def __init__(self, proxies: int, *, agent: bool = True, successor: str = PROXY_SUCCESSOR,
                  max_line_size: int = DEFAULT_MAX_LINE_SIZE, max_depth: int = DEFAULT_MAX_DEPTH,
                  max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
                  max_pending: int = DEFAULT_MAX_PENDING) -> None:

@@ -61,6 +61,7 @@ from .errors import (
     JsonRpcError,
 )
 from .jsontypes import Json, RequestId
+from .protocol.facts import CANCEL_REQUEST
 from .transport import Stream
 
 if TYPE_CHECKING:
@@ -85,8 +86,8 @@ __all__ = [
 
 logger = logging.getLogger("acp_fast.jsonrpc")
 
-#: The cancellation notification of protocol.md §4.1.
-CANCEL_METHOD = "$/cancel_request"
+#: The cancellation notification of protocol.md §4.1 (``acp_fast.protocol.facts.CANCEL_REQUEST``).
+CANCEL_METHOD = CANCEL_REQUEST
 #: Queued + running handlers above which reading is paused.
 DEFAULT_MAX_BACKLOG = 1024
 #: Bytes waiting for a slow peer above which ``notify``/``request`` raise ``SendBufferFull``.

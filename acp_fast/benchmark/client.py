@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from acp_fast.cli.loops import LOOPS, loop_name
 from acp_fast.cli.loops import run as run_loop
+from acp_fast.protocol.facts import SESSION_REQUEST_PERMISSION
 
 if TYPE_CHECKING:
     from acp_fast.jsontypes import Json, JsonObject
@@ -315,7 +316,7 @@ async def run(args: Args) -> JsonObject:
     builder = (Client.v2() if args.v2 else Client.builder()).with_info("acp-fast-bench-client", __version__)
     builder.on_session_update(on_update)
     if not args.v2:
-        builder.on_request("session/request_permission", on_permission)
+        builder.on_request(SESSION_REQUEST_PERMISSION, on_permission)
 
     def on_stderr(data: bytes) -> None:
         sys.stderr.buffer.write(data)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from ..jsontypes import Json, JsonObject
+from ..protocol.facts import SESSION_REQUEST_PERMISSION
 
 if TYPE_CHECKING:
     from ..roles import ClientBuilder
@@ -146,7 +147,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
         b = Client.v2() if version == 2 else Client.builder()
         b.with_info("acp-fast-bench-probe", "1").on_session_update(on_update).with_main(main)
         if version == 1:
-            b.on_request("session/request_permission", on_permission)
+            b.on_request(SESSION_REQUEST_PERMISSION, on_permission)
         return b
 
     connector = Client.protocol_connector()

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsontypes import JsonObject
+from ..protocol.facts import INITIALIZE, SESSION_NEW
 from ..remote.runner import DEFAULT_SERVER, SERVERS
 from .launch import REPORT_ENV, read_reports
 from .machine import sdk_tracing_note
@@ -386,9 +387,9 @@ async def _hold_and_measure(server: _Server, k: int) -> tuple[int, int]:
 async def _hold_connections_keep(port: int, k: int) -> list[Any]:
     import websockets
 
-    init = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+    init = json.dumps({"jsonrpc": "2.0", "id": 0, "method": INITIALIZE,
                        "params": {"protocolVersion": 1, "clientCapabilities": {}}})
-    new = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}})
+    new = json.dumps({"jsonrpc": "2.0", "id": 1, "method": SESSION_NEW, "params": {"cwd": "/", "mcpServers": []}})
     held: list[Any] = []
     gate = asyncio.Semaphore(64)
 

@@ -749,7 +749,7 @@ class Conductor:
         self._selection_done = asyncio.get_running_loop().create_future()
         if not agent_mode:
             self._fw.set_successor(up.fid, names.SPELLINGS[
-                "spec" if msg.method == "proxy/initialize" else "underscore"][1])
+                "spec" if msg.method == names.PROXY_INITIALIZE_SPEC else "underscore"][1])
         self._state = _STARTING
         self._start_task = asyncio.get_running_loop().create_task(self._start())
 

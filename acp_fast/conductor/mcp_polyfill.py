@@ -39,6 +39,7 @@ from urllib.parse import quote, unquote
 
 from ..errors import JsonRpcError
 from ..jsontypes import Json, JsonObject, RequestId
+from ..protocol.facts import INITIALIZE, MCP_MESSAGE, PROXY_INITIALIZE_METHODS, SETUP_METHODS, V1_SETUP_METHODS
 from ..roles import V1, V2, Peer, Proxy, ProxyBuilder, ProxyContext
 from ..roles.routers import ProxyRouter
 
@@ -46,10 +47,6 @@ __all__ = ["McpHttpBridge", "build", "main", "router"]
 
 logger = logging.getLogger("acp_fast.conductor.mcp_polyfill")
 
-MCP_MESSAGE = "mcp/message"
-SETUP_METHODS = ("session/new", "session/resume", "session/fork")
-V1_SETUP_METHODS = (*SETUP_METHODS, "session/load")
-_PROXY_INITIALIZE = ("_proxy/initialize", "proxy/initialize")
 _REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             411: "Length Required", 413: "Payload Too Large"}
 MAX_BODY = 64 * 1024 * 1024
@@ -254,12 +251,12 @@ def _polyfill(proxy: _PB) -> _PB:
     proxy.with_info("acp-fast-mcp-polyfill", "1")
 
     async def initialize(params: JsonObject, cx: ProxyContext) -> Json:
-        result = await cx.send_to_successor("initialize", dict(params))
+        result = await cx.send_to_successor(INITIALIZE, dict(params))
         state = _state(cx.proxy)
         state.native = agent_has_acp_transport(result, version)
         return result if state.native else with_acp_transport(result, version)
 
-    for name in _PROXY_INITIALIZE:
+    for name in sorted(PROXY_INITIALIZE_METHODS):
         proxy.on_request(name, initialize)
 
     def setup(method: str) -> Callable[[Json, ProxyContext], Awaitable[Json]]:
@@ -271,7 +268,7 @@ def _polyfill(proxy: _PB) -> _PB:
 
         return forward
 
-    for method in (V1_SETUP_METHODS if version < 2 else SETUP_METHODS):
+    for method in sorted(V1_SETUP_METHODS if version < 2 else SETUP_METHODS):
         proxy.on_request(method, setup(method))
 
     def notification(params: Json, cx: ProxyContext) -> None:

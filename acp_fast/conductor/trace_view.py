@@ -51,6 +51,7 @@ from importlib import resources
 from typing import Any
 
 from ..jsontypes import Json, JsonObject
+from ..protocol.facts import CANCEL_REQUEST, V1_SETUP_METHODS
 
 __all__ = ["KINDS", "RECORDS", "TraceError", "TraceModel", "analyse", "load_events", "render_html",
            "summary_table", "viewer_asset"]
@@ -60,7 +61,8 @@ KINDS = ("request", "response", "notification")
 #: the conductor's own records, which are not hop messages (:mod:`.trace`): not drawn
 RECORDS = ("negotiation",)
 _REQ, _RESP, _NOTE = 0, 1, 2
-_OPENERS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
+#: the requests whose result opens a session (every version's setup methods)
+_OPENERS = V1_SETUP_METHODS
 
 
 class TraceError(ValueError):
@@ -192,7 +194,7 @@ def analyse(events: list[JsonObject], *, title: str = "ACP conductor trace",
                     if type(sid) is str:
                         session[j] = sid
                 session[i] = session[j]
-        elif method[i] == "$/cancel_request" and session[i] is None:
+        elif method[i] == CANCEL_REQUEST and session[i] is None:
             params = e.get("params")
             if type(params) is dict and "requestId" in params:
                 j = requests.get((e["from"], e["to"], _idkey(params["requestId"])), -1)

@@ -6,6 +6,9 @@ Modules:
   (``classify_session_update``) and the write guard (``check_outgoing_*``),
   driven by the generated tables in ``_surface_gen``.
 - ``errors``: ``WireSurfaceError``.
+- ``facts``: the protocol facts every layer branches on (``INITIALIZE``,
+  ``CANCEL_REQUEST``, the session setup methods, the session-scoped methods, the proxy
+  spellings, ...), spelled once; every layer imports them from here.
 - ``types_v1`` / ``types_v2``: generated ``TypedDict`` schema types. They are
   never imported eagerly (start-up budget); import them where you annotate.
 - ``methods``: ``Method`` / ``RequestMethod`` / ``NotificationMethod``, typed

@@ -43,6 +43,8 @@ Example:
 from __future__ import annotations
 
 from ..errors import INVALID_REQUEST, JsonRpcError
+from .facts import CANCEL_REQUEST as CANCEL_METHOD
+from .facts import INITIALIZE, PROXY_INITIALIZE
 
 __all__ = [
     "CANCEL_METHOD",
@@ -58,10 +60,6 @@ UNCHECKED = "unchecked"
 UNINITIALIZED = "uninitialized"
 INITIALIZING = "initializing"
 READY = "ready"
-
-CANCEL_METHOD = "$/cancel_request"
-INITIALIZE = "initialize"
-PROXY_INITIALIZE = "_proxy/initialize"
 
 DIRECTION_DATA = "ACP clients send `initialize` requests and ACP agents respond to them"
 IN_PROGRESS_DATA = "ACP initialization is already in progress on this connection"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterable
 
-from ..protocol._session_scope import SESSION_SCOPED
+from ..protocol.facts import EXTRA_SESSION_SCOPED_METHODS, SESSION_SCOPED_METHODS, SUCCESSOR_METHODS
 
 __all__ = [
     "CONNECTION_ID_HEADER",
@@ -64,24 +64,9 @@ DEFAULT_MAX_BODY = 16 * 1024 * 1024
 #: An SSE comment line is sent this often on an idle stream so proxies keep it open.
 KEEPALIVE_SECONDS = 15.0
 
-#: Methods the ACP schemas no longer define that some agents and clients still send on a
-#: session (the Rust SDK's list names it): ``session/set_model``, the unstable model switch
-#: of earlier schemas. Kept session-scoped so that its ``Acp-Session-Id`` still fills
-#: ``params.sessionId`` and its reply follows that session; a method the schemas scope is
-#: never listed here (the generated table has it).
-EXTRA_SESSION_SCOPED_METHODS = frozenset({"session/set_model"})
-
-#: Methods that act on an existing session: their POST needs a session id, from the
-#: ``Acp-Session-Id`` header or ``params.sessionId``, and their reply follows that session's
-#: stream. Generated from the schemas (``acp_fast.protocol._session_scope``: the agent's
-#: methods whose params require ``sessionId``, in either version), plus
-#: :data:`EXTRA_SESSION_SCOPED_METHODS`.
-SESSION_SCOPED_METHODS = frozenset(SESSION_SCOPED) | EXTRA_SESSION_SCOPED_METHODS
-
-#: The envelopes a proxy wraps its successor's messages in, both spellings (the conductor's
-#: ``acp_fast.conductor.names.SUCCESSOR``, which a test keeps equal: the remote layer loads
-#: without the conductor): a ``$/`` method inside one is connection-scoped like a bare one.
-SUCCESSOR_METHODS = frozenset({"_proxy/successor", "proxy/successor"})
+# EXTRA_SESSION_SCOPED_METHODS, SESSION_SCOPED_METHODS (a POST's session scope) and
+# SUCCESSOR_METHODS (a `$/` method inside a successor envelope is connection-scoped like a bare
+# one) are protocol facts, imported from `acp_fast.protocol.facts` and re-exported here.
 
 
 def id_key(ident: object) -> tuple[bool, object]:

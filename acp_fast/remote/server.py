@@ -49,6 +49,7 @@ from .. import _kinds
 from .. import engine as _default_engine
 from ..engine import encode_error
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from ..protocol.facts import INITIALIZE
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
 from ._asgi import Receive, Scope, Send, deny, endpoint_path, error_body, lower_headers, respond
@@ -604,7 +605,7 @@ class AcpApp:
         if frame is not None and frame.kind == _kinds.MALFORMED:
             await respond(send, 400, _malformed_reply(self.engine, frame))
             return
-        if frame is None or frame.kind != _kinds.REQUEST or frame.method != "initialize":
+        if frame is None or frame.kind != _kinds.REQUEST or frame.method != INITIALIZE:
             await respond(send, 400, error_body(
                 400, f"a POST without {CONNECTION_ID_HEADER} must be an initialize request"))
             return

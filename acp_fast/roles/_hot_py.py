@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..jsonrpc import RequestContext, Responder
+from ..protocol.facts import SESSION_UPDATE as _SESSION_UPDATE
 from ..protocol.surface import KnownVariant, SessionUpdateView
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,7 +40,6 @@ _T = TypeVar("_T")
 _STATE_UPDATE = "state_update"
 #: known updates that change the client's tracked session state
 _TRACKED = frozenset({"state_update", "tool_call", "tool_call_update"})
-_SESSION_UPDATE = "session/update"
 
 
 class SessionUpdate:

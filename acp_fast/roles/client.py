@@ -18,7 +18,8 @@ from ..errors import JsonRpcError
 from ..jsonrpc import Connection, PendingRequest
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
-from .connection import INITIALIZE, PERMISSION, AcpConnection
+from ..protocol.facts import CLIENT_TRACKED_REQUESTS, INITIALIZE
+from .connection import AcpConnection
 from .context import V1, V2, Request, SentRequest, Version
 from .sessions import OpenedSession, V1Session, V2Session, build_session, fork_session, resume_session
 from .table import HandlerTable
@@ -55,7 +56,7 @@ class ClientConnection(AcpConnection[Version]):
     role = "client"
     guard_role = "initiator"
     answers_initialize = False
-    tracked_requests = frozenset({PERMISSION})
+    tracked_requests = CLIENT_TRACKED_REQUESTS
 
     def __init__(self, conn: Connection, table: HandlerTable, *, hooks: InitializeHooks | None = None) -> None:
         self._hooks = hooks

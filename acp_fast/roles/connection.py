@@ -26,6 +26,7 @@ from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection, PendingRequest, RequestContext, RequestResult
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
+from ..protocol.facts import SESSION_FORK, SESSION_NEW, SESSION_RESUME
 from ..protocol.gate import make_gate
 from ..protocol.guard import InitializationGuard
 from ..protocol.surface import WireSurface
@@ -61,7 +62,6 @@ _T = TypeVar("_T")
 _C = TypeVar("_C", bound="AcpConnection[int]")
 
 _INITIALIZES = INITIALIZING
-PERMISSION = "session/request_permission"
 
 
 def _is_awaitable_result(value: object) -> TypeGuard[Awaitable[Json]]:
@@ -242,7 +242,7 @@ class AcpConnection(Generic[Version]):
             task.cancel()
         for child in list(self._children):
             child.close()
-        self.sessions.close(self.raw.closed_error("session/update"))
+        self.sessions.close(self.raw.closed_error(SESSION_UPDATE))
 
     # -- handlers added at run time, nested connections ----------------------------------
 
@@ -507,15 +507,15 @@ class AcpConnection(Generic[Version]):
     def build_session_from(self, params: JsonObject) -> SessionSetup:
         """A ``session/new`` from a complete request: ``start_session()`` publishes it
         (a proxy uses ``on_proxy_session_start``; see :class:`~acp_fast.roles.sessions.SessionSetup`)."""
-        return SessionSetup(self, "session/new", params)
+        return SessionSetup(self, SESSION_NEW, params)
 
     def resume_session_from(self, params: JsonObject) -> SessionSetup:
         """A v2 ``session/resume`` from a complete request (see :meth:`build_session_from`)."""
-        return SessionSetup(self, "session/resume", params)
+        return SessionSetup(self, SESSION_RESUME, params)
 
     def fork_session_from(self, params: JsonObject) -> SessionSetup:
         """A v2 ``session/fork`` (unstable) from a complete request (see :meth:`build_session_from`)."""
-        return SessionSetup(self, "session/fork", params)
+        return SessionSetup(self, SESSION_FORK, params)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.role} v{self.version} {self.guard.state}>"

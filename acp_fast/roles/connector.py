@@ -19,6 +19,7 @@ from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
+from ..protocol.facts import INITIALIZE
 from .builders import ClientBuilder
 from .client import ClientConnection
 from .context import SentRequest
@@ -60,7 +61,7 @@ class _Handshake:
         self.reused.set_result(same)
         if same:
             return connection.adopt_initialize(response)
-        return SentRequest(None, _never(), "initialize")  # cancelled below
+        return SentRequest(None, _never(), INITIALIZE)  # cancelled below
 
     def on_version_mismatch(self, params: JsonObject, result: Json) -> None:
         if not self.mismatch.done():

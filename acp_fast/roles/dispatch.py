@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 from ..errors import JsonRpcError
 from ..jsonrpc import Connection, RequestContext, RequestResult
 from ..jsontypes import Json
+from ..protocol.facts import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC, SESSION_UPDATE
+from ..protocol.facts import INITIALIZING_METHODS as INITIALIZING
 from ._hot import Context, NotificationHandler, RequestHandler, SessionUpdate, UpdateDispatcher
 from .context import Peer
 from .table import NOT_HANDLED, Handler, HandlerTable
@@ -48,13 +50,6 @@ __all__ = ["INITIALIZE", "INITIALIZING", "PROXY_INITIALIZE", "PROXY_INITIALIZE_S
 
 logger = logging.getLogger("acp_fast.roles")
 
-INITIALIZE = "initialize"
-PROXY_INITIALIZE = "_proxy/initialize"
-#: the spec spelling of ``_proxy/initialize`` (accepted too; a proxy answers in the spelling used)
-PROXY_INITIALIZE_SPEC = "proxy/initialize"
-#: the initializing requests of every role (the guard handles them; never a table entry)
-INITIALIZING = frozenset({INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC})
-SESSION_UPDATE = "session/update"
 
 #: ``fn(rctx)``: an entry of the JSON-RPC connection's request table
 RequestEntry = Callable[[RequestContext], RequestResult]

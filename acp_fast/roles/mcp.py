@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from ..errors import INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
 from ..jsontypes import Json, JsonObject
+from ..protocol.facts import MCP_MESSAGE, SETUP_METHODS
 from .context import Peer, SentRequest, SuccessorPeer
 from .table import NOT_HANDLED
 
@@ -81,10 +82,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "ACP_TRANSPORT",
     "BACKEND_FAILED",
-    "MCP_MESSAGE",
     "RESOURCE_LIMIT_EXCEEDED",
     "SERVER_UNAVAILABLE",
-    "SETUP_METHODS",
     "McpAttachment",
     "McpCalls",
     "McpRoutes",
@@ -102,11 +101,8 @@ logger = logging.getLogger("acp_fast.roles.mcp")
 
 _T = TypeVar("_T")
 
-MCP_MESSAGE = "mcp/message"
 #: the ``type`` of an ACP-transport MCP server declaration
 ACP_TRANSPORT = "acp"
-#: the session setup requests that carry ``mcpServers``
-SETUP_METHODS = frozenset({"session/new", "session/resume", "session/fork"})
 #: outer ACP error codes of the MCP-over-ACP binding
 RESOURCE_LIMIT_EXCEEDED = -33000
 SERVER_UNAVAILABLE = -33001

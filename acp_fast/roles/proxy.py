@@ -50,7 +50,10 @@ from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC, SES
 from .dispatch import Rules
 from ._hot import ProxyContext
 from .context import Request, SentRequest, Version
-from .mcp import MCP_MESSAGE, SETUP_METHODS, McpServerHost, install_proxy_server, successor_request, with_declaration
+from ..protocol.facts import MCP_MESSAGE, SETUP_METHODS
+from ..protocol.facts import PROXY_SUCCESSOR as SUCCESSOR
+from ..protocol.facts import PROXY_SUCCESSOR_SPEC as SUCCESSOR_SPEC
+from .mcp import McpServerHost, install_proxy_server, successor_request, with_declaration
 from .sessions import OpenedSession, SessionSetup, SessionStates, V2Session
 from .table import Handler, HandlerTable
 
@@ -63,10 +66,8 @@ __all__ = ["SUCCESSOR", "SUCCESSOR_SPEC", "ProxyConnection", "ProxySessionRoute"
 logger = logging.getLogger("acp_fast.roles")
 _T = TypeVar("_T")
 
-SUCCESSOR = "_proxy/successor"
-#: the spec spelling (``proxy/*``): accepted too, and used towards a predecessor that
-#: initialized this proxy with ``proxy/initialize``
-SUCCESSOR_SPEC = "proxy/successor"
+#: both spellings of the successor envelope (``SUCCESSOR_SPEC`` is used towards a predecessor
+#: that initialized this proxy with ``proxy/initialize``), in a fixed order
 _SUCCESSORS = (SUCCESSOR, SUCCESSOR_SPEC)
 #: the envelope params re-read as a message: this head replaces their ``{``
 _INNER_HEAD = b'{"jsonrpc":"2.0",'

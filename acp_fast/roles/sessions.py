@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, Union, cast
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
 
 from ..jsontypes import Json, JsonObject
+from ..protocol.facts import SESSION_CANCEL, SESSION_FORK, SESSION_NEW, SESSION_PROMPT, SESSION_RESUME
 from .context import Deferred
 from .mcp import McpConnection
 
@@ -354,7 +355,7 @@ class V2Session:
         """
         blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
         params = {"sessionId": self.session_id, "prompt": blocks, **fields}
-        return self.connection.send_request("session/prompt", params)
+        return self.connection.send_request(SESSION_PROMPT, params)
 
     async def wait_idle(self, after: int | None = None) -> StopReason | None:
         """See :meth:`SessionState.wait_idle`."""
@@ -368,7 +369,7 @@ class V2Session:
         ``"cancelled"`` in :attr:`state`. Completion of cancelled foreground work is an idle
         update with stop reason ``cancelled``; cancelling an idle session need not produce one.
         """
-        sent = self.connection.send_notification("session/cancel", {"sessionId": self.session_id, **fields})
+        sent = self.connection.send_notification(SESSION_CANCEL, {"sessionId": self.session_id, **fields})
         self.state.cancel_work()
         return sent
 
@@ -460,14 +461,14 @@ def build_session(
             return OpenedSession(V1Session(result["sessionId"], connection), result)
 
         params = _setup_params(cwd, [] if mcp_servers is None else mcp_servers, fields)
-        return connection.mapped_request("session/new", params, opened_v1)
+        return connection.mapped_request(SESSION_NEW, params, opened_v1)
 
     def opened(result: JsonObject) -> OpenedSession[V2Session | V1Session]:
         session_id = result["sessionId"]
         connection.sessions.get(session_id)  # default idle unless already reported
         return OpenedSession(V2Session(session_id, connection), result)
 
-    return connection.mapped_request("session/new", _setup_params(cwd, mcp_servers, fields), opened)
+    return connection.mapped_request(SESSION_NEW, _setup_params(cwd, mcp_servers, fields), opened)
 
 
 def resume_session(
@@ -504,7 +505,7 @@ def resume_session(
     def opened(result: JsonObject) -> OpenedSession[V2Session]:
         return OpenedSession(V2Session(session_id, connection), result)
 
-    return connection.mapped_request("session/resume", params, opened, settle=True)
+    return connection.mapped_request(SESSION_RESUME, params, opened, settle=True)
 
 
 def fork_session(
@@ -535,7 +536,7 @@ def fork_session(
         connection.sessions.get(new_id)  # default idle unless already reported
         return OpenedSession(V2Session(new_id, connection), result)
 
-    return connection.mapped_request("session/fork", params, opened)
+    return connection.mapped_request(SESSION_FORK, params, opened)
 
 
 class V1Session:
@@ -556,7 +557,7 @@ class V1Session:
         """Send ``session/prompt``; resolves to ``{"stopReason": …}`` when the turn ends."""
         blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
         return self.connection.send_request(
-            "session/prompt", {"sessionId": self.session_id, "prompt": blocks, **fields})
+            SESSION_PROMPT, {"sessionId": self.session_id, "prompt": blocks, **fields})
 
     def cancel_active_work(self, **fields: Json) -> bool:
         """Send ``session/cancel``; the pending prompt then ends with ``cancelled``.
@@ -564,7 +565,7 @@ class V1Session:
         As on v2, pending permission requests of this session get the cancelled outcome
         (once) and unfinished tool calls are marked ``"cancelled"``.
         """
-        sent = self.connection.send_notification("session/cancel", {"sessionId": self.session_id, **fields})
+        sent = self.connection.send_notification(SESSION_CANCEL, {"sessionId": self.session_id, **fields})
         self.connection.sessions.get(self.session_id).cancel_work()
         return sent
 
@@ -876,7 +877,7 @@ class AgentSession:
 # ---------------------------------------------------------------------------------------
 
 #: setup method -> operation name
-SETUP_METHODS = {"session/new": "new", "session/resume": "resume", "session/fork": "fork"}
+SETUP_OPERATIONS = {SESSION_NEW: "new", SESSION_RESUME: "resume", SESSION_FORK: "fork"}
 
 
 class SessionSetup:
@@ -898,13 +899,13 @@ class SessionSetup:
     __slots__ = ("_mcp", "connection", "method", "operation", "params")
 
     def __init__(self, connection: SetupPeer, method: str, params: JsonObject) -> None:
-        if method not in SETUP_METHODS:
+        if method not in SETUP_OPERATIONS:
             raise ValueError(f"{method!r} is not a session setup request")
         if type(params) is not dict:
             raise TypeError("a setup request's params must be a JSON object")
         self.connection = connection
         self.method = method
-        self.operation = SETUP_METHODS[method]
+        self.operation = SETUP_OPERATIONS[method]
         self.params = params
         self._mcp: list[McpServerLike] = []
 

@@ -16,6 +16,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import IMPLEMENTATION, __version__
 from ..errors import AUTH_REQUIRED, INVALID_PARAMS, JsonRpcError
 from ..jsontypes import Json, JsonObject
+from ..protocol.facts import (
+    AUTHENTICATE,
+    INITIALIZE,
+    SESSION_CANCEL,
+    SESSION_FORK,
+    SESSION_LOAD,
+    SESSION_NEW,
+    SESSION_PROMPT,
+    SESSION_RESUME,
+)
 
 if TYPE_CHECKING:
     from ..roles import AgentBuilder
@@ -33,32 +43,32 @@ GREETING = "Hello, world!"
 
 #: method -> handler attribute, for requests (a variant without the attribute does not serve it)
 REQUESTS: tuple[tuple[str, str], ...] = (
-    ("initialize", "initialize"),
-    ("authenticate", "authenticate"),
+    (INITIALIZE, "initialize_connection"),
+    (AUTHENTICATE, "authenticate_connection"),
     ("logout", "logout"),
     ("auth/status", "auth_status"),
     ("auth/login", "login"),
     ("auth/logout", "logout_v2"),
-    ("session/new", "new_session"),
-    ("session/load", "load_session"),
-    ("session/resume", "resume_session"),
-    ("session/fork", "fork_session"),
+    (SESSION_NEW, "new_session"),
+    (SESSION_LOAD, "load_session"),
+    (SESSION_RESUME, "resume_session"),
+    (SESSION_FORK, "fork_session"),
     ("session/list", "list_sessions"),
     ("session/delete", "delete_session"),
     ("session/close", "close_session"),
     ("session/set_mode", "set_mode"),
     ("session/set_config_option", "set_config_option"),
-    ("session/prompt", "prompt"),
+    (SESSION_PROMPT, "prompt"),
     ("_test/echo", "echo"),
     ("_bench/echo", "echo"),
     ("_test/stats", "stats"),
 )
 #: method -> handler attribute, for notifications
 #: methods served before ``authenticate`` when Testy requires authentication (seed 004 I6)
-AUTH_EXEMPT = frozenset({"initialize", "authenticate", "logout", "auth/status", "auth/login", "auth/logout"})
+AUTH_EXEMPT = frozenset({INITIALIZE, AUTHENTICATE, "logout", "auth/status", "auth/login", "auth/logout"})
 
 NOTIFICATIONS: tuple[tuple[str, str], ...] = (
-    ("session/cancel", "cancel"),
+    (SESSION_CANCEL, "cancel"),
     ("_test/note", "note"),
 )
 

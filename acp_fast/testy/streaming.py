@@ -21,10 +21,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..engine import RawJson, encode_value
+from ..protocol.facts import SESSION_UPDATE
 
 __all__ = ["STREAM_MODES", "drain_every", "stream", "stream_preencoded", "stream_updates"]
 
-SESSION_UPDATE = "session/update"
 #: the values of ``acp-fast testy --stream``
 STREAM_MODES = ("api", "preencoded")
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import __version__
 from ..errors import INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
 from ..jsontypes import Json, JsonObject
+from ..protocol.facts import SESSION_REQUEST_PERMISSION
 from .commands import FULL, HELP, parse_command, prompt_text
 from .common import AGENT_NAME, AUTH_METHOD, GREETING, UPDATED_AT, TestyBase, session_id, text_block, unknown_session
 from .streaming import stream
@@ -75,7 +76,7 @@ class TestyV1(TestyBase):
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def initialize(self, params: Json, cx: Any) -> JsonObject:
+    def initialize_connection(self, params: Json, cx: Any) -> JsonObject:
         """``initialize``: keep the client's capabilities (for the callback scenarios) and
         answer Testy's agent capabilities, auth method and info, echoing ``protocolVersion``."""
         caps = params.get("clientCapabilities")
@@ -94,7 +95,7 @@ class TestyV1(TestyBase):
             "agentInfo": {"name": AGENT_NAME, "version": __version__},
         }
 
-    def authenticate(self, params: Json, cx: Any) -> JsonObject:
+    def authenticate_connection(self, params: Json, cx: Any) -> JsonObject:
         """``authenticate``: accept Testy's one auth method.
 
         Raises:
@@ -291,7 +292,7 @@ class TestyV1(TestyBase):
         return {"stopReason": "cancelled" if session.cancelled else "end_turn"}
 
     async def _permission(self, sid: str, session: _Session1, cx: Any, allow: str, reject: str) -> str:
-        pending = cx.send_request("session/request_permission", {
+        pending = cx.send_request(SESSION_REQUEST_PERMISSION, {
             "sessionId": sid,
             "toolCall": {"toolCallId": "testy-permission", "title": "Testy tool", "kind": "edit",
                          "status": "pending"},

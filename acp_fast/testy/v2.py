@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..errors import AUTH_REQUIRED, INVALID_PARAMS, JsonRpcError
 from ..jsontypes import Json, JsonObject
+from ..protocol.facts import SESSION_REQUEST_PERMISSION
 from ..roles.sessions import AgentSession, PromptTurn
 from .commands import HELP, parse_command, prompt_text
 from .common import (
@@ -65,7 +66,7 @@ class TestyV2(TestyBase):
 
         return self.register(Agent.v2())
 
-    def initialize(self, params: Json, cx: Any) -> JsonObject:
+    def initialize_connection(self, params: Json, cx: Any) -> JsonObject:
         """``initialize``: version 2, Testy's info and capabilities (session fork, auth
         status), and its auth method with ``--require-auth``."""
         result: dict[str, Any] = {"protocolVersion": 2, "info": {"name": AGENT_NAME, "version": __version__},
@@ -252,7 +253,7 @@ class TestyV2(TestyBase):
 
     async def _permission(self, sid: str, turn: PromptTurn, cx: Any) -> str:
         # through the turn: cancelling the work cancels it with $/cancel_request (seed 004)
-        pending = turn.request("session/request_permission", {
+        pending = turn.request(SESSION_REQUEST_PERMISSION, {
             "sessionId": sid, "title": "Testy tool",
             "subject": {"type": "tool_call", "toolCall": {"toolCallId": "testy-permission", "title": "Testy tool"}},
             "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},

@@ -132,6 +132,9 @@ from acp.schema import SessionNotification
 from acp.telemetry import span_context
 from pydantic import BaseModel, ValidationError
 
+from ...protocol.facts import CANCEL_REQUEST as _CANCEL
+from ...protocol.facts import INITIALIZE
+from ...protocol.facts import SESSION_UPDATE as _SESSION_UPDATE
 from ._models import dump_update
 from .connect import ChildProcess, check_sdk_version, spawn_stream
 
@@ -167,8 +170,6 @@ __all__ = [
 
 logger = logging.getLogger("acp_fast.compat.acp_sdk")
 
-_SESSION_UPDATE = "session/update"
-_CANCEL = "$/cancel_request"
 _UPDATE_TYPES = frozenset(SessionNotification.model_fields["update"].annotation.__args__)  # type: ignore[union-attr]
 _DUMP: dict[str, Any] = {"mode": "json", "by_alias": True, "exclude_none": True, "exclude_defaults": True}
 _CLOSED_REASONS = ("incoming_transport_closed", "connection_closed")
@@ -417,7 +418,7 @@ class Connection:
             refused = guard.check_outgoing_request(method)
             if refused is not None:
                 raise RequestError(refused.code, refused.message, refused.data)
-            if method == "initialize":
+            if method == INITIALIZE:
                 token = guard.begin()
         if conn.writing_paused:
             await conn.drain()
@@ -468,7 +469,7 @@ class Connection:
             refused = guard.check_incoming_request(method)
             if refused is not None:
                 raise refused
-            if method == "initialize":
+            if method == INITIALIZE:
                 self._start(ctx, self._run_initialize(guard, ctx.params))
                 return
         self._start(ctx, self._run_request(method, ctx.params))
@@ -511,7 +512,7 @@ class Connection:
     async def _run_initialize(self, guard: InitializationGuard, params: Json) -> Json:
         token = guard.begin()
         try:
-            result = await self._run_request("initialize", params)
+            result = await self._run_request(INITIALIZE, params)
         except BaseException:
             guard.fail(token)
             raise

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ... import _version
 from ..._kinds import BATCH, MALFORMED, REQUEST, RESPONSE
 from ...engine import Decoder, encode_error
+from ...protocol.facts import INITIALIZE
 from .._wire import (
     BATCH_FRAMES_HEADER,
     CONNECTION_ID_HEADER,
@@ -126,7 +127,7 @@ class HttpBridge(Bridge):
 
     async def _post(self, frame: Any) -> None:
         if self._conn_id is None:
-            if frame.kind == REQUEST and frame.method == "initialize":
+            if frame.kind == REQUEST and frame.method == INITIALIZE:
                 await self._initialize(frame)
             else:
                 self._refuse(frame, "no Streamable HTTP connection yet: the first message must be the "
