@@ -42,6 +42,7 @@ from ..remote import MissingExtraError
 from .store import (
     CursorOutOfWindow,
     Entry,
+    FleetStore,
     HostState,
     InputQueueFull,
     StoreError,
@@ -66,7 +67,6 @@ _CURSOR = re.compile(r"(0|[1-9][0-9]{0,17})-0")
 
 # KEYS: host hash, alive key, hosts set. ARGV: host id, slots, ttl (ms)
 _REGISTER = """
-redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'slots', ARGV[2], 'used', 0)
 redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[1])
@@ -227,7 +227,7 @@ class _Unavailable:
             raise StoreError(f"the fleet store at {self.url} failed: {exc}") from exc
 
 
-class RedisStore:
+class RedisStore(FleetStore):
     """The [`FleetStore`][acp_fast.fleet.FleetStore] on Redis >= 7 (see the module docstring).
 
     Args:
@@ -278,12 +278,10 @@ class RedisStore:
 
     @property
     def limits(self) -> StoreLimits:
-        """The bounds applied to every connection."""
         return self._limits
 
     @property
     def url(self) -> str:
-        """Where the store is, without its password (for messages and logs)."""
         return self._url
 
     @property
@@ -292,7 +290,6 @@ class RedisStore:
         return self._prefix
 
     async def close(self) -> None:
-        """Release the store's network connections (blocked reads end with an error)."""
         with self._guard:
             await self._redis.aclose()
 
@@ -304,25 +301,22 @@ class RedisStore:
         key = f"{self._prefix}host:{host_id}"
         return [key, key + ":alive"]
 
-    def _conn_keys(self, connection_id: str) -> list[str]:
+    def _known_keys(self, connection_id: str) -> list[str] | None:
+        """The connection's keys (record, output, input), or None for an id of another shape."""
         if not _ID.fullmatch(connection_id):
-            raise UnknownConnection(connection_id)
+            return None
         key = f"{self._prefix}{{{connection_id}}}:"
         return [key + "conn", key + "out", key + "in"]
+
+    def _conn_keys(self, connection_id: str) -> list[str]:
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            raise UnknownConnection(connection_id)
+        return keys
 
     # --- host registry -------------------------------------------------------------------
 
     async def register_host(self, host_id: str, slots: int, ttl: float) -> None:
-        """Register a host (again) with `slots` free slots, alive for `ttl` seconds.
-
-        Registering again starts a new life: the used slots count from 0 (the connections of
-        an earlier life are lost with it).
-
-        Args:
-            host_id: the host's id, unique in the fleet.
-            slots: connections the host runs at most (>= 1).
-            ttl: seconds the host counts as alive without a heartbeat.
-        """
         if slots < 1 or ttl <= 0:
             raise ValueError("slots must be >= 1 and ttl positive")
         keys = [*self._host_keys(host_id), self._prefix + "hosts"]
@@ -330,19 +324,11 @@ class RedisStore:
             await self._register(keys, [host_id, slots, _ms(ttl)])
 
     async def heartbeat(self, host_id: str, ttl: float) -> bool:
-        """Keep a registered host alive for `ttl` more seconds.
-
-        Returns:
-            False when the host is not alive any more (its TTL ran out, or it was never
-            registered): it was dead for a while, fronts may have failed its connections, and
-            it must register again, as a new life.
-        """
         alive = self._host_keys(host_id)[1]
         with self._guard:
             return bool(await self._redis.set(alive, 1, px=_ms(ttl), xx=True))
 
     async def unregister_host(self, host_id: str) -> None:
-        """Remove a host from the registry (a clean shutdown); it is dead from now on."""
         keys = self._host_keys(host_id)
         with self._guard:
             async with self._redis.pipeline(transaction=True) as pipe:
@@ -351,33 +337,21 @@ class RedisStore:
                 await pipe.execute()
 
     async def live_hosts(self) -> list[HostState]:
-        """Every live host with its slots, free or not, in no particular order.
-
-        A host whose heartbeat expired is dropped from the registry here (a dead host stays
-        dead: its heartbeat returns False and it registers again).
-        """
         with self._guard:
             flat = await self._live_hosts([self._prefix + "hosts"], [self._prefix + "host:"])
         return [HostState(flat[i].decode(), int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)]
 
     async def host_alive(self, host_id: str) -> bool:
-        """Whether the host's heartbeat is current: False once its TTL ran out."""
         alive = self._host_keys(host_id)[1]
         with self._guard:
             return bool(await self._redis.exists(alive))
 
     async def claim_slot(self, host_id: str) -> bool:
-        """Take one slot of a live host, atomically: never more than its `slots` are taken.
-
-        Returns:
-            True when a slot was taken; False when the host is full or not alive.
-        """
         keys = self._host_keys(host_id)
         with self._guard:
             return bool(await self._claim(keys))
 
     async def release_slot(self, host_id: str) -> None:
-        """Give back one slot of a host (never below 0; nothing for an unknown host)."""
         keys = self._host_keys(host_id)[:1]
         with self._guard:
             await self._release(keys)
@@ -385,14 +359,6 @@ class RedisStore:
     # --- connection registry -------------------------------------------------------------
 
     async def create_connection(self, host_id: str) -> str:
-        """Create a connection record naming the host that runs its agent.
-
-        The record and its streams expire after `limits.connection_ttl` seconds without
-        activity (a write to a stream or [`touch_connection`][acp_fast.fleet.FleetStore.touch_connection]).
-
-        Returns:
-            the new connection's id, unguessable (`secrets.token_urlsafe`, 192 bits).
-        """
         self._host_keys(host_id)  # the same rule as everywhere
         connection_id = secrets.token_urlsafe(24)
         conn = self._conn_keys(connection_id)[0]
@@ -404,29 +370,26 @@ class RedisStore:
         return connection_id
 
     async def connection_host(self, connection_id: str) -> str | None:
-        """The host of a connection, or None when the connection is unknown."""
-        try:
-            conn = self._conn_keys(connection_id)[0]
-        except UnknownConnection:
+        keys = self._known_keys(connection_id)
+        if keys is None:
             return None
         with self._guard:
-            host = await self._redis.hget(conn, "host")
+            # a pipeline of one: an awaited .hget() is typed differently by redis-py 5-7 and 8
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hget(keys[0], "host")
+                (host,) = await pipe.execute()
         return host.decode() if isinstance(host, bytes) else host
 
     async def touch_connection(self, connection_id: str) -> bool:
-        """Restart the connection's TTL (its record and streams); False when it is unknown."""
-        try:
-            keys = self._conn_keys(connection_id)
-        except UnknownConnection:
+        keys = self._known_keys(connection_id)
+        if keys is None:
             return False
         with self._guard:
             return bool(await self._touch(keys, [self._ttl]))
 
     async def delete_connection(self, connection_id: str) -> bool:
-        """Delete the connection's record and both its streams; False when it was unknown."""
-        try:
-            keys = self._conn_keys(connection_id)
-        except UnknownConnection:
+        keys = self._known_keys(connection_id)
+        if keys is None:
             return False
         with self._guard:
             async with self._redis.pipeline(transaction=True) as pipe:
@@ -440,18 +403,9 @@ class RedisStore:
     async def append_output(self, connection_id: str, lines: Sequence[bytes]) -> str:
         """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
 
-        The entry count is trimmed by `XADD … MAXLEN ~`, the bytes exactly, in the same
-        script: one round trip.
-
-        Args:
-            connection_id: the connection.
-            lines: one or more lines, without newlines.
-
-        Returns:
-            the new entry's cursor.
-
-        Raises:
-            UnknownConnection: the connection is unknown.
+        See [`FleetStore.append_output`][acp_fast.fleet.FleetStore.append_output]. The entry
+        count is trimmed by `XADD … MAXLEN ~`, the bytes exactly, in the same script: one round
+        trip.
         """
         keys = self._conn_keys(connection_id)
         limits = self._limits
@@ -465,20 +419,9 @@ class RedisStore:
     async def read_output(self, connection_id: str, after: str, *, block: float | None = None) -> list[Entry]:
         """The entries after cursor `after`, in order (at most `limits.read_count`).
 
-        One round trip when entries are there; waiting is `XREAD BLOCK`, in slices shorter
-        than the socket timeout.
-
-        Args:
-            connection_id: the connection.
-            after: the last cursor the reader has ([`STREAM_START`][acp_fast.fleet.STREAM_START]
-                for everything from the first entry).
-            block: when nothing is there yet, wait up to this many seconds for an entry
-                (`None`: do not wait). An empty list means the wait ran out.
-
-        Raises:
-            CursorOutOfWindow: an entry after `after` was trimmed, or `after` is not a
-                cursor of this stream.
-            UnknownConnection: the connection is unknown.
+        See [`FleetStore.read_output`][acp_fast.fleet.FleetStore.read_output]. One round trip
+        when entries are there; waiting is `XREAD BLOCK`, in slices shorter than the socket
+        timeout.
         """
         conn, out, _ = self._conn_keys(connection_id)
         seq = _seq(after)
@@ -518,20 +461,8 @@ class RedisStore:
     async def push_input(self, connection_id: str, lines: Sequence[bytes]) -> str:
         """Queue one batch of client lines for the agent, as ONE entry, within the bounds.
 
-        The bound check and the write are one script: pushes racing for the last room never
-        overfill the queue.
-
-        Args:
-            connection_id: the connection.
-            lines: one or more lines, without newlines.
-
-        Returns:
-            the entry's cursor.
-
-        Raises:
-            InputQueueFull: the queue is at its entries or bytes bound; nothing was queued.
-            UnknownConnection: the connection is unknown.
-            ValueError: the batch alone is larger than `limits.input_bytes`.
+        See [`FleetStore.push_input`][acp_fast.fleet.FleetStore.push_input]. The bound check
+        and the write are one script: pushes racing for the last room never overfill the queue.
         """
         keys = self._conn_keys(connection_id)
         limits = self._limits
@@ -549,19 +480,8 @@ class RedisStore:
     async def read_input(self, connection_id: str, after: str, *, block: float | None = None) -> list[Entry]:
         """Consume the queue in order: drop what is up to `after`, return what follows.
 
-        The host passes the cursor of the last entry it has handed to the agent
-        ([`STREAM_START`][acp_fast.fleet.STREAM_START] at first); the entries up to it leave
-        the queue (their room is free for new pushes) and the next ones are returned. Freeing
-        and reading are one round trip when entries are there.
-
-        Args:
-            connection_id: the connection.
-            after: the cursor of the last entry consumed.
-            block: when nothing follows, wait up to this many seconds (`None`: do not wait).
-                An empty list means the wait ran out.
-
-        Raises:
-            UnknownConnection: the connection is unknown.
+        See [`FleetStore.read_input`][acp_fast.fleet.FleetStore.read_input]. Freeing and
+        reading are one round trip when entries are there.
         """
         keys = self._conn_keys(connection_id)
         seq = _seq(after)
