@@ -43,7 +43,6 @@ redis_asyncio = peer_rule.require_module("redis.asyncio", "redis", "redis-py (th
 from acp_fast.fleet import (  # noqa: E402
     STREAM_START,
     CursorOutOfWindow,
-    FleetStore,
     HostState,
     InputQueueFull,
     RedisStore,
@@ -96,13 +95,6 @@ def make(url: str, **limits: Any) -> RedisStore:
 def raw(url: str) -> Any:
     """A plain redis-py client, to look at the keys the store documents."""
     return redis_asyncio.Redis.from_url(url)
-
-
-def test_the_store_implements_the_interface(server: redis_server.RedisServer) -> None:
-    store: FleetStore = make(server.url)  # checked by mypy; at run time the methods exist
-    names = [n for n in vars(FleetStore) if not n.startswith("_")]
-    assert len(names) >= 15
-    assert all(callable(getattr(store, n)) or n in ("limits", "url") for n in names)
 
 
 # --- host registry ------------------------------------------------------------------------
@@ -279,8 +271,8 @@ def test_a_blocking_output_read_wakes_on_a_write_and_times_out_otherwise(server:
         assert 0.25 <= time.monotonic() - start < 2.0
         # longer than the socket timeout: waited in slices, no error
         start = time.monotonic()
-        assert await store.read_output(cid, STREAM_START, block=SOCKET_TIMEOUT * 2.5) == []
-        assert time.monotonic() - start >= SOCKET_TIMEOUT * 2.4
+        assert await store.read_output(cid, STREAM_START, block=SOCKET_TIMEOUT * 1.5) == []
+        assert time.monotonic() - start >= SOCKET_TIMEOUT * 1.4
 
         async def later() -> None:
             await asyncio.sleep(0.1)
@@ -534,7 +526,7 @@ def test_a_frozen_redis_is_store_unavailable_within_the_socket_timeout(own_serve
             with pytest.raises(StoreUnavailable):
                 await reader
             assert time.monotonic() - start < SOCKET_TIMEOUT * 2
-            for call in (store.live_hosts(), store.append_output(cid, [b"x"]), store.push_input(cid, [b"x"])):
+            for call in (store.append_output(cid, [b"x"]), store.push_input(cid, [b"x"])):
                 start = time.monotonic()
                 with pytest.raises(StoreUnavailable):
                     await call
