@@ -99,7 +99,8 @@ fi
 if [[ $DO_SYS == 1 ]]; then
   wanted=()
   for pkg in "${SYSTEM_PEERS[@]}"; do
-    command -v "$pkg" >/dev/null 2>&1 || wanted+=("$pkg")
+    # (haproxy lives in /usr/sbin, which a user's PATH may lack)
+    command -v "$pkg" >/dev/null 2>&1 || [[ -x "/usr/sbin/$pkg" ]] || wanted+=("$pkg")
   done
   skip_sys() {
     say "system: SKIPPED ${wanted[*]}, $1 (install them with: apt-get install ${wanted[*]})"
