@@ -44,7 +44,7 @@ PACKAGE = REPO / "acp_fast"
 # own test runs (both twins) keep the check.
 pytestmark = pytest.mark.skipif(not (PACKAGE / "roles" / "_hot_py.py").exists(),
                                 reason="source-tree check: the package's .py sources are not in this tree")
-FOLDERS = ("compat", "conductor", "testy", "roles", "remote")
+FOLDERS = ("compat", "conductor", "testy", "roles", "remote", "fleet")
 
 #: ``(file, the flagged expression as ast.unparse prints it) -> why it stays``
 ALLOWED = {

@@ -3,7 +3,7 @@
 A *peer* is anything outside this repository that some tests need to run at all: the
 official Python SDK (``acp``, ``agent-client-protocol``), the ``mcp`` package, ``node`` with
 the pinned TypeScript SDK in ``peers/ts/node_modules``, the ACP JSON schemas that package
-ships, headless Chromium. On a developer's machine a missing peer skips the tests that need
+ships, headless Chromium, ``redis-server`` and redis-py (the fleet's store). On a developer's machine a missing peer skips the tests that need
 it, with the install step in the reason; where the peers are *required* it fails them, so
 that CI can never go green on tests that did not run.
 
@@ -50,6 +50,9 @@ INSTALL = {
     "chromium": "headless Chromium: apt-get install chromium (Debian package; .ci/run installs it)",
     "pillow": "Pillow (with matplotlib): pip install -e '.[test]'",
     "asgi-server": "the ASGI servers (uvicorn, hypercorn, granian): pip install -e '.[test]'",
+    "redis": "redis-py with hiredis (the fleet extra): pip install -e '.[test]'",
+    "redis-server": ("Redis >= 7, Debian's redis-server: bash scripts/install_peers.sh (as root) "
+                     "or apt-get install redis-server"),
     "pip-index": "network access to the package index (pip download), or a filled ACP_FAST_SDK_SDIST_CACHE",
 }
 

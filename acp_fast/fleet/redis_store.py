@@ -1,0 +1,504 @@
+"""The fleet store on Redis >= 7 (the `fleet` extra: redis-py's asyncio client with hiredis).
+
+Keys, under a prefix (`"acp-fast:"` by default, so that several fleets can share a Redis):
+
+* `hosts`: the set of registered host ids; `host:<id>`: a hash `slots`, `used`;
+  `host:<id>:alive`: the heartbeat key, with the host's TTL;
+* `{<connection id>}:conn`: the connection's hash: `host`, and the counters of its streams;
+  `{<connection id>}:out`: its output stream; `{<connection id>}:in`: its input queue. The
+  three share the TTL, refreshed on every write and on `touch_connection`.
+
+Every check-and-write is one Lua script, so it is atomic: a slot claim never takes a host above
+its slots, a push never takes a queue above its bounds, a trim never cuts the newest entry.
+Entry ids are given by the scripts, `"<n>-0"` with `n` counting the stream's entries from 1, so
+that a reader tells a gap (trimmed entries) from the next entry by the number alone: Redis's
+own `max-deleted-entry-id` does not move when a stream is trimmed, so it cannot say.
+
+The input queue is a plain stream read from a cursor, not a consumer group: each queue has
+one consumer (the host that runs the connection's agent), the order is the stream's own, and
+the bound must count what is not consumed yet, which a group's acknowledgements do not remove
+from the stream (it would still need trimming, plus a pending-entries list per entry).
+Redelivery, the point of a group, has no use here: a host that dies takes its agent with it.
+So the host's next read trims what it consumed and reads what follows, in one round trip.
+
+Every network error (refused, reset, a reply slower than the socket timeout) becomes
+[`StoreUnavailable`][acp_fast.fleet.StoreUnavailable] naming the URL; redis-py's own retries
+are off (a retried script could run twice). A blocking read waits in slices shorter than the
+socket timeout, so a server that stops answering is noticed within it. One Redis (or a
+primary with replicas), not Redis Cluster: the host registry's scripts touch keys of many hosts.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..remote import MissingExtraError
+from .store import (
+    CursorOutOfWindow,
+    Entry,
+    FleetStore,
+    HostState,
+    InputQueueFull,
+    StoreError,
+    StoreLimits,
+    StoreUnavailable,
+    UnknownConnection,
+)
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.commands.core import AsyncScript
+
+__all__ = ["DEFAULT_PREFIX", "RedisStore"]
+
+#: The key prefix unless one is given.
+DEFAULT_PREFIX = "acp-fast:"
+
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_CURSOR = re.compile(r"(0|[1-9][0-9]{0,17})-0")
+
+# --- the scripts ----------------------------------------------------------------------------
+
+# KEYS: host hash, alive key, hosts set. ARGV: host id, slots, ttl (ms)
+_REGISTER = """
+redis.call('HSET', KEYS[1], 'slots', ARGV[2], 'used', 0)
+redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[1])
+return 1
+"""
+
+# KEYS: hosts set. ARGV: host key prefix. Returns id, slots, used of each live host; drops the dead.
+_LIVE_HOSTS = """
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local key = ARGV[1] .. id
+  if redis.call('EXISTS', key .. ':alive') == 1 then
+    local v = redis.call('HMGET', key, 'slots', 'used')
+    out[#out + 1] = id
+    out[#out + 1] = v[1] or 0
+    out[#out + 1] = v[2] or 0
+  else
+    redis.call('SREM', KEYS[1], id)
+    redis.call('DEL', key)
+  end
+end
+return out
+"""
+
+# KEYS: host hash, alive key. Returns 1 when a slot was taken.
+_CLAIM = """
+if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
+local v = redis.call('HMGET', KEYS[1], 'slots', 'used')
+if not v[1] or tonumber(v[2] or 0) >= tonumber(v[1]) then return 0 end
+redis.call('HINCRBY', KEYS[1], 'used', 1)
+return 1
+"""
+
+# KEYS: host hash.
+_RELEASE = """
+if tonumber(redis.call('HGET', KEYS[1], 'used') or 0) > 0 then
+  redis.call('HINCRBY', KEYS[1], 'used', -1)
+end
+return 1
+"""
+
+# KEYS: conn, out, in. ARGV: ttl (ms). Returns 0 for an unknown connection.
+_TOUCH = """
+if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[1])
+return 1
+"""
+
+# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms).
+# Each entry: d (the lines), o (the stream's byte count before it). The window keeps
+# `max bytes` of data at most: the oldest entries leave (the newest stays), found one by one
+# from the head (as many reads as entries leave), then trimmed exactly.
+_APPEND = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local size = string.len(ARGV[1])
+local seq = redis.call('HINCRBY', KEYS[1], 'out_seq', 1)
+local total = redis.call('HINCRBY', KEYS[1], 'out_bytes', size)
+local id = seq .. '-0'
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size)
+local floor = total - tonumber(ARGV[3])
+if floor > 0 then
+  local from = '-'
+  local keep = nil
+  repeat
+    local e = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 1)[1]
+    if e[1] == id or tonumber(e[2][4]) >= floor then keep = e[1] else from = '(' .. e[1] end
+  until keep
+  if from ~= '-' then redis.call('XTRIM', KEYS[2], 'MINID', keep) end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+return id
+"""
+
+# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms).
+# Each entry: d (the lines), e (the queue's byte count after it). Unconsumed: in_seq - in_done
+# entries, in_bytes - in_done_bytes bytes. Returns the id, 0 when full, false when unknown.
+_PUSH = """
+local v = redis.call('HMGET', KEYS[1], 'host', 'in_seq', 'in_done', 'in_bytes', 'in_done_bytes')
+if not v[1] then return false end
+local size = string.len(ARGV[1])
+local seq, bytes = tonumber(v[2] or 0), tonumber(v[4] or 0)
+if seq - tonumber(v[3] or 0) >= tonumber(ARGV[2])
+    or bytes - tonumber(v[5] or 0) + size > tonumber(ARGV[3]) then
+  return 0
+end
+seq = seq + 1
+bytes = bytes + size
+redis.call('HSET', KEYS[1], 'in_seq', seq, 'in_bytes', bytes)
+local id = seq .. '-0'
+redis.call('XADD', KEYS[3], id, 'd', ARGV[1], 'e', bytes)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+return id
+"""
+
+# KEYS: conn, in. ARGV: the cursor of the last entry consumed, its number.
+# Frees the room of the entries up to it. Returns 0 for an unknown connection.
+_CONSUMED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local e = redis.call('XRANGE', KEYS[2], ARGV[1], ARGV[1])[1]
+if e then
+  redis.call('HSET', KEYS[1], 'in_done', ARGV[2], 'in_done_bytes', e[2][4])
+  redis.call('XTRIM', KEYS[2], 'MINID', (tonumber(ARGV[2]) + 1) .. '-0')
+end
+return 1
+"""
+
+
+def _safe_url(url: str) -> str:
+    """`url` without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    netloc = f"{user}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _seq(cursor: str) -> int | None:
+    """The entry number of a cursor, or None when it is not one."""
+    return int(cursor[:-2]) if _CURSOR.fullmatch(cursor) else None
+
+
+def _batch(lines: Sequence[bytes]) -> bytes:
+    if not lines:
+        raise ValueError("a batch needs at least one line")
+    return b"\n".join(lines)
+
+
+def _entries(raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
+    return [Entry(eid.decode(), fields[b"d"].split(b"\n")) for eid, fields in raw]
+
+
+class _Unavailable:
+    """Turns the client's errors into the store's, inside a `with` block."""
+
+    __slots__ = ("url", "network", "other")
+
+    def __init__(self, url: str, network: tuple[type[BaseException], ...], other: type[BaseException]) -> None:
+        self.url = url
+        self.network = network
+        self.other = other
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is None or isinstance(exc, StoreError):
+            return
+        if isinstance(exc, self.network):
+            raise StoreUnavailable(self.url, f"{type(exc).__name__}: {exc}") from exc
+        if isinstance(exc, self.other):
+            raise StoreError(f"the fleet store at {self.url} failed: {exc}") from exc
+
+
+class RedisStore(FleetStore):
+    """The [`FleetStore`][acp_fast.fleet.FleetStore] on Redis >= 7 (see the module docstring).
+
+    Args:
+        url: a redis-py URL (`redis://[:password@]host:port/db`, `rediss://` for TLS,
+            `unix://path`).
+        limits: the bounds applied to every connection.
+        prefix: prepended to every key.
+        socket_timeout: seconds a reply may take (and a blocking read's slice is shorter).
+        connect_timeout: seconds connecting may take.
+
+    Raises:
+        MissingExtraError: redis-py is not installed (`pip install 'acp-fast[fleet]'`).
+    """
+
+    def __init__(self, url: str, *, limits: StoreLimits | None = None, prefix: str = DEFAULT_PREFIX,
+                 socket_timeout: float = 5.0, connect_timeout: float = 5.0) -> None:
+        try:
+            import redis.asyncio
+            import redis.exceptions
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError as exc:
+            raise MissingExtraError(
+                f"the fleet store needs redis-py, which is not installed: pip install 'acp-fast[fleet]' ({exc})"
+            ) from exc
+        if socket_timeout <= 0 or connect_timeout <= 0:
+            raise ValueError("socket_timeout and connect_timeout must be positive")
+        self._limits = limits or StoreLimits()
+        self._url = _safe_url(url)
+        self._prefix = prefix
+        self._slice = socket_timeout / 2
+        self._redis: Redis = redis.asyncio.Redis.from_url(
+            url, socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
+            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, decode_responses=False)
+        errors = redis.exceptions
+        self._guard = _Unavailable(self._url, (errors.ConnectionError, errors.TimeoutError, OSError),
+                                   errors.RedisError)
+        script = self._redis.register_script
+        self._register: AsyncScript = script(_REGISTER)
+        self._live_hosts: AsyncScript = script(_LIVE_HOSTS)
+        self._claim: AsyncScript = script(_CLAIM)
+        self._release: AsyncScript = script(_RELEASE)
+        self._touch: AsyncScript = script(_TOUCH)
+        self._append: AsyncScript = script(_APPEND)
+        self._push: AsyncScript = script(_PUSH)
+        self._consumed: AsyncScript = script(_CONSUMED)
+        self._ttl = _ms(self._limits.connection_ttl)
+
+    @property
+    def limits(self) -> StoreLimits:
+        return self._limits
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of every key of this store."""
+        return self._prefix
+
+    async def close(self) -> None:
+        with self._guard:
+            await self._redis.aclose()
+
+    # --- keys ----------------------------------------------------------------------------
+
+    def _host_keys(self, host_id: str) -> list[str]:
+        if not _ID.fullmatch(host_id):
+            raise ValueError(f"a host id is 1-64 characters of A-Z a-z 0-9 _ -: {host_id!r}")
+        key = f"{self._prefix}host:{host_id}"
+        return [key, key + ":alive"]
+
+    def _known_keys(self, connection_id: str) -> list[str] | None:
+        """The connection's keys (record, output, input), or None for an id of another shape."""
+        if not _ID.fullmatch(connection_id):
+            return None
+        key = f"{self._prefix}{{{connection_id}}}:"
+        return [key + "conn", key + "out", key + "in"]
+
+    def _conn_keys(self, connection_id: str) -> list[str]:
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            raise UnknownConnection(connection_id)
+        return keys
+
+    # --- host registry -------------------------------------------------------------------
+
+    async def register_host(self, host_id: str, slots: int, ttl: float) -> None:
+        if slots < 1 or ttl <= 0:
+            raise ValueError("slots must be >= 1 and ttl positive")
+        keys = [*self._host_keys(host_id), self._prefix + "hosts"]
+        with self._guard:
+            await self._register(keys, [host_id, slots, _ms(ttl)])
+
+    async def heartbeat(self, host_id: str, ttl: float) -> bool:
+        alive = self._host_keys(host_id)[1]
+        with self._guard:
+            return bool(await self._redis.set(alive, 1, px=_ms(ttl), xx=True))
+
+    async def unregister_host(self, host_id: str) -> None:
+        keys = self._host_keys(host_id)
+        with self._guard:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(*keys)
+                pipe.srem(self._prefix + "hosts", host_id)
+                await pipe.execute()
+
+    async def live_hosts(self) -> list[HostState]:
+        with self._guard:
+            flat = await self._live_hosts([self._prefix + "hosts"], [self._prefix + "host:"])
+        return [HostState(flat[i].decode(), int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)]
+
+    async def host_alive(self, host_id: str) -> bool:
+        alive = self._host_keys(host_id)[1]
+        with self._guard:
+            return bool(await self._redis.exists(alive))
+
+    async def claim_slot(self, host_id: str) -> bool:
+        keys = self._host_keys(host_id)
+        with self._guard:
+            return bool(await self._claim(keys))
+
+    async def release_slot(self, host_id: str) -> None:
+        keys = self._host_keys(host_id)[:1]
+        with self._guard:
+            await self._release(keys)
+
+    # --- connection registry -------------------------------------------------------------
+
+    async def create_connection(self, host_id: str) -> str:
+        self._host_keys(host_id)  # the same rule as everywhere
+        connection_id = secrets.token_urlsafe(24)
+        conn = self._conn_keys(connection_id)[0]
+        with self._guard:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(conn, mapping={"host": host_id, "out_seq": 0})
+                pipe.pexpire(conn, self._ttl)
+                await pipe.execute()
+        return connection_id
+
+    async def connection_host(self, connection_id: str) -> str | None:
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            return None
+        with self._guard:
+            # a pipeline of one: an awaited .hget() is typed differently by redis-py 5-7 and 8
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hget(keys[0], "host")
+                (host,) = await pipe.execute()
+        return host.decode() if isinstance(host, bytes) else host
+
+    async def touch_connection(self, connection_id: str) -> bool:
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            return False
+        with self._guard:
+            return bool(await self._touch(keys, [self._ttl]))
+
+    async def delete_connection(self, connection_id: str) -> bool:
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            return False
+        with self._guard:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.exists(keys[0])
+                pipe.delete(*keys)
+                existed, _ = await pipe.execute()
+        return bool(existed)
+
+    # --- agent -> client: the output stream ----------------------------------------------
+
+    async def append_output(self, connection_id: str, lines: Sequence[bytes]) -> str:
+        """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
+
+        See [`FleetStore.append_output`][acp_fast.fleet.FleetStore.append_output]. The entry
+        count is trimmed by `XADD … MAXLEN ~`, the bytes exactly, in the same script: one round
+        trip.
+        """
+        keys = self._conn_keys(connection_id)
+        limits = self._limits
+        data = _batch(lines)
+        with self._guard:
+            cursor = await self._append(keys, [data, limits.output_entries, limits.output_bytes, self._ttl])
+        if cursor is None:
+            raise UnknownConnection(connection_id)
+        return str(cursor.decode())
+
+    async def read_output(self, connection_id: str, after: str, *, block: float | None = None) -> list[Entry]:
+        """The entries after cursor `after`, in order (at most `limits.read_count`).
+
+        See [`FleetStore.read_output`][acp_fast.fleet.FleetStore.read_output]. One round trip
+        when entries are there; waiting is `XREAD BLOCK`, in slices shorter than the socket
+        timeout.
+        """
+        conn, out, _ = self._conn_keys(connection_id)
+        seq = _seq(after)
+        if seq is None:
+            raise CursorOutOfWindow(after)
+        count = self._limits.read_count
+        with self._guard:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hget(conn, "out_seq")
+                pipe.xrange(out, f"({after}", "+", count=count)
+                last, raw = await pipe.execute()
+            if last is None:
+                raise UnknownConnection(connection_id)
+            if not raw:
+                if seq != int(last):  # beyond the end, or what followed it is gone
+                    raise CursorOutOfWindow(after)
+                raw = await self._wait(out, after, count, block)
+        if raw and _seq(raw[0][0].decode()) != seq + 1:
+            raise CursorOutOfWindow(after)
+        return _entries(raw)
+
+    async def _wait(self, key: str, after: str, count: int,
+                    block: float | None) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        """`XREAD BLOCK` for up to `block` seconds, in slices shorter than the socket timeout."""
+        if block is None or block <= 0:
+            return []
+        deadline = time.monotonic() + block
+        while (left := deadline - time.monotonic()) > 0:
+            got: Any = await self._redis.xread({key: after}, count=count,
+                                               block=max(1, round(min(left, self._slice) * 1000)))
+            if got:
+                return list(got[0][1])
+        return []
+
+    # --- client -> agent: the input queue ------------------------------------------------
+
+    async def push_input(self, connection_id: str, lines: Sequence[bytes]) -> str:
+        """Queue one batch of client lines for the agent, as ONE entry, within the bounds.
+
+        See [`FleetStore.push_input`][acp_fast.fleet.FleetStore.push_input]. The bound check
+        and the write are one script: pushes racing for the last room never overfill the queue.
+        """
+        keys = self._conn_keys(connection_id)
+        limits = self._limits
+        data = _batch(lines)
+        if len(data) > limits.input_bytes:
+            raise ValueError(f"a batch of {len(data)} bytes is larger than the input queue ({limits.input_bytes})")
+        with self._guard:
+            cursor = await self._push(keys, [data, limits.input_entries, limits.input_bytes, self._ttl])
+        if cursor is None:
+            raise UnknownConnection(connection_id)
+        if cursor == 0:
+            raise InputQueueFull(connection_id)
+        return str(cursor.decode())
+
+    async def read_input(self, connection_id: str, after: str, *, block: float | None = None) -> list[Entry]:
+        """Consume the queue in order: drop what is up to `after`, return what follows.
+
+        See [`FleetStore.read_input`][acp_fast.fleet.FleetStore.read_input]. Freeing and
+        reading are one round trip when entries are there.
+        """
+        keys = self._conn_keys(connection_id)
+        seq = _seq(after)
+        if seq is None:
+            raise ValueError(f"not a cursor of an input queue: {after!r}")
+        count = self._limits.read_count
+        with self._guard:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                await self._consumed([keys[0], keys[2]], [after, seq], client=pipe)  # queued
+                pipe.xrange(keys[2], f"({after}", "+", count=count)
+                known, raw = await pipe.execute()
+            if not known:
+                raise UnknownConnection(connection_id)
+            if not raw:
+                raw = await self._wait(keys[2], after, count, block)
+        return _entries(raw)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))

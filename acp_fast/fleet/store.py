@@ -1,0 +1,345 @@
+"""The fleet's shared state: the one interface fronts and hosts keep it behind.
+
+A fleet is *fronts* (they terminate HTTP and WebSocket and keep no connection state), *agent
+hosts* (each runs one agent per connection) and one store between them. Everything a front
+and a host share goes through the primitives of [`FleetStore`][acp_fast.fleet.FleetStore]:
+
+* **host registry**: a host registers with a slot count and keeps a heartbeat key alive; a
+  front lists the live hosts and claims a slot on one atomically (a host is never above its
+  slots); a host whose heartbeat expired is dead, and is detectable as such;
+* **connection registry**: a record per ACP connection, under an unguessable id, naming the
+  host that runs its agent; it expires when nothing touches it for the connection TTL;
+* **output stream** (agent to client), per connection: each batch of lines the agent wrote
+  in one flush is one entry; entry ids are the SSE cursors; the stream keeps a replay window
+  bounded in entries and bytes, and a reader whose cursor fell out of it is told so;
+* **input queue** (client to agent), per connection: bounded in entries and bytes; a push
+  beyond the bound raises [`InputQueueFull`][acp_fast.fleet.InputQueueFull] (backpressure,
+  never a silent drop); the host consumes it in order.
+
+Cursors are entry ids of the form `"<n>-0"`, `n` counting the entries of that stream from 1;
+[`STREAM_START`][acp_fast.fleet.STREAM_START] (`"0-0"`) is the cursor before the first entry.
+Lines are single lines of JSON, without their newline (a batch is a non-empty sequence of
+them).
+
+The only implementation is [`RedisStore`][acp_fast.fleet.RedisStore] (Redis >= 7); the
+interface is small so that another engine could be added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from ..errors import AcpFastError
+
+__all__ = [
+    "STREAM_START",
+    "CursorOutOfWindow",
+    "Entry",
+    "FleetStore",
+    "HostState",
+    "InputQueueFull",
+    "StoreError",
+    "StoreLimits",
+    "StoreUnavailable",
+    "UnknownConnection",
+]
+
+#: The cursor before a stream's first entry: reading after it starts at entry 1.
+STREAM_START = "0-0"
+
+
+class StoreError(AcpFastError):
+    """Base class of the errors of a fleet store."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached (refused, timed out, dropped): raised by every call.
+
+    A call never hangs: connecting and each reply are bounded by the store's socket timeouts.
+
+    Attributes:
+        url: the store's URL, without its password.
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"the fleet store at {url} is unavailable: {reason}")
+        self.url = url
+
+
+class UnknownConnection(StoreError):
+    """No such connection: never created, deleted, or expired (its TTL ran out).
+
+    Attributes:
+        connection_id: the id asked for.
+    """
+
+    def __init__(self, connection_id: str) -> None:
+        super().__init__(f"unknown connection {connection_id!r}")
+        self.connection_id = connection_id
+
+
+class CursorOutOfWindow(StoreError):
+    """A read's cursor is outside the output stream's replay window.
+
+    Entries after the cursor were trimmed (the window moved past it), or the cursor is not
+    one of this stream's (malformed, or beyond its last entry). A front answers 409.
+
+    Attributes:
+        cursor: the cursor asked for.
+    """
+
+    def __init__(self, cursor: str) -> None:
+        super().__init__(f"cursor {cursor!r} is outside the replay window")
+        self.cursor = cursor
+
+
+class InputQueueFull(StoreError):
+    """A connection's input queue is at its bound (entries or bytes): nothing was queued.
+
+    Backpressure: the caller retries once the host has consumed some of the queue (a front
+    holds the POST, or stops reading the WebSocket), or gives up with a clear error.
+
+    Attributes:
+        connection_id: the connection whose queue is full.
+    """
+
+    def __init__(self, connection_id: str) -> None:
+        super().__init__(f"the input queue of connection {connection_id!r} is full")
+        self.connection_id = connection_id
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """The bounds a store applies to every connection.
+
+    Attributes:
+        output_entries: entries kept in an output stream's replay window. Trimming is
+            approximate (Redis `MAXLEN ~`): the stream may hold up to one stream node more
+            (`stream-node-max-entries`, 100 by default), never fewer.
+        output_bytes: bytes of line data kept in an output stream's replay window, enforced
+            exactly by the writer: the oldest entries leave while the window holds more (the
+            newest entry always stays, whatever its size).
+        input_entries: unconsumed entries an input queue holds at most.
+        input_bytes: unconsumed bytes of line data an input queue holds at most; a batch larger
+            than this can never be queued (`ValueError`).
+        connection_ttl: seconds a connection record (and its streams) lives without activity.
+        read_count: entries one read returns at most.
+    """
+
+    output_entries: int = 4096
+    output_bytes: int = 1024 * 1024
+    input_entries: int = 1024
+    input_bytes: int = 1024 * 1024
+    connection_ttl: float = 300.0
+    read_count: int = 256
+
+    def __post_init__(self) -> None:
+        counts = (self.output_entries, self.output_bytes, self.input_entries, self.input_bytes, self.read_count)
+        if min(counts) < 1 or self.connection_ttl <= 0:
+            raise ValueError("every store limit must be positive")
+
+
+class HostState(NamedTuple):
+    """A live host of the registry and its slots.
+
+    Attributes:
+        host_id: the id the host registered with.
+        slots: connections it runs at most.
+        used: slots claimed now.
+    """
+
+    host_id: str
+    slots: int
+    used: int
+
+    @property
+    def free(self) -> int:
+        """Slots left to claim."""
+        return self.slots - self.used
+
+
+class Entry(NamedTuple):
+    """One entry of a stream: its id (the cursor to read after it) and its batch of lines.
+
+    Attributes:
+        cursor: the entry id, `"<n>-0"`.
+        lines: the lines written in one batch, in order, without newlines.
+    """
+
+    cursor: str
+    lines: list[bytes]
+
+
+class FleetStore(Protocol):
+    """What fronts and hosts share, behind one interface (see the module docstring).
+
+    Every method raises [`StoreUnavailable`][acp_fast.fleet.StoreUnavailable] when the store
+    cannot be reached, and never hangs. Host and connection ids are made of
+    `A-Z a-z 0-9 _ -` (at most 64 characters): an id of any other shape is an unknown
+    connection, and a `ValueError` as a host id.
+    """
+
+    @property
+    def limits(self) -> StoreLimits:
+        """The bounds applied to every connection."""
+        ...
+
+    @property
+    def url(self) -> str:
+        """Where the store is, without its password (for messages and logs)."""
+        ...
+
+    async def close(self) -> None:
+        """Release the store's network connections (blocked reads end with an error)."""
+        ...
+
+    # --- host registry -----------------------------------------------------------------
+
+    async def register_host(self, host_id: str, slots: int, ttl: float) -> None:
+        """Register a host (again) with `slots` free slots, alive for `ttl` seconds.
+
+        Registering again starts a new life: the used slots count from 0 (the connections of
+        an earlier life are lost with it).
+
+        Args:
+            host_id: the host's id, unique in the fleet.
+            slots: connections the host runs at most (>= 1).
+            ttl: seconds the host counts as alive without a heartbeat.
+        """
+        ...
+
+    async def heartbeat(self, host_id: str, ttl: float) -> bool:
+        """Keep a registered host alive for `ttl` more seconds.
+
+        Returns:
+            False when the host is not alive any more (its TTL ran out, or it was never
+            registered): it was dead for a while, fronts may have failed its connections, and
+            it must register again, as a new life.
+        """
+        ...
+
+    async def unregister_host(self, host_id: str) -> None:
+        """Remove a host from the registry (a clean shutdown); it is dead from now on."""
+        ...
+
+    async def live_hosts(self) -> list[HostState]:
+        """Every live host with its slots, free or not, in no particular order.
+
+        A host whose heartbeat expired is dropped from the registry here (a dead host stays
+        dead: its heartbeat returns False and it registers again).
+        """
+        ...
+
+    async def host_alive(self, host_id: str) -> bool:
+        """Whether the host's heartbeat is current: False once its TTL ran out."""
+        ...
+
+    async def claim_slot(self, host_id: str) -> bool:
+        """Take one slot of a live host, atomically: never more than its `slots` are taken.
+
+        Returns:
+            True when a slot was taken; False when the host is full or not alive.
+        """
+        ...
+
+    async def release_slot(self, host_id: str) -> None:
+        """Give back one slot of a host (never below 0; nothing for an unknown host)."""
+        ...
+
+    # --- connection registry -----------------------------------------------------------
+
+    async def create_connection(self, host_id: str) -> str:
+        """Create a connection record naming the host that runs its agent.
+
+        The record and its streams expire after `limits.connection_ttl` seconds without
+        activity (a write to a stream or [`touch_connection`][acp_fast.fleet.FleetStore.touch_connection]).
+
+        Returns:
+            the new connection's id, unguessable (`secrets.token_urlsafe`, 192 bits).
+        """
+        ...
+
+    async def connection_host(self, connection_id: str) -> str | None:
+        """The host of a connection, or None when the connection is unknown."""
+        ...
+
+    async def touch_connection(self, connection_id: str) -> bool:
+        """Restart the connection's TTL (its record and streams); False when it is unknown."""
+        ...
+
+    async def delete_connection(self, connection_id: str) -> bool:
+        """Delete the connection's record and both its streams; False when it was unknown."""
+        ...
+
+    # --- agent -> client: the output stream ----------------------------------------------
+
+    async def append_output(self, connection_id: str, lines: Sequence[bytes]) -> str:
+        """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
+
+        Args:
+            connection_id: the connection.
+            lines: one or more lines, without newlines.
+
+        Returns:
+            the new entry's cursor.
+
+        Raises:
+            UnknownConnection: the connection is unknown.
+        """
+        ...
+
+    async def read_output(self, connection_id: str, after: str, *, block: float | None = None) -> list[Entry]:
+        """The entries after cursor `after`, in order (at most `limits.read_count`).
+
+        Args:
+            connection_id: the connection.
+            after: the last cursor the reader has ([`STREAM_START`][acp_fast.fleet.STREAM_START]
+                for everything from the first entry).
+            block: when nothing is there yet, wait up to this many seconds for an entry
+                (`None`: do not wait). An empty list means the wait ran out.
+
+        Raises:
+            CursorOutOfWindow: an entry after `after` was trimmed, or `after` is not a
+                cursor of this stream.
+            UnknownConnection: the connection is unknown.
+        """
+        ...
+
+    # --- client -> agent: the input queue ------------------------------------------------
+
+    async def push_input(self, connection_id: str, lines: Sequence[bytes]) -> str:
+        """Queue one batch of client lines for the agent, as ONE entry, within the bounds.
+
+        Args:
+            connection_id: the connection.
+            lines: one or more lines, without newlines.
+
+        Returns:
+            the entry's cursor.
+
+        Raises:
+            InputQueueFull: the queue is at its entries or bytes bound; nothing was queued.
+            UnknownConnection: the connection is unknown.
+            ValueError: the batch alone is larger than `limits.input_bytes`.
+        """
+        ...
+
+    async def read_input(self, connection_id: str, after: str, *, block: float | None = None) -> list[Entry]:
+        """Consume the queue in order: drop what is up to `after`, return what follows.
+
+        The host passes the cursor of the last entry it has handed to the agent
+        ([`STREAM_START`][acp_fast.fleet.STREAM_START] at first); the entries up to it leave
+        the queue (their room is free for new pushes) and the next ones are returned.
+
+        Args:
+            connection_id: the connection.
+            after: the cursor of the last entry consumed.
+            block: when nothing follows, wait up to this many seconds (`None`: do not wait).
+                An empty list means the wait ran out.
+
+        Raises:
+            UnknownConnection: the connection is unknown.
+        """
+        ...

@@ -1,0 +1,556 @@
+"""The fleet store (``acp_fast.fleet``) against a real Redis: every primitive and every bound.
+
+A ``redis-server`` runs on a free loopback port for the module (``tests/helpers/redis_server.py``;
+a missing binary or redis-py skips the module on a developer's machine and fails it where the
+peers are required); each test works under its own key prefix. What is checked:
+
+* the host registry: slots claimed up to the count and never beyond, also when many claims
+  race; released slots; heartbeats, and a host whose TTL ran out is dead everywhere (alive,
+  listed, claimable, its heartbeat) until it registers again;
+* the connection registry: unguessable ids, look-up, touch, delete, expiry with the TTL (the
+  streams too), ids of any other shape unknown;
+* the output stream: one entry per batch, cursors in order, reads from a cursor, a blocking read
+  woken by a write and one that times out, both bounds of the replay window (entries, bytes),
+  cursors outside the window (trimmed, beyond the end, malformed);
+* the input queue: order, consumption, both bounds with ``InputQueueFull`` (nothing queued, no
+  silent drop), racing pushes never overfilling it, a batch larger than the queue;
+* Redis unreachable (nothing listening, killed during a blocking read, frozen): every call raises
+  ``StoreUnavailable`` naming the URL (never its password) within the socket timeout, and the
+  store works again once Redis is back.
+
+Short TTLs and timeouts keep the module within a few seconds; every await is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+
+import peer_rule  # noqa: E402
+import redis_server  # noqa: E402
+
+redis_asyncio = peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
+
+from acp_fast.fleet import (  # noqa: E402
+    STREAM_START,
+    CursorOutOfWindow,
+    HostState,
+    InputQueueFull,
+    RedisStore,
+    StoreLimits,
+    StoreUnavailable,
+    UnknownConnection,
+)
+from acp_fast.remote import MissingExtraError  # noqa: E402
+
+T = TypeVar("T")
+
+#: Seconds any one test body may take: a hang fails the test instead of the run.
+BOUND = 10.0
+#: The socket timeout of the stores under test: a frozen server is noticed within it.
+SOCKET_TIMEOUT = 0.5
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[redis_server.RedisServer]:
+    running = redis_server.RedisServer().start()
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+@pytest.fixture
+def own_server() -> Iterator[redis_server.RedisServer]:
+    """A server of the test's own, for the tests that kill or freeze it."""
+    running = redis_server.RedisServer().start()
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+def run(body: Callable[[], Awaitable[T]], bound: float = BOUND) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(body(), bound)
+
+    return asyncio.run(bounded())
+
+
+def make(url: str, **limits: Any) -> RedisStore:
+    """A store under a fresh key prefix (tests share the module's server)."""
+    return RedisStore(url, limits=StoreLimits(**limits), prefix=f"t{secrets.token_hex(4)}:",
+                      socket_timeout=SOCKET_TIMEOUT, connect_timeout=SOCKET_TIMEOUT)
+
+
+def raw(url: str) -> Any:
+    """A plain redis-py client, to look at the keys the store documents."""
+    return redis_asyncio.Redis.from_url(url)
+
+
+# --- host registry ------------------------------------------------------------------------
+
+
+def test_hosts_register_claim_and_release_their_slots(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        await store.register_host("h1", 2, 5.0)
+        await store.register_host("h2", 1, 5.0)
+        assert sorted(await store.live_hosts()) == [HostState("h1", 2, 0), HostState("h2", 1, 0)]
+        assert [await store.claim_slot("h1") for _ in range(3)] == [True, True, False]
+        assert await store.claim_slot("h2") and not await store.claim_slot("h2")
+        hosts = {h.host_id: h for h in await store.live_hosts()}
+        assert hosts["h1"].free == 0 and hosts["h1"].used == 2 and hosts["h2"].free == 0
+        await store.release_slot("h1")
+        assert await store.claim_slot("h1")
+        for _ in range(5):  # never below 0
+            await store.release_slot("h2")
+        assert [h.used for h in await store.live_hosts() if h.host_id == "h2"] == [0]
+        await store.release_slot("nobody")  # an unknown host: nothing
+        assert not await store.claim_slot("nobody")
+        await store.unregister_host("h2")
+        assert [h.host_id for h in await store.live_hosts()] == ["h1"]
+        assert not await store.host_alive("h2") and not await store.claim_slot("h2")
+        assert not await store.heartbeat("h2", 5.0)
+        # registering again is a new life: its slots count from 0
+        await store.register_host("h1", 3, 5.0)
+        assert await store.live_hosts() == [HostState("h1", 3, 0)]
+        for bad in ("", "a b", "x" * 65, "h}1", "é"):
+            with pytest.raises(ValueError):
+                await store.register_host(bad, 1, 1.0)
+        with pytest.raises(ValueError):
+            await store.register_host("h3", 0, 1.0)
+        await store.close()
+
+    run(body)
+
+
+def test_racing_claims_never_take_a_host_above_its_slots(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        # four clients (as four fronts), with default timeouts: the burst opens many connections
+        prefix = f"t{secrets.token_hex(4)}:"
+        stores = [RedisStore(server.url, prefix=prefix) for _ in range(4)]
+        first = stores[0]
+        await first.register_host("a", 7, 5.0)
+        await first.register_host("b", 3, 5.0)
+        claims = [stores[i % 4].claim_slot("ab"[i % 2]) for i in range(200)]
+        won = await asyncio.gather(*claims)
+        assert sum(won[0::2]) == 7 and sum(won[1::2]) == 3
+        assert sorted(await first.live_hosts()) == [HostState("a", 7, 7), HostState("b", 3, 3)]
+        # releases racing with claims: still never above
+        mixed = [first.release_slot("a") for _ in range(4)] + [stores[i % 4].claim_slot("a") for i in range(100)]
+        taken = sum(1 for r in (await asyncio.gather(*mixed))[4:] if r)
+        assert taken <= 4
+        assert [h.used for h in await first.live_hosts() if h.host_id == "a"] == [7 - 4 + taken]
+        for store in stores:
+            await store.close()
+
+    run(body)
+
+
+def test_a_host_whose_heartbeat_stops_is_dead_until_it_registers_again(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        ttl = 0.3
+        await store.register_host("alive", 2, ttl)
+        await store.register_host("dies", 2, ttl)
+        assert await store.claim_slot("dies")
+        for _ in range(3):  # heartbeats keep "alive" alive past its TTL
+            await asyncio.sleep(ttl / 2)
+            assert await store.heartbeat("alive", ttl)
+        assert await store.host_alive("alive")
+        # "dies" sent none: dead everywhere
+        assert not await store.host_alive("dies")
+        assert not await store.claim_slot("dies")
+        assert [h.host_id for h in await store.live_hosts()] == ["alive"]
+        assert not await store.heartbeat("dies", ttl)  # it must register again
+        await store.register_host("dies", 2, ttl)
+        assert await store.host_alive("dies") and await store.claim_slot("dies")
+        assert sorted(await store.live_hosts())[1] == HostState("dies", 2, 1)
+        await store.close()
+
+    run(body)
+
+
+# --- connection registry ------------------------------------------------------------------
+
+
+def test_connections_are_created_looked_up_touched_and_deleted(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        ids = [await store.create_connection("h1") for _ in range(20)]
+        assert len(set(ids)) == 20
+        assert all(len(i) == 32 and all(c.isalnum() or c in "-_" for c in i) for i in ids)
+        cid = ids[0]
+        assert await store.connection_host(cid) == "h1"
+        assert await store.touch_connection(cid)
+        assert await store.delete_connection(cid)
+        assert not await store.delete_connection(cid)
+        assert await store.connection_host(cid) is None
+        assert not await store.touch_connection(cid)
+        for call in (store.append_output(cid, [b"x"]), store.push_input(cid, [b"x"]),
+                     store.read_output(cid, STREAM_START), store.read_input(cid, STREAM_START)):
+            with pytest.raises(UnknownConnection):
+                await call
+        # ids of another shape (another connection's keys cannot be reached through them)
+        for bad in ("", "a}b", "{" + ids[1] + "}", ids[1] + ":x", "x" * 65, "é"):
+            assert await store.connection_host(bad) is None
+            assert not await store.touch_connection(bad) and not await store.delete_connection(bad)
+            with pytest.raises(UnknownConnection):
+                await store.append_output(bad, [b"x"])
+        assert await store.connection_host(ids[1]) == "h1"
+        await store.close()
+
+    run(body)
+
+
+def test_a_connection_expires_with_its_streams_unless_touched(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        ttl = 0.4
+        store = make(server.url, connection_ttl=ttl)
+        look = raw(server.url)
+        cid = await store.create_connection("h1")
+        await store.append_output(cid, [b"out"])
+        await store.push_input(cid, [b"in"])
+        keys = [f"{store.prefix}{{{cid}}}:{k}" for k in ("conn", "out", "in")]
+        assert await look.exists(*keys) == 3
+        for _ in range(3):  # activity keeps it: touches and writes
+            await asyncio.sleep(ttl / 2)
+            assert await store.touch_connection(cid)
+        await asyncio.sleep(ttl / 2)
+        await store.append_output(cid, [b"more"])
+        await asyncio.sleep(ttl / 2)
+        assert await store.connection_host(cid) == "h1"
+        await asyncio.sleep(ttl + 0.1)  # none: gone, streams too
+        assert await store.connection_host(cid) is None
+        assert await look.exists(*keys) == 0
+        await look.aclose()
+        await store.close()
+
+    run(body)
+
+
+# --- the output stream --------------------------------------------------------------------
+
+
+def test_output_batches_are_entries_read_from_cursors(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url, read_count=3)
+        cid = await store.create_connection("h1")
+        assert await store.read_output(cid, STREAM_START) == []
+        batches = [[b'{"n":%d}' % i, b'{"m":"%d"}' % i][: 1 + i % 2] for i in range(5)]
+        cursors = [await store.append_output(cid, batch) for batch in batches]
+        assert cursors == [f"{i}-0" for i in range(1, 6)]
+        first = await store.read_output(cid, STREAM_START)
+        assert [e.cursor for e in first] == cursors[:3] and [e.lines for e in first] == batches[:3]
+        rest = await store.read_output(cid, first[-1].cursor)
+        assert [e.lines for e in rest] == batches[3:]
+        assert await store.read_output(cid, cursors[-1]) == []
+        with pytest.raises(ValueError):
+            await store.append_output(cid, [])
+        await store.close()
+
+    run(body)
+
+
+def test_a_blocking_output_read_wakes_on_a_write_and_times_out_otherwise(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        cid = await store.create_connection("h1")
+        start = time.monotonic()
+        assert await store.read_output(cid, STREAM_START, block=0.3) == []
+        assert 0.25 <= time.monotonic() - start < 2.0
+        # longer than the socket timeout: waited in slices, no error
+        start = time.monotonic()
+        assert await store.read_output(cid, STREAM_START, block=SOCKET_TIMEOUT * 1.5) == []
+        assert time.monotonic() - start >= SOCKET_TIMEOUT * 1.4
+
+        async def later() -> None:
+            await asyncio.sleep(0.1)
+            await store.append_output(cid, [b"late"])
+
+        writer = asyncio.ensure_future(later())
+        start = time.monotonic()
+        got = await store.read_output(cid, STREAM_START, block=5.0)
+        assert [e.lines for e in got] == [[b"late"]] and time.monotonic() - start < 2.0
+        await writer
+        # the input queue's blocking read too
+        writer = asyncio.ensure_future(asyncio.sleep(0.1))
+        pusher = asyncio.ensure_future(_push_later(store, cid))
+        got = await store.read_input(cid, STREAM_START, block=5.0)
+        assert [e.lines for e in got] == [[b"typed"]]
+        await writer
+        await pusher
+        await store.close()
+
+    run(body)
+
+
+async def _push_later(store: RedisStore, cid: str) -> None:
+    await asyncio.sleep(0.1)
+    await store.push_input(cid, [b"typed"])
+
+
+def test_the_replay_window_is_bounded_in_entries(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        cap = 5
+        store = make(server.url, output_entries=cap)
+        look = raw(server.url)
+        node = int((await look.config_get("stream-node-max-entries"))["stream-node-max-entries"])
+        cid = await store.create_connection("h1")
+        appended = 3 * (cap + node)
+        for i in range(appended):
+            await store.append_output(cid, [b"%d" % i])
+        length = await look.xlen(f"{store.prefix}{{{cid}}}:out")
+        assert cap <= length <= cap + node, (length, appended)  # MAXLEN ~: up to one node more
+        with pytest.raises(CursorOutOfWindow):
+            await store.read_output(cid, STREAM_START)
+        last = f"{appended}-0"
+        tail = await store.read_output(cid, f"{appended - cap}-0")
+        assert [e.cursor for e in tail][-1] == last and len(tail) == cap
+        await look.aclose()
+        await store.close()
+
+    run(body)
+
+
+def test_the_replay_window_is_bounded_in_bytes_and_keeps_the_newest_entry(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        cap = 1000
+        store = make(server.url, output_bytes=cap)
+        look = raw(server.url)
+        cid = await store.create_connection("h1")
+        key = f"{store.prefix}{{{cid}}}:out"
+        for i in range(60):
+            await store.append_output(cid, [b"%02d" % i + b"x" * 48, b"y" * 49])  # 100 bytes joined
+            kept = sum(len(f[b"d"]) for _, f in await look.xrange(key))
+            assert kept <= cap and kept >= min(cap, 100 * (i + 1)) - 99, (i, kept)
+        entries = await store.read_output(cid, "50-0")  # the window: 51..60
+        assert [e.cursor for e in entries] == [f"{i}-0" for i in range(51, 61)]
+        with pytest.raises(CursorOutOfWindow):
+            await store.read_output(cid, "49-0")  # 50 was trimmed
+        # one batch larger than the window alone: it stays, alone
+        await store.append_output(cid, [b"z" * (3 * cap)])
+        assert [len(f[b"d"]) for _, f in await look.xrange(key)] == [3 * cap]
+        assert [e.cursor for e in await store.read_output(cid, "60-0")] == ["61-0"]
+        await look.aclose()
+        await store.close()
+
+    run(body)
+
+
+def test_cursors_outside_the_window_are_reported_without_waiting(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        cid = await store.create_connection("h1")
+        for i in range(3):
+            await store.append_output(cid, [b"%d" % i])
+        for bad in ("4-0", "99-0", "abc", "", "1-1", "-1-0", "01-0", "1-0-0", "1"):
+            start = time.monotonic()
+            with pytest.raises(CursorOutOfWindow) as caught:
+                await store.read_output(cid, bad, block=5.0)
+            assert caught.value.cursor == bad and time.monotonic() - start < 1.0
+        assert [e.cursor for e in await store.read_output(cid, "2-0", block=5.0)] == ["3-0"]
+        await store.close()
+
+    run(body)
+
+
+# --- the input queue ----------------------------------------------------------------------
+
+
+def test_the_input_queue_is_consumed_in_order(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url, read_count=2)
+        cid = await store.create_connection("h1")
+        sent = [[b'{"id":%d}' % i] for i in range(5)]
+        cursors = [await store.push_input(cid, batch) for batch in sent]
+        got: list[list[bytes]] = []
+        after = STREAM_START
+        while entries := await store.read_input(cid, after):
+            got += [e.lines for e in entries]
+            after = entries[-1].cursor
+        assert got == sent and after == cursors[-1]
+        with pytest.raises(ValueError):
+            await store.read_input(cid, "nope")
+        await store.close()
+
+    run(body)
+
+
+def test_the_input_queue_is_bounded_in_entries_with_backpressure(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url, input_entries=3)
+        cid = await store.create_connection("h1")
+        for i in range(3):
+            await store.push_input(cid, [b"%d" % i])
+        with pytest.raises(InputQueueFull) as full:
+            await store.push_input(cid, [b"3"])
+        assert full.value.connection_id == cid
+        queued = await store.read_input(cid, STREAM_START)
+        assert [e.lines for e in queued] == [[b"0"], [b"1"], [b"2"]]  # nothing dropped, nothing added
+        # reading does not free room: consuming does (the next read names what was consumed)
+        with pytest.raises(InputQueueFull):
+            await store.push_input(cid, [b"3"])
+        assert [e.lines for e in await store.read_input(cid, queued[0].cursor)] == [[b"1"], [b"2"]]
+        assert await store.push_input(cid, [b"3"]) == "4-0"
+        with pytest.raises(InputQueueFull):
+            await store.push_input(cid, [b"4"])
+        assert [e.lines for e in await store.read_input(cid, "4-0")] == []
+        for i in range(3):
+            await store.push_input(cid, [b"again %d" % i])
+        await store.close()
+
+    run(body)
+
+
+def test_the_input_queue_is_bounded_in_bytes_with_backpressure(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url, input_bytes=100)
+        cid = await store.create_connection("h1")
+        await store.push_input(cid, [b"a" * 30, b"b" * 29])  # 60 bytes joined
+        with pytest.raises(InputQueueFull):
+            await store.push_input(cid, [b"c" * 41])
+        await store.push_input(cid, [b"c" * 40])  # exactly 100
+        with pytest.raises(InputQueueFull):
+            await store.push_input(cid, [b"d"])
+        with pytest.raises(ValueError):
+            await store.push_input(cid, [b"e" * 101])  # never fits
+        queued = await store.read_input(cid, STREAM_START)
+        assert [e.lines for e in queued] == [[b"a" * 30, b"b" * 29], [b"c" * 40]]
+        await store.read_input(cid, queued[0].cursor)
+        await store.push_input(cid, [b"d" * 60])
+        with pytest.raises(InputQueueFull):
+            await store.push_input(cid, [b"e"])
+        await store.close()
+
+    run(body)
+
+
+def test_racing_pushes_never_overfill_the_queue(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url, input_entries=10)
+        cid = await store.create_connection("h1")
+        others = [RedisStore(server.url, limits=store.limits, prefix=store.prefix) for _ in range(3)]
+        pushers = [*others, store]
+        results = await asyncio.gather(*(pushers[i % 4].push_input(cid, [b"%d" % i]) for i in range(80)),
+                                       return_exceptions=True)
+        won = [r for r in results if isinstance(r, str)]
+        assert len(won) == 10 and all(isinstance(r, InputQueueFull) for r in results if not isinstance(r, str))
+        assert sorted(won, key=lambda c: int(c[:-2])) == [f"{i}-0" for i in range(1, 11)]
+        assert len(await store.read_input(cid, STREAM_START)) == 10
+        for each in pushers:
+            await each.close()
+
+    run(body)
+
+
+# --- Redis unavailable ----------------------------------------------------------------------
+
+
+def _every_call(store: RedisStore, cid: str) -> list[Awaitable[Any]]:
+    return [
+        store.register_host("h", 1, 1.0), store.heartbeat("h", 1.0), store.unregister_host("h"),
+        store.live_hosts(), store.host_alive("h"), store.claim_slot("h"), store.release_slot("h"),
+        store.create_connection("h"), store.connection_host(cid), store.touch_connection(cid),
+        store.delete_connection(cid), store.append_output(cid, [b"x"]), store.read_output(cid, STREAM_START),
+        store.read_output(cid, STREAM_START, block=5.0), store.push_input(cid, [b"x"]),
+        store.read_input(cid, STREAM_START, block=5.0),
+    ]
+
+
+async def _all_unavailable(store: RedisStore, cid: str, url: str) -> None:
+    for call in _every_call(store, cid):
+        start = time.monotonic()
+        with pytest.raises(StoreUnavailable) as caught:
+            await call
+        assert caught.value.url == url and url in str(caught.value)
+        assert time.monotonic() - start < SOCKET_TIMEOUT * 3, (call, time.monotonic() - start)
+
+
+def test_nothing_listening_is_store_unavailable_on_every_call() -> None:
+    async def body() -> None:
+        url = f"redis://:secret-pw@127.0.0.1:{redis_server.free_port()}/0"
+        store = RedisStore(url, socket_timeout=SOCKET_TIMEOUT, connect_timeout=SOCKET_TIMEOUT)
+        assert "secret-pw" not in store.url and "***" in store.url
+        await _all_unavailable(store, secrets.token_urlsafe(24), store.url)
+        with pytest.raises(StoreUnavailable) as caught:
+            await store.live_hosts()
+        assert "secret-pw" not in str(caught.value)
+        await store.close()
+
+    run(body)
+
+
+def test_redis_killed_during_a_blocking_read_fails_it_at_once_and_then_every_call(
+        own_server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(own_server.url)
+        cid = await store.create_connection("h1")
+        reader = asyncio.ensure_future(store.read_output(cid, STREAM_START, block=5.0))
+        await asyncio.sleep(0.1)
+        own_server.kill()
+        start = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            await reader
+        assert time.monotonic() - start < SOCKET_TIMEOUT * 2
+        await _all_unavailable(store, cid, store.url)
+        # Redis back (empty: nothing persisted): the same store works again
+        own_server.start()
+        await store.register_host("h1", 1, 5.0)
+        assert await store.claim_slot("h1")
+        assert await store.connection_host(cid) is None
+        await store.close()
+
+    run(body)
+
+
+def test_a_frozen_redis_is_store_unavailable_within_the_socket_timeout(own_server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(own_server.url)
+        cid = await store.create_connection("h1")
+        reader = asyncio.ensure_future(store.read_output(cid, STREAM_START, block=5.0))
+        await asyncio.sleep(0.1)
+        own_server.freeze()
+        try:
+            start = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                await reader
+            assert time.monotonic() - start < SOCKET_TIMEOUT * 2
+            for call in (store.append_output(cid, [b"x"]), store.push_input(cid, [b"x"])):
+                start = time.monotonic()
+                with pytest.raises(StoreUnavailable):
+                    await call
+                assert time.monotonic() - start < SOCKET_TIMEOUT * 2
+        finally:
+            own_server.thaw()
+        await asyncio.sleep(0.05)
+        assert await store.append_output(cid, [b"after"]) == "1-0"
+        assert [e.lines for e in await store.read_output(cid, STREAM_START)] == [[b"after"]]
+        await store.close()
+
+    run(body)
+
+
+# --- construction -------------------------------------------------------------------------
+
+
+def test_limits_must_be_positive() -> None:
+    for field in ("output_entries", "output_bytes", "input_entries", "input_bytes", "read_count", "connection_ttl"):
+        with pytest.raises(ValueError):
+            StoreLimits(**{field: 0})
+
+
+def test_without_redis_py_the_store_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "redis.asyncio", None)
+    with pytest.raises(MissingExtraError, match=r"acp-fast\[fleet\]"):
+        RedisStore("redis://127.0.0.1:1/0")
