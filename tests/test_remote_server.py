@@ -1210,3 +1210,17 @@ def test_a_session_stream_opened_late_gets_the_whole_turn_in_order(engine: Modul
             assert conn.messages.empty()
 
     run(main())
+
+
+@pytest.mark.parametrize("batchable", [True, False])
+def test_a_turn_of_one_message_is_its_line_alone_on_every_encoder(batchable: bool) -> None:
+    """A turn of one message (a round trip's reply) goes as written, never wrapped in a batch,
+    with its own id as the cursor: on a WebSocket with and without batch frames, and on SSE."""
+    from acp_fast.remote._outlet import grouped, sse_chunk, ws_frames
+
+    line = b'{"jsonrpc":"2.0","id":7,"result":{"x":"\xc3\xa9"}}'
+    items = [(42, line, batchable)]
+    assert grouped(items) == [(42, line)]
+    assert ws_frames(items, True) == ws_frames(items, False) == [line.decode()]
+    assert sse_chunk(items, True, True) == b"id: 42\ndata: " + line + b"\n\n"
+    assert sse_chunk(items, False, True) == b"data: " + line + b"\n\n"

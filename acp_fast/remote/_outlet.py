@@ -114,6 +114,9 @@ def grouped(items: list[Item]) -> list[tuple[int, bytes]]:
     last line's, so a reader resuming from it has every line up to it), and every other line
     (a request, the agent's own batch, a line that is not JSON-RPC, a line too big to join a
     batch) goes alone, as written. A group of one is its line, unwrapped."""
+    if len(items) == 1:  # a turn of one message (a round trip's reply): alone, whatever it is
+        ident, line, _ = items[0]
+        return [(ident, line)]
     if items and all(map(_BATCHABLE_OF, items)):  # the usual turn: the rule's groups at once
         lines = list(map(_LINE_OF, items))
         if sum(map(len, lines)) + len(lines) < BATCH_FRAME_BYTES:  # every line joins the one group
@@ -165,7 +168,7 @@ def sse_chunk(items: list[Item], cursors: bool, batches: bool) -> bytes:
 def ws_frames(items: list[Item], batches: bool) -> list[str]:
     """The WebSocket encoder: the text of one frame per line, or (``batches``) per group of
     :func:`grouped`. A text frame carries UTF-8 only: invalid bytes become U+FFFD."""
-    if not batches:
+    if not batches or len(items) == 1:  # a group of one is its line
         return [line.decode("utf-8", "replace") for _, line, _ in items]
     return [data.decode("utf-8", "replace") for _, data in grouped(items)]
 
