@@ -422,14 +422,19 @@ def test_websocket_outlet_drops_an_agent_line_over_the_limit(engine: ModuleType,
     async def main() -> None:
         ours, _theirs = memory_pair()
         conn = _Connection(AcpApp(lambda: None, engine=engine), "c1", ours, True, ws_batches=batches)  # type: ignore[arg-type]
-        limit = conn.decoder.max_line_size
+        limit = conn.max_line
         before = b'{"jsonrpc":"2.0","method":"a","params":{}}'
         after = b'{"jsonrpc":"2.0","id":2,"result":{}}'
-        data = before + b"\n" + b'{"x":"' + b"y" * limit + b'"}\n' + b"not json\n" + after + b"\n"
-        for start in range(0, len(data), 65536):
-            conn._on_data(data[start:start + 65536])
-        assert [line for _, line, _ in conn.streams[None].queue] == [before, b"not json", after]
-        assert [batchable for _, _, batchable in conn.streams[None].queue] == [batches, False, batches]
+        lines = [before, b'{"x":"' + b"y" * limit + b'"}', b"not json", after]
+        data = b"".join(line + b"\n" for line in lines)
+        # 64 KiB reads (lines cut anywhere), then one read per line (each a chunk of one line)
+        for chunks in ([data[start:start + 65536] for start in range(0, len(data), 65536)],
+                       [line + b"\n" for line in lines]):
+            for chunk in chunks:
+                conn._on_data(chunk)
+            assert [line for _, line, _ in conn.streams[None].queue] == [before, b"not json", after]
+            assert [batchable for _, _, batchable in conn.streams[None].queue] == [batches, False, batches]
+            conn.streams[None].take(0)
         conn.close()
 
     run(main())

@@ -168,7 +168,9 @@ def sse_chunk(items: list[Item], cursors: bool, batches: bool) -> bytes:
 def ws_frames(items: list[Item], batches: bool) -> list[str]:
     """The WebSocket encoder: the text of one frame per line, or (``batches``) per group of
     :func:`grouped`. A text frame carries UTF-8 only: invalid bytes become U+FFFD."""
-    if not batches or len(items) == 1:  # a group of one is its line
+    if len(items) == 1:  # a group of one is its line (a round trip's reply: no comprehension)
+        return [items[0][1].decode("utf-8", "replace")]
+    if not batches:
         return [line.decode("utf-8", "replace") for _, line, _ in items]
     return [data.decode("utf-8", "replace") for _, data in grouped(items)]
 

@@ -140,10 +140,15 @@ class _Connection:
         self.last_active = time.monotonic()
         # the agent's lines through the engine's decoder, each to its outlet (a WebSocket has
         # one: ``streams[None]``; HTTP routes by session to its SSE streams)
-        limit = max(self.policy.max_body, 1 << 20)
-        self.decoder = app.engine.Decoder(lazy=True, max_line_size=limit)
+        self.max_line = limit = max(self.policy.max_body, 1 << 20)
         #: a WebSocket without batch frames sends each line alone, decoded or not: it only cuts
-        self.lines = app.engine.LineSplitter(max_line_size=limit) if websocket and not ws_batches else None
+        #: lines (a splitter); every other outlet decodes them (a decoder)
+        self.lines: Any = None
+        self.decoder: Any = None
+        if websocket and not ws_batches:
+            self.lines = app.engine.LineSplitter(max_line_size=limit)
+        else:
+            self.decoder = app.engine.Decoder(lazy=True, max_line_size=limit)
         self.routes: dict[tuple[bool, object], tuple[str | None, str | None]] = {}
         self.streams: dict[str | None, Outlet] = {None: Outlet(None)}
         self.sessions: set[str] = set()
@@ -156,12 +161,16 @@ class _Connection:
         self.post_decoder: Any = None
         self.queued = 0
         self.paused = False
-        #: the WebSocket client asked for batch frames
-        self.ws_batches = ws_batches
+        self._ws_batches = ws_batches
         self.writable = asyncio.Event()
         self.writable.set()
         self.done = asyncio.Event()
         stream.attach(self._on_data, self._on_eof, self._on_writable)
+
+    @property
+    def ws_batches(self) -> bool:
+        """The WebSocket client asked for batch frames (fixed when the connection opens)."""
+        return self._ws_batches
 
     # agent side ----------------------------------------------------------------------------
 
@@ -210,40 +219,47 @@ class _Connection:
     def _ws_data(self, data: bytes) -> None:
         """Queue the agent's lines on the socket's outlet, one pass per chunk: over batch
         frames each marked batchable by its kind, else each alone, undecoded. A line that is
-        not JSON-RPC is never batchable, so it goes alone (:meth:`_not_jsonrpc`'s rule)."""
+        not JSON-RPC is never batchable, so it goes alone (:meth:`_not_jsonrpc`'s rule).
+        A chunk of one line (a round trip's reply) builds no lists."""
         splitter = self.lines
         if splitter is not None:
             lines = splitter.feed(data)
-            if not lines:
+            if len(lines) != 1:
+                self._ws_queue(lines, None)
                 return
-            if not all(lines):  # a line over the size limit: never buffered, nothing to send
-                self._too_long()
-                lines = [line for line in lines if line]
-            size = sum(map(len, lines))
-            if size:
-                self.streams[None].extend(zip(_ZERO, lines, _ALONE), size)
-                self._count(size)
+            line = lines[0]
+            batchable = False
+        else:
+            frames = self.decoder.feed(data)
+            if len(frames) != 1:
+                self._ws_queue([frame.raw for frame in frames], [_BATCHABLE[frame.kind] for frame in frames])
+                return
+            frame = frames[0]
+            line = frame.raw
+            batchable = _BATCHABLE[frame.kind]
+        if line:
+            self._count(self.streams[None].put(line, batchable))
+        else:  # a line over the size limit: never buffered, nothing to send
+            self._too_long()
+
+    def _ws_queue(self, lines: list[bytes], flags: list[bool] | None) -> None:
+        """Queue several lines (``flags``: each one batchable; ``None``: none is) at once."""
+        if not lines:
             return
-        frames = self.decoder.feed(data)
-        if not frames:
-            return
-        lines = [frame.raw for frame in frames]
-        size = sum(map(len, lines))
         if not all(lines):  # a line over the size limit: never buffered, nothing to send
             self._too_long()
             keep = [i for i, line in enumerate(lines) if line]
-            frames = [frames[i] for i in keep]
             lines = [lines[i] for i in keep]
-        if not size:
-            return
-        batchable = _BATCHABLE
-        flags = [batchable[frame.kind] for frame in frames]
-        self.streams[None].extend(zip(_ZERO, lines, flags), size)
-        self._count(size)
+            if flags is not None:
+                flags = [flags[i] for i in keep]
+        size = sum(map(len, lines))
+        if size:
+            self.streams[None].extend(zip(_ZERO, lines, _ALONE if flags is None else flags), size)
+            self._count(size)
 
     def _too_long(self) -> None:
         """Log an agent line over the size limit, which is dropped."""
-        logger.warning("connection %s: agent line over %d bytes dropped", self.id[:8], self.decoder.max_line_size)
+        logger.warning("connection %s: agent line over %d bytes dropped", self.id[:8], self.max_line)
 
     def _not_jsonrpc(self, line: bytes) -> int:
         """The one rule, on every outlet, for a line of the agent that is not JSON-RPC: the
