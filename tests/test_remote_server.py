@@ -714,6 +714,37 @@ def test_connection_cap_and_idle_timeout(asgi_server: str) -> None:
     run(main())
 
 
+def test_initialize_the_agent_never_answers_gets_504_and_frees_the_connection() -> None:
+    """An agent that reads ``initialize`` and never answers: the POST gets 504 after the
+    policy's ``initialize_timeout`` (the SDK's server answers the same), the connection is
+    closed with its agent, and the next client is served."""
+    seen: list[bytes] = []
+    ends: list[asyncio.Event] = []
+
+    async def mute(stream: Stream) -> None:
+        closed = asyncio.Event()
+        ends.append(closed)
+        stream.attach(seen.append, lambda exc: closed.set(), lambda ok: None)
+        await closed.wait()
+
+    async def main() -> None:
+        app = asgi_app(mute, policy=ServerPolicy(initialize_timeout=0.3, max_connections=1))
+        async with served(app) as where, httpx.AsyncClient() as c:
+            t0 = time.monotonic()
+            r = await c.post(where.http_url, json=INIT)
+            assert r.status_code == 504, r.text
+            assert time.monotonic() - t0 < 10
+            assert b'"initialize"' in b"".join(seen)
+            assert "acp-connection-id" not in r.headers
+            await asyncio.wait_for(ends[0].wait(), 5)  # the agent's stream was closed
+            assert app.connections == 0
+            r = await c.post(where.http_url, json=INIT)  # the one slot is free again
+            assert r.status_code == 504
+            assert len(ends) == 2
+
+    run(main())
+
+
 # -- WebSocket ------------------------------------------------------------------------------------
 
 

@@ -49,6 +49,8 @@ class ServerPolicy:
         replay_window: bytes of already sent SSE events kept per stream for readers that
             reconnect with ``Last-Event-ID`` (0 turns resuming off).
         keepalive: seconds between SSE comment lines on a quiet stream.
+        initialize_timeout: seconds the `initialize` POST waits for the agent's answer;
+            then it gets 504 and the connection is closed with its agent.
     """
 
     token: str | None = None
@@ -60,14 +62,15 @@ class ServerPolicy:
     queue_high: int = 1024 * 1024
     replay_window: int = 256 * 1024
     keepalive: float = KEEPALIVE_SECONDS
+    initialize_timeout: float = 30.0
     _hosts: frozenset[str] = field(init=False, repr=False, compare=False)
     _origins: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_body < 1 or self.max_connections < 1 or self.queue_high < 1:
             raise ValueError("max_body, max_connections and queue_high must be positive")
-        if self.idle_timeout <= 0 or self.keepalive <= 0 or self.replay_window < 0:
-            raise ValueError("idle_timeout and keepalive must be positive, replay_window >= 0")
+        if self.idle_timeout <= 0 or self.keepalive <= 0 or self.initialize_timeout <= 0 or self.replay_window < 0:
+            raise ValueError("idle_timeout, keepalive and initialize_timeout must be positive, replay_window >= 0")
         object.__setattr__(self, "_hosts", frozenset(h.lower().strip("[]") for h in self.allow_hosts))
         object.__setattr__(self, "_origins", frozenset(o.lower().rstrip("/") for o in self.allow_origins))
 

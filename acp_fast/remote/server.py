@@ -633,7 +633,11 @@ class AcpApp:
         conn.init_reply = asyncio.get_running_loop().create_future()
         await conn.write([line + b"\n"])
         try:
-            reply = await conn.init_reply
+            reply = await asyncio.wait_for(conn.init_reply, self.policy.initialize_timeout)
+        except asyncio.TimeoutError:
+            conn.close()
+            await respond(send, 504, error_body(504, "the agent did not answer initialize in time"))
+            return
         except ConnectionError:
             conn.close()
             await respond(send, 200, encode_error(frame.id, INTERNAL_ERROR, "the agent closed before answering"))

@@ -18,6 +18,9 @@ Options:
   --number      prefix the text of each ``agent_message_chunk`` with its index in the
                 session and a colon (``0:xxx``, ``1:xxx``, ...), so a client can check order
   --loop L      asyncio (default) or uvloop
+  --dropin      serve the same agent with ``acp_fast.compat.acp_sdk.create_asgi_app`` (the
+                one-line switch to acp_fast's server: its policy and limits, ``--token`` as
+                its bearer token) instead of the SDK's ``acp.http.asgi.create_asgi_app``
 
 Env: ACP_N, ACP_CHUNK as for ``agent.py``.
 """
@@ -142,10 +145,19 @@ async def main() -> None:
     parser.add_argument("--number", action="store_true")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
                         help="event loop (default asyncio; the benchmark runs every Python side on the same loop)")
+    parser.add_argument("--dropin", action="store_true")
     args = parser.parse_args()
 
     RemoteAgent.number = args.number
-    app = create_asgi_app(lambda conn: cast(acp.Agent, RemoteAgent()))
+    app: App
+    if args.dropin:
+        from acp_fast.compat.acp_sdk import create_asgi_app as dropin_app
+        from acp_fast.remote import ServerPolicy
+
+        app = cast(App, dropin_app(lambda conn: cast(acp.Agent, RemoteAgent()), path=args.path,
+                                   policy=ServerPolicy(token=args.token)))
+    else:
+        app = front(cast(App, create_asgi_app(lambda conn: cast(acp.Agent, RemoteAgent()))), args.path, args.token)
     # IPPROTO_TCP spelled out: the asyncio loop turns Nagle off only on sockets that say TCP,
     # and a response's head and body (two writes) would otherwise wait 40 ms for an ACK.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -153,7 +165,7 @@ async def main() -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", args.port))
     sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
-    config = uvicorn.Config(front(cast(App, app), args.path, args.token), log_level="warning",
+    config = uvicorn.Config(app, log_level="warning",
                             lifespan="on", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     print(sock.getsockname()[1], flush=True)

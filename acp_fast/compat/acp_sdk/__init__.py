@@ -55,6 +55,7 @@ from .connect import (
 )
 
 if TYPE_CHECKING:  # resolved on first access (module __getattr__ below): they import the engine
+    from .remote import create_asgi_app
     from .transport import DEFAULT_FLUSH_SIZE, DEFAULT_MAX_PENDING, StreamTransport
 _LAZY = frozenset(("DEFAULT_FLUSH_SIZE", "DEFAULT_MAX_PENDING", "StreamTransport"))
 
@@ -65,6 +66,7 @@ __all__ = [
     "ChildProcess",
     "StreamTransport",
     "check_sdk_version",
+    "create_asgi_app",
     "run_agent",
     "spawn_agent_process",
     "spawn_client_process",
@@ -76,6 +78,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
+    if name == "create_asgi_app":  # imports the SDK and the remote layer: only when asked for
+        from .remote import create_asgi_app
+
+        globals()[name] = create_asgi_app
+        return create_asgi_app
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from . import transport
