@@ -7,6 +7,9 @@ Pairs (server + client, each a public-API program doing what a user's would):
   :mod:`acp_fast.benchmark.remote_client` (``connect_url``, reads every update's text);
 * ``pysdk``: the official Python SDK's ASGI app on uvicorn (``peers/pysdk/remote_server.py``)
   and its HTTP / WebSocket clients (``peers/pysdk/remote_client.py``);
+* ``pysdk-dropin``: the same SDK agent and clients, the agent served by
+  ``acp_fast.compat.acp_sdk.create_asgi_app`` instead of the SDK's own app (the server's
+  ``--dropin``: one import changed; the agent's code is the SDK's);
 * ``ts``: the TypeScript SDK's server and clients (``peers/ts/remote_server.mjs``,
   ``remote_client.mjs``);
 * ``gateway``: ``acp-fast serve -- acp-fast testy`` (a stdio child per connection) with the
@@ -133,6 +136,10 @@ GOALS = (
     Goal("HTTP (SSE) streaming vs the Python SDK", ("acp_fast", "http", "stream"), ("pysdk", "http", "stream"), 10.0),
     Goal("WebSocket round trips vs the Python SDK", ("acp_fast", "ws", "roundtrips"), ("pysdk", "ws", "roundtrips"), 2.0),
     Goal("HTTP round trips vs the Python SDK", ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"), 2.0),
+    Goal("SDK agent on the drop-in, WebSocket streaming vs the SDK's server", ("pysdk-dropin", "ws", "stream"),
+         ("pysdk", "ws", "stream"), 3.0),
+    Goal("SDK agent on the drop-in, HTTP (SSE) streaming vs the SDK's server", ("pysdk-dropin", "http", "stream"),
+         ("pysdk", "http", "stream"), 3.0),
     Goal("gateway (WebSocket) vs the direct stdio pair", ("gateway", "ws", "stream"), ("direct", "stdio", "stream"), 0.5),
 )
 #: The connection row's bound: server RSS growth per connection, KiB.
@@ -237,8 +244,10 @@ def _server_argv(pair: str, loop: str, cfg: RemoteConfig, transport: str = "ws",
     if pair == "gateway":
         return [*launch("server", "acp_fast.cli.main", "serve", "--port", "0", "--loop", loop, "--server", server,
                         "--", *_testy(loop))], True
-    if pair == "pysdk":
-        return [sys.executable, str(cfg.peers / "pysdk" / "remote_server.py"), "--port", "0", "--loop", loop], False
+    if pair in ("pysdk", "pysdk-dropin"):
+        dropin = ["--dropin"] if pair == "pysdk-dropin" else []
+        return [sys.executable, str(cfg.peers / "pysdk" / "remote_server.py"), "--port", "0", "--loop", loop,
+                *dropin], False
     if pair == "ts":
         return ["node", str(cfg.peers / "ts" / "remote_server.mjs"), "--port", "0"], False
     if pair == "floor":
@@ -255,7 +264,7 @@ def _client_argv(pair: str, url: str, workload: str, n: int, loop: str, cfg: Rem
     if pair in ("acp_fast", "gateway", "direct"):
         return [*launch("client", "acp_fast.benchmark.remote_client", url, workload, str(n),
                         "--warmup", str(cfg.warmup), "--loop", loop)]
-    if pair == "pysdk":
+    if pair in ("pysdk", "pysdk-dropin"):
         return [sys.executable, str(cfg.peers / "pysdk" / "remote_client.py"), url, workload, str(n),
                 "--timeout", str(cfg.timeout), "--loop", loop]
     if pair == "ts":
@@ -280,6 +289,7 @@ def _rate(result: JsonObject, workload: str, n: int) -> float:
 ROWS: tuple[tuple[str, str, str], ...] = (
     ("acp_fast", "ws", "stream"), ("pysdk", "ws", "stream"), ("ts", "ws", "stream"),
     ("acp_fast", "http", "stream"), ("pysdk", "http", "stream"), ("ts", "http", "stream"),
+    ("pysdk-dropin", "ws", "stream"), ("pysdk-dropin", "http", "stream"),
     ("acp_fast", "ws", "roundtrips"), ("pysdk", "ws", "roundtrips"),
     ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"), ("floor", "ws", "roundtrips"),
     ("floor", "tcp", "roundtrips"),
