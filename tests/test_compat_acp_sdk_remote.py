@@ -20,6 +20,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import sys
 from collections.abc import Awaitable
 from typing import Any
 
@@ -28,6 +29,7 @@ import pytest
 import websockets
 
 from peer_rule import require_pysdk
+import remote_peers
 from remote_peers import PEERS
 from remote_clients_support import ServedThread, pysdk_client, run_peers
 
@@ -166,5 +168,98 @@ def test_sse_resumption_for_an_sdk_agent(sdk: None) -> None:
             assert [m["id"] for _, m in again] == [2, 3]  # everything after event 1, once
             late = await c.get(url, headers={**h, "accept": "text/event-stream", "last-event-id": "999"})
             assert late.status_code == 409
+
+    run(main())
+
+
+_ENTRY_POINTS = """
+import sys
+from acp_fast.compat.acp_sdk import activate
+import acp.http.asgi  # imported before the switch: replaced in place
+activate.install(sys.argv[1])
+from acp.http.asgi import create_asgi_app  # the others are imported after it
+from acp.http import create_http_stream
+from acp.ws import create_websocket_stream
+import acp.http.client, acp.ws.client
+found = [f.__module__ for f in (create_asgi_app, create_http_stream, create_websocket_stream)]
+assert [acp.http.asgi.create_asgi_app, acp.http.client.create_http_stream,
+        acp.ws.client.create_websocket_stream] == [create_asgi_app, create_http_stream, create_websocket_stream]
+print(" ".join(found))
+"""
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("connection", ["acp_fast.compat.acp_sdk.remote"] * 3),
+    ("transport", ["acp.http.asgi", "acp.http.client", "acp.ws.client"]),
+])
+def test_connection_dropin_replaces_the_remote_entry_points(sdk: None, mode: str, expected: list[str]) -> None:
+    """With the connection drop-in, the SDK's ``create_asgi_app``, ``create_http_stream`` and
+    ``create_websocket_stream`` are acp_fast's however they are imported (a module imported
+    before the switch, or after it); the transport drop-in leaves them the SDK's."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _ENTRY_POINTS, mode], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == expected, out.stderr
+
+
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+def test_sdk_programs_unchanged_on_the_connection_dropin(sdk: None, scheme: str) -> None:
+    """The SDK's remote server and client programs, unchanged, run by ``dropin.py connection``:
+    the server is acp_fast's (a forged ``Host`` gets 421, which the SDK's app never answers),
+    and the client's suite passes through acp_fast's client transports."""
+    server = remote_peers.start("pysdk-connection")
+    try:
+        forged = httpx.post(server.base("http") + "/acp", json=INIT, headers={"host": "evil.example"}, timeout=10)
+        assert forged.status_code == 421
+        url = server.base(scheme) + "/acp"
+        env = {**os.environ, "ACP_CHUNK": "10"}
+        argv = [sys.executable, str(PEERS / "pysdk" / "dropin.py"), "connection", *pysdk_client(url, "suite", str(N))[1:]]
+        result = run_peers({"suite": argv}, env, timeout=90)["suite"]
+    finally:
+        server.stop()
+    assert result.get("ok") is True, result
+    stream = result["results"]["stream"]
+    assert stream["updatesReceived"] == N and stream["inOrder"] is True, stream
+
+
+class _Texts:
+    """An SDK client that keeps the text of every ``agent_message_chunk``."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if getattr(update, "session_update", None) == "agent_message_chunk":
+            self.texts.append(update.content.text)
+
+
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+def test_client_streams_on_acp_fast_run_an_sdk_client(sdk: None, scheme: str) -> None:
+    """``create_http_stream`` / ``create_websocket_stream`` (the SDK's signatures) hand
+    ``connect_to_agent`` an unopened transport that the connection drop-in runs on
+    acp_fast's remote client: a whole turn, every chunk in order."""
+    import acp
+
+    from acp_fast.compat.acp_sdk import fast
+    from acp_fast.compat.acp_sdk.remote import create_http_stream, create_websocket_stream
+
+    async def main() -> None:
+        async with served(_app()) as where:
+            if scheme == "http":
+                transport = create_http_stream(where.http_url)
+            else:
+                transport = await create_websocket_stream(where.ws_url)
+            assert transport.unopened
+            client = _Texts()
+            conn = fast.connect_to_agent(client, transport)  # type: ignore[arg-type]
+            assert isinstance(conn._conn, fast.Connection)  # acp_fast's connection, not the SDK's
+            init = await conn.initialize(protocol_version=1)
+            assert init.protocol_version == 1
+            session = await conn.new_session(cwd="/", mcp_servers=[])
+            done = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("stream 40 chunks")])
+            assert done.stop_reason == "end_turn"
+            assert [t.split(":", 1)[0] for t in client.texts] == [str(i) for i in range(40)]
+            await conn.close()
 
     run(main())

@@ -52,6 +52,10 @@ ALLOWED = {
         "the connection drop-in resolves the client's session_update exactly as the SDK's own "
         "router does (snake_case, then the legacy camelCase name); the SDK offers this only "
         "privately, and a copy would drift from the SDK versions the drop-in is tested with",
+    ("acp_fast/compat/acp_sdk/fast.py", "from acp.client.connection import _SessionUpdateTracker"):
+        "a ClientSideConnection on a Transport the drop-in cannot read runs on the SDK's own "
+        "connection, whose prompt waits on the SDK's per-session update tracker: the SDK builds "
+        "it in its constructor, which the drop-in's subclass replaces",
     ("acp_fast/roles/mcp.py", "server._lowlevel_server"):
         "the mcp package's MCPServer runs over arbitrary streams only through its low-level "
         "server, which it exposes privately (its own in-memory transport does the same)",

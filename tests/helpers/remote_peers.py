@@ -1,6 +1,7 @@
 """The official SDKs' remote (Streamable HTTP + WebSocket) servers, started for tests.
 
-``peers/pysdk/remote_server.py`` (the Python SDK's ASGI app on uvicorn) and
+``peers/pysdk/remote_server.py`` (the Python SDK's ASGI app on uvicorn; ``pysdk-connection``:
+the same program run by ``peers/pysdk/dropin.py connection``, so its app is acp_fast's) and
 ``peers/ts/remote_server.mjs`` (the TypeScript SDK's ``AcpServer`` on ``node:http``), each
 bound to 127.0.0.1 on a free port that it prints. :func:`start` waits a bounded time for the
 port; :meth:`RemotePeer.stop` kills the process. A missing peer goes through
@@ -39,6 +40,8 @@ def require(kind: str) -> list[str]:
             except ImportError:
                 missing("acp", f"{module} (the Python SDK's [http] extra and uvicorn) is not installed")
         return [sys.executable, str(PEERS / "pysdk" / "remote_server.py")]
+    if kind == "pysdk-connection":  # the same program, run unchanged on the connection drop-in
+        return [sys.executable, str(PEERS / "pysdk" / "dropin.py"), "connection", *require("pysdk")[1:]]
     if kind == "ts":
         return [require_ts_sdk(PEERS / "ts"), str(PEERS / "ts" / "remote_server.mjs")]
     raise ValueError(f"unknown peer {kind!r}")

@@ -26,7 +26,10 @@ Modes:
   ``Connection`` stays the SDK's.
 * ``"connection"``: the connection drop-in (:mod:`acp_fast.compat.acp_sdk.fast`):
   ``run_agent``, ``connect_to_agent``, ``spawn_*_process``, ``AgentSideConnection``,
-  ``ClientSideConnection`` and ``Connection`` are replaced.
+  ``ClientSideConnection`` and ``Connection`` are replaced; so are the SDK's remote entry
+  points, ``acp.http.asgi.create_asgi_app``, ``acp.http.create_http_stream`` and
+  ``acp.ws.create_websocket_stream`` (:mod:`acp_fast.compat.acp_sdk.remote`), each as
+  its module is imported (the transport drop-in leaves them alone).
 
 Activating costs (close to) nothing on top of ``import acp``: :func:`install` imports no
 module of the SDK that ``import acp`` does not import itself, and none of acp_fast's
@@ -161,23 +164,26 @@ def install(mode: str) -> None:
             if name in vars(module):
                 remember(name, vars(module)[name])
                 setattr(module, name, value)
+    if mode == "connection":  # the transport drop-in leaves the SDK's remote API alone
+        _install_remote()
     _installed.append(mode)
 
 
-class _InstallOnImport:
-    """A ``sys.meta_path`` entry: :func:`install` ``mode`` once the SDK's package ``acp`` has run.
+class _AfterImport:
+    """A ``sys.meta_path`` entry: calls ``then(module)`` once the module ``name`` has run.
 
-    It finds nothing itself: for ``acp`` it removes itself, asks the other finders for the
-    spec and wraps its loader's ``exec_module`` so that the drop-in is installed right after
-    the package (and the submodules it imports) executed, before the importer sees it.
+    It finds nothing itself: for ``name`` it removes itself, asks the other finders for the
+    spec and wraps its loader's ``exec_module`` so that ``then`` runs right after the module
+    (and the submodules it imports) executed, before the importer sees it.
     """
 
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
+    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+        self.name = name
+        self.then = then
 
     def find_spec(self, name: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> ModuleSpec | None:
-        if name != "acp":
+        if name != self.name:
             return None
         if self in sys.meta_path:
             sys.meta_path.remove(self)
@@ -188,14 +194,53 @@ class _InstallOnImport:
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
         exec_module = loader.exec_module
-        mode = self.mode
+        then = self.then
 
-        def exec_then_install(module: ModuleType) -> None:
+        def exec_then(module: ModuleType) -> None:
             exec_module(module)
-            install(mode)
+            then(module)
 
-        setattr(loader, "exec_module", exec_then_install)  # noqa: B010 - an instance attribute, mypy-clean
+        setattr(loader, "exec_module", exec_then)  # noqa: B010 - an instance attribute, mypy-clean
         return spec
+
+
+class _InstallOnImport(_AfterImport):
+    """:func:`install` ``mode`` once the SDK's package ``acp`` has run (see :class:`_AfterImport`)."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__("acp", lambda module: install(mode))
+        self.mode = mode
+
+
+#: The SDK's remote entry points the connection drop-in replaces, by module
+#: (:mod:`.remote` holds the replacements under the same names).
+REMOTE_ENTRY_POINTS = {
+    "acp.http.asgi": ("create_asgi_app",),
+    "acp.http.client": ("create_http_stream",),
+    "acp.ws.client": ("create_websocket_stream",),
+}
+
+
+def _replace_remote(module: ModuleType) -> None:
+    """Replace ``module``'s remote entry points with :mod:`.remote`'s (the SDK's are remembered
+    as ``"<module>.<name>"`` without the ``acp.`` prefix)."""
+    from . import remote
+
+    for name in REMOTE_ENTRY_POINTS[module.__name__]:
+        if name in vars(module):
+            remember(f"{module.__name__[4:]}.{name}", vars(module)[name])
+            setattr(module, name, getattr(remote, name))
+
+
+def _install_remote() -> None:
+    """The remote entry points: replaced at once in the SDK's modules already imported, else
+    as each one's import finishes (a program that never serves nor dials pays nothing)."""
+    for name in REMOTE_ENTRY_POINTS:
+        module = sys.modules.get(name)
+        if module is not None:
+            _replace_remote(module)
+        elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+            sys.meta_path.insert(0, _AfterImport(name, _replace_remote))
 
 
 def install_from_env() -> str | None:

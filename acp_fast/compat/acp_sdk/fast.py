@@ -123,6 +123,7 @@ import acp
 from acp.agent.connection import AgentSideConnection as _SdkAgentSideConnection
 from acp.agent.router import build_agent_router
 from acp.client.connection import ClientSideConnection as _SdkClientSideConnection
+from acp.client.connection import _SessionUpdateTracker
 from acp.client.router import build_client_router
 from acp.connection import Connection as _SdkConnection
 from acp.connection import StreamDirection, StreamEvent
@@ -189,10 +190,8 @@ def _source(writer: ConnectionTarget, reader: asyncio.StreamReader | None) -> St
             return cast("Callable[[], Awaitable[Stream]]", writer)
         if isinstance(writer, Stream):
             return writer
-        if isinstance(writer, StreamTransport):
-            if writer.stream is not None:
-                return writer.stream
-            return writer.open
+        if isinstance(writer, StreamTransport):  # an unopened one hands its opener over
+            return writer.hand_over()
         return None
     if isinstance(writer, asyncio.StreamWriter) and isinstance(reader, asyncio.StreamReader):
         from ._streams import AsyncioStream
@@ -207,7 +206,9 @@ def _usable(writer: ConnectionTarget, reader: asyncio.StreamReader | None) -> bo
     from .transport import StreamTransport
 
     if reader is None:
-        return (callable(writer) and inspect.iscoroutinefunction(writer)) or isinstance(writer, (Stream, StreamTransport))
+        if isinstance(writer, StreamTransport):  # an opened one is an SDK Transport: the SDK's connection
+            return writer.unopened
+        return (callable(writer) and inspect.iscoroutinefunction(writer)) or isinstance(writer, Stream)
     return isinstance(writer, asyncio.StreamWriter) and isinstance(reader, asyncio.StreamReader)
 
 
@@ -661,7 +662,12 @@ class ClientSideConnection(_SdkClientSideConnection):  # type: ignore[misc]  # t
         **connection_kwargs: Unpack[ConnectionOptions],
     ) -> None:
         client = to_client(self) if callable(to_client) else to_client
-        handler = build_client_router(client, use_unstable_protocol=use_unstable_protocol)
+        if _usable(input_stream, output_stream):
+            handler = build_client_router(client, use_unstable_protocol=use_unstable_protocol)
+        else:  # a Transport of another kind runs on the SDK's connection: its update tracker too
+            self._session_updates = _SessionUpdateTracker(client)
+            handler = build_client_router(cast("acp.Client", self._session_updates),
+                                          use_unstable_protocol=use_unstable_protocol)
         self._conn = _connection(handler, input_stream, output_stream, True, "initiator",
                                  strict_initialization, connection_kwargs)
         func, _attr, legacy = _resolve_handler(client, "session_update")

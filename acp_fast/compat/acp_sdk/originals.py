@@ -20,9 +20,11 @@ def remember(name: str, value: object) -> None:
 
 
 def original(name: str) -> object:
-    """The SDK's own ``acp.<name>`` (as it was before :func:`~.activate.install` replaced it)."""
+    """The SDK's own ``acp.<name>`` (as it was before :func:`~.activate.install` replaced it);
+    a dotted name is an attribute of a submodule (``"http.client.create_http_stream"``)."""
     if name in _originals:
         return _originals[name]
-    import acp
+    import importlib
 
-    return getattr(acp, name)
+    module, _, attr = f"acp.{name}".rpartition(".")
+    return getattr(importlib.import_module(module), attr)

@@ -1,4 +1,4 @@
-"""The official Python SDK's remote agents on acp_fast's server: `create_asgi_app`.
+"""The official Python SDK's remote API on acp_fast: `create_asgi_app` and the client streams.
 
 An SDK program that serves its agent over the network builds an ASGI app with
 `acp.http.asgi.create_asgi_app(agent_factory)` and runs it on an ASGI server. The same call
@@ -31,6 +31,14 @@ Where it differs from the SDK's own app:
 | cookies | none set; its clients keep a jar (a load balancer's affinity cookie) | none set; the SDK's clients and acp_fast's HTTP client keep theirs |
 | WebSocket messages | one JSON-RPC message per text frame | the same; batch frames only for a client that asks |
 
+On the client side, `create_http_stream(url)` and `create_websocket_stream(url)` have the
+SDK's signatures (`acp.http.create_http_stream`, `acp.ws.create_websocket_stream`) and return
+a transport that `acp.connect_to_agent` (the connection drop-in's) runs on acp_fast's remote
+client ([`connect_url`][acp_fast.remote.connect_url]). With the connection drop-in installed
+([`activate.install("connection")`][acp_fast.compat.acp_sdk.activate.install]), the SDK's own
+three names resolve to these, however the program imports them; the transport drop-in leaves
+the SDK's remote API alone.
+
 Needs the SDK (`agent-client-protocol`) and acp_fast's `remote` extra.
 """
 
@@ -47,11 +55,14 @@ from ._types import ConnectionOptions
 
 if TYPE_CHECKING:
     import acp
+    import httpx
+    from acp._cookies import MemoryAcpCookieStore
 
     from ...transport.stream import Stream
     from .fast import AgentSideConnection
+    from .transport import StreamTransport
 
-__all__ = ["AgentFactory", "create_asgi_app"]
+__all__ = ["AgentFactory", "create_asgi_app", "create_http_stream", "create_websocket_stream"]
 
 #: What the SDK's `create_asgi_app` takes: called once per connection with the bound
 #: connection, it returns that connection's agent.
@@ -95,3 +106,66 @@ def create_asgi_app(agent_factory: AgentFactory, *, path: str = DEFAULT_PATH, po
             await asyncio.shield(conn.close())
 
     return asgi_app(serve, path=path, policy=policy)
+
+
+def create_http_stream(url: str, *, client: httpx.AsyncClient | None = None,
+                       headers: dict[str, str] | None = None) -> StreamTransport:
+    """`acp.http.create_http_stream` on acp_fast's Streamable HTTP client.
+
+    Args:
+        url: the ACP endpoint (`http(s)://host/acp`).
+        client: a caller-owned `httpx.AsyncClient` (its TLS, proxy or HTTP/2 settings): the
+            SDK's own transport is used then, since acp_fast's client makes its connections
+            itself.
+        headers: extra headers sent on every request.
+
+    Returns:
+        a transport for `acp.connect_to_agent`; no I/O happens until the connection sends
+        `initialize`.
+    """
+    if client is not None:
+        from .originals import original
+
+        sdk_create = cast("Callable[..., StreamTransport]", original("http.client.create_http_stream"))
+        return sdk_create(url, client=client, headers=headers)
+    from ...remote import connect_url
+    from .transport import StreamTransport
+
+    extra = dict(headers or {})
+
+    async def open_stream() -> Stream:
+        return await connect_url(url, headers=extra)
+
+    return StreamTransport(open_stream)
+
+
+async def create_websocket_stream(url: str, *, headers: dict[str, str] | None = None,
+                                  cookie_store: MemoryAcpCookieStore | None = None) -> StreamTransport:
+    """`acp.ws.create_websocket_stream` on acp_fast's WebSocket client: connected on return.
+
+    Args:
+        url: the ACP WebSocket endpoint (`ws(s)://host/acp`).
+        headers: extra headers sent on the handshake.
+        cookie_store: the SDK's affinity cookie store: its cookies are sent on the handshake
+            (unless `headers` holds a `Cookie`); a `Set-Cookie` on the upgrade response is not
+            read back into it.
+
+    Returns:
+        a connected transport for `acp.connect_to_agent`.
+
+    Raises:
+        RemoteConnectError: the WebSocket could not be opened.
+    """
+    from ...remote import connect_url
+    from .transport import StreamTransport
+
+    extra = dict(headers or {})
+    cookie = cookie_store.cookie_header() if cookie_store is not None else None
+    if cookie and not any(k.lower() == "cookie" for k in extra):
+        extra["Cookie"] = cookie
+    stream = await connect_url(url, headers=extra)
+
+    async def opened() -> Stream:
+        return stream
+
+    return StreamTransport(opened)  # unopened: the connection drop-in reads the stream itself

@@ -48,7 +48,7 @@ import collections
 import logging
 import types
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union, cast
 
 from ... import engine as _default_engine
 from ..._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
@@ -250,6 +250,22 @@ class StreamTransport:
         return default if self._stream is None else self._stream.get_extra_info(name, default)
 
     # -- opening ------------------------------------------------------------------------
+
+    @property
+    def unopened(self) -> bool:
+        """Made with an opener that has not run (nothing sent, received or closed yet)."""
+        return self._stream is None and self._opening is None and not self._closed and self._source is not None
+
+    def hand_over(self) -> Callable[[], Awaitable[Stream]] | None:
+        """The opener of an :attr:`unopened` transport, for a connection that reads the
+        stream itself (the connection drop-in); this transport is closed for its own use.
+        ``None`` when it is not unopened: it keeps its stream (use it as an SDK Transport)."""
+        if not self.unopened:
+            return None
+        opener = cast("Callable[[], Awaitable[Stream]]", self._source)
+        self._source = None
+        self._closed = True
+        return opener
 
     async def open(self) -> Stream:
         """The acp_fast stream, opened now if it is not yet (a lazily opened source is
