@@ -143,6 +143,63 @@ def test_sdk_examples_run_unchanged(sdist: Path, site: Path, tmp_path: Path, mod
     assert _installed(log) == ([] if mode == "stock" else [mode, mode])
 
 
+REMOTE_EXAMPLES = ("http_server.py", "http_client.py", "ws_client.py")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_sdk_remote_examples_run_unchanged_on_the_connection_dropin(sdist: Path, site: Path, tmp_path: Path) -> None:
+    """The SDK's remote examples (its ASGI app on hypercorn, its HTTP and WebSocket clients) on
+    the connection drop-in: the server is acp_fast's (a forged ``Host`` gets 421, which the
+    SDK's app never answers) and both clients finish their turn through acp_fast's clients.
+    The one change to the example files: ``localhost:8000`` becomes ``127.0.0.1`` and a free
+    port (tests bind no fixed port)."""
+    require_module("hypercorn", what="hypercorn (the SDK's remote example server) is not installed")
+    import httpx
+
+    port = _free_port()
+    for name in REMOTE_EXAMPLES:
+        text = (sdist / "examples" / name).read_text()
+        assert "localhost:8000" in text, name
+        (tmp_path / name).write_text(text.replace("localhost:8000", f"127.0.0.1:{port}"))
+    log = tmp_path / "installed.log"
+    env = _env(site, "connection", log)
+    server = subprocess.Popen([sys.executable, str(tmp_path / "http_server.py")], cwd=sdist, env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                forged = httpx.post(f"http://127.0.0.1:{port}/acp", headers={"host": "evil.example"},
+                                    json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}, timeout=5)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, "the example server did not start"
+                time.sleep(0.2)
+        assert forged.status_code == 421
+        for client, text in (("http_client.py", "hello over http"), ("ws_client.py", "hello over websocket")):
+            out = subprocess.run([sys.executable, str(tmp_path / client)], capture_output=True, text=True,
+                                 cwd=sdist, env=env, timeout=120, check=False)
+            assert out.returncode == 0, (client, out.stderr[-3000:])
+            assert f"<< echo: {text}" in out.stdout and "stop reason: end_turn" in out.stdout, (client, out.stdout)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+        if server.stderr is not None:
+            server.stderr.close()
+    assert _installed(log) == ["connection"] * 3  # the server and both clients
+
+
 def _failed(stdout: str) -> set[str]:
     """The test ids a ``pytest -rfE`` run reports as failed or in error."""
     names = {line.split()[1] for line in stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))}
