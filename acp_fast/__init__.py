@@ -1,11 +1,11 @@
 """acp_fast: a fast Agent Client Protocol (ACP) transport for Python.
 
-The builder API is here: ``Agent``, ``Client``, ``Proxy``, ``run_agent_stdio``, ``spawn`` and
-what handlers see (``Context``, ``SessionUpdate``, ``Request``), plus the one exception
-hierarchy (``AcpFastError``). The sans-IO engine (framing, classification, encoding) is in
-:mod:`acp_fast.engine`, in two twins with one API: a compiled one (Cython over C++ with
-simdjson) and a pure-Python one. ``acp_fast.IMPLEMENTATION`` says which is active (``"c"`` or
-``"py"``); set ``ACP_FAST_NO_EXTENSIONS=1`` to force the pure twin.
+The builder API is here: `Agent`, `Client`, `Proxy`, `run_agent_stdio`, `spawn` and
+what handlers see (`Context`, `SessionUpdate`, `Request`), plus the one exception
+hierarchy (`AcpFastError`). The sans-IO engine (framing, classification, encoding) is in
+`acp_fast.engine`, in two twins with one API: a compiled one (Cython over C++ with
+simdjson) and a pure-Python one. `acp_fast.IMPLEMENTATION` says which is active (`"c"` or
+`"py"`); set `ACP_FAST_NO_EXTENSIONS=1` to force the pure twin.
 """
 
 from __future__ import annotations

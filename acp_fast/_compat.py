@@ -1,6 +1,6 @@
-"""The one place that reads ``ACP_FAST_NO_EXTENSIONS`` (and knows the interpreter).
+"""The one place that reads `ACP_FAST_NO_EXTENSIONS` (and knows the interpreter).
 
-``NO_EXTENSIONS`` is true when the variable is set to a non-empty value other than ``0``,
+`NO_EXTENSIONS` is true when the variable is set to a non-empty value other than `0`,
 or when the interpreter is not CPython (the compiled twin is CPython-only).
 """
 

@@ -1,72 +1,72 @@
 """Pure-Python engine: the reference twin and the typed interface of the engine.
 
 This module *is* the specification of the sans-IO engine. The compiled twin
-(``_engine_c.pyx`` over ``csrc/``) must expose the same public names, constructor
+(`_engine_c.pyx` over `csrc/`) must expose the same public names, constructor
 parameters, attributes and return shapes, and must produce the same frames for the same
-bytes however they are chunked; ``tests/test_engine_diff.py`` enforces that.
+bytes however they are chunked; `tests/test_engine_diff.py` enforces that.
 
 What it does: turn bytes of line-delimited JSON-RPC 2.0 into *frames* and values back into
-complete ``\\n``-terminated lines.
+complete `\\n`-terminated lines.
 
-Frames (every frame has an integer ``kind``):
+Frames (every frame has an integer `kind`):
 
-* :class:`Message` -- ``kind`` is :data:`REQUEST`, :data:`NOTIFICATION` or :data:`RESPONSE`;
-* :class:`Batch` -- ``kind`` is :data:`BATCH`; a non-empty JSON array, boundary kept, each
-  entry a :class:`Message` or a :class:`Malformed`;
-* :class:`Malformed` -- ``kind`` is :data:`MALFORMED`; a line (or batch entry) that is not a
+* [`Message`][acp_fast._engine_py.Message] -- `kind` is `REQUEST`, `NOTIFICATION` or `RESPONSE`;
+* [`Batch`][acp_fast._engine_py.Batch] -- `kind` is `BATCH`; a non-empty JSON array, boundary kept, each
+  entry a [`Message`][acp_fast._engine_py.Message] or a [`Malformed`][acp_fast._engine_py.Malformed];
+* [`Malformed`][acp_fast._engine_py.Malformed] -- `kind` is `MALFORMED`; a line (or batch entry) that is not a
   valid message, kept as a value with the JSON-RPC code to answer with.
 
 Decoding policies (identical in both twins, each pinned by a named test):
 
-* JSON is RFC 8259 strict: ``NaN``/``Infinity`` are rejected, a number that overflows a
-  double (``1e400``) is rejected, a UTF-8 BOM is rejected; integers of any size are decoded
-  exactly (``int``). The strict reader itself is :mod:`acp_fast._strictjson`.
-* Unpaired UTF-16 surrogate escapes (``"\\ud800"``, which JavaScript's ``JSON.stringify``
-  writes for a lone surrogate) are accepted as Python's ``json`` accepts them: the ``str``
+* JSON is RFC 8259 strict: `NaN`/`Infinity` are rejected, a number that overflows a
+  double (`1e400`) is rejected, a UTF-8 BOM is rejected; integers of any size are decoded
+  exactly (`int`). The strict reader itself is `acp_fast._strictjson`.
+* Unpaired UTF-16 surrogate escapes (`"\\ud800"`, which JavaScript's `JSON.stringify`
+  writes for a lone surrogate) are accepted as Python's `json` accepts them: the `str`
   holds the lone surrogate. The encoders write such a character back as the same
-  ``\\udxxx`` escape, so they never emit invalid UTF-8 (``INTEROP.md``).
-* Nesting deeper than ``max_depth`` containers (default 128, the same limit as
-  serde_json's) is rejected as invalid JSON. ``max_depth`` can be raised up to
-  :data:`MAX_DEPTH_LIMIT` (512) and no further: both twins decode that deep without
-  ``RecursionError`` and within a 256 KiB thread stack (the compiled twin's descent is
+  `\\udxxx` escape, so they never emit invalid UTF-8 (`INTEROP.md`).
+* Nesting deeper than `max_depth` containers (default 128, the same limit as
+  serde_json's) is rejected as invalid JSON. `max_depth` can be raised up to
+  `MAX_DEPTH_LIMIT` (512) and no further: both twins decode that deep without
+  `RecursionError` and within a 256 KiB thread stack (the compiled twin's descent is
   recursive).
-* A batch of more than ``max_batch_size`` entries (default
-  :data:`DEFAULT_MAX_BATCH_SIZE`, 1024) is one ``Malformed`` value (-32600,
-  ``"batch too large (more than N entries)"``), answered with one error, not one per entry.
-* Duplicate *envelope* keys (``jsonrpc``, ``id``, ``method``, ``params``, ``result``,
-  ``error``) make the message an invalid envelope; duplicate keys anywhere else: the last
-  one wins (as in ``dict``).
+* A batch of more than `max_batch_size` entries (default
+  `DEFAULT_MAX_BATCH_SIZE`, 1024) is one `Malformed` value (-32600,
+  `"batch too large (more than N entries)"`), answered with one error, not one per entry.
+* Duplicate *envelope* keys (`jsonrpc`, `id`, `method`, `params`, `result`,
+  `error`) make the message an invalid envelope; duplicate keys anywhere else: the last
+  one wins (as in `dict`).
 * Empty and whitespace-only lines are skipped. (The Rust SDK answers them with -32700; a
   blank line carries no message, so acp_fast does not answer it.)
-* A trailing ``\\r`` is stripped (CRLF framing is tolerated).
+* A trailing `\\r` is stripped (CRLF framing is tolerated).
 
-Envelope validation follows ``notes/protocol.md`` §1.2; checks run in this order and the
-first failing one names the ``reason`` of the :class:`Malformed` value:
+Envelope validation follows `notes/protocol.md` §1.2; checks run in this order and the
+first failing one names the `reason` of the [`Malformed`][acp_fast._engine_py.Malformed] value:
 
-1. ``"invalid UTF-8"`` / ``"invalid JSON"`` (code -32700);
-2. top level: a JSON array is a batch (``"empty batch"`` if empty, -32600); any other
-   non-object is ``"not an object"`` (-32600; also for non-object batch entries);
-3. ``"duplicate envelope key"``; 4. ``"invalid jsonrpc version"`` (must be exactly
-   ``"2.0"``);
-5. with ``method``: ``"invalid envelope"`` if ``result`` or ``error`` is present, then
-   ``"invalid method"`` (not a string), ``"invalid id"`` (not an int64, string or null),
-   ``"invalid params"`` (not an object, array or null);
-6. without ``method``: ``"invalid envelope"`` unless exactly one of ``result``/``error`` and
-   an ``id`` are present, then ``"invalid id"``, then ``"invalid error object"`` (``error``
-   must be an object with an int32 ``code`` and a string ``message``).
+1. `"invalid UTF-8"` / `"invalid JSON"` (code -32700);
+2. top level: a JSON array is a batch (`"empty batch"` if empty, -32600); any other
+   non-object is `"not an object"` (-32600; also for non-object batch entries);
+3. `"duplicate envelope key"`; 4. `"invalid jsonrpc version"` (must be exactly
+   `"2.0"`);
+5. with `method`: `"invalid envelope"` if `result` or `error` is present, then
+   `"invalid method"` (not a string), `"invalid id"` (not an int64, string or null),
+   `"invalid params"` (not an object, array or null);
+6. without `method`: `"invalid envelope"` unless exactly one of `result`/`error` and
+   an `id` are present, then `"invalid id"`, then `"invalid error object"` (`error`
+   must be an object with an int32 `code` and a string `message`).
 
-A line longer than ``max_line_size`` bytes (counted before its ``\\n``) is discarded as soon
-as it crosses the limit -- at most ``max_line_size`` bytes of it are ever held
-(:attr:`Decoder.buffered`), never joined into one line -- and the rest of it up to its
-newline is dropped as it arrives. It surfaces once, as ``Malformed(raw=b"", code=-32600,
-reason="line too long")`` at the point where it was detected; the next line decodes
+A line longer than `max_line_size` bytes (counted before its `\\n`) is discarded as soon
+as it crosses the limit -- at most `max_line_size` bytes of it are ever held
+(`Decoder.buffered`), never joined into one line -- and the rest of it up to its
+newline is dropped as it arrives. It surfaces once, as `Malformed(raw=b"", code=-32600,
+reason="line too long")` at the point where it was detected; the next line decodes
 normally.
 
-:class:`Forwarder` is the conductor's forwarding core: per hop a lazy decoder whose
-messages are routed, re-id'd and appended to the destination's output inside ``feed``; only
+[`Forwarder`][acp_fast._engine_py.Forwarder] is the conductor's forwarding core: per hop a lazy decoder whose
+messages are routed, re-id'd and appended to the destination's output inside `feed`; only
 what a handler claims comes back as frames (see its docstring for the exact rules).
 
-Lazy mode decodes only the envelope: ``params``/``result`` stay raw JSON bytes, decoded on
+Lazy mode decodes only the envelope: `params`/`result` stay raw JSON bytes, decoded on
 first access and cached. The whole line is still validated, so lazy and eager modes always
 classify a line the same way.
 """
@@ -161,15 +161,15 @@ class Message:
     """One valid JSON-RPC message: a request, a notification or a response.
 
     Attributes:
-        kind: :data:`REQUEST`, :data:`NOTIFICATION` or :data:`RESPONSE`.
-        id: the typed id (``int``, ``str`` or ``None``); ``1`` and ``"1"`` differ. ``None``
-            for notifications and for ``"id": null``.
-        method: the method name (``None`` for responses).
-        error: the decoded error object of an error response, else ``None``.
+        kind: `REQUEST`, `NOTIFICATION` or `RESPONSE`.
+        id: the typed id (`int`, `str` or `None`); `1` and `"1"` differ. `None`
+            for notifications and for `"id": null`.
+        method: the method name (`None` for responses).
+        error: the decoded error object of an error response, else `None`.
 
-    ``params`` (calls) and ``result`` (success responses) are decoded on first access in
-    lazy mode and cached; ``params_raw``/``result_raw``/``raw`` give the verbatim bytes as
-    :class:`RawJson` without decoding anything.
+    `params` (calls) and `result` (success responses) are decoded on first access in
+    lazy mode and cached; `params_raw`/`result_raw`/`raw` give the verbatim bytes as
+    [`RawJson`][acp_fast._engine_py.RawJson] without decoding anything.
     """
 
     __slots__ = ("kind", "id", "method", "error", "_line", "_start", "_end", "_ids", "_ide",
@@ -254,28 +254,28 @@ class Message:
 
     @property
     def params(self) -> Json:
-        """Decoded ``params`` (``None`` when absent or null, and for responses)."""
+        """Decoded `params` (`None` when absent or null, and for responses)."""
         if self.kind == RESPONSE:
             return None
         return self._payload()
 
     @property
     def result(self) -> Json:
-        """Decoded ``result`` of a success response (``None`` otherwise)."""
+        """Decoded `result` of a success response (`None` otherwise)."""
         if self.kind != RESPONSE:
             return None
         return self._payload()
 
     @property
     def params_raw(self) -> RawJson | None:
-        """Verbatim ``params`` bytes (``None`` when absent or null, and for responses)."""
+        """Verbatim `params` bytes (`None` when absent or null, and for responses)."""
         if self.kind == RESPONSE:
             return None
         return self._payload_raw()
 
     @property
     def result_raw(self) -> RawJson | None:
-        """Verbatim ``result`` bytes of a success response (``None`` otherwise)."""
+        """Verbatim `result` bytes of a success response (`None` otherwise)."""
         if self.kind != RESPONSE:
             return None
         return self._payload_raw()
@@ -294,8 +294,8 @@ class Message:
 class Batch:
     """A non-empty JSON-RPC batch (one JSON array on one line), boundary kept.
 
-    ``entries`` holds one :class:`Message` or :class:`Malformed` per array element, in
-    source order; ``raw`` is the whole line.
+    `entries` holds one [`Message`][acp_fast._engine_py.Message] or [`Malformed`][acp_fast._engine_py.Malformed] per array element, in
+    source order; `raw` is the whole line.
     """
 
     __slots__ = ("entries", "_line")
@@ -333,13 +333,13 @@ class Malformed:
 
     Attributes:
         raw: the offending bytes (the line, or the entry's span inside a batch; empty for
-            a line over ``max_line_size``, which is never buffered).
+            a line over `max_line_size`, which is never buffered).
         code: the JSON-RPC code to answer with: -32700 (invalid JSON, including invalid
             UTF-8 and over-deep nesting) or -32600 (invalid envelope, empty batch, line
             too long).
         reason: a short fixed phrase naming the first rule that failed.
-        response_shaped: True for an object without ``method`` that has ``result`` or
-            ``error``: such a value must never be answered.
+        response_shaped: True for an object without `method` that has `result` or
+            `error`: such a value must never be answered.
     """
 
     __slots__ = ("raw", "code", "reason", "response_shaped")
@@ -475,10 +475,10 @@ _T = TypeVar("_T")
 
 
 class _Framing(Generic[_T]):
-    """Line framing shared by :class:`Decoder` and :class:`LineSplitter`: a line is the bytes
-    before ``\\n``; a line over ``max_line_size`` is discarded up to its newline without being
-    buffered, and stands as :meth:`_too_long` in the output; every other non-empty line goes
-    to :meth:`_line`."""
+    """Line framing shared by [`Decoder`][acp_fast._engine_py.Decoder] and [`LineSplitter`][acp_fast._engine_py.LineSplitter]: a line is the bytes
+    before `\\n`; a line over `max_line_size` is discarded up to its newline without being
+    buffered, and stands as `_too_long` in the output; every other non-empty line goes
+    to `_line`."""
 
     __slots__ = ("_max_line_size", "_buf", "_discarding", "_closed")
 
@@ -499,17 +499,17 @@ class _Framing(Generic[_T]):
 
     @property
     def closed(self) -> bool:
-        """True after :meth:`feed_eof`."""
+        """True after `feed_eof`."""
         return self._closed
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[_T]:
         """Feed a chunk; returns, in order, what every line it completes gives: frames for a
-        :class:`Decoder`, lines for a :class:`LineSplitter`.
+        [`Decoder`][acp_fast._engine_py.Decoder], lines for a [`LineSplitter`][acp_fast._engine_py.LineSplitter].
 
         A partial last line is kept for the next call.
 
         Raises:
-            DecoderClosedError: after :meth:`feed_eof`.
+            DecoderClosedError: after `feed_eof`.
         """
         if self._closed:
             raise DecoderClosedError("feed() after feed_eof()")
@@ -591,20 +591,20 @@ class Decoder(_Framing[Frame]):
     """Sans-IO decoder: bytes of line-delimited JSON-RPC in, frames out.
 
     Args:
-        lazy: keep ``params``/``result`` as raw JSON, decoded on first access.
-        max_line_size: the longest line (bytes before ``\\n``) that is buffered; a longer
-            one is discarded up to its newline and reported as a ``Malformed`` frame.
+        lazy: keep `params`/`result` as raw JSON, decoded on first access.
+        max_line_size: the longest line (bytes before `\\n`) that is buffered; a longer
+            one is discarded up to its newline and reported as a `Malformed` frame.
         max_depth: the deepest container nesting accepted (deeper is invalid JSON); at most
-            :data:`MAX_DEPTH_LIMIT` (512), a depth both twins decode on any thread's stack.
+            `MAX_DEPTH_LIMIT` (512), a depth both twins decode on any thread's stack.
         max_batch_size: the most entries a batch may have; a longer batch is one
-            ``Malformed`` frame (-32600, reason ``"batch too large (more than N entries)"``)
+            `Malformed` frame (-32600, reason `"batch too large (more than N entries)"`)
             instead of one entry per element, so that neither the frame nor its reply grow
             with the peer's array.
 
-    ``feed`` never raises for bad input: every problem of the peer's bytes comes back as a
-    :class:`Malformed` frame in its place, and decoding goes on with the next line. The
-    only errors it raises are local ones (:class:`~acp_fast.errors.DecoderClosedError`,
-    ``TypeError`` for a non-bytes argument).
+    `feed` never raises for bad input: every problem of the peer's bytes comes back as a
+    [`Malformed`][acp_fast._engine_py.Malformed] frame in its place, and decoding goes on with the next line. The
+    only errors it raises are local ones ([`DecoderClosedError`][acp_fast.errors.DecoderClosedError],
+    `TypeError` for a non-bytes argument).
     """
 
     __slots__ = ("_lazy", "_max_depth", "_max_batch_size")
@@ -628,12 +628,12 @@ class Decoder(_Framing[Frame]):
 
     @property
     def lazy(self) -> bool:
-        """True when ``params``/``result`` stay raw JSON until first accessed."""
+        """True when `params`/`result` stay raw JSON until first accessed."""
         return self._lazy
 
     @property
     def max_line_size(self) -> int:
-        """The longest line buffered, in bytes before the newline; longer lines are ``Malformed``."""
+        """The longest line buffered, in bytes before the newline; longer lines are `Malformed`."""
         return self._max_line_size
 
     @property
@@ -643,7 +643,7 @@ class Decoder(_Framing[Frame]):
 
     @property
     def max_batch_size(self) -> int:
-        """The most entries a batch may have; a longer one is a single -32600 ``Malformed``."""
+        """The most entries a batch may have; a longer one is a single -32600 `Malformed`."""
         return self._max_batch_size
 
     def _too_long(self) -> Frame:
@@ -751,18 +751,18 @@ class Decoder(_Framing[Frame]):
 
 
 class LineSplitter(_Framing[bytes]):
-    """Sans-IO framing without decoding: bytes in, the lines a :class:`Decoder` would frame out.
+    """Sans-IO framing without decoding: bytes in, the lines a [`Decoder`][acp_fast._engine_py.Decoder] would frame out.
 
     For a consumer that forwards every line as it is and so needs no decoding (a WebSocket
-    sending each line of an agent in its own frame). ``feed`` returns, in order, exactly the
-    ``raw`` of the frames a ``Decoder`` with the same ``max_line_size`` gives for the same
-    bytes, as ``bytes``: one trailing CR dropped, empty and whitespace-only lines skipped, and
-    ``b""`` in place of a line over ``max_line_size``, which is discarded up to its newline
-    without being buffered (the ``Decoder``'s ``Malformed`` frame for it has an empty
-    ``raw`` too). Whether a line is JSON is not looked at.
+    sending each line of an agent in its own frame). `feed` returns, in order, exactly the
+    `raw` of the frames a `Decoder` with the same `max_line_size` gives for the same
+    bytes, as `bytes`: one trailing CR dropped, empty and whitespace-only lines skipped, and
+    `b""` in place of a line over `max_line_size`, which is discarded up to its newline
+    without being buffered (the `Decoder`'s `Malformed` frame for it has an empty
+    `raw` too). Whether a line is JSON is not looked at.
 
     Args:
-        max_line_size: the longest line (bytes before ``\\n``) that is buffered.
+        max_line_size: the longest line (bytes before `\\n`) that is buffered.
     """
 
     __slots__ = ()
@@ -826,7 +826,7 @@ _dumps_fast = json.JSONEncoder(
 
 
 def _dumps_with_raw(obj: Json) -> bytes:
-    """Slow path: splice ``RawJson`` values found inside ``obj`` through unique markers."""
+    """Slow path: splice `RawJson` values found inside `obj` through unique markers."""
     nonce = os.urandom(8).hex()
     raws: list[bytes] = []
 
@@ -854,17 +854,17 @@ def _check_raw(raw: bytes) -> None:
 
 
 def encode_value(obj: Json) -> bytes:
-    """Compact UTF-8 JSON for ``obj`` (no newline), splicing :class:`RawJson` verbatim.
+    """Compact UTF-8 JSON for `obj` (no newline), splicing [`RawJson`][acp_fast._engine_py.RawJson] verbatim.
 
-    Output is byte-identical to ``json.dumps(obj, separators=(",", ":"),
-    ensure_ascii=False, allow_nan=False)`` encoded as UTF-8 when ``obj`` holds no
-    ``RawJson`` and no lone surrogate; a lone surrogate (``"\\ud800"``), which UTF-8 cannot
-    carry, is written as its ``\\udxxx`` escape (what ``json.dumps`` writes with
-    ``ensure_ascii=True``), so the output is always valid UTF-8.
+    Output is byte-identical to `json.dumps(obj, separators=(",", ":"),
+    ensure_ascii=False, allow_nan=False)` encoded as UTF-8 when `obj` holds no
+    `RawJson` and no lone surrogate; a lone surrogate (`"\\ud800"`), which UTF-8 cannot
+    carry, is written as its `\\udxxx` escape (what `json.dumps` writes with
+    `ensure_ascii=True`), so the output is always valid UTF-8.
 
     Raises:
         EncodeError: unsupported type, NaN/Infinity, circular or too deep structure,
-            ``RawJson`` with a newline.
+            `RawJson` with a newline.
     """
     if type(obj) is RawJson:
         _check_raw(obj)
@@ -903,7 +903,7 @@ def _encode_method(method: Any) -> bytes:
 
 
 def _check_params(params: Any) -> None:
-    """JSON-RPC ``params`` must be an object or an array (protocol.md §1.2 rule 15)."""
+    """JSON-RPC `params` must be an object or an array (protocol.md §1.2 rule 15)."""
     if isinstance(params, RawJson):
         if params.lstrip(_WS_BYTES)[:1] not in (b"{", b"["):
             raise EncodeError("params must be a JSON object or array; RawJson holds neither")
@@ -912,11 +912,11 @@ def _check_params(params: Any) -> None:
 
 
 def encode_request(id: RequestId | None, method: str, params: Json = None) -> bytes:
-    """``{"jsonrpc":"2.0","id":…,"method":…,"params":…}\\n`` (params omitted when None).
+    """`{"jsonrpc":"2.0","id":…,"method":…,"params":…}\\n` (params omitted when None).
 
     Raises:
-        EncodeError: an invalid id or method, ``params`` that is not a dict, list, tuple or
-            ``RawJson`` object/array, or a value :func:`encode_value` rejects.
+        EncodeError: an invalid id or method, `params` that is not a dict, list, tuple or
+            `RawJson` object/array, or a value [`encode_value`][acp_fast._engine_py.encode_value] rejects.
     """
     head = b'{"jsonrpc":"2.0","id":' + _encode_id(id) + b',"method":' + _encode_method(method)
     if params is None:
@@ -926,10 +926,10 @@ def encode_request(id: RequestId | None, method: str, params: Json = None) -> by
 
 
 def encode_notification(method: str, params: Json = None) -> bytes:
-    """``{"jsonrpc":"2.0","method":…,"params":…}\\n`` (params omitted when None).
+    """`{"jsonrpc":"2.0","method":…,"params":…}\\n` (params omitted when None).
 
     Raises:
-        EncodeError: as :func:`encode_request`.
+        EncodeError: as [`encode_request`][acp_fast._engine_py.encode_request].
     """
     head = b'{"jsonrpc":"2.0","method":' + _encode_method(method)
     if params is None:
@@ -939,14 +939,14 @@ def encode_notification(method: str, params: Json = None) -> bytes:
 
 
 def encode_result(id: RequestId | None, result: Json) -> bytes:
-    """``{"jsonrpc":"2.0","id":…,"result":…}\\n`` (``None`` becomes ``null``)."""
+    """`{"jsonrpc":"2.0","id":…,"result":…}\\n` (`None` becomes `null`)."""
     return b'{"jsonrpc":"2.0","id":' + _encode_id(id) + b',"result":' + encode_value(result) + b"}\n"
 
 
 def encode_error(id: RequestId | None, code: int, message: str | None = None, data: Json = _UNSET) -> bytes:
-    """``{"jsonrpc":"2.0","id":…,"error":{"code","message","data"?}}\\n``.
+    """`{"jsonrpc":"2.0","id":…,"error":{"code","message","data"?}}\\n`.
 
-    ``message`` defaults to the standard text for ``code``; ``data`` is omitted unless given.
+    `message` defaults to the standard text for `code`; `data` is omitted unless given.
     """
     if type(code) is not int or not _INT32_MIN <= code <= _INT32_MAX:
         raise EncodeError(f"error code must be a 32-bit int, not {code!r}")
@@ -964,7 +964,7 @@ def encode_error(id: RequestId | None, code: int, message: str | None = None, da
 
 
 def encode_batch(lines: Iterable[bytes]) -> bytes:
-    """Join encoded lines (each ``\\n``-terminated) into one batch array line.
+    """Join encoded lines (each `\\n`-terminated) into one batch array line.
 
     Raises:
         EncodeError: for no lines (JSON-RPC never sends an empty array) or a line that does
@@ -984,13 +984,13 @@ _KEEP: Any = object()
 
 
 def forward(message: Message, id: RequestId | None = _KEEP) -> bytes:
-    """Re-emit ``message`` as a line, with ``id`` spliced in place of its own id.
+    """Re-emit `message` as a line, with `id` spliced in place of its own id.
 
-    Nothing but the id's bytes changes; ``params``/``result`` are never re-encoded.
-    Without ``id`` the message is re-emitted verbatim.
+    Nothing but the id's bytes changes; `params`/`result` are never re-encoded.
+    Without `id` the message is re-emitted verbatim.
 
     Raises:
-        EncodeError: ``id`` is given for a notification (it has no id to replace), or is
+        EncodeError: `id` is given for a notification (it has no id to replace), or is
             not a valid id.
     """
     message._ensure_spans()
@@ -1014,7 +1014,7 @@ _TOO_LONG = "line too long"
 
 
 def _string_end(b: bytes, i: int) -> int:
-    """``b[i] == '"'``: the index after the closing quote (validated JSON)."""
+    """`b[i] == '"'`: the index after the closing quote (validated JSON)."""
     n = len(b)
     i += 1
     while i < n:
@@ -1031,7 +1031,7 @@ def _string_end(b: bytes, i: int) -> int:
 
 
 def _value_end(b: bytes, i: int) -> int:
-    """The index after the (validated) JSON value starting at ``b[i]``."""
+    """The index after the (validated) JSON value starting at `b[i]`."""
     n = len(b)
     c = b[i]
     if c == 0x22:
@@ -1064,9 +1064,9 @@ def _skip_ws_b(b: bytes, i: int) -> int:
 
 
 def _unwrap_envelope(b: bytes) -> tuple[bytes, bytes | None] | None:
-    """The inner ``(method token, params bytes or None)`` of a successor envelope's params
-    ``b`` (a validated JSON object), or ``None`` when the fast path must leave it to the
-    Python path: see :class:`Forwarder` for the exact rule (``csrc/acp_forward.cpp`` is
+    """The inner `(method token, params bytes or None)` of a successor envelope's params
+    `b` (a validated JSON object), or `None` when the fast path must leave it to the
+    Python path: see [`Forwarder`][acp_fast._engine_py.Forwarder] for the exact rule (`csrc/acp_forward.cpp` is
     the compiled twin of this function)."""
     n = len(b)
     method: bytes | None = None
@@ -1131,25 +1131,25 @@ class Outbox:
     """A connection's outgoing lines: encode, queue and flush scheduling in one call each.
 
     Sans-IO: the caller gives the three ways out. Every line queued between two flushes goes
-    out in one ``write`` call, in the order queued. The first line queued after a flush asks
-    ``schedule(flush)`` once (one transport write per loop turn with ``loop.call_soon``),
-    unless :attr:`holding` is set (the caller flushes at the end of its batch of work, see
-    :meth:`release`); more than ``flush_at`` queued bytes are flushed at once.
+    out in one `write` call, in the order queued. The first line queued after a flush asks
+    `schedule(flush)` once (one transport write per loop turn with `loop.call_soon`),
+    unless `holding` is set (the caller flushes at the end of its batch of work, see
+    [`release`][acp_fast._engine_py.Outbox.release]); more than `flush_at` queued bytes are flushed at once.
 
     Args:
-        write: takes the bytes of one flush (the transport's ``write``).
-        schedule: ``schedule(fn)`` runs ``fn()`` soon (``loop.call_soon``).
-        buffered: ``buffered()`` is the bytes the transport itself still holds (asked only
-            while :attr:`paused` or over ``max_buffer``).
+        write: takes the bytes of one flush (the transport's `write`).
+        schedule: `schedule(fn)` runs `fn()` soon (`loop.call_soon`).
+        buffered: `buffered()` is the bytes the transport itself still holds (asked only
+            while `paused` or over `max_buffer`).
         max_buffer: bytes queued here plus held by the transport above which
-            :meth:`notify` and :meth:`check_room` raise
-            :class:`~acp_fast.errors.SendBufferFull`, once the transport paused writing or
+            [`notify`][acp_fast._engine_py.Outbox.notify] and [`check_room`][acp_fast._engine_py.Outbox.check_room] raise
+            [`SendBufferFull`][acp_fast.errors.SendBufferFull], once the transport paused writing or
             this queue alone is over the limit.
         flush_at: queued bytes flushed at once.
 
     Attributes:
         paused: the transport's write side is paused (set by the caller).
-        holding: no flush is scheduled while set; the caller flushes (:meth:`release`).
+        holding: no flush is scheduled while set; the caller flushes ([`release`][acp_fast._engine_py.Outbox.release]).
     """
 
     __slots__ = ("_buffered", "_closed", "_flush_at", "_max", "_out", "_scheduled", "_schedule", "_size",
@@ -1176,29 +1176,29 @@ class Outbox:
 
     @property
     def size(self) -> int:
-        """Bytes queued (not yet handed to ``write``)."""
+        """Bytes queued (not yet handed to `write`)."""
         return self._size
 
     @property
     def closed(self) -> bool:
-        """True after :meth:`close`: nothing more is queued."""
+        """True after [`close`][acp_fast._engine_py.Outbox.close]: nothing more is queued."""
         return self._closed
 
     @property
     def max_buffer(self) -> int:
-        """The ``max_buffer`` the outbox was made with."""
+        """The `max_buffer` the outbox was made with."""
         return self._max
 
     @property
     def flush_at(self) -> int:
-        """The ``flush_at`` the outbox was made with."""
+        """The `flush_at` the outbox was made with."""
         return self._flush_at
 
     def check_room(self) -> None:
-        """Raise ``SendBufferFull`` when a send must wait (see ``max_buffer``).
+        """Raise `SendBufferFull` when a send must wait (see `max_buffer`).
 
         Raises:
-            SendBufferFull: more than ``max_buffer`` bytes wait for the peer.
+            SendBufferFull: more than `max_buffer` bytes wait for the peer.
         """
         size = self._size
         if self.paused or size > self._max:
@@ -1207,11 +1207,11 @@ class Outbox:
                 raise SendBufferFull(total, self._max)
 
     def notify(self, method: str, params: Json = None) -> bool:
-        """Queue a notification; False (nothing queued) after :meth:`close`.
+        """Queue a notification; False (nothing queued) after [`close`][acp_fast._engine_py.Outbox.close].
 
         Raises:
-            SendBufferFull: see ``max_buffer`` (nothing of the message is queued).
-            EncodeError: as :func:`encode_notification` (nothing is queued).
+            SendBufferFull: see `max_buffer` (nothing of the message is queued).
+            EncodeError: as [`encode_notification`][acp_fast._engine_py.encode_notification] (nothing is queued).
         """
         if self._closed:
             return False
@@ -1220,10 +1220,10 @@ class Outbox:
         return True
 
     def request(self, id: RequestId | None, method: str, params: Json = None) -> bool:
-        """Queue a request (no room check: see :meth:`check_room`); False after :meth:`close`.
+        """Queue a request (no room check: see [`check_room`][acp_fast._engine_py.Outbox.check_room]); False after [`close`][acp_fast._engine_py.Outbox.close].
 
         Raises:
-            EncodeError: as :func:`encode_request` (nothing is queued).
+            EncodeError: as [`encode_request`][acp_fast._engine_py.encode_request] (nothing is queued).
         """
         if self._closed:
             return False
@@ -1231,7 +1231,7 @@ class Outbox:
         return True
 
     def write(self, line: bytes) -> bool:
-        """Queue an encoded line (``\\n``-terminated; no room check); False after :meth:`close`."""
+        """Queue an encoded line (`\\n`-terminated; no room check); False after [`close`][acp_fast._engine_py.Outbox.close]."""
         if type(line) is not bytes:
             raise TypeError("line must be bytes")
         if self._closed:
@@ -1250,7 +1250,7 @@ class Outbox:
                 self._schedule(self.flush)
 
     def flush(self) -> None:
-        """Hand everything queued to ``write`` in one call (nothing when empty)."""
+        """Hand everything queued to `write` in one call (nothing when empty)."""
         self._scheduled = False
         out = self._out
         if out:
@@ -1260,7 +1260,7 @@ class Outbox:
             self._write(data)
 
     def release(self) -> None:
-        """End :attr:`holding` and flush what was queued meanwhile."""
+        """End `holding` and flush what was queued meanwhile."""
         self.holding = False
         if self._size:
             self.flush()
@@ -1274,14 +1274,14 @@ class Forwarder:
     """The conductor's forwarding core: frames, validates, classifies and re-ids whole
     chunks of pass-through traffic and appends them to each destination's output buffer.
 
-    Hops: ``0`` is upstream (the client, or a parent conductor in proxy mode); hops ``1 ..
-    proxies`` are the proxies in chain order; with ``agent=True`` hop ``proxies + 1`` is the
-    agent. A hop on the *fast path* (:meth:`set_fast`) has every line routed here, unless it
-    is *claimed*: returned by :meth:`feed` as the frame a lazy :class:`Decoder` would give,
+    Hops: `0` is upstream (the client, or a parent conductor in proxy mode); hops `1 ..
+    proxies` are the proxies in chain order; with `agent=True` hop `proxies + 1` is the
+    agent. A hop on the *fast path* ([`set_fast`][acp_fast._engine_py.Forwarder.set_fast]) has every line routed here, unless it
+    is *claimed*: returned by [`feed`][acp_fast._engine_py.Forwarder.feed] as the frame a lazy [`Decoder`][acp_fast._engine_py.Decoder] would give,
     for the caller (Python) to handle. Once a line of a chunk is claimed, every later line
-    of that chunk is claimed too, so whatever the caller writes in reply (:meth:`write`)
-    keeps its place in each output. (A line over ``max_line_size`` is reported in place as
-    its ``Malformed`` frame and does not stop the fast path.) A hop off the fast path has
+    of that chunk is claimed too, so whatever the caller writes in reply ([`write`][acp_fast._engine_py.Forwarder.write])
+    keeps its place in each output. (A line over `max_line_size` is reported in place as
+    its `Malformed` frame and does not stop the fast path.) A hop off the fast path has
     every frame returned.
 
     What the fast path handles (protocol.md §8.4):
@@ -1295,29 +1295,29 @@ class Forwarder:
       pending entry (destination, new id) → (source hop, original id);
     * a response whose integer id is pending on its hop goes to the source hop with the
       original id spliced in; a response whose id is not pending there is dropped (counted
-      in :attr:`dropped`); one for a closed hop (:meth:`close`) is consumed and dropped.
+      in [`dropped`][acp_fast._engine_py.Forwarder.dropped]); one for a closed hop ([`close`][acp_fast._engine_py.Forwarder.close]) is consumed and dropped.
 
-    Claimed (returned): ``initialize``, ``$/cancel_request``, both proxy initialize
+    Claimed (returned): `initialize`, `$/cancel_request`, both proxy initialize
     spellings (plain or inside an envelope); successor envelopes from upstream in agent
     mode or from the agent (misplaced), and envelopes the byte scanner leaves to the full
-    rules: params that are not an object, an inner ``method`` that is missing, not a string
-    or holds a backslash escape, a key with an escape, a repeated ``method``/``params``, a
-    member named ``jsonrpc``/``id``/``result``/``error``, inner params not an object, array
-    or null; responses whose pending entry carries a ``check`` (:meth:`add_pending`);
+    rules: params that are not an object, an inner `method` that is missing, not a string
+    or holds a backslash escape, a key with an escape, a repeated `method`/`params`, a
+    member named `jsonrpc`/`id`/`result`/`error`, inner params not an object, array
+    or null; responses whose pending entry carries a `check` ([`add_pending`][acp_fast._engine_py.Forwarder.add_pending]);
     batches and malformed lines.
 
     Bytes: a plain message keeps its bytes, only the id's bytes change (notifications are
     copied verbatim); an unwrapped or wrapped message is rebuilt as
-    ``{"jsonrpc":"2.0","id":N,"method":M,"params":P}`` with the inner ``params`` bytes
-    verbatim (envelope members other than ``method``/``params``, e.g. ``_meta``, are
-    dropped; the inner ``params._meta`` is kept since it is inside ``P``). The spelling of
-    the envelope written to a hop is :meth:`successor` (the one that hop last used).
+    `{"jsonrpc":"2.0","id":N,"method":M,"params":P}` with the inner `params` bytes
+    verbatim (envelope members other than `method`/`params`, e.g. `_meta`, are
+    dropped; the inner `params._meta` is kept since it is inside `P`). The spelling of
+    the envelope written to a hop is [`successor`][acp_fast._engine_py.Forwarder.successor] (the one that hop last used).
 
     Validation: every line is fully validated by the lazy decoder before it is routed
     (UTF-8, JSON syntax and depth, envelope rules); nothing is checked against the ACP
-    schema. Memory: the output of a hop grows until :meth:`take` (the caller takes it once
+    schema. Memory: the output of a hop grows until [`take`][acp_fast._engine_py.Forwarder.take] (the caller takes it once
     per read); a pending table holds one entry per request in flight, and once a hop has
-    ``max_pending`` of them, requests to it are claimed instead (the caller refuses them).
+    `max_pending` of them, requests to it are claimed instead (the caller refuses them).
     """
 
     __slots__ = ("_agent", "_closed", "_decoders", "_dropped", "_fast", "_hops", "_max_pending",
@@ -1363,7 +1363,7 @@ class Forwarder:
 
     @property
     def proxies(self) -> int:
-        """Number of proxies in the chain (hops ``1 .. proxies``)."""
+        """Number of proxies in the chain (hops `1 .. proxies`)."""
         return self._proxies
 
     @property
@@ -1384,12 +1384,12 @@ class Forwarder:
     # -- the fast path --------------------------------------------------------------------
 
     def feed(self, hop: int, data: bytes | bytearray | memoryview) -> list[Frame]:
-        """Route the complete lines of a chunk from ``hop``; returns the claimed frames."""
+        """Route the complete lines of a chunk from `hop`; returns the claimed frames."""
         h = self._hop(hop)
         return self._claimed(h, self._decoders[h].feed(data))
 
     def feed_eof(self, hop: int) -> list[Frame]:
-        """End of ``hop``'s input: routes a final unterminated line (see :meth:`feed`)."""
+        """End of `hop`'s input: routes a final unterminated line (see [`feed`][acp_fast._engine_py.Forwarder.feed])."""
         h = self._hop(hop)
         return self._claimed(h, self._decoders[h].feed_eof())
 
@@ -1503,14 +1503,14 @@ class Forwarder:
     # -- output ---------------------------------------------------------------------------
 
     def write(self, hop: int, line: bytes) -> None:
-        """Append an encoded line (``\\n``-terminated) to ``hop``'s output, in order."""
+        """Append an encoded line (`\\n`-terminated) to `hop`'s output, in order."""
         h = self._hop(hop)
         if type(line) is not bytes:
             raise TypeError("line must be bytes")
         self._out[h].append(line)
 
     def take(self, hop: int) -> bytes | None:
-        """The output gathered for ``hop`` since the last take (``None`` when there is none)."""
+        """The output gathered for `hop` since the last take (`None` when there is none)."""
         h = self._hop(hop)
         out = self._out[h]
         if not out:
@@ -1520,7 +1520,7 @@ class Forwarder:
         return data or None
 
     def take_all(self) -> list[tuple[int, bytes]]:
-        """``[(hop, bytes), ...]`` for every hop with output, in hop order (then cleared)."""
+        """`[(hop, bytes), ...]` for every hop with output, in hop order (then cleared)."""
         result = []
         for h, out in enumerate(self._out):
             if out:
@@ -1533,30 +1533,30 @@ class Forwarder:
     # -- hop state ------------------------------------------------------------------------
 
     def set_fast(self, hop: int, on: bool) -> None:
-        """Route ``hop``'s lines here (``True``) or return every frame (``False``)."""
+        """Route `hop`'s lines here (`True`) or return every frame (`False`)."""
         self._fast[self._hop(hop)] = bool(on)
 
     def fast(self, hop: int) -> bool:
-        """True when ``hop``'s lines are routed here (see :meth:`set_fast`)."""
+        """True when `hop`'s lines are routed here (see [`set_fast`][acp_fast._engine_py.Forwarder.set_fast])."""
         return self._fast[self._hop(hop)]
 
     def close(self, hop: int) -> None:
-        """``hop`` has ended: responses owed to it are consumed and dropped."""
+        """`hop` has ended: responses owed to it are consumed and dropped."""
         self._closed[self._hop(hop)] = True
 
     def closed(self, hop: int) -> bool:
-        """True once :meth:`close` was called for ``hop``."""
+        """True once [`close`][acp_fast._engine_py.Forwarder.close] was called for `hop`."""
         return self._closed[self._hop(hop)]
 
     def successor(self, hop: int) -> str:
-        """The successor-envelope method written to ``hop`` (the spelling it last used)."""
+        """The successor-envelope method written to `hop` (the spelling it last used)."""
         return self._succ[self._hop(hop)]
 
     def set_successor(self, hop: int, name: str) -> None:
-        """Write successor envelopes to ``hop`` as ``name`` (``"_proxy/successor"`` or ``"proxy/successor"``).
+        """Write successor envelopes to `hop` as `name` (`"_proxy/successor"` or `"proxy/successor"`).
 
         Raises:
-            ValueError: ``name`` is neither spelling.
+            ValueError: `name` is neither spelling.
         """
         h = self._hop(hop)
         if name not in _SUCCESSOR_NAMES:
@@ -1566,9 +1566,9 @@ class Forwarder:
     # -- pending tables -------------------------------------------------------------------
 
     def add_pending(self, dst: int, src: int, sid: int | str | None, check: int = 0) -> int:
-        """Record a request sent to ``dst`` for ``(src, sid)``; returns its new id on ``dst``.
+        """Record a request sent to `dst` for `(src, sid)`; returns its new id on `dst`.
 
-        A non-zero ``check`` makes the fast path claim the response instead of routing it.
+        A non-zero `check` makes the fast path claim the response instead of routing it.
         """
         d, s = self._hop(dst), self._hop(src)
         if not (type(sid) is int or type(sid) is str or sid is None):
@@ -1578,7 +1578,7 @@ class Forwarder:
         return self._add(d, s, sid, check)
 
     def pop_pending(self, hop: int, id: Any) -> tuple[int, Any, int] | None:
-        """Remove the entry of the response ``id`` on ``hop``: ``(src, sid, check)`` or None."""
+        """Remove the entry of the response `id` on `hop`: `(src, sid, check)` or None."""
         h = self._hop(hop)
         if type(id) is not int or not _INT64_MIN <= id <= _INT64_MAX:
             return None
@@ -1589,7 +1589,7 @@ class Forwarder:
         return entry[0], entry[1], entry[2]
 
     def find_pending(self, src: int, sid: Any) -> tuple[int, int] | None:
-        """``(dst, new id)`` of the latest request from ``(src, sid)`` in flight, or None."""
+        """`(dst, new id)` of the latest request from `(src, sid)` in flight, or None."""
         s = self._hop(src)
         best: tuple[int, int] | None = None
         best_seq = -1
@@ -1601,7 +1601,7 @@ class Forwarder:
         return best
 
     def drain_pending(self, hop: int) -> list[tuple[int, Any]]:
-        """Remove every request in flight on ``hop``: ``[(src, sid), ...]`` by new id."""
+        """Remove every request in flight on `hop`: `[(src, sid), ...]` by new id."""
         h = self._hop(hop)
         table = self._pending[h]
         rows = sorted(table.items())
@@ -1611,7 +1611,7 @@ class Forwarder:
         return [(entry[0], entry[1]) for _, entry in rows]
 
     def drain_from(self, src: int) -> list[Any]:
-        """Remove every request in flight that ``src`` sent: its ids, oldest first."""
+        """Remove every request in flight that `src` sent: its ids, oldest first."""
         s = self._hop(src)
         rows = []
         for table in self._pending:
@@ -1623,11 +1623,11 @@ class Forwarder:
         return [sid for _, sid in rows]
 
     def owed(self, src: int) -> int:
-        """Requests from ``src`` still in flight."""
+        """Requests from `src` still in flight."""
         return self._owed[self._hop(src)]
 
     def pending(self, hop: int) -> int:
-        """Requests in flight on ``hop`` (entries of its pending table)."""
+        """Requests in flight on `hop` (entries of its pending table)."""
         return len(self._pending[self._hop(hop)])
 
 

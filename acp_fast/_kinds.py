@@ -1,7 +1,7 @@
-"""Frame kinds: the one definition of the ``kind`` numbers every frame carries.
+"""Frame kinds: the one definition of the `kind` numbers every frame carries.
 
-Plain ints, so that the compiled twin can mirror them as C constants (``csrc/acp_common.h``
-``FrameKind`` holds the very same numbers; a test asserts they agree). Both engine twins,
+Plain ints, so that the compiled twin can mirror them as C constants (`csrc/acp_common.h`
+`FrameKind` holds the very same numbers; a test asserts they agree). Both engine twins,
 the reply bookkeeping and the connection layer import them from here.
 """
 
@@ -20,12 +20,12 @@ def check_message_state(
     kind: object, id: object, method: object, error: object,
     line: object, start: object, end: object, ids: object, ide: object, ps: object, pe: object,
 ) -> None:
-    """Refuse the state of a ``Message`` that no decoder could have made (unpickling).
+    """Refuse the state of a `Message` that no decoder could have made (unpickling).
 
-    A message's spans are byte offsets into ``line``; the compiled twin copies bytes through
+    A message's spans are byte offsets into `line`; the compiled twin copies bytes through
     them without bounds checks on the hot path, so a crafted pickle must be refused here:
-    ``line`` is ``bytes``; ``0 <= start <= end <= len(line)``; the id span is ``(-1, -1)`` or
-    within ``[start, end]`` and ordered, and so is the payload span.
+    `line` is `bytes`; `0 <= start <= end <= len(line)`; the id span is `(-1, -1)` or
+    within `[start, end]` and ordered, and so is the payload span.
 
     Raises:
         TypeError: a field of the wrong type.
@@ -53,10 +53,10 @@ def check_message_state(
 
 def check_batch_state(entries: object, line: object, start: object, end: object,
                       entry_types: tuple[type, ...]) -> None:
-    """Refuse the state of a ``Batch`` that no decoder could have made (unpickling).
+    """Refuse the state of a `Batch` that no decoder could have made (unpickling).
 
     Raises:
-        TypeError: ``line`` is not bytes, ``entries`` not a list of ``entry_types``.
+        TypeError: `line` is not bytes, `entries` not a list of `entry_types`.
         ValueError: the span is out of range, or there are no entries.
     """
     if type(line) is not bytes:

@@ -1,9 +1,9 @@
 """Reply bookkeeping shared by both engine twins (pure logic, not on the hot path).
 
-Both ``_engine_py`` and ``_engine_c`` export these very objects, so batch semantics can
-never drift between the twins. The rules are ``notes/protocol.md`` §1.3 and §2:
+Both `_engine_py` and `_engine_c` export these very objects, so batch semantics can
+never drift between the twins. The rules are `notes/protocol.md` §1.3 and §2:
 
-* a standalone malformed value is answered with its code and ``"id": null``, unless it is
+* a standalone malformed value is answered with its code and `"id": null`, unless it is
   response-shaped (a response must never be answered);
 * in a batch, every valid request and every malformed entry that is not response-shaped
   gets a *slot*; notifications and responses get none;
@@ -43,11 +43,11 @@ def _error_line(code: int, data: Any, ident: Any = None) -> bytes:
 
 
 def error_reply(malformed: Any) -> bytes | None:
-    """The line answering a :class:`Malformed` value, or ``None`` if it must not be answered.
+    """The line answering a `Malformed` value, or `None` if it must not be answered.
 
-    -32700 carries ``{"line": <the raw line, at most MAX_ECHOED_LINE bytes>}``; -32600
-    carries the short ``reason`` as ``data``, so the peer learns which rule failed. The id is
-    always ``null``: an invalid envelope has no trustworthy id.
+    -32700 carries `{"line": <the raw line, at most MAX_ECHOED_LINE bytes>}`; -32600
+    carries the short `reason` as `data`, so the peer learns which rule failed. The id is
+    always `null`: an invalid envelope has no trustworthy id.
     """
     if malformed.response_shaped:
         return None
@@ -60,11 +60,11 @@ def error_reply(malformed: Any) -> bytes | None:
 class BatchReply:
     """Response slots of one incoming batch and the assembly of its reply array.
 
-    Create one per :class:`Batch` frame. ``slot(i)`` tells whether entry ``i`` needs an
+    Create one per `Batch` frame. `slot(i)` tells whether entry `i` needs an
     answer; malformed call-shaped entries are pre-filled with their -32600 error. Fill each
-    request's slot with its encoded response line (``encode_result``/``encode_error``);
-    the first fill wins. When :attr:`complete`, :meth:`encode` returns the one reply line,
-    or ``None`` when the batch needs no reply at all.
+    request's slot with its encoded response line (`encode_result`/`encode_error`);
+    the first fill wins. When [`complete`][acp_fast._replies.BatchReply.complete], [`encode`][acp_fast._replies.BatchReply.encode] returns the one reply line,
+    or `None` when the batch needs no reply at all.
     """
 
     __slots__ = ("_entries", "_slot_of", "_lines", "_pending")
@@ -105,15 +105,15 @@ class BatchReply:
 
     @property
     def complete(self) -> bool:
-        """True when every slot is filled and :meth:`encode` can build the reply."""
+        """True when every slot is filled and [`encode`][acp_fast._replies.BatchReply.encode] can build the reply."""
         return self._pending == 0
 
     def slot(self, entry_index: int) -> int | None:
-        """The slot of entry ``entry_index``, or ``None`` if that entry gets no answer."""
+        """The slot of entry `entry_index`, or `None` if that entry gets no answer."""
         return self._slot_of.get(entry_index)
 
     def fill(self, slot: int, line: bytes) -> bool:
-        """Record the response line of ``slot``; returns False if it was already filled."""
+        """Record the response line of `slot`; returns False if it was already filled."""
         if self._lines[slot] is not None:
             return False
         self._lines[slot] = line
@@ -123,7 +123,7 @@ class BatchReply:
     def fill_dropped(self, slot: int | None = None) -> list[int]:
         """Fill with the -32603 "dropped its responder" fallback.
 
-        With ``slot``, fill just that slot (a handler finished or was dropped without
+        With `slot`, fill just that slot (a handler finished or was dropped without
         answering); without, fill every unfilled slot (call that only once no handler of
         the batch can still answer). Returns the slots it filled.
         """
@@ -140,7 +140,7 @@ class BatchReply:
         return filled
 
     def encode(self) -> bytes | None:
-        """The reply array line, or ``None`` when the batch needs no reply.
+        """The reply array line, or `None` when the batch needs no reply.
 
         Raises:
             RuntimeError: while some slot is still unfilled.

@@ -1,16 +1,16 @@
 """The engine's strict JSON reader, on top of the standard library's C scanner.
 
-The pure-Python twin (``_engine_py``) decodes lines with it, and :meth:`RawJson.decode_json`
-uses it when the compiled twin is not loaded. Policies (the engine's, see ``_engine_py``):
+The pure-Python twin (`_engine_py`) decodes lines with it, and `RawJson.decode_json`
+uses it when the compiled twin is not loaded. Policies (the engine's, see `_engine_py`):
 
-* RFC 8259 strict: ``NaN``/``Infinity``/``-Infinity`` are rejected, a number that overflows a
-  double (``1e400``) is rejected; integers of any size are exact (``int``);
-* unpaired UTF-16 surrogate escapes (``"\\ud800"``) are accepted as Python's ``json`` does:
-  the ``str`` holds the lone surrogate;
-* errors are :class:`InvalidJson` (a ``ValueError``), never ``RecursionError``: callers bound
-  the nesting first (:func:`depth_exceeds`).
+* RFC 8259 strict: `NaN`/`Infinity`/`-Infinity` are rejected, a number that overflows a
+  double (`1e400`) is rejected; integers of any size are exact (`int`);
+* unpaired UTF-16 surrogate escapes (`"\\ud800"`) are accepted as Python's `json` does:
+  the `str` holds the lone surrogate;
+* errors are `InvalidJson` (a `ValueError`), never `RecursionError`: callers bound
+  the nesting first (`depth_exceeds`).
 
-Besides :func:`loads_strict`, the scanner helpers here give the *spans* of an object's
+Besides `loads_strict`, the scanner helpers here give the *spans* of an object's
 members and of an array's elements (str indices), which the pure twin needs for lazy
 payloads and for batches.
 """
@@ -76,7 +76,7 @@ def skip_ws(text: str, pos: int) -> int:
 
 
 def depth_exceeds(line: bytes, max_depth: int) -> bool:
-    """Whether the container nesting of the JSON text ``line`` goes deeper than ``max_depth``.
+    """Whether the container nesting of the JSON text `line` goes deeper than `max_depth`.
 
     Strategy: counting brackets is one C call; only a line with more brackets than the limit
     pays for the exact scan (which skips brackets inside strings).
@@ -106,7 +106,7 @@ def depth_exceeds(line: bytes, max_depth: int) -> bool:
 
 
 def scan_value(text: str, pos: int) -> tuple[Json, int]:
-    """The JSON value starting at ``text[pos]`` and the index after it."""
+    """The JSON value starting at `text[pos]` and the index after it."""
     try:
         value, end = _scan_once(text, pos)
         return value, end
@@ -115,7 +115,7 @@ def scan_value(text: str, pos: int) -> tuple[Json, int]:
 
 
 def loads_strict(text: str) -> Json:
-    """``json.loads`` with the engine's policies; raises :class:`InvalidJson`."""
+    """`json.loads` with the engine's policies; raises `InvalidJson`."""
     value, end = scan_value(text, skip_ws(text, 0))
     if skip_ws(text, end) != len(text):
         raise InvalidJson("extra data")
@@ -123,7 +123,7 @@ def loads_strict(text: str) -> Json:
 
 
 def loads_bytes(data: bytes, max_depth: int = MAX_DEPTH_LIMIT) -> Json:
-    """Decode one JSON text given as UTF-8 bytes, nesting at most ``max_depth`` deep.
+    """Decode one JSON text given as UTF-8 bytes, nesting at most `max_depth` deep.
 
     Raises:
         InvalidJson: invalid UTF-8, invalid JSON, or deeper nesting.
@@ -148,9 +148,9 @@ class Scanned:
 
 
 def scan_object(text: str, pos: int) -> tuple[Scanned, int]:
-    """Scan the object starting at ``text[pos] == "{"``; returns members and end index.
+    """Scan the object starting at `text[pos] == "{"`; returns members and end index.
 
-    ``duplicate`` is set when an envelope key (:data:`ENVELOPE_KEYS`) repeats.
+    `duplicate` is set when an envelope key (`ENVELOPE_KEYS`) repeats.
     """
     out = Scanned()
     members = out.members
@@ -184,11 +184,11 @@ def scan_object(text: str, pos: int) -> tuple[Scanned, int]:
 def scan_array_spans(
     text: str, pos: int, keep: int = -1
 ) -> tuple[list[tuple[Json, int, int]], int, int]:
-    """Scan the array at ``text[pos] == "["``.
+    """Scan the array at `text[pos] == "["`.
 
-    Returns ``(items, count, end)``: ``(value, start, end)`` of the first ``keep`` elements
-    (all of them when ``keep`` is negative), the number of elements, and the index after
-    the array. Elements past ``keep`` are validated and dropped, so a huge array costs no
+    Returns `(items, count, end)`: `(value, start, end)` of the first `keep` elements
+    (all of them when `keep` is negative), the number of elements, and the index after
+    the array. Elements past `keep` are validated and dropped, so a huge array costs no
     memory per element.
     """
     items: list[tuple[Json, int, int]] = []
@@ -233,11 +233,11 @@ def _surrogate_escape(m: re.Match[str]) -> str:
 
 
 def utf8_json(text: str) -> bytes:
-    """UTF-8 bytes of JSON text made by ``json.dumps(..., ensure_ascii=False)``.
+    """UTF-8 bytes of JSON text made by `json.dumps(..., ensure_ascii=False)`.
 
     A lone surrogate (which UTF-8 cannot carry) can only stand inside a JSON string there;
-    it is written as its ``\\udxxx`` escape, as ``json.dumps`` with ``ensure_ascii=True``
-    would, so the output is always valid UTF-8 and decodes back to the same ``str``.
+    it is written as its `\\udxxx` escape, as `json.dumps` with `ensure_ascii=True`
+    would, so the output is always valid UTF-8 and decodes back to the same `str`.
     """
     try:
         return text.encode("utf-8")

@@ -1,7 +1,7 @@
-"""The sans-IO engine (public namespace and selector): the compiled twin unless ``ACP_FAST_NO_EXTENSIONS``.
+"""The sans-IO engine (public namespace and selector): the compiled twin unless `ACP_FAST_NO_EXTENSIONS`.
 
-Import engine names from here (``from acp_fast.engine import Decoder``), never from a twin by name.
-``IMPLEMENTATION`` says which twin is active: ``"c"`` or ``"py"``. Type checkers only see
+Import engine names from here (`from acp_fast.engine import Decoder`), never from a twin by name.
+`IMPLEMENTATION` says which twin is active: `"c"` or `"py"`. Type checkers only see
 the pure-Python twin, which is the typed interface of both.
 """
 

@@ -1,12 +1,12 @@
 """The one exception hierarchy of acp_fast, shared by both engine twins.
 
-Both the pure-Python engine (``_engine_py``) and the compiled engine (``_engine_c``)
-import their errors from here, so ``except acp_fast.errors.EncodeError`` works the same
+Both the pure-Python engine (`_engine_py`) and the compiled engine (`_engine_c`)
+import their errors from here, so `except acp_fast.errors.EncodeError` works the same
 whichever twin is active. Every error that a peer could be told about carries the JSON-RPC
-``code`` the connection layer answers with.
+`code` the connection layer answers with.
 
 Split (as in h11): *remote* problems (the peer sent bad bytes) are never raised out of
-``Decoder.feed``; they come back as :class:`~acp_fast._engine_py.Malformed` frames carrying
+`Decoder.feed`; they come back as [`Malformed`][acp_fast._engine_py.Malformed] frames carrying
 one of the codes below. *Local* problems (the caller misused the API, e.g. fed a closed
 decoder or asked to encode a value JSON cannot represent) raise.
 """
@@ -66,7 +66,7 @@ class AcpFastError(Exception):
 
 
 class JsonRpcError(AcpFastError):
-    """A JSON-RPC error object: ``code``, ``message`` and optional ``data``.
+    """A JSON-RPC error object: `code`, `message` and optional `data`.
 
     Raise it from a request handler to answer with that error; the connection layer also
     uses it to fail pending requests. Any integer code is accepted (unknown codes round-trip
@@ -83,11 +83,11 @@ class JsonRpcError(AcpFastError):
 
     @property
     def has_data(self) -> bool:
-        """Whether ``data`` was given (``None`` is a valid ``data`` value)."""
+        """Whether `data` was given (`None` is a valid `data` value)."""
         return self.data is not _MISSING
 
     def to_dict(self) -> dict[str, Any]:
-        """The wire form ``{"code", "message", "data"?}`` (``data`` omitted when absent)."""
+        """The wire form `{"code", "message", "data"?}` (`data` omitted when absent)."""
         d: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.data is not _MISSING:
             d["data"] = self.data
@@ -95,7 +95,7 @@ class JsonRpcError(AcpFastError):
 
     @classmethod
     def from_dict(cls, error: dict[str, Any]) -> JsonRpcError:
-        """Build from a decoded error object (as found in ``Message.error``)."""
+        """Build from a decoded error object (as found in `Message.error`)."""
         return cls(error["code"], error["message"], error.get("data", _MISSING))
 
     def __str__(self) -> str:
@@ -111,7 +111,7 @@ class JsonRpcError(AcpFastError):
 
     @classmethod
     def parse_error(cls, line: str | None = None) -> JsonRpcError:
-        """-32700 Parse error: invalid JSON; ``line`` (if given) goes in ``data`` as ``{"line": line}``."""
+        """-32700 Parse error: invalid JSON; `line` (if given) goes in `data` as `{"line": line}`."""
         return cls(PARSE_ERROR, data={"line": line} if line is not None else _MISSING)
 
     @classmethod
@@ -121,7 +121,7 @@ class JsonRpcError(AcpFastError):
 
     @classmethod
     def method_not_found(cls, method: str) -> JsonRpcError:
-        """-32601 Method not found, with the method name as ``data``."""
+        """-32601 Method not found, with the method name as `data`."""
         return cls(METHOD_NOT_FOUND, data=method)
 
     @classmethod
@@ -131,17 +131,17 @@ class JsonRpcError(AcpFastError):
 
     @classmethod
     def internal_error(cls, data: Any = _MISSING, message: str | None = None) -> JsonRpcError:
-        """-32603 Internal error (``message`` defaults to ``"Internal error"``)."""
+        """-32603 Internal error (`message` defaults to `"Internal error"`)."""
         return cls(INTERNAL_ERROR, message, data)
 
     @classmethod
     def request_cancelled(cls, data: Any = _MISSING) -> JsonRpcError:
-        """-32800 Request cancelled: the answer to a request cancelled by ``$/cancel_request``."""
+        """-32800 Request cancelled: the answer to a request cancelled by `$/cancel_request`."""
         return cls(REQUEST_CANCELLED, data=data)
 
     @classmethod
     def unsupported_protocol_version(cls, requested: int, supported: list[int]) -> JsonRpcError:
-        """-32022 Unsupported protocol version, ``data`` ``{"requested": N, "supported": [...]}``."""
+        """-32022 Unsupported protocol version, `data` `{"requested": N, "supported": [...]}`."""
         return cls(
             UNSUPPORTED_PROTOCOL_VERSION,
             data={"requested": requested, "supported": list(supported)},
@@ -149,16 +149,16 @@ class JsonRpcError(AcpFastError):
 
 
 class DecoderClosedError(AcpFastError):
-    """Local misuse: ``feed``/``feed_eof`` called after ``feed_eof``."""
+    """Local misuse: `feed`/`feed_eof` called after `feed_eof`."""
 
 
 class EncodeError(AcpFastError, TypeError, ValueError):
     """Local misuse: a value JSON cannot represent was given to an encoder.
 
     Raised for unsupported types, NaN/Infinity, nesting beyond the encoder's depth limit,
-    and ``RawJson`` values that contain a newline (a lone surrogate in a ``str`` is not an
-    error: it is written as its ``\\udxxx`` escape). It is both a ``TypeError`` and a
-    ``ValueError`` so code written against ``json.dumps`` keeps catching it.
+    and `RawJson` values that contain a newline (a lone surrogate in a `str` is not an
+    error: it is written as its `\\udxxx` escape). It is both a `TypeError` and a
+    `ValueError` so code written against `json.dumps` keeps catching it.
     """
 
 
@@ -166,13 +166,13 @@ class SendBufferFull(AcpFastError):
     """A send was refused because the connection's write buffer is over its limit.
 
     The peer is not reading what we send fast enough. Await
-    :meth:`acp_fast.jsonrpc.Connection.drain` (``await cx.drain()`` in a handler) in send
+    [`acp_fast.jsonrpc.Connection.drain`][acp_fast.jsonrpc.Connection.drain] (`await cx.drain()` in a handler) in send
     loops; nothing of the refused message was queued, so it may be sent again after the
     drain. Answers to the peer's requests are never refused (reading pauses instead).
 
     Attributes:
         buffered: bytes waiting to be written when the send was refused.
-        limit: the connection's ``max_write_buffer``.
+        limit: the connection's `max_write_buffer`.
     """
 
     def __init__(self, buffered: int, limit: int) -> None:

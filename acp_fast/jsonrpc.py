@@ -1,12 +1,12 @@
 """JSON-RPC 2.0 connection: the dispatch layer between a transport and ACP semantics.
 
-A :class:`Connection` sits on one :class:`~acp_fast.transport.Stream` and one engine twin
-(``acp_fast._engine_py`` or ``acp_fast._engine_c``; the selected ``acp_fast.engine`` by
-default). It owns the rules of ``notes/protocol.md`` §1-4: the typed-id pending table, method
-dispatch, batch reply slots, ``$/cancel_request`` in both directions, EOF semantics and
+A [`Connection`][acp_fast.jsonrpc.Connection] sits on one [`Stream`][acp_fast.transport.Stream] and one engine twin
+(`acp_fast._engine_py` or `acp_fast._engine_c`; the selected `acp_fast.engine` by
+default). It owns the rules of `notes/protocol.md` §1-4: the typed-id pending table, method
+dispatch, batch reply slots, `$/cancel_request` in both directions, EOF semantics and
 coalesced writes. It knows nothing about ACP methods.
 
-Hot path, per read: ``Decoder.feed(chunk)`` once, then a plain loop over the frames.
+Hot path, per read: `Decoder.feed(chunk)` once, then a plain loop over the frames.
 Responses resolve their waiter directly; synchronous handlers run inline; only a handler
 that returns a coroutine costs a Task. Every line written during one read (or one loop
 turn) goes out in one transport write.
@@ -24,21 +24,21 @@ Ordering (one FIFO per connection):
 
 Memory bounds (every state):
 
-* Reading pauses while the peer is not reading what we write (``Stream.writing_paused``),
-  and while more than ``max_backlog`` handlers are queued or running; it resumes at half
+* Reading pauses while the peer is not reading what we write (`Stream.writing_paused`),
+  and while more than `max_backlog` handlers are queued or running; it resumes at half
   that. While one of our own requests awaits its response, we read ahead (the response
   may be behind, and handlers may be waiting for it) within wider bounds, never without:
-  up to ``64 × max_backlog`` handlers (queued or running) and, while the peer is not reading, until
-  ``max_write_buffer`` bytes of our answers wait for it. A peer that sends more than that
+  up to `64 × max_backlog` handlers (queued or running) and, while the peer is not reading, until
+  `max_write_buffer` bytes of our answers wait for it. A peer that sends more than that
   ahead of a response it owes us is waited for, not buffered.
 * Writing: lines are queued in memory and handed to the transport once per loop turn (or
-  every 256 KiB). The public senders (:meth:`Connection.notify`, :meth:`Connection.request`)
-  refuse with :class:`~acp_fast.errors.SendBufferFull` once more than ``max_write_buffer``
-  bytes wait for a peer that is not reading: await :meth:`Connection.drain` in send loops.
+  every 256 KiB). The public senders ([`Connection.notify`][acp_fast.jsonrpc.Connection.notify], [`Connection.request`][acp_fast.jsonrpc.Connection.request])
+  refuse with [`SendBufferFull`][acp_fast.errors.SendBufferFull] once more than `max_write_buffer`
+  bytes wait for a peer that is not reading: await [`Connection.drain`][acp_fast.jsonrpc.Connection.drain] in send loops.
   Answers to the peer's requests are never refused (the reading pause bounds them).
 
 Every request is answered exactly once, whatever its handler does: an exception (even one
-whose ``str()`` raises), a result that cannot be encoded (even one whose ``items()``
+whose `str()` raises), a result that cannot be encoded (even one whose `items()`
 raises) and a cancelled task each answer with an error.
 """
 
@@ -124,14 +124,14 @@ _NH = TypeVar("_NH", bound=NotificationHandler)
 
 
 def error_line(encode_error: Callable[..., bytes], rid: RequestId | None, error: JsonRpcError) -> bytes:
-    """The error response line answering request ``rid`` with ``error``: its ``data`` member
-    only when the error has one (``JsonRpcError.has_data``; ``data: null`` is a value).
+    """The error response line answering request `rid` with `error`: its `data` member
+    only when the error has one (`JsonRpcError.has_data`; `data: null` is a value).
 
     Args:
-        encode_error: the engine's ``encode_error(id, code, message, data?)``.
+        encode_error: the engine's `encode_error(id, code, message, data?)`.
 
     Raises:
-        EncodeError: ``error.data`` is not JSON.
+        EncodeError: `error.data` is not JSON.
     """
     if error.has_data:
         return encode_error(rid, error.code, error.message, error.data)
@@ -142,14 +142,14 @@ def invalid_line_reply(error_reply: Callable[[Malformed], bytes | None], frame: 
                        skip: bool = False) -> bytes | None:
     """What a line that is not a valid JSON-RPC message gets back (protocol.md §2).
 
-    A malformed *response* is dropped (logged): nobody may answer a response. With ``skip``
-    (``on_invalid="skip"``: a peer known to print other lines on its stdout) the line is
+    A malformed *response* is dropped (logged): nobody may answer a response. With `skip`
+    (`on_invalid="skip"`: a peer known to print other lines on its stdout) the line is
     dropped (logged). Anything else is answered with the engine's error reply: -32700 for a
-    line that is not JSON, -32600 for JSON that is not a message, id ``null`` (``None`` when
+    line that is not JSON, -32600 for JSON that is not a message, id `null` (`None` when
     the engine has nothing to answer).
 
     Args:
-        error_reply: the engine's ``error_reply(frame)``.
+        error_reply: the engine's `error_reply(frame)`.
     """
     if frame.response_shaped:
         logger.warning("malformed response dropped (%s): %.200r", frame.reason, frame.raw)
@@ -161,8 +161,8 @@ def invalid_line_reply(error_reply: Callable[[Malformed], bytes | None], frame: 
 
 
 def cancel_target(params: Json) -> tuple[bool, RequestId | None]:
-    """The request a ``$/cancel_request`` names: ``(True, requestId)`` when its params are an
-    object whose ``requestId`` is an integer, a string or ``null``; ``(False, None)`` for a
+    """The request a `$/cancel_request` names: `(True, requestId)` when its params are an
+    object whose `requestId` is an integer, a string or `null`; `(False, None)` for a
     malformed one (ignored: a notification is never answered)."""
     if type(params) is dict and "requestId" in params:
         rid = params["requestId"]
@@ -172,7 +172,7 @@ def cancel_target(params: Json) -> tuple[bool, RequestId | None]:
 
 
 def _describe(exc: BaseException) -> str:
-    """``"Type: message"`` for an error's ``data``; never raises (``str(exc)`` may)."""
+    """`"Type: message"` for an error's `data`; never raises (`str(exc)` may)."""
     name = type(exc).__name__
     try:
         text = str(exc)
@@ -194,7 +194,7 @@ def _is_coroutine(value: object) -> TypeGuard[Coroutine[Any, Any, Any]]:
 
 
 class _BatchState:
-    """One incoming batch: its ``BatchReply`` and whether every entry was dispatched."""
+    """One incoming batch: its `BatchReply` and whether every entry was dispatched."""
 
     __slots__ = ("dispatched", "reply")
 
@@ -206,14 +206,14 @@ class _BatchState:
 class RequestContext:
     """What a request handler receives: the request, its cancellation state, a way back.
 
-    The handler's return value is the result (``None`` becomes ``null``); raising
-    :class:`~acp_fast.errors.JsonRpcError` answers with that error; any other exception
-    answers -32603. To answer later or from elsewhere, call :meth:`defer`.
+    The handler's return value is the result (`None` becomes `null`); raising
+    [`JsonRpcError`][acp_fast.errors.JsonRpcError] answers with that error; any other exception
+    answers -32603. To answer later or from elsewhere, call [`defer`][acp_fast.jsonrpc.RequestContext.defer].
 
     Attributes:
-        connection: the :class:`Connection` the request came in on (send requests and
+        connection: the [`Connection`][acp_fast.jsonrpc.Connection] the request came in on (send requests and
             notifications back through it).
-        message: the request ``Message`` (``.raw``, ``.params_raw`` for forwarding).
+        message: the request `Message` (`.raw`, `.params_raw` for forwarding).
     """
 
     __slots__ = (
@@ -253,7 +253,7 @@ class RequestContext:
 
     @property
     def params(self) -> Json:
-        """Decoded params (``None`` when absent)."""
+        """Decoded params (`None` when absent)."""
         return self.message.params
 
     @property
@@ -263,7 +263,7 @@ class RequestContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once the peer sent ``$/cancel_request`` for this request."""
+        """True once the peer sent `$/cancel_request` for this request."""
         return self._cancelled
 
     async def wait_cancelled(self) -> None:
@@ -272,9 +272,9 @@ class RequestContext:
             await asyncio.shield(self._waiter())
 
     def add_cancel_callback(self, fn: Callable[[], object]) -> None:
-        """Call ``fn()`` when the peer cancels this request: at once (synchronously, from
-        the read path) when the ``$/cancel_request`` arrives, or soon if it already did.
-        A callback-based :meth:`wait_cancelled` that needs no task (e.g. to pass the
+        """Call `fn()` when the peer cancels this request: at once (synchronously, from
+        the read path) when the `$/cancel_request` arrives, or soon if it already did.
+        A callback-based [`wait_cancelled`][acp_fast.jsonrpc.RequestContext.wait_cancelled] that needs no task (e.g. to pass the
         cancellation on to a forwarded request); an exception it raises is logged."""
         if self._cancelled:
             self.connection._loop.call_soon(self._call_cancel_callback, fn)
@@ -290,7 +290,7 @@ class RequestContext:
             logger.exception("cancel callback of request %r (%s) failed", self.id, self.method)
 
     def raise_if_cancelled(self) -> None:
-        """Raise ``JsonRpcError`` -32800 if the peer cancelled this request.
+        """Raise `JsonRpcError` -32800 if the peer cancelled this request.
 
         Raises:
             JsonRpcError: code -32800 (Request cancelled).
@@ -299,7 +299,7 @@ class RequestContext:
             raise JsonRpcError(REQUEST_CANCELLED)
 
     async def run_until_cancelled(self, aw: Awaitable[_T]) -> _T:
-        """Await ``aw`` unless the peer cancels first; then cancel it and raise -32800.
+        """Await `aw` unless the peer cancels first; then cancel it and raise -32800.
 
         Raises:
             JsonRpcError: code -32800 when the cancellation won.
@@ -318,10 +318,10 @@ class RequestContext:
     def defer(self) -> Responder:
         """Take over answering: the handler's return value is then ignored.
 
-        The returned :class:`Responder` answers exactly once; if it is garbage-collected
+        The returned [`Responder`][acp_fast.jsonrpc.Responder] answers exactly once; if it is garbage-collected
         unanswered, that is logged at error level and the request is answered -32603
-        (data ``"request handler dropped its responder for `<method>`"``), standalone or
-        in a batch.
+        (its data names the method: "request handler dropped its responder for", then the
+        method in backticks), standalone or in a batch.
         """
         responder = self._deferred() if self._deferred is not None else None
         if responder is None:
@@ -355,7 +355,7 @@ class RequestContext:
 
 
 class Responder:
-    """Answers one deferred request (see :meth:`RequestContext.defer`); first answer wins."""
+    """Answers one deferred request (see [`RequestContext.defer`][acp_fast.jsonrpc.RequestContext.defer]); first answer wins."""
 
     __slots__ = ("__weakref__", "_ctx")
 
@@ -373,7 +373,7 @@ class Responder:
         return self._ctx._done
 
     def respond(self, result: Json = None) -> bool:
-        """Answer with ``result``; returns False (and warns) if already answered."""
+        """Answer with `result`; returns False (and warns) if already answered."""
         ctx = self._ctx
         if ctx._done:
             ctx.connection._duplicate(ctx)
@@ -382,9 +382,9 @@ class Responder:
         return True
 
     def respond_error(self, error: BaseException) -> bool:
-        """Answer with ``error``; returns False (and warns) if already answered.
+        """Answer with `error`; returns False (and warns) if already answered.
 
-        A :class:`~acp_fast.errors.JsonRpcError` is answered as it is (code, message,
+        A [`JsonRpcError`][acp_fast.errors.JsonRpcError] is answered as it is (code, message,
         data); any other exception -32603, as when a handler raises it."""
         ctx = self._ctx
         if ctx._done:
@@ -403,16 +403,16 @@ class Responder:
 
 
 class PendingRequest:
-    """Handle of one request we sent; ``await`` it for the result.
+    """Handle of one request we sent; `await` it for the result.
 
-    Awaiting raises :class:`~acp_fast.errors.JsonRpcError` for an error response (and for
-    EOF or close: -32603), ``asyncio.TimeoutError`` when its timeout expired.
+    Awaiting raises [`JsonRpcError`][acp_fast.errors.JsonRpcError] for an error response (and for
+    EOF or close: -32603), `asyncio.TimeoutError` when its timeout expired.
 
-    If the task awaiting it is cancelled, ``$/cancel_request`` is sent (once) and the
+    If the task awaiting it is cancelled, `$/cancel_request` is sent (once) and the
     eventual response is dropped quietly.
 
     Attributes:
-        id: the id we allocated (an ``int``).
+        id: the id we allocated (an `int`).
         method: the request's method.
     """
 
@@ -454,15 +454,15 @@ class PendingRequest:
         return self._fut.done()
 
     def add_done_callback(self, fn: Callable[[asyncio.Future[Any]], Any]) -> None:
-        """Call ``fn(future)`` once the request is answered, failed, timed out or detached
-        (scheduled on the loop, as ``asyncio.Future.add_done_callback`` does): its
-        ``result()`` is what awaiting this handle returns, its ``exception()`` what
+        """Call `fn(future)` once the request is answered, failed, timed out or detached
+        (scheduled on the loop, as `asyncio.Future.add_done_callback` does): its
+        `result()` is what awaiting this handle returns, its `exception()` what
         awaiting it raises. A way to follow the request without a task; nothing awaits
-        the handle, so cancellation is then the caller's (see :meth:`cancel`)."""
+        the handle, so cancellation is then the caller's (see [`cancel`][acp_fast.jsonrpc.PendingRequest.cancel])."""
         self._fut.add_done_callback(fn)
 
     def cancel(self) -> bool:
-        """Ask the peer to cancel: sends ``$/cancel_request`` once (protocol.md §4.1).
+        """Ask the peer to cancel: sends `$/cancel_request` once (protocol.md §4.1).
 
         The handle still resolves with the peer's real answer (usually -32800, but it may
         be a normal result). Returns False when nothing was sent (already answered,
@@ -475,9 +475,9 @@ class PendingRequest:
         return True
 
     def detach(self) -> None:
-        """Forget the request: its response is ignored, no ``$/cancel_request`` is sent.
+        """Forget the request: its response is ignored, no `$/cancel_request` is sent.
 
-        Awaiting a detached handle raises ``asyncio.CancelledError``.
+        Awaiting a detached handle raises `asyncio.CancelledError`.
         """
         self._detached = True
         self._abandoned = True
@@ -528,30 +528,30 @@ class Connection:
     """A JSON-RPC 2.0 peer over one stream (protocol.md §1-4); see the module docstring.
 
     Args:
-        stream: the byte stream (from :mod:`acp_fast.transport`); the connection attaches
+        stream: the byte stream (from [`acp_fast.transport`][acp_fast.transport]); the connection attaches
             to it at once and owns it from then on.
-        engine: the engine twin module (default: the selected ``acp_fast.engine``).
+        engine: the engine twin module (default: the selected `acp_fast.engine`).
         on_invalid: what to do with a line that is not JSON-RPC at all (a banner an agent
-            prints on stdout): ``"reply"`` answers the JSON-RPC error, ``"skip"`` logs and
-            skips it. Default: ``"skip"`` on a stream that reads a child process's stdout
-            (``stream.reads_child_stdout``), ``"reply"`` otherwise. Batch entries are always
+            prints on stdout): `"reply"` answers the JSON-RPC error, `"skip"` logs and
+            skips it. Default: `"skip"` on a stream that reads a child process's stdout
+            (`stream.reads_child_stdout`), `"reply"` otherwise. Batch entries are always
             answered.
-        lazy: decode ``params``/``result`` only on access (``Decoder(lazy=True)``).
+        lazy: decode `params`/`result` only on access (`Decoder(lazy=True)`).
         max_line_size: the engine's line limit (default: the engine's default).
         max_batch_size: the engine's batch limit (default: the engine's default, 1024).
         max_backlog: queued + running handlers above which reading is paused.
-        max_write_buffer: bytes waiting for a slow peer above which :meth:`notify` and
-            :meth:`request` raise :class:`~acp_fast.errors.SendBufferFull`.
-        attach: attach to ``stream`` now (default). ``False``: the caller delivers the
-            stream's events through :meth:`feed_data`, :meth:`feed_eof` and
-            :meth:`set_writable` (a first-frame router hands a connection over this way).
-        decoder: an engine ``Decoder`` to continue with (one that already read the start of
+        max_write_buffer: bytes waiting for a slow peer above which [`notify`][acp_fast.jsonrpc.Connection.notify] and
+            [`request`][acp_fast.jsonrpc.Connection.request] raise [`SendBufferFull`][acp_fast.errors.SendBufferFull].
+        attach: attach to `stream` now (default). `False`: the caller delivers the
+            stream's events through [`feed_data`][acp_fast.jsonrpc.Connection.feed_data], [`feed_eof`][acp_fast.jsonrpc.Connection.feed_eof] and
+            [`set_writable`][acp_fast.jsonrpc.Connection.set_writable] (a first-frame router hands a connection over this way).
+        decoder: an engine `Decoder` to continue with (one that already read the start of
             the stream); default: a new one.
         first_id: the id of the first request sent, then one more for each (default 1;
             the official Python SDK starts at 0).
 
     Must be created inside a running event loop. Register handlers before the first
-    ``await`` after creating it: messages are delivered from the next loop turn on.
+    `await` after creating it: messages are delivered from the next loop turn on.
     """
 
     def __init__(
@@ -620,7 +620,7 @@ class Connection:
         self._finishing = False
         self._error: BaseException | None = None
         self.closed: asyncio.Future[None] = self._loop.create_future()
-        """Resolves (to ``None``) once the connection and its stream are fully closed."""
+        """Resolves (to `None`) once the connection and its stream are fully closed."""
         self._closer: asyncio.Task[None] | None = None
 
         if attach:
@@ -637,9 +637,9 @@ class Connection:
     def on_request(self, method: str, fn: _RH) -> _RH: ...
 
     def on_request(self, method: str, fn: _RH | None = None) -> _RH | Callable[[_RH], _RH]:
-        """Register the handler of requests named ``method`` (usable as a decorator).
+        """Register the handler of requests named `method` (usable as a decorator).
 
-        ``fn(ctx: RequestContext)`` returns the result, or a coroutine giving it.
+        `fn(ctx: RequestContext)` returns the result, or a coroutine giving it.
         """
         if fn is None:
             return lambda f: self.on_request(method, f)
@@ -652,10 +652,10 @@ class Connection:
     def on_notification(self, method: str, fn: _NH) -> _NH: ...
 
     def on_notification(self, method: str, fn: _NH | None = None) -> _NH | Callable[[_NH], _NH]:
-        """Register the handler of notifications named ``method`` (usable as a decorator).
+        """Register the handler of notifications named `method` (usable as a decorator).
 
-        ``fn(message)`` receives the notification ``Message`` (``.method``, ``.params``,
-        ``.raw``); its return value is ignored; a returned coroutine is awaited in order.
+        `fn(message)` receives the notification `Message` (`.method`, `.params`,
+        `.raw`); its return value is ignored; a returned coroutine is awaited in order.
         """
         if fn is None:
             return lambda f: self.on_notification(method, f)
@@ -674,20 +674,20 @@ class Connection:
 
     def request(self, method: str, params: Json = None, *, timeout: float | None = None,
                 raw: bool = False) -> PendingRequest:
-        """Send a request; returns a handle to ``await`` for its result.
+        """Send a request; returns a handle to `await` for its result.
 
         Args:
             method: the method name.
-            params: an object/array (``None``: omitted); may hold ``RawJson``.
-            timeout: seconds until the handle fails with ``asyncio.TimeoutError`` (and
-                ``$/cancel_request`` is sent); ``None``: no timeout.
-            raw: resolve with the response ``Message`` instead of its decoded result.
+            params: an object/array (`None`: omitted); may hold `RawJson`.
+            timeout: seconds until the handle fails with `asyncio.TimeoutError` (and
+                `$/cancel_request` is sent); `None`: no timeout.
+            raw: resolve with the response `Message` instead of its decoded result.
 
-        After EOF or :meth:`close` the handle fails at once with -32603.
+        After EOF or [`close`][acp_fast.jsonrpc.Connection.close] the handle fails at once with -32603.
 
         Raises:
-            EncodeError: ``params`` cannot be encoded (nothing is sent).
-            SendBufferFull: more than ``max_write_buffer`` bytes wait for the peer.
+            EncodeError: `params` cannot be encoded (nothing is sent).
+            SendBufferFull: more than `max_write_buffer` bytes wait for the peer.
         """
         self._outbox.check_room()
         self._next_id += 1
@@ -708,15 +708,15 @@ class Connection:
         """Send a notification; returns False (nothing sent) once the connection closes.
 
         Raises:
-            EncodeError: ``params`` cannot be encoded.
-            SendBufferFull: more than ``max_write_buffer`` bytes wait for the peer.
+            EncodeError: `params` cannot be encoded.
+            SendBufferFull: more than `max_write_buffer` bytes wait for the peer.
         """
         return self._outbox.notify(method, params)
 
     @property
     def outbox(self) -> Outbox:
-        """The engine's ``Outbox`` this connection writes through: ``outbox.notify(method,
-        params)`` is :meth:`notify` without a Python call around it (the builder API's
+        """The engine's `Outbox` this connection writes through: `outbox.notify(method,
+        params)` is [`notify`][acp_fast.jsonrpc.Connection.notify] without a Python call around it (the builder API's
         session-update sender uses it); everything written goes through it, in order."""
         return self._outbox
 
@@ -762,12 +762,12 @@ class Connection:
 
     @property
     def is_closing(self) -> bool:
-        """True once the connection is closing or closed (:meth:`close`, or finished after EOF)."""
+        """True once the connection is closing or closed ([`close`][acp_fast.jsonrpc.Connection.close], or finished after EOF)."""
         return self._closing
 
     @property
     def transport_error(self) -> BaseException | None:
-        """The error the stream ended with (``None`` for a clean EOF or while open)."""
+        """The error the stream ended with (`None` for a clean EOF or while open)."""
         return self._error
 
     @property
@@ -777,14 +777,14 @@ class Connection:
 
     @property
     def running_handlers(self) -> int:
-        """Request handler tasks running: coroutine handlers, and :meth:`start_handler_task`'s."""
+        """Request handler tasks running: coroutine handlers, and [`start_handler_task`][acp_fast.jsonrpc.Connection.start_handler_task]'s."""
         return len(self._tasks)
 
     def start_handler_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Run ``coro`` as one of this connection's request handler tasks.
+        """Run `coro` as one of this connection's request handler tasks.
 
-        For a handler that answers through ``ctx.defer()`` from a task of its own: the task
-        counts in the backlog (reading pauses past ``max_backlog``), :meth:`close` cancels
+        For a handler that answers through `ctx.defer()` from a task of its own: the task
+        counts in the backlog (reading pauses past `max_backlog`), [`close`][acp_fast.jsonrpc.Connection.close] cancels
         it and the end of input waits for it, as for a coroutine handler; unlike one, the
         rest of the read is dispatched before it first runs.
         """
@@ -843,7 +843,7 @@ class Connection:
         self._update_reading()
 
     def _feed_sliced(self, data: bytes) -> None:
-        """Decode and handle a long read in pieces of at most ``_SLICE`` bytes cut at line ends,
+        """Decode and handle a long read in pieces of at most `_SLICE` bytes cut at line ends,
         as one read: handlers see the same order, what they write goes out in one write.
 
         Why: a 256 KiB read of 200-byte updates is ~1,300 messages, each with its dicts; decoded
@@ -1207,7 +1207,7 @@ class Connection:
         self._stream.write(data)
 
     def set_writable(self, writable: bool) -> None:
-        """The stream's write side paused (``False``) or resumed (``True``)."""
+        """The stream's write side paused (`False`) or resumed (`True`)."""
         self._outbox.paused = not writable
         if writable and self._drain_fut is not None:
             if not self._drain_fut.done():
@@ -1238,7 +1238,7 @@ class Connection:
     # -- end of input and closing -------------------------------------------------------
 
     def feed_eof(self, exc: BaseException | None) -> None:
-        """The stream ended (``exc``: the error it ended with, ``None`` for a clean EOF)."""
+        """The stream ended (`exc`: the error it ended with, `None` for a clean EOF)."""
         if self._eof:
             return
         if not self._closing and not self._decoder.closed:
@@ -1254,10 +1254,10 @@ class Connection:
         self._maybe_finish()
 
     def closed_error(self, method: str) -> JsonRpcError:
-        """The -32603 error a request for ``method`` fails with once the connection ended.
+        """The -32603 error a request for `method` fails with once the connection ended.
 
-        After an incoming EOF its data is ``{"reason": "incoming_transport_closed", "method"}``,
-        plus ``"cause"`` (the text of :attr:`transport_error`) when the stream ended on an
+        After an incoming EOF its data is `{"reason": "incoming_transport_closed", "method"}`,
+        plus `"cause"` (the text of [`transport_error`][acp_fast.jsonrpc.Connection.transport_error]) when the stream ended on an
         error, so that each failed request names why (a remote transport's lost network path,
         a child that could not be read)."""
         if self._eof:

@@ -12,9 +12,9 @@ Used two ways:
   pages in memory: nothing is written into ``docs/site/``. The hook also fills the nav's
   ``Guides`` entry, builds the ``remote`` API page only when the nav lists it (the
   module is being written: list it in mkdocs.yml once its docstrings build cleanly; listing
-  it before ``acp_fast/remote/`` is a package is an error), and shortens the Sphinx
-  cross-reference roles some docstrings use (``:class:`~acp_fast.errors.JsonRpcError```) to
-  plain code;
+  it before ``acp_fast/remote/`` is a package is an error). The docstrings are Markdown
+  (Google style): nothing rewrites reStructuredText left in them, which
+  ``tests/test_docs_site.py`` finds instead;
 * ``python scripts/docs_pages.py OUTDIR``: writes the generated pages to OUTDIR, to read them.
 """
 
@@ -37,7 +37,6 @@ IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".gif")
 
 _LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s]+)\)")
 _FENCE = re.compile(r"^(```|~~~)")
-_ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|data|exc|obj|const):<code>(~?)([^<]*)</code>")
 
 
 @dataclass
@@ -178,12 +177,6 @@ def on_files(files: Any, config: Any) -> Any:
         if remote is not None:
             files.remove(remote)
     return files
-
-
-def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
-    """``:class:`~a.b.C``` (Sphinx roles in docstrings) rendered as ``C`` in code."""
-    return _ROLE.sub(lambda m: "<code>" + (m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2))
-                     + "</code>", html)
 
 
 def main(argv: list[str]) -> int:

@@ -1,25 +1,25 @@
-"""End-to-end ACP benchmarks over real OS pipes (``acp-fast bench``).
+"""End-to-end ACP benchmarks over real OS pipes (`acp-fast bench`).
 
 A client process drives an agent process the way an editor runs an ACP agent. Each *pair*
-(:mod:`.pairs`) is a client command following the client CLI contract of ``peers/README.md``
+([`pairs`][acp_fast.benchmark.pairs]) is a client command following the client CLI contract of `peers/README.md`
 and an agent command behaving like the peers' test agent, run on every event loop asked for
 (both Python sides on the same loop) with client and agent pinned to different CPUs;
-:mod:`.suite` runs the workloads (streaming 100-byte ``agent_message_chunk`` notifications with
-the CPU µs per message of each side, sequential and 64-in-flight ``_test/echo`` round trips,
-1 MiB notifications, peak RSS of both processes, start-up to the ``initialize`` response,
-the processes' bytecode compiled beforehand by :mod:`.bytecode`) R times, interleaving the
-pairs; :mod:`.machine` records load and a CPU calibration around the run; :mod:`.tables`
-prints the medians and the PASS/MISS verdicts of :mod:`.targets`; :mod:`.chart` draws a PNG.
-:mod:`.probe` measures any single ACP agent as a client sees it (``acp-fast bench --agent
-CMD``).
+[`suite`][acp_fast.benchmark.suite] runs the workloads (streaming 100-byte `agent_message_chunk` notifications with
+the CPU µs per message of each side, sequential and 64-in-flight `_test/echo` round trips,
+1 MiB notifications, peak RSS of both processes, start-up to the `initialize` response,
+the processes' bytecode compiled beforehand by `bytecode`) R times, interleaving the
+pairs; [`machine`][acp_fast.benchmark.machine] records load and a CPU calibration around the run; [`tables`][acp_fast.benchmark.tables]
+prints the medians and the PASS/MISS verdicts of [`targets`][acp_fast.benchmark.targets]; [`chart`][acp_fast.benchmark.chart] draws a PNG.
+[`probe`][acp_fast.benchmark.probe] measures any single ACP agent as a client sees it (`acp-fast bench --agent
+CMD`).
 
-acp_fast's own peers: :mod:`.client` (the benchmark client, v1 and ``--v2``) and the test agent
-``acp-fast testy`` (:mod:`acp_fast.testy`), both on the public API. Every acp_fast process of a
+acp_fast's own peers: [`client`][acp_fast.benchmark.client] (the benchmark client, v1 and `--v2`) and the test agent
+`acp-fast testy` ([`acp_fast.testy`][acp_fast.testy]), both on the public API. Every acp_fast process of a
 row runs the harness's interpreter and package whatever the working directory, through
-:mod:`.launch`, and reports the engine twin and loop it runs; :mod:`.runtime` builds those
+[`launch`][acp_fast.benchmark.launch], and reports the engine twin and loop it runs; [`runtime`][acp_fast.benchmark.runtime] builds those
 commands and checks the reports against the row (a disagreement is an error, not a number).
 
-The harness needs the ``bench`` extra (``pip install 'acp-fast[bench]'``: psutil, tabulate,
+The harness needs the `bench` extra (`pip install 'acp-fast[bench]'`: psutil, tabulate,
 tqdm); the client does not.
 """
 

@@ -1,20 +1,20 @@
 """The processes of a run start from cached bytecode, as an installed package does.
 
-A Python process compiles every module it imports whose bytecode cache (``__pycache__/*.pyc``
-beside the source, or under ``PYTHONPYCACHEPREFIX``) is missing or out of date, and writes the
-result back only when it may: not under ``PYTHONDONTWRITEBYTECODE`` / ``-B``, nor in a folder it
+A Python process compiles every module it imports whose bytecode cache (`__pycache__/*.pyc`
+beside the source, or under `PYTHONPYCACHEPREFIX`) is missing or out of date, and writes the
+result back only when it may: not under `PYTHONDONTWRITEBYTECODE` / `-B`, nor in a folder it
 cannot write. A wheel installed by pip comes with its bytecode; a checkout or an editable
 install has it only once some process wrote it. Without it, every process of a row compiles
-its modules again at every start, and the start-up row (spawn → ``initialize`` response)
+its modules again at every start, and the start-up row (spawn → `initialize` response)
 measures the compiler: on 2 shared cores, Testy on a checkout without caches answered
-``initialize`` after 250-280 ms (230 ms of its CPU time), the same commit with them after
+`initialize` after 250-280 ms (230 ms of its CPU time), the same commit with them after
 130-160 ms (120 ms), and that gap grows with the package's source, not with what the agent
 does when it starts.
 
-So before it measures, ``acp-fast bench`` compiles the folders its processes import from
-(:func:`bench_folders`: this ``acp_fast`` package and the peers' Python files) with
-:func:`ensure_bytecode`, which writes only what is missing or stale, whatever
-``PYTHONDONTWRITEBYTECODE`` says; :func:`uncached` lists what a process would still compile
+So before it measures, `acp-fast bench` compiles the folders its processes import from
+(`bench_folders`: this `acp_fast` package and the peers' Python files) with
+`ensure_bytecode`, which writes only what is missing or stale, whatever
+`PYTHONDONTWRITEBYTECODE` says; `uncached` lists what a process would still compile
 (a folder it cannot write), which the run's notes then name.
 """
 
@@ -46,7 +46,7 @@ def _sources(folder: Path) -> list[Path]:
 
 
 def _cached(source: Path) -> bool:
-    """Whether the interpreter would load ``source`` from its bytecode cache (the importer's
+    """Whether the interpreter would load `source` from its bytecode cache (the importer's
     rule: the magic number, then the source's mtime and size, or its hash when checked)."""
     try:
         with open(importlib.util.cache_from_source(str(source)), "rb") as f:
@@ -69,14 +69,14 @@ def _cached(source: Path) -> bool:
 
 
 def uncached(folders: Iterable[str | os.PathLike[str]]) -> list[str]:
-    """The Python files under ``folders`` whose bytecode a process would compile on import
+    """The Python files under `folders` whose bytecode a process would compile on import
     (no cache, or one older than the source)."""
     return [str(p) for folder in folders for p in _sources(Path(folder)) if not _cached(p)]
 
 
 @dataclass(frozen=True)
 class Bytecode:
-    """What :func:`ensure_bytecode` did.
+    """What `ensure_bytecode` did.
 
     Attributes:
         compiled: files whose bytecode was missing or stale and is now written.
@@ -89,10 +89,10 @@ class Bytecode:
 
 
 def ensure_bytecode(folders: Iterable[str | os.PathLike[str]]) -> Bytecode:
-    """Write the missing or stale bytecode of the Python files under ``folders``.
+    """Write the missing or stale bytecode of the Python files under `folders`.
 
-    Writes even under ``PYTHONDONTWRITEBYTECODE`` (an explicit compile, as pip's at install);
-    a file that cannot be written is left as it is and named in :attr:`Bytecode.uncached`.
+    Writes even under `PYTHONDONTWRITEBYTECODE` (an explicit compile, as pip's at install);
+    a file that cannot be written is left as it is and named in `Bytecode.uncached`.
     """
     todo = [Path(f) for f in folders if Path(f).is_dir()]
     before = uncached(todo)
@@ -103,8 +103,8 @@ def ensure_bytecode(folders: Iterable[str | os.PathLike[str]]) -> Bytecode:
 
 
 def bench_folders() -> list[Path]:
-    """The folders the processes of ``acp-fast bench`` import Python files from beyond the
-    interpreter's site folders (whose packages pip compiled): this ``acp_fast`` package and
+    """The folders the processes of `acp-fast bench` import Python files from beyond the
+    interpreter's site folders (whose packages pip compiled): this `acp_fast` package and
     the peers' folder, when one was found."""
     from . import registry
     from .runtime import PACKAGE_DIR

@@ -1,26 +1,26 @@
-"""Benchmark pairs through the conductor: the acp_fast client → ``acp-fast conductor agent``
-with 0, 1 or 3 pass-through proxies → ``acp-fast testy`` (issue 10).
+"""Benchmark pairs through the conductor: the acp_fast client → `acp-fast conductor agent`
+with 0, 1 or 3 pass-through proxies → `acp-fast testy` (issue 10).
 
-=========================================  ==============================================
-``acp_fast/conductor-0p/acp_fast``         the conductor with only the agent (one hop)
-``acp_fast/conductor-1p/acp_fast``         one pass-through proxy (two conductor hops)
-``acp_fast/conductor-3p/acp_fast``         three pass-through proxies (four conductor hops)
-=========================================  ==============================================
+| pair | what it runs |
+|---|---|
+| `acp_fast/conductor-0p/acp_fast` | the conductor with only the agent (one hop) |
+| `acp_fast/conductor-1p/acp_fast` | one pass-through proxy (two conductor hops) |
+| `acp_fast/conductor-3p/acp_fast` | three pass-through proxies (four conductor hops) |
 
-The proxy is :mod:`acp_fast.conductor.passthrough` (``python -m``; packaged, so the rows run
+The proxy is `acp_fast.conductor.passthrough` (`python -m`; packaged, so the rows run
 from an installed package), compiled engine everywhere, all Python processes on the row's
 event loop: unlike the other pairs, the loop flag goes *inside* the conductor's component
-specs (:meth:`ChainPair.variants`). The conductor and every proxy run through the reporting
-launcher (:mod:`.launch`) like the client and Testy, on this interpreter and this
-``acp_fast``: each of them reports its twin and loop, checked after every run. They compare
-with ``acp_fast/acp_fast`` (the same client and agent, directly connected), on the same loop.
+specs (`ChainPair.variants`). The conductor and every proxy run through the reporting
+launcher ([`launch`][acp_fast.benchmark.launch]) like the client and Testy, on this interpreter and this
+`acp_fast`: each of them reports its twin and loop, checked after every run. They compare
+with `acp_fast/acp_fast` (the same client and agent, directly connected), on the same loop.
 
-What is measured beyond the common workloads (the client's ``/proc`` readings, see
-:mod:`acp_fast.benchmark.client`): the conductor is the process the client spawns, so its own
+What is measured beyond the common workloads (the client's `/proc` readings, see
+[`acp_fast.benchmark.client`][acp_fast.benchmark.client]): the conductor is the process the client spawns, so its own
 CPU time during the streaming prompt ÷ N ÷ hops is the **conductor CPU per forwarded
 notification per hop** (every notification crosses the conductor k + 1 times with k proxies),
 the CPU of the whole spawned tree (conductor + proxies + agent) per notification, and the
-conductor's **peak RSS** (``VmHWM``, its own high-water mark since exec). CPU pinning: the
+conductor's **peak RSS** (`VmHWM`, its own high-water mark since exec). CPU pinning: the
 harness pins the client to one CPU and the spawned command to the other; with a chain that
 command is the conductor and every component inherits its CPU, so on a 2-CPU machine the
 conductor, the proxies and the agent share one CPU, while the direct pair's agent has it to
@@ -53,14 +53,14 @@ DIRECT = "acp_fast/acp_fast"
 
 
 def chain_name(proxies: int) -> str:
-    """``"acp_fast/conductor-<k>p/acp_fast"``."""
+    """`"acp_fast/conductor-<k>p/acp_fast"`."""
     return f"acp_fast/conductor-{proxies}p/acp_fast"
 
 
 def conductor_command(proxies: int, agent: Sequence[str], *, loop: str | None = None) -> tuple[str, ...]:
-    """``acp-fast conductor agent`` with ``proxies`` pass-through proxies in front of ``agent``
-    (every Python process on ``loop`` when given; ``agent`` gets ``--loop`` appended); the
-    conductor and the proxies run through the reporting launcher (roles ``conductor``, ``proxy``)."""
+    """`acp-fast conductor agent` with `proxies` pass-through proxies in front of `agent`
+    (every Python process on `loop` when given; `agent` gets `--loop` appended); the
+    conductor and the proxies run through the reporting launcher (roles `conductor`, `proxy`)."""
     flag = ("--loop", loop) if loop else ()
     proxy = shlex.join(launch("proxy", "acp_fast.conductor.passthrough", *flag))
     return (*launch("conductor", "acp_fast.cli.main", "conductor", *flag, "agent", *[proxy] * proxies),
@@ -69,7 +69,7 @@ def conductor_command(proxies: int, agent: Sequence[str], *, loop: str | None = 
 
 @dataclass(frozen=True)
 class ChainPair(Pair):
-    """A pair whose agent command is a conductor running ``proxies`` pass-through proxies in
+    """A pair whose agent command is a conductor running `proxies` pass-through proxies in
     front of the agent; the event loop goes into every component's command."""
 
     proxies: int = 0

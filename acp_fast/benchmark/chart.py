@@ -1,17 +1,17 @@
-"""Charts of a benchmark run (matplotlib, optional: ``pip install matplotlib``).
+"""Charts of a benchmark run (matplotlib, optional: `pip install matplotlib`).
 
 One panel per question a reader has (how fast does it stream, how much CPU per message, how
 many round trips, requests in flight, 1 MiB frames, memory), horizontal bars grouped by event
-loop, acp_fast in one colour and each official SDK in its own fixed colour (:data:`SERIES`),
+loop, acp_fast in one colour and each official SDK in its own fixed colour (`SERIES`),
 the floor (what the machine does with no protocol library, where the run measured one) as a
 dashed line across its loop's group, and the ratio of acp_fast to the best SDK written on
-acp_fast's bar. :func:`write_png` draws the suite (``acp-fast bench --png``),
-:func:`write_remote_png` the remote rows (``acp-fast bench --remote --png``).
+acp_fast's bar. [`write_png`][acp_fast.benchmark.chart.write_png] draws the suite (`acp-fast bench --png`),
+[`write_remote_png`][acp_fast.benchmark.chart.write_remote_png] the remote rows (`acp-fast bench --remote --png`).
 
-The layout is computed without matplotlib (:func:`suite_panels`, :func:`remote_panels`: lists of
-:class:`Panel`), then drawn by :func:`figure`; the drawn artists carry ids (``gid``) that say
-what they show: ``bar:SERIES:LOOP``, ``note:LOOP`` (the ratio on acp_fast's bar),
-``reference:LOOP`` (the floor line).
+The layout is computed without matplotlib ([`suite_panels`][acp_fast.benchmark.chart.suite_panels], [`remote_panels`][acp_fast.benchmark.chart.remote_panels]: lists of
+[`Panel`][acp_fast.benchmark.chart.Panel]), then drawn by [`figure`][acp_fast.benchmark.chart.figure]; the drawn artists carry ids (`gid`) that say
+what they show: `bar:SERIES:LOOP`, `note:LOOP` (the ratio on acp_fast's bar),
+`reference:LOOP` (the floor line).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ _REFERENCE_COLOR = "#333333"
 
 @dataclass
 class Bar:
-    """One bar: a series' median on one loop; ``note`` (the ratio on acp_fast's bar) is written on it."""
+    """One bar: a series' median on one loop; `note` (the ratio on acp_fast's bar) is written on it."""
 
     series: Series
     value: float
@@ -66,7 +66,7 @@ class Bar:
 
 @dataclass
 class Group:
-    """The bars of one event loop, and the reference line across them (``(label with its value, value)``)."""
+    """The bars of one event loop, and the reference line across them (`(label with its value, value)`)."""
 
     loop: str
     bars: list[Bar] = field(default_factory=list)
@@ -75,7 +75,7 @@ class Group:
 
 @dataclass
 class Panel:
-    """One question: its title, unit, direction (``"higher"``/``"lower"`` is better), groups."""
+    """One question: its title, unit, direction (`"higher"`/`"lower"` is better), groups."""
 
     title: str
     unit: str
@@ -84,7 +84,7 @@ class Panel:
 
 
 def _ratio_note(better: str, value: float, other: float, name: str) -> str:
-    """``"10.3× the TypeScript SDK"`` / ``"3.1× less than the Python SDK"`` (unrounded ratio, one decimal)."""
+    """`"10.3× the TypeScript SDK"` / `"3.1× less than the Python SDK"` (unrounded ratio, one decimal)."""
     if value <= 0 or other <= 0:
         return ""
     if better == "higher":
@@ -134,7 +134,7 @@ def _loops_of(loops: Iterable[str]) -> list[str]:
 
 
 def suite_panels(rows: Sequence[Measurement]) -> list[Panel]:
-    """The six panels of a suite run (:data:`SUITE_QUESTIONS`), from its measurements.
+    """The six panels of a suite run (`SUITE_QUESTIONS`), from its measurements.
 
     A Node.js row (no Python loop) is drawn in every loop's group; a value is drawn only when
     every workload it sums has a median.
@@ -194,8 +194,8 @@ def _median(row: Mapping[str, Any]) -> float | None:
 
 
 def remote_panels(rows: Iterable[Mapping[str, Any]], *, rss_goal: float | None = None) -> list[Panel]:
-    """The panels of the remote rows (:data:`REMOTE_QUESTIONS`), from their rows (``remote.json``'s
-    ``rows``, or ``RemoteResult`` as dicts); ``rss_goal`` draws that goal across the memory panel."""
+    """The panels of the remote rows (`REMOTE_QUESTIONS`), from their rows (`remote.json`'s
+    `rows`, or `RemoteResult` as dicts); `rss_goal` draws that goal across the memory panel."""
     by: dict[tuple[str, str, str, str], float] = {}
     for r in rows:
         v = _median(r)
@@ -261,8 +261,8 @@ _CLEAR = {"facecolor": "white", "edgecolor": "none", "pad": 0.3}
 
 
 def figure(panels: Sequence[Panel], title: str = "", *, reference_legend: str = "") -> Any:
-    """A matplotlib figure of ``panels``: two columns, a shared legend of the series drawn
-    (and of the reference line, as ``reference_legend`` when given) under ``title``.
+    """A matplotlib figure of `panels`: two columns, a shared legend of the series drawn
+    (and of the reference line, as `reference_legend` when given) under `title`.
 
     Raises:
         MissingMatplotlib: matplotlib is not installed.
@@ -363,7 +363,7 @@ def _save(fig: Any, path: str | os.PathLike[str]) -> None:
 
 
 def write_png(path: str | os.PathLike[str], rows: Sequence[Measurement], title: str = "") -> None:
-    """The suite's chart (:func:`suite_panels`) as a PNG.
+    """The suite's chart ([`suite_panels`][acp_fast.benchmark.chart.suite_panels]) as a PNG.
 
     Raises:
         MissingMatplotlib: matplotlib is not installed (nothing is written).
@@ -374,7 +374,7 @@ def write_png(path: str | os.PathLike[str], rows: Sequence[Measurement], title: 
 
 def write_remote_png(path: str | os.PathLike[str], rows: Iterable[Mapping[str, Any]], title: str = "", *,
                      rss_goal: float | None = None) -> None:
-    """The remote rows' chart (:func:`remote_panels`) as a PNG.
+    """The remote rows' chart ([`remote_panels`][acp_fast.benchmark.chart.remote_panels]) as a PNG.
 
     Raises:
         MissingMatplotlib: matplotlib is not installed (nothing is written).

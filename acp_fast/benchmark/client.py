@@ -1,42 +1,44 @@
-"""The acp_fast benchmark client: the client CLI contract of ``peers/README.md`` on acp_fast.
+"""The acp_fast benchmark client: the client CLI contract of `peers/README.md` on acp_fast.
 
-Same command line and the same one JSON line as ``peers/ts/client.mjs`` and
-``peers/pysdk/client.py``, built on acp_fast's builder API (``Client.builder()`` for v1,
-``Client.v2()`` with ``--v2``) and the child-process transport (``acp_fast.transport.spawn``)::
+Same command line and the same one JSON line as `peers/ts/client.mjs` and
+`peers/pysdk/client.py`, built on acp_fast's builder API (`Client.builder()` for v1,
+`Client.v2()` with `--v2`) and the child-process transport (`acp_fast.transport.spawn`):
 
-    python -m acp_fast.benchmark.client [--v2] [--n N] [--m M] [--rtt-method echo|prompt|none]
-        [--inflight K] [--inflight-m X] [--warmup W] [--permission] [--raw-updates] [--large]
-        [--loop auto|asyncio|uvloop] [--hops H] [-- agent command...]
+```bash
+python -m acp_fast.benchmark.client [--v2] [--n N] [--m M] [--rtt-method echo|prompt|none]
+    [--inflight K] [--inflight-m X] [--warmup W] [--permission] [--raw-updates] [--large]
+    [--loop auto|asyncio|uvloop] [--hops H] [-- agent command...]
+```
 
-Every ``session/update`` goes through the read gate (``on_session_update``; ``--raw-updates``
-is accepted for CLI parity and has no effect); the text of every ``agent_message_chunk`` is read and its length summed (``textBytes``), every echo is
-checked. ``sdk`` is ``"acp_fast"``, ``engine`` the active engine twin (``"c"`` or ``"py"``;
-``ACP_FAST_NO_EXTENSIONS=1`` selects the pure one), ``loop`` the event loop; ``agentLoop`` and
-``agentEngine`` are what the agent's ``_test/stats`` says (``null`` when it lacks them). Without an
-agent command ``acp-fast testy`` is spawned (on the same ``--loop``, this interpreter and this
-``acp_fast``, whatever the working directory).
+Every `session/update` goes through the read gate (`on_session_update`; `--raw-updates`
+is accepted for CLI parity and has no effect); the text of every `agent_message_chunk` is read and its length summed (`textBytes`), every echo is
+checked. `sdk` is `"acp_fast"`, `engine` the active engine twin (`"c"` or `"py"`;
+`ACP_FAST_NO_EXTENSIONS=1` selects the pure one), `loop` the event loop; `agentLoop` and
+`agentEngine` are what the agent's `_test/stats` says (`null` when it lacks them). Without an
+agent command `acp-fast testy` is spawned (on the same `--loop`, this interpreter and this
+`acp_fast`, whatever the working directory).
 
-``startupMs`` is the wall time from just before the agent is spawned to the decoded
-``initialize`` response: the agent's whole start (its interpreter, its imports, its first
+`startupMs` is the wall time from just before the agent is spawned to the decoded
+`initialize` response: the agent's whole start (its interpreter, its imports, its first
 read), as an editor waits for it. The client has done its own imports and built its connection
-before it spawns the agent, so none of its own start-up is inside. ``initMs`` is the part after
-the request was sent; ``startupTreeCpuMs`` the CPU time the spawned process and its descendants
-had used by then (``/proc``, see below; ``null`` elsewhere), which contention on a shared
+before it spawns the agent, so none of its own start-up is inside. `initMs` is the part after
+the request was sent; `startupTreeCpuMs` the CPU time the spawned process and its descendants
+had used by then (`/proc`, see below; `null` elsewhere), which contention on a shared
 machine stretches far less than the wall time. An agent on a source tree without bytecode
-caches (``PYTHONDONTWRITEBYTECODE``) compiles its modules in there: ``acp-fast bench`` compiles
-them before it measures (:mod:`acp_fast.benchmark.bytecode`).
+caches (`PYTHONDONTWRITEBYTECODE`) compiles its modules in there: `acp-fast bench` compiles
+them before it measures (`acp_fast.benchmark.bytecode`).
 
 Beyond the contract, the client measures the process it spawned (the *child*) and that
-child's descendants from ``/proc`` (Linux; the fields are ``null`` elsewhere), so that a
-process between the client and the agent, such as ``acp-fast conductor`` and its proxies,
-is measured too: ``streamChildCpuUsPerMsg`` is the child's own CPU time (every thread's
-``/proc/PID/task/TID/schedstat`` run time, nanosecond resolution) during the streaming
-prompt ÷ N; ``streamTreeCpuUsPerMsg`` the same for the child and all its descendants (with
-a conductor: conductor + proxies + agent); ``childMaxRssKiB`` the child's peak RSS
-(``VmHWM`` of ``/proc/PID/status``, read before the connection closes; the kernel resets it
-at ``execve``, so unlike ``ru_maxrss`` it is the child's own peak). ``--hops H`` says that
+child's descendants from `/proc` (Linux; the fields are `null` elsewhere), so that a
+process between the client and the agent, such as `acp-fast conductor` and its proxies,
+is measured too: `streamChildCpuUsPerMsg` is the child's own CPU time (every thread's
+`/proc/PID/task/TID/schedstat` run time, nanosecond resolution) during the streaming
+prompt ÷ N; `streamTreeCpuUsPerMsg` the same for the child and all its descendants (with
+a conductor: conductor + proxies + agent); `childMaxRssKiB` the child's peak RSS
+(`VmHWM` of `/proc/PID/status`, read before the connection closes; the kernel resets it
+at `execve`, so unlike `ru_maxrss` it is the child's own peak). `--hops H` says that
 the child forwards every notification H times (a conductor with k proxies: k + 1) and adds
-``streamChildCpuUsPerHop`` = ``streamChildCpuUsPerMsg`` ÷ H.
+`streamChildCpuUsPerHop` = `streamChildCpuUsPerMsg` ÷ H.
 """
 
 from __future__ import annotations
@@ -83,13 +85,13 @@ class Args(argparse.Namespace):
 
 
 def parse_args(argv: list[str]) -> Args:
-    """Parse the client's command line (the options, then ``--`` and the agent command).
+    """Parse the client's command line (the options, then `--` and the agent command).
 
     Args:
         argv: the arguments without the program name.
 
     Returns:
-        The options, with the workload sizes filled in from ``ACP_N``/``ACP_CHUNK`` where not given.
+        The options, with the workload sizes filled in from `ACP_N`/`ACP_CHUNK` where not given.
     """
     if "--" in argv:
         i = argv.index("--")
@@ -206,7 +208,7 @@ async def _cpu(cx: Any) -> tuple[float, float | None]:
 
 
 def _task_cpu_ns(pid: int) -> int | None:
-    """Run time of every thread of ``pid`` in ns (``schedstat``), ``None`` when unreadable."""
+    """Run time of every thread of `pid` in ns (`schedstat`), `None` when unreadable."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -222,7 +224,7 @@ def _task_cpu_ns(pid: int) -> int | None:
 
 
 def _descendants(pid: int) -> list[int]:
-    """The pids under ``pid`` (children, their children, ...), from the ppid of every /proc entry."""
+    """The pids under `pid` (children, their children, ...), from the ppid of every /proc entry."""
     children: dict[int, list[int]] = {}
     try:
         entries = os.listdir("/proc")
@@ -248,7 +250,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _tree_cpu(pid: int | None) -> tuple[int, int] | None:
-    """``(child ns, child + descendants ns)`` of CPU time, or ``None`` without /proc."""
+    """`(child ns, child + descendants ns)` of CPU time, or `None` without /proc."""
     if pid is None:
         return None
     own = _task_cpu_ns(pid)
@@ -261,7 +263,7 @@ def _tree_cpu(pid: int | None) -> tuple[int, int] | None:
 
 
 def _peak_rss_kib(pid: int | None) -> int | None:
-    """``VmHWM`` of ``pid`` in KiB (its own peak RSS since exec), ``None`` when unreadable."""
+    """`VmHWM` of `pid` in KiB (its own peak RSS since exec), `None` when unreadable."""
     if pid is None:
         return None
     try:
@@ -445,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark client and print its one JSON result line on stdout.
 
     Args:
-        argv: the arguments (default: ``sys.argv[1:]``).
+        argv: the arguments (default: `sys.argv[1:]`).
 
     Returns:
         The process exit status.

@@ -1,18 +1,18 @@
-"""The floor row of ``acp-fast bench``: what Python moves through a pipe here with no protocol
+"""The floor row of `acp-fast bench`: what Python moves through a pipe here with no protocol
 library at all, so that every run shows how close acp_fast comes to it.
 
-* The **writer** (``python -m acp_fast.benchmark.floor writer``) re-sends one pre-encoded
-  ``session/update`` line (``agent_message_chunk`` with ``ACP_CHUNK`` bytes of text: 100, or
+* The **writer** (`python -m acp_fast.benchmark.floor writer`) re-sends one pre-encoded
+  `session/update` line (`agent_message_chunk` with `ACP_CHUNK` bytes of text: 100, or
   1 MiB in the large step) with blocking writes: no JSON-RPC, no encoding per message.
-* The **reader** (``python -m acp_fast.benchmark.floor [--n N] [--warmup W] [--large]
-  [--loop L] -- WRITER...``) starts the writer with :func:`acp_fast.transport.spawn` (the same
+* The **reader** (`python -m acp_fast.benchmark.floor [--n N] [--warmup W] [--large]
+  [--loop L] -- WRITER...`) starts the writer with [`acp_fast.transport.spawn`][acp_fast.transport.spawn] (the same
   wide pipes as every acp_fast client's agent, on every loop), splits the lines of each chunk
   read and decodes each with orjson, reading the text's length: no dispatch, no validation
   beyond JSON.
 
 It takes the client CLI contract's options (the round-trip ones are accepted and ignored) and
-prints one JSON line with the streaming fields of the contract (``notificationsPerSec``,
-``textMiBPerSec``, ``streamClientCpuUsPerMsg``, ``streamAgentCpuUsPerMsg``, ...). A ceiling
+prints one JSON line with the streaming fields of the contract (`notificationsPerSec`,
+`textMiBPerSec`, `streamClientCpuUsPerMsg`, `streamAgentCpuUsPerMsg`, ...). A ceiling
 measured with a shortcut (nothing here is what a user's client or agent does): a reference,
 never a comparison, and a target only as a fraction of it.
 """
@@ -36,7 +36,7 @@ LARGE_CHUNK = 1048576
 
 
 def line_for(chunk: int) -> bytes:
-    """The pre-encoded ``session/update`` line the writer re-sends (``chunk`` text bytes)."""
+    """The pre-encoded `session/update` line the writer re-sends (`chunk` text bytes)."""
     text = "x" * chunk
     return (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"floor","update":'
             b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"%s"}}}}\n'
@@ -44,7 +44,7 @@ def line_for(chunk: int) -> bytes:
 
 
 def _writer() -> int:
-    """Wait for ``TOTAL`` on stdin, write the line ``TOTAL`` times, then wait for stdin's end."""
+    """Wait for `TOTAL` on stdin, write the line `TOTAL` times, then wait for stdin's end."""
     first = sys.stdin.buffer.readline()
     if not first.strip():
         return 0
@@ -148,7 +148,7 @@ async def _read(cmd: list[str], n: int, warmup: int, env: dict[str, str]) -> Jso
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``writer``, or the reader's command line (see the module's text)."""
+    """`writer`, or the reader's command line (see the module's text)."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["writer"]:
         return _writer()

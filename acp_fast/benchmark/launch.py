@@ -1,31 +1,31 @@
 """Runs one Python process of a benchmark row and has it say what it runs.
 
-::
+```text
+python -P -m acp_fast.benchmark.launch ROLE MODULE [ARGS...]
+python -P -m acp_fast.benchmark.launch ROLE --script PATH [ARGS...]
+```
 
-    python -P -m acp_fast.benchmark.launch ROLE MODULE [ARGS...]
-    python -P -m acp_fast.benchmark.launch ROLE --script PATH [ARGS...]
+The process runs `MODULE` as `python -m MODULE ARGS` would (`runpy`, as `__main__`), or
+the script `PATH` as `python PATH ARGS` would (its folder first on `sys.path`), in this
+same process: nothing else changes for the program. `ROLE` names the process in its row
+(`client`, `agent`, `conductor`, `proxy`, `server`).
 
-The process runs ``MODULE`` as ``python -m MODULE ARGS`` would (``runpy``, as ``__main__``), or
-the script ``PATH`` as ``python PATH ARGS`` would (its folder first on ``sys.path``), in this
-same process: nothing else changes for the program. ``ROLE`` names the process in its row
-(``client``, ``agent``, ``conductor``, ``proxy``, ``server``).
+When `$ACP_FAST_BENCH_REPORT` (`REPORT_ENV`) names a file, the process appends JSON
+lines to it (one `write` each, `O_APPEND`: the processes of a row share the file):
 
-When ``$ACP_FAST_BENCH_REPORT`` (:data:`REPORT_ENV`) names a file, the process appends JSON
-lines to it (one ``write`` each, ``O_APPEND``: the processes of a row share the file):
-
-* before the program starts, ``{"event": "start", "role", "pid", "ppid", "engine", "acp_fast",
-  "python"}``: the engine twin active in this process (``acp_fast.IMPLEMENTATION``), the
-  folder of the ``acp_fast`` package it imported and its interpreter;
-* for a module, once per event loop that acp_fast's runner (:func:`acp_fast.transport.run`, which
-  every runner of acp_fast goes through) makes, ``{"event": "loop", "role", "pid", "loop"}``,
-  written from inside that loop once it runs (``"asyncio"`` or ``"uvloop"``: the running
+* before the program starts, `{"event": "start", "role", "pid", "ppid", "engine", "acp_fast",
+  "python"}`: the engine twin active in this process (`acp_fast.IMPLEMENTATION`), the
+  folder of the `acp_fast` package it imported and its interpreter;
+* for a module, once per event loop that acp_fast's runner ([`acp_fast.transport.run`][acp_fast.transport.run], which
+  every runner of acp_fast goes through) makes, `{"event": "loop", "role", "pid", "loop"}`,
+  written from inside that loop once it runs (`"asyncio"` or `"uvloop"`: the running
   loop's kind). A script (an official-SDK peer on acp_fast's drop-in) runs its own loop and
-  reports it itself (its JSON line, its ``_test/stats``); its ``acp_fast.transport`` is not
+  reports it itself (its JSON line, its `_test/stats`); its `acp_fast.transport` is not
   imported ahead of it.
 
-:func:`read_reports` reads them back. Without the variable the launcher writes nothing and changes nothing: the commands
-``acp-fast bench --list`` shows can be run by hand. The harness side (building these commands,
-reading and checking the lines) is :mod:`acp_fast.benchmark.runtime`.
+[`read_reports`][acp_fast.benchmark.launch.read_reports] reads them back. Without the variable the launcher writes nothing and changes nothing: the commands
+`acp-fast bench --list` shows can be run by hand. The harness side (building these commands,
+reading and checking the lines) is [`acp_fast.benchmark.runtime`][acp_fast.benchmark.runtime].
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ REPORT_ENV = "ACP_FAST_BENCH_REPORT"
 
 
 def report(record: dict[str, Any]) -> None:
-    """Append ``record`` as one JSON line to the file ``$ACP_FAST_BENCH_REPORT`` names (nothing
+    """Append `record` as one JSON line to the file `$ACP_FAST_BENCH_REPORT` names (nothing
     when it is unset or empty)."""
     path = os.environ.get(REPORT_ENV)
     if not path:
@@ -56,7 +56,7 @@ def report(record: dict[str, Any]) -> None:
 
 
 def read_reports(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The JSON lines the processes wrote to ``path`` (a torn or foreign line is skipped)."""
+    """The JSON lines the processes wrote to `path` (a torn or foreign line is skipped)."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -95,7 +95,7 @@ def _watch_loops(role: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run ``ROLE (MODULE | --script PATH) [ARGS...]`` (see the module docstring)."""
+    """Run `ROLE (MODULE | --script PATH) [ARGS...]` (see the module docstring)."""
     args = sys.argv[1:] if argv is None else list(argv)
     script = len(args) >= 3 and args[1] == "--script"
     if len(args) < 2 or (args[1] == "--script" and not script):

@@ -1,8 +1,8 @@
 """The state of the machine around a benchmark run: load average, CPU calibration, busy check,
-and what of this interpreter's environment changes a peer's speed (:func:`sdk_tracing_note`).
+and what of this interpreter's environment changes a peer's speed ([`sdk_tracing_note`][acp_fast.benchmark.machine.sdk_tracing_note]).
 
 The shared machine's speed moves between runs; CPU µs per message is robust to that, wall
-throughput is not. :func:`snapshot` is taken before and after the run; :func:`busy_warnings`
+throughput is not. [`snapshot`][acp_fast.benchmark.machine.snapshot] is taken before and after the run; [`busy_warnings`][acp_fast.benchmark.machine.busy_warnings]
 says when the numbers should not be trusted (load average above 0.7 × CPUs, or the
 calibration loop's time drifting by more than 15 % between before and after).
 """
@@ -55,14 +55,14 @@ def calibrate(loops: int = CALIBRATION_LOOPS) -> float:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Load average (1, 5, 15 min; ``None`` where unknown), calibration time, time stamp."""
+    """Load average (1, 5, 15 min; `None` where unknown), calibration time, time stamp."""
 
     load: tuple[float, float, float] | None
     calibration_ms: float
     at: str
 
     def load_text(self) -> str:
-        """The three load averages with two decimals, or ``"n/a"`` when unknown."""
+        """The three load averages with two decimals, or `"n/a"` when unknown."""
         return "n/a" if self.load is None else " ".join(f"{x:.2f}" for x in self.load)
 
     def to_json(self) -> JsonObject:
@@ -101,10 +101,10 @@ def busy_warnings(before: Snapshot, after: Snapshot, cpus: int | None = None) ->
 def sdk_tracing_note() -> str | None:
     """A note when the Python SDK peers of a run (they run this interpreter) trace every message.
 
-    With ``opentelemetry-api`` (the ``mcp`` package brings it, so the ``test`` extra does) or
-    ``logfire`` importable, ``acp`` opens a span per request and notification: its rows, and
+    With `opentelemetry-api` (the `mcp` package brings it, so the `test` extra does) or
+    `logfire` importable, `acp` opens a span per request and notification: its rows, and
     those of the drop-ins (the SDK's own code on acp_fast), are slower than with the SDK's
-    default install, so ratios against them are too flattering. ``None`` when neither imports.
+    default install, so ratios against them are too flattering. `None` when neither imports.
     """
     found = [dist for module, dist in SDK_TRACERS.items() if _importable(module)]
     if not found:

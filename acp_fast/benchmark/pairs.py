@@ -1,49 +1,42 @@
 """The built-in benchmark *pairs* (a client command and an agent command run as two processes),
-registered on import, and the registry's names (:mod:`.registry`) re-exported.
+registered on import, and the registry's names ([`registry`][acp_fast.benchmark.registry]) re-exported.
 
 A pair is benchmarked by running its client command with the workload's options followed by
-``--`` and its agent command; the client spawns the agent over real OS pipes (stdin/stdout),
-drives it and prints one JSON line (the client CLI contract of ``peers/README.md``).
+`--` and its agent command; the client spawns the agent over real OS pipes (stdin/stdout),
+drives it and prints one JSON line (the client CLI contract of `peers/README.md`).
 
-Every pair runs once per event loop (:meth:`Pair.variants`): each Python side gets the same
-``--loop asyncio|uvloop``; a pair without a Python process (``ts/ts``) runs once, on node.
+Every pair runs once per event loop ([`Pair.variants`][acp_fast.benchmark.pairs.Pair.variants]): each Python side gets the same
+`--loop asyncio|uvloop`; a pair without a Python process (`ts/ts`) runs once, on node.
 
-Built-in pairs (``<client>/<agent>``; the acp_fast agent is ``acp-fast testy``, streaming
-through the public API, ``cx.send_session_update`` with fresh text per chunk):
+Built-in pairs (`<client>/<agent>`; the acp_fast agent is `acp-fast testy`, streaming
+through the public API, `cx.send_session_update` with fresh text per chunk):
 
-=======================================  ==============================================
-``acp_fast/acp_fast``                    acp_fast client and agent, compiled engine
-``acp_fast/acp_fast-readme``             the acp_fast client fed by an agent written from the README
-                                         (:mod:`.readme_agent`: public API only, as a user writes it)
-``acp_fast-pure/acp_fast-pure``          the same with ``ACP_FAST_NO_EXTENSIONS=1`` on both
-``pysdk/pysdk``                          official Python SDK client and agent (``peers/pysdk``)
-``ts/ts``                                official TypeScript SDK client and agent
-``acp_fast/pysdk``, ``acp_fast/ts``      the acp_fast client fed by each official SDK agent
-``pysdk/acp_fast``, ``ts/acp_fast``      each official SDK client fed by the acp_fast agent
-``pysdk-transport/…``, ``pysdk-fast/…``  the official Python SDK pair on acp_fast's transport /
-                                         connection drop-in (:mod:`.pairs_sdk`)
-``acp_fast/acp_fast-preencoded``         raw ceiling: Testy re-sends one pre-encoded line
-``floor/floor``                          the floor: no protocol library (:mod:`.floor`: a writer of
-                                         one pre-encoded line, an asyncio reader decoding each
-                                         line with orjson); the reference of the "fraction of
-                                         the floor" goals, never a comparison
-                                         (:data:`CEILING`; never in a comparison)
-``acp_fast/conductor-1p/acp_fast``, ...  through ``acp-fast conductor`` with 0, 1, 3
-                                         pass-through proxies (:mod:`.chains`)
-``acp_fast-v2/acp_fast-v2``, ...         draft ACP v2 and other extra pairs (``--list``)
-=======================================  ==============================================
+| pair | what it runs |
+|---|---|
+| `acp_fast/acp_fast` | acp_fast client and agent, compiled engine |
+| `acp_fast/acp_fast-readme` | the acp_fast client fed by an agent written from the README (`readme_agent`: public API only, as a user writes it) |
+| `acp_fast-pure/acp_fast-pure` | the same with `ACP_FAST_NO_EXTENSIONS=1` on both |
+| `pysdk/pysdk` | official Python SDK client and agent (`peers/pysdk`) |
+| `ts/ts` | official TypeScript SDK client and agent |
+| `acp_fast/pysdk`, `acp_fast/ts` | the acp_fast client fed by each official SDK agent |
+| `pysdk/acp_fast`, `ts/acp_fast` | each official SDK client fed by the acp_fast agent |
+| `pysdk-transport/…`, `pysdk-fast/…` | the official Python SDK pair on acp_fast's transport / connection drop-in ([`pairs_sdk`][acp_fast.benchmark.pairs_sdk]) |
+| `acp_fast/acp_fast-preencoded` | raw ceiling: Testy re-sends one pre-encoded line |
+| `floor/floor` | the floor: no protocol library (`floor`: a writer of one pre-encoded line, an asyncio reader decoding each line with orjson); the reference of the "fraction of the floor" goals, never a comparison (`CEILING`; never in a comparison) |
+| `acp_fast/conductor-1p/acp_fast`, ... | through `acp-fast conductor` with 0, 1, 3 pass-through proxies ([`chains`][acp_fast.benchmark.chains]) |
+| `acp_fast-v2/acp_fast-v2`, ... | draft ACP v2 and other extra pairs (`--list`) |
 
-Every acp_fast process of a pair (the client, Testy, and in :mod:`.chains` the conductor and its
-proxies) runs on this interpreter, imports this ``acp_fast`` whatever the working directory and
-reports the twin and loop it runs (:mod:`.runtime`, through :mod:`.launch`); the pair's
-``engine`` and ``processes`` say what they must report.
+Every acp_fast process of a pair (the client, Testy, and in [`chains`][acp_fast.benchmark.chains] the conductor and its
+proxies) runs on this interpreter, imports this `acp_fast` whatever the working directory and
+reports the twin and loop it runs ([`runtime`][acp_fast.benchmark.runtime], through [`launch`][acp_fast.benchmark.launch]); the pair's
+`engine` and `processes` say what they must report.
 
-The peers' folder: :func:`configure`'s argument (``acp-fast bench --peers DIR``), else
-``$ACP_FAST_PEERS``, else ``peers/`` of the source tree or of the working directory
-(:func:`~.registry.find_peers`).
+The peers' folder: [`configure`][acp_fast.benchmark.pairs.configure]'s argument (`acp-fast bench --peers DIR`), else
+`$ACP_FAST_PEERS`, else `peers/` of the source tree or of the working directory
+([`find_peers`][acp_fast.benchmark.registry.find_peers]).
 
-Extension point: :func:`register_pair` (:mod:`.registry`) adds any other pair; or, without code,
-``acp-fast bench --add-pair NAME 'CLIENT CMD' 'AGENT CMD'``.
+Extension point: [`register_pair`][acp_fast.benchmark.pairs.register_pair] ([`registry`][acp_fast.benchmark.registry]) adds any other pair; or, without code,
+`acp-fast bench --add-pair NAME 'CLIENT CMD' 'AGENT CMD'`.
 """
 
 from __future__ import annotations
@@ -112,9 +105,9 @@ FLOOR = "floor: no protocol library, orjson per line (not a comparison)"
 
 
 def configure(peers_dir: str | os.PathLike[str] | None = None) -> None:
-    """(Re)registers the built-in pairs, with the peers in ``peers_dir`` (default: unchanged).
+    """(Re)registers the built-in pairs, with the peers in `peers_dir` (default: unchanged).
 
-    Pairs registered by :func:`register_pair` under other names are kept.
+    Pairs registered by [`register_pair`][acp_fast.benchmark.pairs.register_pair] under other names are kept.
     """
     if peers_dir is not None:
         registry.set_peers_dir(peers_dir)

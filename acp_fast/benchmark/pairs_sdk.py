@@ -1,19 +1,19 @@
-"""Benchmark pairs of the official Python SDK on acp_fast's drop-ins (``acp_fast.compat.acp_sdk``).
+"""Benchmark pairs of the official Python SDK on acp_fast's drop-ins (`acp_fast.compat.acp_sdk`).
 
-The SDK peers of ``peers/pysdk`` (``client.py``, ``agent.py``), unchanged, each run through
-``peers/pysdk/dropin.py MODE`` (the drop-in installed from outside before the peer imports
+The SDK peers of `peers/pysdk` (`client.py`, `agent.py`), unchanged, each run through
+`peers/pysdk/dropin.py MODE` (the drop-in installed from outside before the peer imports
 the SDK), both sides switched, compiled engine; both run through the reporting launcher
-(:mod:`.launch`, ``--script``), which reports the twin of the acp_fast they run on, and report
+([`launch`][acp_fast.benchmark.launch], `--script`), which reports the twin of the acp_fast they run on, and report
 their loop themselves:
 
-=======================================  ==============================================
-``pysdk-transport/pysdk-transport``      SDK client and agent on the transport drop-in
-``pysdk-fast/pysdk-fast``                SDK client and agent on the connection drop-in
-=======================================  ==============================================
+| pair | what it runs |
+|---|---|
+| `pysdk-transport/pysdk-transport` | SDK client and agent on the transport drop-in |
+| `pysdk-fast/pysdk-fast` | SDK client and agent on the connection drop-in |
 
-Compare them with ``pysdk/pysdk`` (the stock SDK, ``BASELINE`` of :mod:`.pairs`) in one run:
-``acp-fast bench --pairs pysdk/pysdk,pysdk-transport/pysdk-transport,pysdk-fast/pysdk-fast``.
-The issue-11 targets and the import-time comparison: ``scripts/bench_sdk_dropin.py``.
+Compare them with `pysdk/pysdk` (the stock SDK, `BASELINE` of [`pairs`][acp_fast.benchmark.pairs]) in one run:
+`acp-fast bench --pairs pysdk/pysdk,pysdk-transport/pysdk-transport,pysdk-fast/pysdk-fast`.
+The issue-11 targets and the import-time comparison: `scripts/bench_sdk_dropin.py`.
 """
 
 from __future__ import annotations

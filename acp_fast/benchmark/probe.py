@@ -1,10 +1,10 @@
-"""``acp-fast bench --agent CMD``: measure any ACP agent the way a client sees it.
+"""`acp-fast bench --agent CMD`: measure any ACP agent the way a client sees it.
 
-Each run spawns the agent, negotiates through ``Client.protocol_connector()`` (v2 first,
+Each run spawns the agent, negotiates through `Client.protocol_connector()` (v2 first,
 v1 when the agent answers 1; or one forced version), opens a session, sends one prompt and
-waits for the end of the turn (v1: the prompt's response; v2: the idle ``state_update``).
-Measured per run: process start → ``initialize`` response, ``session/new`` latency, time to
-the first ``session/update`` after the prompt was sent, updates per second over the turn and
+waits for the end of the turn (v1: the prompt's response; v2: the idle `state_update`).
+Measured per run: process start → `initialize` response, `session/new` latency, time to
+the first `session/update` after the prompt was sent, updates per second over the turn and
 the turn's total time. Medians over the runs.
 """
 
@@ -40,7 +40,7 @@ PROBE_METRICS: tuple[tuple[str, str, str], ...] = (
 
 @dataclass
 class ProbeResult:
-    """Every run's record and the medians of :data:`PROBE_METRICS`."""
+    """Every run's record and the medians of `PROBE_METRICS`."""
 
     command: list[str]
     prompt: str
@@ -48,11 +48,11 @@ class ProbeResult:
     errors: list[str] = field(default_factory=list)
 
     def values(self, key: str) -> list[float]:
-        """The value of metric ``key`` in every run that recorded it, in run order."""
+        """The value of metric `key` in every run that recorded it, in run order."""
         return [float(r[key]) for r in self.runs if r.get(key) is not None]
 
     def median(self, key: str) -> float | None:
-        """The median of metric ``key`` over the runs, or ``None`` when no run recorded it."""
+        """The median of metric `key` over the runs, or `None` when no run recorded it."""
         v = self.values(key)
         return statistics.median(v) if v else None
 
@@ -161,7 +161,7 @@ async def probe_once(command: Sequence[str], prompt: str, *, protocol: str = "au
 def probe(command: Sequence[str], prompt: str, *, runs: int = 3, timeout_s: float = 60.0,
           protocol: str = "auto",
           on_run: Callable[[int, JsonObject | None, str | None], None] | None = None) -> ProbeResult:
-    """``runs`` runs of :func:`probe_once` (each in a fresh event loop and process)."""
+    """`runs` runs of [`probe_once`][acp_fast.benchmark.probe.probe_once] (each in a fresh event loop and process)."""
     from acp_fast.transport import run as run_loop
 
     result = ProbeResult(list(command), prompt)

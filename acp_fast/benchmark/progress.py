@@ -1,4 +1,4 @@
-"""Live progress of a run on stderr (a ``tqdm`` bar), so stdout carries only the report.
+"""Live progress of a run on stderr (a `tqdm` bar), so stdout carries only the report.
 
 On a terminal the bar shows the running step and its elapsed time; each finished step is
 written above it as one line. Off a terminal (CI logs, pipes) only the finished steps' lines
@@ -33,11 +33,11 @@ class Progress:
         self._bar.set_description_str(f"{label} …")
 
     def tick(self, label: str, elapsed_s: float) -> None:
-        """The running step is still running after ``elapsed_s`` seconds."""
+        """The running step is still running after `elapsed_s` seconds."""
         self._bar.set_description_str(f"{label} … {elapsed_s:.1f}s")
 
     def done(self, label: str, summary: str) -> None:
-        """A step finished with a one-line ``summary``."""
+        """A step finished with a one-line `summary`."""
         self._bar.update(1)
         if self.enabled:
             self._write(f"{label}: {summary}", file=self.stream)

@@ -1,18 +1,20 @@
 """An agent written from the README, as a new user would: the agent of the
-``acp_fast/acp_fast-readme`` row of ``acp-fast bench``.
+`acp_fast/acp_fast-readme` row of `acp-fast bench`.
 
 Only the public API, the way the README's "For agent authors" snippet uses it: an
-``Agent.builder()`` with typed handlers, ``cx.send_session_update`` with a fresh update dict and
-a fresh text per chunk, ``await cx.drain()`` every ~256 KiB of text, served by
-``run_agent_stdio``. Nothing of Testy (no pre-sized padding, no extra yield after a drain), so
-that the row shows what a user's own agent gets, on each loop::
+`Agent.builder()` with typed handlers, `cx.send_session_update` with a fresh update dict and
+a fresh text per chunk, `await cx.drain()` every ~256 KiB of text, served by
+`run_agent_stdio`. Nothing of Testy (no pre-sized padding, no extra yield after a drain), so
+that the row shows what a user's own agent gets, on each loop:
 
-    python -m acp_fast.benchmark.readme_agent [--loop auto|asyncio|uvloop]
+```bash
+python -m acp_fast.benchmark.readme_agent [--loop auto|asyncio|uvloop]
+```
 
-It behaves as the test agent of ``peers/README.md`` needs for the benchmark client: a prompt
-streams N ``agent_message_chunk`` updates (N = the first integer of its text, else 10) of
-``$ACP_CHUNK`` bytes of text (default 100), then answers ``end_turn``; ``_test/echo`` returns
-its params, ``_test/stats`` this process's CPU, peak RSS, engine twin and loop.
+It behaves as the test agent of `peers/README.md` needs for the benchmark client: a prompt
+streams N `agent_message_chunk` updates (N = the first integer of its text, else 10) of
+`$ACP_CHUNK` bytes of text (default 100), then answers `end_turn`; `_test/echo` returns
+its params, `_test/stats` this process's CPU, peak RSS, engine twin and loop.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ _INT = re.compile(r"\d+")
 
 
 def build(chunk: int) -> AgentBuilder[V1]:
-    """The agent's builder: ``session/new``, ``session/prompt`` streaming ``chunk``-byte texts,
-    ``_test/echo`` and ``_test/stats``."""
+    """The agent's builder: `session/new`, `session/prompt` streaming `chunk`-byte texts,
+    `_test/echo` and `_test/stats`."""
     agent = Agent.builder().with_info("readme-agent", "1.0")
 
     @agent.on_request(methods_v1.session.new)
@@ -75,7 +77,7 @@ def build(chunk: int) -> AgentBuilder[V1]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve the agent on stdio until EOF (``--loop`` as every acp_fast runner)."""
+    """Serve the agent on stdio until EOF (`--loop` as every acp_fast runner)."""
     p = argparse.ArgumentParser(prog="acp_fast.benchmark.readme_agent", description=__doc__.split("\n\n")[0])
     p.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default=None,
                    help="event loop (default: ACP_FAST_LOOP, else uvloop when installed)")

@@ -1,16 +1,16 @@
 """The registry of benchmark *pairs*: a client command and an agent command run as two processes.
 
-What a pair is (:class:`Pair`, its per-loop :class:`Variant`), what it needs on the machine
-(:class:`Requirement`), the registry itself (:data:`PAIRS`, :func:`register_pair`,
-:func:`get_pairs`) and the peers' folder (:data:`PEERS`). The built-in pairs are registered by
-:mod:`.pairs` (with :mod:`.chains` and :mod:`.pairs_sdk`), which re-exports these names; this
+What a pair is ([`Pair`][acp_fast.benchmark.registry.Pair], its per-loop [`Variant`][acp_fast.benchmark.registry.Variant]), what it needs on the machine
+([`Requirement`][acp_fast.benchmark.registry.Requirement]), the registry itself (`PAIRS`, [`register_pair`][acp_fast.benchmark.registry.register_pair],
+[`get_pairs`][acp_fast.benchmark.registry.get_pairs]) and the peers' folder (`PEERS`). The built-in pairs are registered by
+[`pairs`][acp_fast.benchmark.pairs] (with [`chains`][acp_fast.benchmark.chains] and [`pairs_sdk`][acp_fast.benchmark.pairs_sdk]), which re-exports these names; this
 module is below all three, so that none of them imports another for the registry.
 
-The peers' programs (``peers/pysdk/*.py``, ``peers/ts/*.mjs``) are in the source tree (a
-checkout, the sdist), not in the wheel. :data:`PEERS` is ``--peers DIR`` (:func:`set_peers_dir`),
-else ``$ACP_FAST_PEERS``, else ``peers/`` beside the package's source tree (a checkout with an
-editable install), else ``peers/`` of the working directory when it holds them (the root of a
-checkout acp_fast was installed from); :data:`PEERS_FROM` says which. When a peer is missing,
+The peers' programs (`peers/pysdk/*.py`, `peers/ts/*.mjs`) are in the source tree (a
+checkout, the sdist), not in the wheel. `PEERS` is `--peers DIR` ([`set_peers_dir`][acp_fast.benchmark.registry.set_peers_dir]),
+else `$ACP_FAST_PEERS`, else `peers/` beside the package's source tree (a checkout with an
+editable install), else `peers/` of the working directory when it holds them (the root of a
+checkout acp_fast was installed from); `PEERS_FROM` says which. When a peer is missing,
 the skip message says what to install and where, for a wheel as for a checkout.
 """
 
@@ -66,9 +66,9 @@ def _holds_peers(folder: Path) -> bool:
 
 
 def find_peers() -> tuple[Path, str | None]:
-    """``(folder, where it came from)`` of the peers without ``--peers``: ``$ACP_FAST_PEERS``,
-    else ``peers/`` beside the package's source tree, else ``peers/`` of the working directory
-    when it holds the peers' programs; ``(Path("peers"), None)`` when none is found."""
+    """`(folder, where it came from)` of the peers without `--peers`: `$ACP_FAST_PEERS`,
+    else `peers/` beside the package's source tree, else `peers/` of the working directory
+    when it holds the peers' programs; `(Path("peers"), None)` when none is found."""
     env = os.environ.get("ACP_FAST_PEERS")
     if env:
         return Path(env).resolve(), "$ACP_FAST_PEERS"
@@ -87,8 +87,8 @@ PEERS, PEERS_FROM = find_peers()
 
 
 def set_peers_dir(peers_dir: str | os.PathLike[str]) -> None:
-    """Take the peers from ``peers_dir`` from now on (the requirements and the pairs
-    registered afterwards read :data:`PEERS`)."""
+    """Take the peers from `peers_dir` from now on (the requirements and the pairs
+    registered afterwards read `PEERS`)."""
     global PEERS, PEERS_FROM
     PEERS, PEERS_FROM = Path(peers_dir).resolve(), "--peers"
 
@@ -104,7 +104,7 @@ class Requirement:
 
     Attributes:
         name: short peer name used in the skip message ("ts", "pysdk").
-        check: returns ``None`` when satisfied, else a detail ("node not found"; may be "").
+        check: returns `None` when satisfied, else a detail ("node not found"; may be "").
         how: how to install it, shown in the skip message after the detail (may be "").
     """
 
@@ -113,8 +113,8 @@ class Requirement:
     how: str
 
     def missing(self) -> str | None:
-        """``"skipped: <name> not installed (<detail>; <how>)"`` when unsatisfied (each part only
-        when given), else ``None``."""
+        """`"skipped: <name> not installed (<detail>; <how>)"` when unsatisfied (each part only
+        when given), else `None`."""
         detail = self.check()
         if detail is None:
             return None
@@ -122,7 +122,7 @@ class Requirement:
 
 
 def _no_peers(program: str) -> str:
-    """What to do when the peers' program ``program`` (``"pysdk/client.py"``) is not there."""
+    """What to do when the peers' program `program` (`"pysdk/client.py"`) is not there."""
     if PEERS_FROM is None:
         return ("no peers' folder: the peers' programs are in the acp-fast source tree, not in the wheel; "
                 "pass its peers/ folder (from a checkout or the sdist) with --peers DIR")
@@ -131,7 +131,7 @@ def _no_peers(program: str) -> str:
 
 
 def _script_hint(flag: str) -> str:
-    """``bash scripts/install_peers.sh FLAG`` when the package sits in a checkout that has it."""
+    """`bash scripts/install_peers.sh FLAG` when the package sits in a checkout that has it."""
     return f"in the checkout: bash scripts/install_peers.sh {flag}" if (
         REPO_ROOT / "scripts" / "install_peers.sh").is_file() else ""
 
@@ -179,7 +179,7 @@ PYSDK_PEER = Requirement("pysdk", _check_pysdk, _script_hint("--py-only"))
 
 
 def requirement_module(module: str, how: str | None = None) -> Requirement:
-    """A requirement satisfied when ``module`` is importable by this interpreter."""
+    """A requirement satisfied when `module` is importable by this interpreter."""
 
     def check() -> str | None:
         try:
@@ -196,23 +196,23 @@ class Pair:
     """One client/agent combination.
 
     Attributes:
-        name: unique name, by convention ``<client>/<agent>``.
-        client_cmd: argv of the client; the harness appends workload options, ``--`` and
-            ``agent_cmd``.
+        name: unique name, by convention `<client>/<agent>`.
+        client_cmd: argv of the client; the harness appends workload options, `--` and
+            `agent_cmd`.
         agent_cmd: argv of the agent, spawned by the client.
         requires: what must be installed; an unsatisfied pair is reported as skipped.
         env: extra environment for the client (inherited by the agent).
         protocol: ACP protocol version the pair speaks (1 or 2), informational.
-        description: one line for ``--list``.
-        quick: included in ``--quick`` runs when no ``--pairs`` are given.
-        py_client: the client is a Python process that takes ``--loop asyncio|uvloop``.
-        py_agent: the agent is a Python process that takes ``--loop asyncio|uvloop``.
+        description: one line for `--list`.
+        quick: included in `--quick` runs when no `--pairs` are given.
+        py_client: the client is a Python process that takes `--loop asyncio|uvloop`.
+        py_agent: the agent is a Python process that takes `--loop asyncio|uvloop`.
         ceiling: a raw ceiling, shown but never used in a target.
-        engine: the engine twin every acp_fast process of the pair must run (``"c"``, ``"py"``),
-            or ``None``: not part of its label (one twin for all of them, whichever).
+        engine: the engine twin every acp_fast process of the pair must run (`"c"`, `"py"`),
+            or `None`: not part of its label (one twin for all of them, whichever).
         processes: the processes it runs, in order (client, conductor, proxies, agent), each
             checked after every run against what it reported
-            (:func:`~acp_fast.benchmark.runtime.check`); empty: none known (``--add-pair``).
+            ([`check`][acp_fast.benchmark.runtime.check]); empty: none known (`--add-pair`).
     """
 
     name: str
@@ -230,8 +230,8 @@ class Pair:
     processes: tuple[Process, ...] = ()
 
     def variants(self, loops: Sequence[str]) -> list[Variant]:
-        """One :class:`Variant` per event loop in ``loops`` (every Python side on that loop),
-        or a single ``"node"`` variant when neither side is a Python process."""
+        """One [`Variant`][acp_fast.benchmark.registry.Variant] per event loop in `loops` (every Python side on that loop),
+        or a single `"node"` variant when neither side is a Python process."""
         if not (self.py_client or self.py_agent):
             return [Variant(self, "node", self.client_cmd, self.agent_cmd)]
         out = []
@@ -242,7 +242,7 @@ class Pair:
         return out
 
     def missing(self) -> str | None:
-        """The first unsatisfied requirement's skip message, or ``None`` when runnable."""
+        """The first unsatisfied requirement's skip message, or `None` when runnable."""
         for req in self.requires:
             msg = req.missing()
             if msg is not None:
@@ -261,12 +261,12 @@ class Variant:
 
     @property
     def key(self) -> tuple[str, str]:
-        """``(pair name, loop)``: identifies the variant among a run's results."""
+        """`(pair name, loop)`: identifies the variant among a run's results."""
         return (self.pair.name, self.loop)
 
     @property
     def label(self) -> str:
-        """``"pair name [loop]"``, as shown in progress lines and tables."""
+        """`"pair name [loop]"`, as shown in progress lines and tables."""
         return f"{self.pair.name} [{self.loop}]"
 
 
@@ -293,13 +293,13 @@ def register_pair(
 ) -> Pair:
     """Registers a pair (see the module docstring) and returns it.
 
-    ``client_cmd`` must follow the client CLI contract of ``peers/ts/client.mjs``
-    (``--n --m --rtt-method --inflight --inflight-m --warmup --large -- <agent...>``, one JSON
-    line on stdout); ``agent_cmd`` must implement the test agent of ``peers/ts/agent.mjs``
-    (``_test/echo``; ``_test/stats`` optional: without it the agent's peak RSS is read from
-    /proc). ``quick=True`` puts the pair in ``--quick`` runs (keep those few: every pair costs
-    2 × R process pairs). ``engine`` and ``processes``: see :class:`Pair`. Raises
-    ``ValueError`` for a duplicate name unless ``replace`` is true.
+    `client_cmd` must follow the client CLI contract of `peers/ts/client.mjs`
+    (`--n --m --rtt-method --inflight --inflight-m --warmup --large -- <agent...>`, one JSON
+    line on stdout); `agent_cmd` must implement the test agent of `peers/ts/agent.mjs`
+    (`_test/echo`; `_test/stats` optional: without it the agent's peak RSS is read from
+    /proc). `quick=True` puts the pair in `--quick` runs (keep those few: every pair costs
+    2 × R process pairs). `engine` and `processes`: see [`Pair`][acp_fast.benchmark.registry.Pair]. Raises
+    `ValueError` for a duplicate name unless `replace` is true.
     """
     if name in PAIRS and not replace:
         raise ValueError(f"pair {name!r} is already registered")
@@ -325,9 +325,9 @@ def register_pair(
 
 
 def get_pairs(names: Iterable[str] | None = None, *, quick: bool = False) -> list[Pair]:
-    """The named pairs; without names all pairs (only those marked ``quick`` when ``quick``).
+    """The named pairs; without names all pairs (only those marked `quick` when `quick`).
 
-    ``"all"`` among the names selects every pair. ``KeyError`` for an unknown name.
+    `"all"` among the names selects every pair. `KeyError` for an unknown name.
     """
     if names is None:
         return [p for p in PAIRS.values() if p.quick or not quick]
@@ -365,16 +365,16 @@ ACP_FAST_COMPILED = Requirement("acp_fast compiled engine", _check_compiled, _bu
 
 
 def acp_env(**extra: str) -> dict[str, str]:
-    """The environment of an acp_fast process of a pair: this ``acp_fast`` first on
-    ``PYTHONPATH`` where the child would not find it by itself, plus ``extra``
-    (:func:`~acp_fast.benchmark.runtime.child_env`)."""
+    """The environment of an acp_fast process of a pair: this `acp_fast` first on
+    `PYTHONPATH` where the child would not find it by itself, plus `extra`
+    ([`child_env`][acp_fast.benchmark.runtime.child_env])."""
     return child_env(**extra)
 
 
 def acp_fast_agent() -> tuple[str, tuple[str, ...]]:
-    """``(kind, argv)`` of the acp_fast agent: ``"testy"`` (``acp-fast testy``, streaming through
-    the public API, run through the reporting launcher as the ``agent``) or ``"override"``
-    (``$ACP_FAST_BENCH_AGENT``, ``--acp-agent``; a ``python -m acp_fast…`` command on this
+    """`(kind, argv)` of the acp_fast agent: `"testy"` (`acp-fast testy`, streaming through
+    the public API, run through the reporting launcher as the `agent`) or `"override"`
+    (`$ACP_FAST_BENCH_AGENT`, `--acp-agent`; a `python -m acp_fast…` command on this
     interpreter imports this acp_fast, as the conductor's components do)."""
     override = os.environ.get("ACP_FAST_BENCH_AGENT")
     if override:

@@ -1,44 +1,44 @@
 """The remote rows of the benchmark: ACP over WebSocket and Streamable HTTP, server and client
-in separate processes (``acp-fast bench --remote``, or ``python -m acp_fast.benchmark.remote``).
+in separate processes (`acp-fast bench --remote`, or `python -m acp_fast.benchmark.remote`).
 
 Pairs (server + client, each a public-API program doing what a user's would):
 
-* ``acp_fast``: ``acp-fast serve --testy`` (Testy in-process, uvicorn) and
-  :mod:`acp_fast.benchmark.remote_client` (``connect_url``, reads every update's text);
-* ``pysdk``: the official Python SDK's ASGI app on uvicorn (``peers/pysdk/remote_server.py``)
-  and its HTTP / WebSocket clients (``peers/pysdk/remote_client.py``);
-* ``pysdk-dropin``: the same SDK agent and clients, the agent served by
-  ``acp_fast.compat.acp_sdk.create_asgi_app`` instead of the SDK's own app (the server's
-  ``--dropin``: one import changed; the agent's code is the SDK's);
-* ``ts``: the TypeScript SDK's server and clients (``peers/ts/remote_server.mjs``,
-  ``remote_client.mjs``);
-* ``gateway``: ``acp-fast serve -- acp-fast testy`` (a stdio child per connection) with the
-  acp_fast client, against ``direct``: the same client spawning ``acp-fast testy`` on stdio;
-* ``floor``: over ``tcp``, a minimal TCP ping-pong (:mod:`.tcp_floor`: 100-byte echo, no HTTP,
+* `acp_fast`: `acp-fast serve --testy` (Testy in-process, uvicorn) and
+  `acp_fast.benchmark.remote_client` (`connect_url`, reads every update's text);
+* `pysdk`: the official Python SDK's ASGI app on uvicorn (`peers/pysdk/remote_server.py`)
+  and its HTTP / WebSocket clients (`peers/pysdk/remote_client.py`);
+* `pysdk-dropin`: the same SDK agent and clients, the agent served by
+  `acp_fast.compat.acp_sdk.create_asgi_app` instead of the SDK's own app (the server's
+  `--dropin`: one import changed; the agent's code is the SDK's);
+* `ts`: the TypeScript SDK's server and clients (`peers/ts/remote_server.mjs`,
+  `remote_client.mjs`);
+* `gateway`: `acp-fast serve -- acp-fast testy` (a stdio child per connection) with the
+  acp_fast client, against `direct`: the same client spawning `acp-fast testy` on stdio;
+* `floor`: over `tcp`, a minimal TCP ping-pong (`tcp_floor`: 100-byte echo, no HTTP,
   WebSocket or JSON) on the same loop, what any remote round trip costs at least on this
-  machine; over ``ws``, a dozen-line ASGI echo app on the same ASGI server as ``acp-fast serve``
-  and a websockets sans-I/O client, orjson on both sides (:mod:`.ws_floor`), what any ACP pair
+  machine; over `ws`, a dozen-line ASGI echo app on the same ASGI server as `acp-fast serve`
+  and a websockets sans-I/O client, orjson on both sides (`ws_floor`), what any ACP pair
   pays at least per WebSocket round trip on that server. Ceilings measured with a shortcut,
   shown beside the round-trip rows, never targets.
 
-ASGI servers (``--servers``, default: the default server of ``acp-fast serve`` only): the rows
-whose server is acp_fast's (``acp_fast``, ``gateway``, the ``ws`` floor, the connection row)
-are measured on each server named, the ``server`` column says which; the goals are read from
+ASGI servers (`--servers`, default: the default server of `acp-fast serve` only): the rows
+whose server is acp_fast's (`acp_fast`, `gateway`, the `ws` floor, the connection row)
+are measured on each server named, the `server` column says which; the goals are read from
 the first one named.
 
-Workloads: ``stream`` (one prompt streaming N ``agent_message_chunk`` updates of 100 bytes),
-``roundtrips`` (M sequential ``_test/echo`` requests; the peers' own round-trip request), and
-``connections`` (K WebSocket connections held open at once against one ``acp-fast serve
---testy``, each with a session: all must be served; the server's RSS growth per connection).
+Workloads: `stream` (one prompt streaming N `agent_message_chunk` updates of 100 bytes),
+`roundtrips` (M sequential `_test/echo` requests; the peers' own round-trip request), and
+`connections` (K WebSocket connections held open at once against one `acp-fast serve
+--testy`, each with a session: all must be served; the server's RSS growth per connection).
 
-Every Python process of a row runs the same event loop (``--loops``). Every acp_fast process
+Every Python process of a row runs the same event loop (`--loops`). Every acp_fast process
 (the servers, the gateway's Testy, the acp_fast client) runs this interpreter and this
-``acp_fast`` whatever the working directory, through the reporting launcher, and what each
-reported (engine twin, loop, package) is checked after every run (:mod:`.runtime`): the
-``ran`` column; a row whose processes disagree is an error, never a number. Rounds are interleaved
+`acp_fast` whatever the working directory, through the reporting launcher, and what each
+reported (engine twin, loop, package) is checked after every run ([`runtime`][acp_fast.benchmark.runtime]): the
+`ran` column; a row whose processes disagree is an error, never a number. Rounds are interleaved
 (round 1 of every row, then round 2, …) and each figure is the median of the rounds. CPU per
 message per side is measured from outside: the server's CPU over the client's run (psutil) and
-the client process's whole CPU (``os.wait4``), both including start-up and the warm-up, so
+the client process's whole CPU (`os.wait4`), both including start-up and the warm-up, so
 they are upper bounds, labelled as such.
 """
 
@@ -98,7 +98,7 @@ class RemoteConfig:
 
 @dataclass
 class RemoteResult:
-    """One row: ``pair``/``transport``/``workload`` on ``loop`` (and ``server``), its runs and
+    """One row: `pair`/`transport`/`workload` on `loop` (and `server`), its runs and
     their median."""
 
     pair: str
@@ -116,13 +116,13 @@ class RemoteResult:
 
     @property
     def median(self) -> float | None:
-        """The median of the runs (``None`` when none succeeded)."""
+        """The median of the runs (`None` when none succeeded)."""
         return statistics.median(self.runs) if self.runs else None
 
 
 @dataclass(frozen=True)
 class Goal:
-    """A target: ``row`` / ``reference`` of one workload and transport at least ``ratio``."""
+    """A target: `row` / `reference` of one workload and transport at least `ratio`."""
 
     label: str
     row: tuple[str, str, str]
@@ -207,7 +207,7 @@ class _Server:
 
 
 def _client(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[JsonObject, float]:
-    """Run a client; its JSON line and the process's CPU seconds (``os.wait4``)."""
+    """Run a client; its JSON line and the process's CPU seconds (`os.wait4`)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env)
         deadline = time.monotonic() + timeout
@@ -317,8 +317,8 @@ def _env(report: str) -> dict[str, str]:
 
 
 def _checked(row: RemoteResult, report: str, processes: Sequence[Process], result: JsonObject | None) -> None:
-    """Check what the processes of one run reported (:func:`.runtime.check`): sets ``row.ran``,
-    or raises :class:`~.runtime.RuntimeMismatch`."""
+    """Check what the processes of one run reported ([`runtime.check`][acp_fast.benchmark.runtime.check]): sets `row.ran`,
+    or raises [`RuntimeMismatch`][acp_fast.benchmark.runtime.RuntimeMismatch]."""
     procs = check(read_reports(report), processes, engine=None, loop=row.loop, result=result)
     row.ran = summary(procs) if processes else None
 
@@ -419,7 +419,7 @@ async def _hold_connections_keep(port: int, k: int) -> list[Any]:
 def run_remote(cfg: RemoteConfig, *, rows: Sequence[tuple[str, str, str]] = ROWS,
                progress: Any = None) -> list[RemoteResult]:
     """Run every row on every loop (the rows served by acp_fast on every server of
-    ``cfg.servers``), rounds interleaved; returns the rows."""
+    `cfg.servers`), rounds interleaved; returns the rows."""
     for name in cfg.servers:
         if name not in SERVERS:
             raise ValueError(f"unknown ASGI server {name!r}: one of {', '.join(SERVERS)}")
@@ -450,7 +450,7 @@ def run_remote(cfg: RemoteConfig, *, rows: Sequence[tuple[str, str, str]] = ROWS
 
 def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[JsonObject]:
     """Each goal on each loop: the measured ratio (or value) and whether it is met (the rows of
-    acp_fast's servers: those on the first server of ``cfg.servers``)."""
+    acp_fast's servers: those on the first server of `cfg.servers`)."""
     first = cfg.servers[0] if cfg.servers else DEFAULT_SERVER
     by = {(r.pair, r.transport, r.workload, r.loop): r for r in rows if r.server in (None, first)}
     out: list[JsonObject] = []
@@ -494,10 +494,10 @@ def render(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> str:
 
 
 def read_json(path: str | os.PathLike[str]) -> tuple[list[RemoteResult], RemoteConfig, float | None]:
-    """The rows, config and load at start of the ``--json`` a remote run wrote.
+    """The rows, config and load at start of the `--json` a remote run wrote.
 
     Raises:
-        BenchJSONError: ``path`` is not such a file.
+        BenchJSONError: `path` is not such a file.
     """
     from .tables import BenchJSONError, load_json
 
@@ -517,7 +517,7 @@ def read_json(path: str | os.PathLike[str]) -> tuple[list[RemoteResult], RemoteC
 
 def write_chart(path: str | os.PathLike[str], rows: Sequence[RemoteResult], cfg: RemoteConfig,
                 load: float | None) -> None:
-    """The rows' chart (:func:`acp_fast.benchmark.chart.write_remote_png`), the RSS goal drawn.
+    """The rows' chart ([`acp_fast.benchmark.chart.write_remote_png`][acp_fast.benchmark.chart.write_remote_png]), the RSS goal drawn.
 
     Raises:
         MissingMatplotlib: matplotlib is not installed.
@@ -530,8 +530,8 @@ def write_chart(path: str | os.PathLike[str], rows: Sequence[RemoteResult], cfg:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m acp_fast.benchmark.remote [--quick] [--rounds R] [--loops L,L] [--servers S,S]
-    [--pairs P,P] [--json PATH] [--png PATH]``."""
+    """`python -m acp_fast.benchmark.remote [--quick] [--rounds R] [--loops L,L] [--servers S,S]
+    [--pairs P,P] [--json PATH] [--png PATH]`."""
     parser = argparse.ArgumentParser(prog="python -m acp_fast.benchmark.remote", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one short round")
     parser.add_argument("--rounds", type=int)

@@ -1,16 +1,16 @@
-"""The acp_fast client of the remote benchmark rows (``acp-fast bench --remote``).
+"""The acp_fast client of the remote benchmark rows (`acp-fast bench --remote`).
 
 A v1 client on the public API, as a user's would be: it connects to a URL with
-:func:`acp_fast.remote.connect_url` (or spawns a stdio agent, for the direct row),
+[`acp_fast.remote.connect_url`][acp_fast.remote.connect_url] (or spawns a stdio agent, for the direct row),
 initializes, opens a session and runs one workload, reading every update's text:
 
-``stream N``      one prompt ``stream N``; counts the ``agent_message_chunk`` updates and
-                  their text bytes; the stop reason must be ``end_turn``;
-``roundtrips N``  N sequential ``_test/echo`` requests, each answer checked.
+`stream N`      one prompt `stream N`; counts the `agent_message_chunk` updates and
+                  their text bytes; the stop reason must be `end_turn`;
+`roundtrips N`  N sequential `_test/echo` requests, each answer checked.
 
-Prints one JSON line: ``{"ok", "workload", "n", "seconds", "rate", "cpuSeconds", "loop",
-"engine", ...}`` (``rate`` per second; ``cpuSeconds``: this process's CPU during the measured
-part). The same command line as the peer clients in ``peers/``: ``URL WORKLOAD N``.
+Prints one JSON line: `{"ok", "workload", "n", "seconds", "rate", "cpuSeconds", "loop",
+"engine", ...}` (`rate` per second; `cpuSeconds`: this process's CPU during the measured
+part). The same command line as the peer clients in `peers/`: `URL WORKLOAD N`.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ async def _run(target: str, workload: str, n: int, warmup: int) -> JsonObject:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m acp_fast.benchmark.remote_client TARGET stream|roundtrips N``."""
+    """Command line: `python -m acp_fast.benchmark.remote_client TARGET stream|roundtrips N`."""
     parser = argparse.ArgumentParser(prog="python -m acp_fast.benchmark.remote_client")
     parser.add_argument("target", help="ws://…, http://… or a stdio agent command")
     parser.add_argument("workload", choices=("stream", "roundtrips"))
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(work: Coroutine[Any, Any, JsonObject], workload: str, loop: str) -> int:
-    """Run a benchmark client's ``work`` on ``loop`` (at most 300 s) and print its JSON line
-    (``{"ok": false, "error"}`` when it failed: the harness reads the line); the exit status."""
+    """Run a benchmark client's `work` on `loop` (at most 300 s) and print its JSON line
+    (`{"ok": false, "error"}` when it failed: the harness reads the line); the exit status."""
     from ..cli.loops import run
 
     try:

@@ -1,14 +1,14 @@
 """Runs one client invocation of a pair: pinned to CPUs, memory sampled with psutil.
 
-The client is started with ``Popen`` (stdout and stderr captured). When the machine has
+The client is started with `Popen` (stdout and stderr captured). When the machine has
 ≥ 2 CPUs and pinning is asked for, the client is pinned to one CPU before it executes
-(``os.sched_setaffinity`` in the child, so every thread it starts inherits it) and the agent
-command is prefixed with ``taskset -c <cpu>`` (or a tiny ``python -c`` that pins itself and
-``exec``\\ s the agent), so the agent runs on the other CPU. A sampler thread walks the
-client's process tree with psutil every ``poll_s`` seconds and keeps the largest RSS seen
+(`os.sched_setaffinity` in the child, so every thread it starts inherits it) and the agent
+command is prefixed with `taskset -c <cpu>` (or a tiny `python -c` that pins itself and
+`exec`\\ s the agent), so the agent runs on the other CPU. A sampler thread walks the
+client's process tree with psutil every `poll_s` seconds and keeps the largest RSS seen
 of the client and of its descendants (the agent). Every invocation gets its own report file
-(``$ACP_FAST_BENCH_REPORT``, inherited by the whole tree): the lines the acp_fast processes
-write there about themselves (:mod:`.launch`) come back in :attr:`Invocation.reports`.
+(`$ACP_FAST_BENCH_REPORT`, inherited by the whole tree): the lines the acp_fast processes
+write there about themselves ([`launch`][acp_fast.benchmark.launch]) come back in `Invocation.reports`.
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ class Invocation:
         argv: the full command line that was run.
         result: the client's JSON line, decoded.
         wall_s: wall time of the whole invocation (spawn to exit).
-        client_rss_kib: the client's largest sampled RSS (``None`` if never sampled).
+        client_rss_kib: the client's largest sampled RSS (`None` if never sampled).
         agent_rss_kib: the largest sampled RSS among the client's descendants.
-        pinned: the CPUs of (client, agent), or ``None`` when not pinned.
+        pinned: the CPUs of (client, agent), or `None` when not pinned.
         stderr_tail: the last lines the client (and agent) wrote to stderr.
-        reports: what the processes launched through :mod:`.launch` reported about themselves
-            (:func:`~acp_fast.benchmark.launch.read_reports`), in the order written.
+        reports: what the processes launched through [`launch`][acp_fast.benchmark.launch] reported about themselves
+            ([`read_reports`][acp_fast.benchmark.launch.read_reports]), in the order written.
     """
 
     argv: list[str]
@@ -65,7 +65,7 @@ class Invocation:
 
 
 def pin_plan() -> tuple[int, int] | None:
-    """Two distinct CPUs this process may run on, for (client, agent); ``None`` with fewer."""
+    """Two distinct CPUs this process may run on, for (client, agent); `None` with fewer."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -74,7 +74,7 @@ def pin_plan() -> tuple[int, int] | None:
 
 
 def pin_command(cpu: int, argv: Sequence[str]) -> list[str]:
-    """``argv`` prefixed so that it runs on ``cpu`` (all its threads)."""
+    """`argv` prefixed so that it runs on `cpu` (all its threads)."""
     taskset = shutil.which("taskset")
     if taskset:
         return [taskset, "-c", str(cpu), *argv]
@@ -135,12 +135,12 @@ def run_client(
     on_tick: Callable[[float], None] | None = None,
     tick_s: float = 0.5,
 ) -> Invocation:
-    """Runs ``client_cmd client_args -- agent_cmd`` to completion; returns its JSON line.
+    """Runs `client_cmd client_args -- agent_cmd` to completion; returns its JSON line.
 
-    ``pin=(a, b)`` runs the client on CPU ``a`` and the agent on CPU ``b``. The processes report
-    to a fresh file (:attr:`Invocation.reports`). ``on_tick(elapsed_s)``
-    is called about every ``tick_s`` seconds while the client runs. Raises
-    :class:`InvocationError` on timeout (the client's whole process group is killed),
+    `pin=(a, b)` runs the client on CPU `a` and the agent on CPU `b`. The processes report
+    to a fresh file (`Invocation.reports`). `on_tick(elapsed_s)`
+    is called about every `tick_s` seconds while the client runs. Raises
+    [`InvocationError`][acp_fast.benchmark.runner.InvocationError] on timeout (the client's whole process group is killed),
     non-zero exit or missing/invalid JSON output.
     """
     agent = list(agent_cmd) if pin is None else pin_command(pin[1], agent_cmd)

@@ -1,36 +1,36 @@
-"""Every process of a benchmark row runs the ``acp_fast`` the harness runs, and says so.
+"""Every process of a benchmark row runs the `acp_fast` the harness runs, and says so.
 
-**The same package.** ``python -m MODULE`` puts the working directory first on ``sys.path``
-(``python -c`` puts ``''``, the same). Run from a checkout of the sources, with acp_fast
-installed from it (not editable), a child would import the checkout's ``acp_fast``, which has
+**The same package.** `python -m MODULE` puts the working directory first on `sys.path`
+(`python -c` puts `''`, the same). Run from a checkout of the sources, with acp_fast
+installed from it (not editable), a child would import the checkout's `acp_fast`, which has
 no compiled extensions there, and run the pure twin under a row labelled compiled. So every
-Python process of acp_fast the benchmark starts is built by :func:`module_command` (through
-:func:`acp_fast.conductor.spec.same_acp_fast`, which the conductor applies to the components it
+Python process of acp_fast the benchmark starts is built by [`module_command`][acp_fast.benchmark.runtime.module_command] (through
+`acp_fast.conductor.spec.same_acp_fast`, which the conductor applies to the components it
 starts too):
 
-* this interpreter, ``sys.executable``;
-* Python ≥ 3.11: ``-P`` (nothing prepended to ``sys.path``), on that command only. Not the
-  ``PYTHONSAFEPATH`` variable: every descendant would inherit it, and a peer run as a script
-  (``python peers/pysdk/client.py``) needs its own folder on ``sys.path``;
-* Python 3.10, which has neither: ``python -c SAFE_RUN_MODULE MODULE`` instead of ``-m``: the
-  ``''`` entry of ``-c`` is dropped, then ``runpy`` runs the module as ``-m`` does. A
-  ``PYTHONPATH`` entry alone would not do (``-m``'s working directory comes before it), nor
-  starting the child in another working directory (a client's ``session/new`` sends its
+* this interpreter, `sys.executable`;
+* Python ≥ 3.11: `-P` (nothing prepended to `sys.path`), on that command only. Not the
+  `PYTHONSAFEPATH` variable: every descendant would inherit it, and a peer run as a script
+  (`python peers/pysdk/client.py`) needs its own folder on `sys.path`;
+* Python 3.10, which has neither: `python -c SAFE_RUN_MODULE MODULE` instead of `-m`: the
+  `''` entry of `-c` is dropped, then `runpy` runs the module as `-m` does. A
+  `PYTHONPATH` entry alone would not do (`-m`'s working directory comes before it), nor
+  starting the child in another working directory (a client's `session/new` sends its
   working directory; a relative path in a command would change meaning);
-* and :func:`child_env`: the folder holding this ``acp_fast`` first on ``PYTHONPATH`` when it is
+* and [`child_env`][acp_fast.benchmark.runtime.child_env]: the folder holding this `acp_fast` first on `PYTHONPATH` when it is
   not one of the interpreter's site folders (a source tree, an editable install, a
-  ``PYTHONPATH``); a package in a site folder is found there by the child itself.
+  `PYTHONPATH`); a package in a site folder is found there by the child itself.
 
 **Reported, not assumed.** The acp_fast processes of a row run through
-:mod:`acp_fast.benchmark.launch`, which has each of them report (to a file named by
-``$ACP_FAST_BENCH_REPORT``, one per client invocation) its engine twin, the folder of the
-``acp_fast`` it imported, its interpreter, and the kind of every event loop it runs.
-:func:`check` compares those lines with what the row promises: one report per expected
-process, the row's twin (``"c"``, ``"py"``; or, for a row that names none, one twin for all),
+[`acp_fast.benchmark.launch`][acp_fast.benchmark.launch], which has each of them report (to a file named by
+`$ACP_FAST_BENCH_REPORT`, one per client invocation) its engine twin, the folder of the
+`acp_fast` it imported, its interpreter, and the kind of every event loop it runs.
+[`check`][acp_fast.benchmark.runtime.check] compares those lines with what the row promises: one report per expected
+process, the row's twin (`"c"`, `"py"`; or, for a row that names none, one twin for all),
 the row's loop, the harness's package and interpreter. A disagreement is a
-:class:`RuntimeMismatch`: the row is an error, never a number. :func:`summary` is the
-``ran`` cell of the tables: the twin of each process in order (``c ×2``, ``c + sdk``,
-``node ×2``).
+[`RuntimeMismatch`][acp_fast.benchmark.runtime.RuntimeMismatch]: the row is an error, never a number. [`summary`][acp_fast.benchmark.runtime.summary] is the
+`ran` cell of the tables: the twin of each process in order (`c ×2`, `c + sdk`,
+`node ×2`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ KINDS = ("acp_fast", "sdk", "node", "other")
 
 class RuntimeMismatch(InvocationError):
     """The processes of a row did not run what the row says (twin, loop, package, interpreter),
-    or did not all report; ``processes`` holds what they did report (as :func:`check` returns)."""
+    or did not all report; `processes` holds what they did report (as [`check`][acp_fast.benchmark.runtime.check] returns)."""
 
     def __init__(self, message: str, processes: Sequence[JsonObject] = ()) -> None:
         super().__init__(message)
@@ -72,17 +72,17 @@ class RuntimeMismatch(InvocationError):
 
 @dataclass(frozen=True)
 class Process:
-    """One process a row runs: its role (``client``, ``conductor``, ``proxy``, ``agent``) and
-    kind (:data:`KINDS`)."""
+    """One process a row runs: its role (`client`, `conductor`, `proxy`, `agent`) and
+    kind (`KINDS`)."""
 
     role: str
     kind: str = "acp_fast"
 
 
 def module_command(module: str, *args: str) -> tuple[str, ...]:
-    """This interpreter running ``module`` of acp_fast with ``args``, importing this ``acp_fast``
-    whatever the working directory (``-P``, or the Python 3.10 trampoline; see the module
-    docstring). Give it :func:`child_env`'s environment."""
+    """This interpreter running `module` of acp_fast with `args`, importing this `acp_fast`
+    whatever the working directory (`-P`, or the Python 3.10 trampoline; see the module
+    docstring). Give it [`child_env`][acp_fast.benchmark.runtime.child_env]'s environment."""
     from ..conductor.spec import same_acp_fast
 
     argv, _ = same_acp_fast([sys.executable, "-m", module, *args])
@@ -90,19 +90,19 @@ def module_command(module: str, *args: str) -> tuple[str, ...]:
 
 
 def launch(role: str, module: str, *args: str) -> tuple[str, ...]:
-    """:func:`module_command` of ``module`` through :data:`LAUNCHER` as ``role`` (reports)."""
+    """[`module_command`][acp_fast.benchmark.runtime.module_command] of `module` through `LAUNCHER` as `role` (reports)."""
     return module_command(LAUNCHER, role, module, *args)
 
 
 def launch_script(role: str, script: str, *args: str) -> tuple[str, ...]:
-    """A Python script (an SDK peer on acp_fast's drop-in) through :data:`LAUNCHER` as ``role``."""
+    """A Python script (an SDK peer on acp_fast's drop-in) through `LAUNCHER` as `role`."""
     return module_command(LAUNCHER, role, "--script", script, *args)
 
 
 def child_env(**extra: str) -> dict[str, str]:
     """The environment (on top of this process's) of an acp_fast process of a row: this
-    ``acp_fast``'s folder first on ``PYTHONPATH`` where the child would not find it by itself
-    (see the module docstring), plus ``extra``."""
+    `acp_fast`'s folder first on `PYTHONPATH` where the child would not find it by itself
+    (see the module docstring), plus `extra`."""
     from ..conductor.spec import same_acp_fast
 
     _, env = same_acp_fast([sys.executable, "-m", LAUNCHER])
@@ -119,17 +119,17 @@ def check(reports: Sequence[JsonObject], processes: Sequence[Process], *, engine
     """The processes of one client invocation, as each reported itself, checked against its row.
 
     Args:
-        reports: the lines of :func:`read_reports`.
+        reports: the lines of [`read_reports`][acp_fast.benchmark.runtime.read_reports].
         processes: what the row runs, in order (client, conductor, proxies, agent).
-        engine: the row's twin (``"c"``, ``"py"``), or ``None``: any, one for all.
-        loop: the row's loop (``"asyncio"``, ``"uvloop"``; ``"node"``: no Python process).
-        result: the client's JSON line: its ``engine``/``loop`` and the agent's ``agentEngine``/
-            ``agentLoop`` (``_test/stats``) are checked too where given, and an SDK peer's loop
+        engine: the row's twin (`"c"`, `"py"`), or `None`: any, one for all.
+        loop: the row's loop (`"asyncio"`, `"uvloop"`; `"node"`: no Python process).
+        result: the client's JSON line: its `engine`/`loop` and the agent's `agentEngine`/
+            `agentLoop` (`_test/stats`) are checked too where given, and an SDK peer's loop
             is taken from there.
 
     Returns:
-        One ``{"role", "kind", "pid", "engine", "loop", "acp_fast", "python"}`` per process of
-        the row, in its order (``None`` where a process has nothing to say: an SDK peer's twin).
+        One `{"role", "kind", "pid", "engine", "loop", "acp_fast", "python"}` per process of
+        the row, in its order (`None` where a process has nothing to say: an SDK peer's twin).
 
     Raises:
         RuntimeMismatch: listing every disagreement.
@@ -207,8 +207,8 @@ def check(reports: Sequence[JsonObject], processes: Sequence[Process], *, engine
 
 
 def summary(processes: Sequence[Mapping[str, object]]) -> str:
-    """The ``ran`` cell: each process's twin (``c``, ``py``), ``sdk`` or ``node``, in order, runs of
-    the same one counted (``c ×2``, ``sdk + c``, ``c ×6``); ``—`` for none."""
+    """The `ran` cell: each process's twin (`c`, `py`), `sdk` or `node`, in order, runs of
+    the same one counted (`c ×2`, `sdk + c`, `c ×6`); `—` for none."""
     names = [str(p.get("engine") or "?") if p.get("kind") in ("acp_fast", "other") else str(p.get("kind"))
              for p in processes]
     parts = []

@@ -2,33 +2,33 @@
 
 Each repetition runs, for every pair, two client invocations ("steps"):
 
-``main``   ``--n N --m M --inflight K --inflight-m X --warmup W``: one prompt streaming N
-           ``agent_message_chunk`` notifications of 100-byte text (workload a), M sequential
-           ``_test/echo`` round trips (b), X echo requests with K = 64 in flight (c); the client
+`main`   `--n N --m M --inflight K --inflight-m X --warmup W`: one prompt streaming N
+           `agent_message_chunk` notifications of 100-byte text (workload a), M sequential
+           `_test/echo` round trips (b), X echo requests with K = 64 in flight (c); the client
            also reports the spawn-to-initialize time (f: the agent's start, its modules' bytecode
-           compiled beforehand by ``acp-fast bench``, :mod:`.bytecode`) and both processes'
+           compiled beforehand by `acp-fast bench`, `bytecode`) and both processes'
            peak RSS (e).
-``large``  ``--large --n L``: the agent sends L notifications of 1 MiB text each (d), with the
+`large`  `--large --n L`: the agent sends L notifications of 1 MiB text each (d), with the
            peak RSS of both processes at that size.
 
-Every pair runs on every event loop asked for (:meth:`~.pairs.Pair.variants`: both Python
+Every pair runs on every event loop asked for ([`variants`][acp_fast.benchmark.pairs.Pair.variants]: both Python
 sides on the same loop), with client and agent pinned to different CPUs when there are two.
 Variants are interleaved inside each repetition (r1: all variants, r2: all variants, ...), so
 slow drifts of the shared machine's load spread over all of them instead of hitting one.
-Every metric is reported as a :class:`Measurement` ``{pair, loop, workload, unit, runs: [...],
-median}`` (median of the R runs that succeeded). The client's own checks (every notification
+Every metric is reported as a [`Measurement`][acp_fast.benchmark.suite.Measurement] `{pair, loop, workload, unit, runs: [...],
+median}` (median of the R runs that succeeded). The client's own checks (every notification
 received, every text byte counted, every echo answered with its params) must pass, otherwise
-the run counts as failed. Pairs through a conductor (:mod:`.chains`) also get the metrics
-marked ``chain_only``: the conductor's CPU per notification per hop, the whole agent side's
+the run counts as failed. Pairs through a conductor ([`chains`][acp_fast.benchmark.chains]) also get the metrics
+marked `chain_only`: the conductor's CPU per notification per hop, the whole agent side's
 CPU per notification and the conductor's peak RSS.
 
 After every run, what each process of the pair reported about itself (its engine twin, its
-loop, the ``acp_fast`` it imported: :mod:`.runtime`) is checked against the pair's label. A
+loop, the `acp_fast` it imported: [`runtime`][acp_fast.benchmark.runtime]) is checked against the pair's label. A
 disagreement is not a failed run among others but a row that measured something else: the
 variant stops, every one of its measurements loses its figures and carries the reason
-(:attr:`Measurement.invalid`), so that no number stands for what did not run. Otherwise each
-measurement records what ran (:attr:`Measurement.ran`, e.g. ``c ×2``) and the raw record of the
-run its ``processes``.
+(`Measurement.invalid`), so that no number stands for what did not run. Otherwise each
+measurement records what ran (`Measurement.ran`, e.g. `c ×2`) and the raw record of the
+run its `processes`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ __all__ = ["METRICS", "Measurement", "Metric", "RunConfig", "Step", "run_pairs"]
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Sizes, repeat count, event loops and CPU pinning of one ``acp-fast bench`` session."""
+    """Sizes, repeat count, event loops and CPU pinning of one `acp-fast bench` session."""
 
     repeat: int = 3
     n: int = 20_000  #: notifications in the streaming prompt (workload a)
@@ -74,9 +74,9 @@ class RunConfig:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Json]) -> RunConfig:
-        """The config of a run from its JSON (``"config"`` of :func:`~.tables.write_json`): lists
+        """The config of a run from its JSON (`"config"` of [`write_json`][acp_fast.benchmark.tables.write_json]): lists
         back to tuples, missing keys at their defaults, keys this version does not know ignored.
-        Raises :class:`ValueError` when a value has the wrong type."""
+        Raises `ValueError` when a value has the wrong type."""
         if not isinstance(d, Mapping):
             raise ValueError(f"config: expected an object, got {type(d).__name__}")
         kw: dict[str, Any] = {}
@@ -186,7 +186,7 @@ class Metric:
     chain_only: bool = False  #: only measured for pairs through a conductor (:mod:`.chains`)
 
     def applies(self, pair: Pair) -> bool:
-        """Whether ``pair`` reports this metric (chain metrics: pairs with ``hops``)."""
+        """Whether `pair` reports this metric (chain metrics: pairs with `hops`)."""
         return not self.chain_only or getattr(pair, "hops", None) is not None
 
 
@@ -227,9 +227,9 @@ METRICS: tuple[Metric, ...] = (
 class Measurement:
     """One metric of one pair on one event loop over all repetitions.
 
-    ``ran``: what the pair's processes reported they ran (:func:`~.runtime.summary`, e.g.
-    ``c ×2``); ``invalid``: why the variant has no figures at all (its processes disagreed with
-    its label: another twin, loop or package), else ``None``.
+    `ran`: what the pair's processes reported they ran ([`summary`][acp_fast.benchmark.runtime.summary], e.g.
+    `c ×2`); `invalid`: why the variant has no figures at all (its processes disagreed with
+    its label: another twin, loop or package), else `None`.
     """
 
     pair: str
@@ -245,7 +245,7 @@ class Measurement:
     invalid: str | None = None
 
     def to_json(self) -> JsonObject:
-        """The measurement as a JSON-ready dict; ``errors``, ``skipped``, ``ran`` and ``invalid``
+        """The measurement as a JSON-ready dict; `errors`, `skipped`, `ran` and `invalid`
         only when set."""
         d = asdict(self)
         if not self.errors:
@@ -257,9 +257,9 @@ class Measurement:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Json]) -> Measurement:
-        """The inverse of :meth:`to_json`: ``pair`` and ``workload`` are required, the other keys
+        """The inverse of [`to_json`][acp_fast.benchmark.suite.Measurement.to_json]: `pair` and `workload` are required, the other keys
         default as in the class, keys this version does not know are ignored. Raises
-        :class:`ValueError` when a value has the wrong type."""
+        `ValueError` when a value has the wrong type."""
         if not isinstance(d, Mapping):
             raise ValueError(f"row: expected an object, got {type(d).__name__}")
         missing = [k for k in ("pair", "workload") if not isinstance(d.get(k), str)]
@@ -318,13 +318,13 @@ def run_pairs(
     on_tick: Callable[[str, float], None] | None = None,
     on_done: Callable[[str, str], None] | None = None,
 ) -> tuple[list[Measurement], list[JsonObject]]:
-    """Runs every step of every runnable pair on every loop ``config.repeat`` times.
+    """Runs every step of every runnable pair on every loop `config.repeat` times.
 
-    Returns the measurements (a skipped pair gets one with ``workload="*"`` and the skip
+    Returns the measurements (a skipped pair gets one with `workload="*"` and the skip
     message) and the raw per-invocation records (client JSON, RSS samples, load average, CPUs,
     what each process reported). A variant whose processes disagree with its label
-    (:class:`~.runtime.RuntimeMismatch`) is not run again and keeps no figures. The callbacks
-    receive a step label like ``"r2 ts/ts [node] main"`` for progress displays.
+    ([`RuntimeMismatch`][acp_fast.benchmark.runtime.RuntimeMismatch]) is not run again and keeps no figures. The callbacks
+    receive a step label like `"r2 ts/ts [node] main"` for progress displays.
     """
     runnable: list[Variant] = []
     rows: list[Measurement] = []

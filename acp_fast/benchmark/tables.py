@@ -1,12 +1,12 @@
-"""Rendering of a run: the results table, the goals table (``tabulate``) and the JSON document.
+"""Rendering of a run: the results table, the goals table (`tabulate`) and the JSON document.
 
-The JSON a run writes (:func:`write_json`) is read back by :func:`read_json`, so the tables can
-be printed again from it (``acp-fast bench --from-json PATH``); :func:`dump_json`,
-:func:`load_json` and :func:`markdown_table` are shared with the other benchmark scripts of the
-source tree (``bench/report.py``, ``scripts/bench_sdk_dropin.py``).
+The JSON a run writes ([`write_json`][acp_fast.benchmark.tables.write_json]) is read back by [`read_json`][acp_fast.benchmark.tables.read_json], so the tables can
+be printed again from it (`acp-fast bench --from-json PATH`); [`dump_json`][acp_fast.benchmark.tables.dump_json],
+[`load_json`][acp_fast.benchmark.tables.load_json] and [`markdown_table`][acp_fast.benchmark.tables.markdown_table] are shared with the other benchmark scripts of the
+source tree (`bench/report.py`, `scripts/bench_sdk_dropin.py`).
 
-Tables come out in tabulate's ``"github"`` format by default (:data:`TABLEFMT`); pass
-``tablefmt="pipe"`` (:data:`MARKDOWN`) for markdown with alignment colons, as pasted in the README.
+Tables come out in tabulate's `"github"` format by default (`TABLEFMT`); pass
+`tablefmt="pipe"` (`MARKDOWN`) for markdown with alignment colons, as pasted in the README.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ CHAIN_COLUMNS: tuple[tuple[str, str], ...] = (
 
 def markdown_table(rows: Sequence[Sequence[str]], headers: Sequence[str], align: Sequence[str],
                    tablefmt: str = TABLEFMT) -> str:
-    """``rows`` under ``headers`` (``tabulate``; cells as given, no number parsing), each column
-    aligned ``"left"`` or ``"right"`` as in ``align``."""
+    """`rows` under `headers` (`tabulate`; cells as given, no number parsing), each column
+    aligned `"left"` or `"right"` as in `align`."""
     from tabulate import tabulate
 
     return str(tabulate([list(r) for r in rows], headers=list(headers), tablefmt=tablefmt, colalign=list(align),
@@ -99,7 +99,7 @@ def _has_ran(rows: Sequence[Measurement]) -> bool:
 
 
 def _ran(rows: Sequence[Measurement], pair: str, loop: str) -> str:
-    """The ``ran`` cell of a variant: what its processes reported (``?`` for a run without it)."""
+    """The `ran` cell of a variant: what its processes reported (`?` for a run without it)."""
     for r in rows:
         if r.pair == pair and r.loop == loop and not r.skipped:
             return r.ran or "?"
@@ -114,9 +114,9 @@ RAN_NOTE = ("ran: the engine twin each process of the row reported itself, in or
 
 
 def results_table(rows: Sequence[Measurement], config: RunConfig, *, tablefmt: str = TABLEFMT) -> str:
-    """A line per pair and loop, a column per metric (:data:`COLUMNS`; medians of the runs;
-    ``!k``: k runs failed), after the ``ran`` column (what the processes reported they ran; a row
-    whose processes disagree with its label has ``ERROR`` for figures). Skipped pairs and errors
+    """A line per pair and loop, a column per metric (`COLUMNS`; medians of the runs;
+    `!k`: k runs failed), after the `ran` column (what the processes reported they ran; a row
+    whose processes disagree with its label has `ERROR` for figures). Skipped pairs and errors
     are listed under the table."""
     by_key = {(r.pair, r.loop, r.workload): r for r in rows if not r.skipped}
     show_ran = _has_ran(rows)
@@ -171,9 +171,9 @@ def results_table(rows: Sequence[Measurement], config: RunConfig, *, tablefmt: s
 
 
 def chains_table(rows: Sequence[Measurement], *, tablefmt: str = TABLEFMT) -> str:
-    """The proxy-chain rows (pairs with ``hops``, :mod:`.chains`): throughput, its share of the
+    """The proxy-chain rows (pairs with `hops`, [`chains`][acp_fast.benchmark.chains]): throughput, its share of the
     direct pair's on the same loop, the conductor's CPU per notification per hop, the whole agent
-    side's CPU per notification and the conductor's peak RSS; ``""`` without chain rows."""
+    side's CPU per notification and the conductor's peak RSS; `""` without chain rows."""
     from .chains import DIRECT
 
     show_ran = _has_ran(rows)
@@ -206,7 +206,7 @@ def chains_table(rows: Sequence[Measurement], *, tablefmt: str = TABLEFMT) -> st
 
 
 def goals_table(rows: Sequence[Measurement], loops: Sequence[str], *, tablefmt: str = TABLEFMT) -> str:
-    """The PASS/MISS table of :data:`~acp_fast.benchmark.targets.GOALS` for each loop."""
+    """The PASS/MISS table of `GOALS` for each loop."""
     body = []
     for v in verdicts(rows, loops):
         measured = v["shown"] + ("×" if v["unit"] == "×" and v["shown"] != "—" else
@@ -219,7 +219,7 @@ def goals_table(rows: Sequence[Measurement], loops: Sequence[str], *, tablefmt: 
 
 def write_json(path: str | os.PathLike[str], rows: Sequence[Measurement], raw: Sequence[JsonObject],
                config: RunConfig, meta: JsonObject) -> None:
-    """Writes ``{"meta", "config", "rows", "goals", "raw"}`` to ``path``."""
+    """Writes `{"meta", "config", "rows", "goals", "raw"}` to `path`."""
     doc = {
         "meta": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(), **meta},
         "config": {k: list(v) if isinstance(v, tuple) else v for k, v in config.__dict__.items()},
@@ -236,9 +236,9 @@ class BenchJSONError(ValueError):
 
 
 def portable_paths(doc: Json) -> Json:
-    """``doc`` with this machine's paths in its strings made portable, so that a result file can
-    be kept and compared across machines: this interpreter becomes ``python``, the working
-    folder ``.`` and the home folder ``~`` (longest first; other strings unchanged)."""
+    """`doc` with this machine's paths in its strings made portable, so that a result file can
+    be kept and compared across machines: this interpreter becomes `python`, the working
+    folder `.` and the home folder `~` (longest first; other strings unchanged)."""
     places = sorted({(sys.executable, "python"), (os.path.realpath(sys.executable), "python"),
                      (os.getcwd() + os.sep, ""), (os.getcwd(), "."),
                      (os.path.expanduser("~") + os.sep, "~" + os.sep)},
@@ -260,16 +260,16 @@ def portable_paths(doc: Json) -> Json:
 
 
 def dump_json(path: str | os.PathLike[str], doc: Json) -> None:
-    """Writes ``doc`` to ``path`` (indented, UTF-8, a final newline), creating its folder; this
-    machine's paths are made portable first (:func:`portable_paths`)."""
+    """Writes `doc` to `path` (indented, UTF-8, a final newline), creating its folder; this
+    machine's paths are made portable first ([`portable_paths`][acp_fast.benchmark.tables.portable_paths])."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(portable_paths(doc), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def load_json(path: str | os.PathLike[str], what: str, required: Iterable[str] = ()) -> JsonObject:
-    """The JSON object in ``path``, which must hold the keys ``required``; otherwise
-    :class:`BenchJSONError` saying that ``path`` is not ``what`` (e.g. ``"an acp-fast bench JSON"``)."""
+    """The JSON object in `path`, which must hold the keys `required`; otherwise
+    [`BenchJSONError`][acp_fast.benchmark.tables.BenchJSONError] saying that `path` is not `what` (e.g. `"an acp-fast bench JSON"`)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -289,7 +289,7 @@ def load_json(path: str | os.PathLike[str], what: str, required: Iterable[str] =
 
 @dataclass
 class BenchJSON:
-    """A run read back from its JSON (:func:`read_json`)."""
+    """A run read back from its JSON ([`read_json`][acp_fast.benchmark.tables.read_json])."""
 
     rows: list[Measurement]
     config: RunConfig
@@ -298,9 +298,9 @@ class BenchJSON:
 
 
 def read_json(path: str | os.PathLike[str]) -> BenchJSON:
-    """The rows, config, meta and stored goals of the JSON :func:`write_json` wrote (keys a newer
-    or older version wrote and this one does not know are ignored); :class:`BenchJSONError` when
-    ``path`` is not such a file."""
+    """The rows, config, meta and stored goals of the JSON [`write_json`][acp_fast.benchmark.tables.write_json] wrote (keys a newer
+    or older version wrote and this one does not know are ignored); [`BenchJSONError`][acp_fast.benchmark.tables.BenchJSONError] when
+    `path` is not such a file."""
     what = "an acp-fast bench JSON (the --json of a suite run)"
     doc = load_json(path, what, ("config", "rows"))
     if doc.get("mode") == "agent":
@@ -321,8 +321,8 @@ def read_json(path: str | os.PathLike[str]) -> BenchJSON:
 
 def goals_changed(stored: Sequence[JsonObject] | None, rows: Sequence[Measurement],
                   loops: Sequence[str]) -> bool:
-    """Whether the goals ``stored`` with a run differ from the verdicts recomputed from its rows
-    (the goal definitions changed since the run); ``False`` when none were stored."""
+    """Whether the goals `stored` with a run differ from the verdicts recomputed from its rows
+    (the goal definitions changed since the run); `False` when none were stored."""
     if stored is None:
         return False
     return bool(json.loads(json.dumps(verdicts(rows, loops), ensure_ascii=False)) != list(stored))

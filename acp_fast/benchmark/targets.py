@@ -3,11 +3,11 @@ from one run's medians.
 
 Only public-API pairs take part (never the raw ceiling; the floor row only as the reference of
 a "fraction of the floor" goal, the bound a user's pair is measured against). A goal is either a ratio of two
-pairs' medians of one workload (``higher``-is-better metrics: pair ÷ reference; ``lower``:
+pairs' medians of one workload (`higher`-is-better metrics: pair ÷ reference; `lower`:
 reference ÷ pair, so above 1 always means better) or a bound on one pair's median. Goals are
 judged per event loop, each pair against the reference on the *same* loop (a node-only pair
-such as ``ts/ts`` is the reference on every loop). A goal whose pairs were not both measured is
-``n/a``. Ratios are compared unrounded and shown with :data:`DECIMALS` decimals, more when
+such as `ts/ts` is the reference on every loop). A goal whose pairs were not both measured is
+`n/a`. Ratios are compared unrounded and shown with `DECIMALS` decimals, more when
 that is what it takes for the shown value to be on the right side of the goal (never
 "5.00× MISS" for 4.997).
 """
@@ -29,8 +29,8 @@ DECIMALS = 2
 
 @dataclass(frozen=True)
 class Goal:
-    """``pair``'s ``workload`` against ``reference`` (ratio ≥ ``goal``) or, without a
-    reference, its median against ``goal`` (≤ for lower-is-better metrics)."""
+    """`pair`'s `workload` against `reference` (ratio ≥ `goal`) or, without a
+    reference, its median against `goal` (≤ for lower-is-better metrics)."""
 
     label: str
     pair: str
@@ -78,15 +78,15 @@ GOALS: tuple[Goal, ...] = (
 
 
 def ratio(row: Measurement | None, ref: Measurement | None) -> float | None:
-    """How many times better ``row``'s median is than ``ref``'s (None when either is missing)."""
+    """How many times better `row`'s median is than `ref`'s (None when either is missing)."""
     if row is None or ref is None or not row.median or not ref.median:
         return None
     return row.median / ref.median if row.better != "lower" else ref.median / row.median
 
 
 def format_measured(value: float, goal: float, ok: bool, decimals: int = DECIMALS) -> str:
-    """``value`` with ``decimals`` decimals, or more when the rounded value would sit on the
-    wrong side of ``goal`` for the verdict ``ok`` (4.997 with goal 5 and a MISS: ``4.997``)."""
+    """`value` with `decimals` decimals, or more when the rounded value would sit on the
+    wrong side of `goal` for the verdict `ok` (4.997 with goal 5 and a MISS: `4.997`)."""
     for d in range(decimals, decimals + 6):
         text = f"{value:.{d}f}"
         shown = float(text)
@@ -103,9 +103,9 @@ def _lookup(rows: Sequence[Measurement], pair: str, loop: str, workload: str) ->
 
 
 def verdicts(rows: Sequence[Measurement], loops: Sequence[str], goals: Sequence[Goal] = GOALS) -> list[JsonObject]:
-    """One dict per goal and loop: ``label, loop, pair, reference, workload, goal, measured,
-    shown, unit, result`` (``"PASS"``, ``"MISS"`` or ``"n/a"``); ``measured`` is the unrounded
-    ratio or median, ``shown`` its text."""
+    """One dict per goal and loop: `label, loop, pair, reference, workload, goal, measured,
+    shown, unit, result` (`"PASS"`, `"MISS"` or `"n/a"`); `measured` is the unrounded
+    ratio or median, `shown` its text."""
     out = []
     for loop in loops:
         for g in goals:

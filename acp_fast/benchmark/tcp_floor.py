@@ -1,15 +1,15 @@
 """The floor of the remote round-trip rows: a minimal TCP ping-pong on this machine.
 
-No HTTP, no WebSocket, no JSON: an asyncio ``Protocol`` server that writes back every chunk it
+No HTTP, no WebSocket, no JSON: an asyncio `Protocol` server that writes back every chunk it
 reads, and a client that sends a 100-byte message and waits for its echo, N times in a row.
 Both run on the row's event loop. A remote round trip (HTTP or WebSocket) costs at least this
-much: the same two socket writes, two reads and two loop wake-ups; the ``floor`` row of
-``acp-fast bench --remote`` shows it beside the ACP rows. It is a ceiling measured with a
+much: the same two socket writes, two reads and two loop wake-ups; the `floor` row of
+`acp-fast bench --remote` shows it beside the ACP rows. It is a ceiling measured with a
 shortcut, never a target.
 
-``python -m acp_fast.benchmark.tcp_floor serve [--loop L]`` prints its port on stdout;
-``python -m acp_fast.benchmark.tcp_floor URL roundtrips N [--loop L]`` (URL ``tcp://host:port``)
-prints one JSON line: ``{"ok", "n", "seconds", "rate", "cpuSeconds", "loop"}``.
+`python -m acp_fast.benchmark.tcp_floor serve [--loop L]` prints its port on stdout;
+`python -m acp_fast.benchmark.tcp_floor URL roundtrips N [--loop L]` (URL `tcp://host:port`)
+prints one JSON line: `{"ok", "n", "seconds", "rate", "cpuSeconds", "loop"}`.
 """
 
 from __future__ import annotations
@@ -96,9 +96,9 @@ async def _ping(url: str, n: int, warmup: int) -> JsonObject:
 def floor_cli(prog: str, url: str, serve: Callable[..., Coroutine[Any, Any, None]],
               roundtrips: Callable[[str, int, int], Coroutine[Any, Any, JsonObject]], argv: list[str] | None,
               *, asgi: bool = False) -> int:
-    """The command line of a floor module: ``serve [--loop L]``, or ``URL roundtrips N [--warmup W]
-    [--loop L]`` (``url``: the form of URL, for the help). With ``asgi``, ``serve`` also takes
-    ``--server NAME`` (the ASGI server, passed to ``serve`` as ``server=``)."""
+    """The command line of a floor module: `serve [--loop L]`, or `URL roundtrips N [--warmup W]
+    [--loop L]` (`url`: the form of URL, for the help). With `asgi`, `serve` also takes
+    `--server NAME` (the ASGI server, passed to `serve` as `server=`)."""
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("target", help=f"serve, or {url}")
     parser.add_argument("workload", nargs="?", choices=("roundtrips",), default="roundtrips")

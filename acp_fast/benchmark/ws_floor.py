@@ -1,21 +1,21 @@
 """The floor of the WebSocket round-trip rows: the least an ASGI WebSocket round trip costs here.
 
 The server is an ASGI app of a dozen lines on the same ASGI server and settings as
-``acp-fast serve`` (:func:`acp_fast.remote.runner.served`; ``serve --server NAME``
-picks the server, the default one of ``acp-fast serve`` by default): it decodes each text message and sends back
-``{"jsonrpc": "2.0", "id": …, "result": <the request's params>}``. No ACP, no JSON-RPC
+`acp-fast serve` ([`acp_fast.remote.runner.served`][acp_fast.remote.runner.served]; `serve --server NAME`
+picks the server, the default one of `acp-fast serve` by default): it decodes each text message and sends back
+`{"jsonrpc": "2.0", "id": …, "result": <the request's params>}`. No ACP, no JSON-RPC
 connection, no session, no validation. The client is websockets' sans-I/O protocol in an
-asyncio ``Protocol``: it builds each ``_test/echo`` request, waits for the answer and decodes
+asyncio `Protocol`: it builds each `_test/echo` request, waits for the answer and decodes
 it, N times in a row. Both sides decode and encode with orjson when it is installed (the
-``test`` extra), else with the standard library's ``json`` (the row's JSON line says which).
+`test` extra), else with the standard library's `json` (the row's JSON line says which).
 
 Any ACP server and client on that ASGI server pay at least this much per round trip, whatever
-their protocol library: the ``floor`` ``ws`` row of ``acp-fast bench --remote`` shows it beside
+their protocol library: the `floor` `ws` row of `acp-fast bench --remote` shows it beside
 the ACP rows. It is a ceiling measured with a shortcut, never a target.
 
-``python -m acp_fast.benchmark.ws_floor serve [--loop L] [--server S]`` prints its port on stdout;
-``python -m acp_fast.benchmark.ws_floor URL roundtrips N [--loop L]`` (URL ``ws://host:port/acp``)
-prints one JSON line: ``{"ok", "n", "seconds", "rate", "cpuSeconds", "loop", "json"}``.
+`python -m acp_fast.benchmark.ws_floor serve [--loop L] [--server S]` prints its port on stdout;
+`python -m acp_fast.benchmark.ws_floor URL roundtrips N [--loop L]` (URL `ws://host:port/acp`)
+prints one JSON line: `{"ok", "n", "seconds", "rate", "cpuSeconds", "loop", "json"}`.
 """
 
 from __future__ import annotations

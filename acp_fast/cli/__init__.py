@@ -1,8 +1,8 @@
-"""The ``acp-fast`` command line (``acp_fast.cli.main:main``).
+"""The `acp-fast` command line (`acp_fast.cli.main:main`).
 
-Subcommands: ``testy`` (the deterministic test agent, :mod:`acp_fast.cli.testy`),
-``version``, and ``bench`` when :mod:`acp_fast.cli.bench` is present (it registers itself
-through its ``add_parser(subparsers)``).
+Subcommands: `testy` (the deterministic test agent, `acp_fast.cli.testy`),
+`version`, and `bench` when `acp_fast.cli.bench` is present (it registers itself
+through its `add_parser(subparsers)`).
 """
 
 from __future__ import annotations

@@ -1,28 +1,28 @@
-"""``acp-fast bench``: end-to-end benchmarks of acp_fast against the official ACP SDKs.
+"""`acp-fast bench`: end-to-end benchmarks of acp_fast against the official ACP SDKs.
 
 Two modes:
 
-* **suite** (default): the workloads of :mod:`acp_fast.benchmark.suite` for pairs of client
-  and agent processes side by side in one run, on asyncio and on uvloop (``--loops``; both
+* **suite** (default): the workloads of [`acp_fast.benchmark.suite`][acp_fast.benchmark.suite] for pairs of client
+  and agent processes side by side in one run, on asyncio and on uvloop (`--loops`; both
   Python sides of a pair on the same loop), client and agent pinned to different CPUs:
-  acp_fast compiled ↔ compiled and pure ↔ pure (the agent is ``acp-fast testy`` streaming
+  acp_fast compiled ↔ compiled and pure ↔ pure (the agent is `acp-fast testy` streaming
   through the public API), the official Python SDK ↔ itself, the TypeScript SDK ↔ itself
-  (needs node and ``peers/ts/node_modules``), the cross-fed pairs (acp_fast client fed by
+  (needs node and `peers/ts/node_modules`), the cross-fed pairs (acp_fast client fed by
   each SDK's agent, each SDK's client fed by the acp_fast agent), a raw-ceiling row and the
   floor row (no protocol library: a pre-encoded writer, an asyncio reader decoding each line
   with orjson; the reference of the "fraction of the floor" goals).
-  Medians of 3 runs (``--runs``), CPU µs per message per side, load average and a CPU
+  Medians of 3 runs (`--runs`), CPU µs per message per side, load average and a CPU
   calibration before and after (with a warning when the machine was busy), the results
-  table and the PASS/MISS table of the goals on stdout; ``--json PATH``, ``--png PATH``.
-  Needs the ``bench`` extra (psutil, tabulate, tqdm).
-* **from JSON** (``--from-json PATH``): prints the tables and notes of a saved run again from
-  the ``--json`` it wrote, without running anything (and redraws ``--png``); with
-  ``--markdown`` (also for a run) the tables come out as GitHub markdown with aligned columns,
+  table and the PASS/MISS table of the goals on stdout; `--json PATH`, `--png PATH`.
+  Needs the `bench` extra (psutil, tabulate, tqdm).
+* **from JSON** (`--from-json PATH`): prints the tables and notes of a saved run again from
+  the `--json` it wrote, without running anything (and redraws `--png`); with
+  `--markdown` (also for a run) the tables come out as GitHub markdown with aligned columns,
   ready to paste.
-* **probe** (``--agent 'CMD'``): any ACP agent measured the way a client sees it (start-up
-  to ``initialize`` response, ``session/new``, time to first update, updates/s, turn time).
+* **probe** (`--agent 'CMD'`): any ACP agent measured the way a client sees it (start-up
+  to `initialize` response, `session/new`, time to first update, updates/s, turn time).
 
-Also runnable as ``python -m acp_fast.cli.bench``.
+Also runnable as `python -m acp_fast.cli.bench`.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Registers ``bench`` on the ``acp-fast`` subparsers (called by ``acp_fast.cli.main``)."""
+    """Registers `bench` on the `acp-fast` subparsers (called by `acp_fast.cli.main`)."""
     p = subparsers.add_parser("bench", help="end-to-end benchmarks (acp_fast vs the official SDKs, or any agent)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_arguments(p)
@@ -182,14 +182,14 @@ BENCH_EXTRA = ("psutil", "tabulate", "tqdm")
 
 
 def missing_extra() -> list[str]:
-    """The modules of the ``bench`` extra that do not import."""
+    """The modules of the `bench` extra that do not import."""
     import importlib.util
 
     return [m for m in BENCH_EXTRA if importlib.util.find_spec(m) is None]
 
 
 def _loops(spec: str | None) -> tuple[list[str], list[str]]:
-    """``(loops, notes)`` from ``--loops`` (default: asyncio and, when it imports, uvloop)."""
+    """`(loops, notes)` from `--loops` (default: asyncio and, when it imports, uvloop)."""
     from .loops import LOOPS, available_loops
 
     have = available_loops()
@@ -324,7 +324,7 @@ def _run_suite(args: argparse.Namespace) -> int:
 
 
 def _harness() -> JsonObject:
-    """What the harness runs (every process of a row must run the same: the ``ran`` column)."""
+    """What the harness runs (every process of a row must run the same: the `ran` column)."""
     from acp_fast import IMPLEMENTATION
     from acp_fast.benchmark import registry
     from acp_fast.benchmark.runtime import PACKAGE_DIR
@@ -370,7 +370,7 @@ GOALS_HEADING = ("Goals (medians of this run; public-API pairs only, each agains
 
 
 def _snapshot_text(snap: Json) -> tuple[str, str, str]:
-    """(load text, calibration ms, time stamp) of a snapshot's JSON (``?`` for what it lacks)."""
+    """(load text, calibration ms, time stamp) of a snapshot's JSON (`?` for what it lacks)."""
     from acp_fast.benchmark.machine import Snapshot
 
     if not isinstance(snap, dict):
@@ -387,8 +387,8 @@ def _snapshot_text(snap: Json) -> tuple[str, str, str]:
 def report_text(rows: Sequence[Measurement], config: RunConfig, meta: JsonObject, *,
                 tablefmt: str | None = None) -> str:
     """What a suite run prints on stdout before "JSON written to": the results (and chain)
-    table, the goals table and the notes from ``meta`` (command, run, agent, load, warnings).
-    The same text whether ``rows``, ``config`` and ``meta`` come from the run or from its JSON."""
+    table, the goals table and the notes from `meta` (command, run, agent, load, warnings).
+    The same text whether `rows`, `config` and `meta` come from the run or from its JSON."""
     from acp_fast.benchmark.tables import MARKDOWN, TABLEFMT, goals_table, results_table
 
     fmt = tablefmt or TABLEFMT
@@ -463,7 +463,7 @@ def _run_from_json(args: argparse.Namespace) -> int:
 
 
 def _is_remote_json(path: str) -> bool:
-    """Whether ``path`` holds the JSON of a ``--remote`` run (its rows name a transport)."""
+    """Whether `path` holds the JSON of a `--remote` run (its rows name a transport)."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
@@ -495,7 +495,7 @@ def _remote_from_json(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m acp_fast.cli.bench [options]``."""
+    """`python -m acp_fast.cli.bench [options]`."""
     p = argparse.ArgumentParser(prog="acp-fast bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_arguments(p)

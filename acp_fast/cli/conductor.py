@@ -1,19 +1,19 @@
-"""``acp-fast conductor``: run a proxy chain on stdio (protocol.md §8.7; :mod:`acp_fast.conductor`).
+"""`acp-fast conductor`: run a proxy chain on stdio (protocol.md §8.7; [`acp_fast.conductor`][acp_fast.conductor]).
 
     acp-fast conductor [--trace PATH] [--debug [--debug-dir DIR]] [--proxy-methods underscore|spec]
                        [--protocol-version 1|2] agent "PROXY"… "AGENT"
     acp-fast conductor [...] proxy "PROXY"…
 
-Each component is one shell-quoted argument: shell words with leading ``NAME=value``
-environment words, or JSON ``{"command", "args"?, "env"?}``. In ``agent`` mode the last
-component is the agent and the conductor is an agent on its stdio; in ``proxy`` mode it is a
+Each component is one shell-quoted argument: shell words with leading `NAME=value`
+environment words, or JSON `{"command", "args"?, "env"?}`. In `agent` mode the last
+component is the agent and the conductor is an agent on its stdio; in `proxy` mode it is a
 proxy (a nested chain) whose successor is its parent. Components start on the first
-``initialize`` (``_proxy/initialize`` in proxy mode). The whole chain speaks one protocol
+`initialize` (`_proxy/initialize` in proxy mode). The whole chain speaks one protocol
 version: for a client asking 2 or more it is 2, or lower when the agent answers lower (a
 v1-only agent) or a proxy refuses 2 -- the version the client would get from the agent
-directly, with every proxy started at it; ``--protocol-version 1|2`` pins it instead (no
+directly, with every proxy started at it; `--protocol-version 1|2` pins it instead (no
 probing). A component that cannot speak the chain's version fails the client's
-``initialize`` with an error naming it. The exit status is 1 when the chain ended because a
+`initialize` with an error naming it. The exit status is 1 when the chain ended because a
 component exited, else 0.
 """
 
@@ -32,7 +32,7 @@ __all__ = ["add_parser", "main"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Registers ``conductor`` on the ``acp-fast`` subparsers (called by ``acp_fast.cli.main``)."""
+    """Registers `conductor` on the `acp-fast` subparsers (called by `acp_fast.cli.main`)."""
     from ..conductor import PROXY_METHODS
 
     p = subparsers.add_parser("conductor", help="run an ACP proxy chain (proxies + agent) on stdio",
@@ -61,10 +61,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def main(args: Any) -> int:
-    """Run the chain described by ``args`` on stdio until it ends.
+    """Run the chain described by `args` on stdio until it ends.
 
     Args:
-        args: the parsed ``acp-fast conductor`` arguments.
+        args: the parsed `acp-fast conductor` arguments.
 
     Returns:
         The exit status: 1 when the chain ended because a component exited, 2 for a bad

@@ -1,17 +1,17 @@
-"""``acp-fast``: the command-line entry point (console script ``acp_fast.cli.main:main``).
+"""`acp-fast`: the command-line entry point (console script `acp_fast.cli.main:main`).
 
-Subcommands are registered by modules with an ``add_parser(subparsers)`` function that
-returns the subparser and sets ``func`` (called with the parsed ``argparse.Namespace``; its
+Subcommands are registered by modules with an `add_parser(subparsers)` function that
+returns the subparser and sets `func` (called with the parsed `argparse.Namespace`; its
 return value is the exit status):
 
-* ``testy`` - :mod:`acp_fast.cli.testy`, serves the test agent :mod:`acp_fast.testy` on stdio;
-* ``version`` - the package version and the active engine twin;
-* ``bench`` - :mod:`acp_fast.cli.bench`, imported lazily and only if it exists (owned by
+* `testy` - `acp_fast.cli.testy`, serves the test agent [`acp_fast.testy`][acp_fast.testy] on stdio;
+* `version` - the package version and the active engine twin;
+* `bench` - `acp_fast.cli.bench`, imported lazily and only if it exists (owned by
   the benchmark tooling; nothing here depends on it);
-* ``conductor`` - :mod:`acp_fast.cli.conductor`, runs a proxy chain (:mod:`acp_fast.conductor`);
-* ``trace`` - :mod:`acp_fast.cli.trace`, ``view`` (HTML page) and ``summary`` of a conductor trace.
+* `conductor` - `acp_fast.cli.conductor`, runs a proxy chain ([`acp_fast.conductor`][acp_fast.conductor]);
+* `trace` - `acp_fast.cli.trace`, `view` (HTML page) and `summary` of a conductor trace.
 
-Run as ``acp-fast ...`` or ``python -m acp_fast.cli.main ...``.
+Run as `acp-fast ...` or `python -m acp_fast.cli.main ...`.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def _add_optional(subparsers: Subparsers, name: str) -> None:
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The ``acp-fast`` parser. Optional modules are imported only when ``argv`` may need
-    them (no subcommand yet, ``--help``, or their own name)."""
+    """The `acp-fast` parser. Optional modules are imported only when `argv` may need
+    them (no subcommand yet, `--help`, or their own name)."""
     from .. import __version__
 
     parser = argparse.ArgumentParser(
@@ -74,7 +74,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (also used as ``sys.exit`` code)."""
+    """Entry point; returns the exit status (also used as `sys.exit` code)."""
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)

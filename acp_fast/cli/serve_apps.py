@@ -1,10 +1,10 @@
-"""The applications ``acp-fast serve`` builds: Testy in-process, and a worker's app from its config.
+"""The applications `acp-fast serve` builds: Testy in-process, and a worker's app from its config.
 
-:func:`testy_app` serves Testy (the deterministic test agent) in-process, one instance per
-connection (``--testy``); a stdio agent command is served by
-:func:`acp_fast.remote.gateway_app`. For ``--workers N`` (uvicorn's worker processes) each
-worker builds its app with :func:`app_from_env` from the JSON the parent puts in
-:data:`CONFIG_ENV`.
+`testy_app` serves Testy (the deterministic test agent) in-process, one instance per
+connection (`--testy`); a stdio agent command is served by
+[`acp_fast.remote.gateway_app`][acp_fast.remote.gateway_app]. For `--workers N` (uvicorn's worker processes) each
+worker builds its app with `app_from_env` from the JSON the parent puts in
+`CONFIG_ENV`.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ def testy_app(*, versions: str = "1,2", path: str = DEFAULT_PATH, policy: Server
 
 
 def app_from_env() -> AcpApp:
-    """Build the app described by :data:`CONFIG_ENV` (a factory for ``uvicorn --factory``).
+    """Build the app described by `CONFIG_ENV` (a factory for `uvicorn --factory`).
 
-    The JSON object holds ``command`` (argv list) or ``testy`` (versions string), ``path``,
-    and the :class:`ServerPolicy` fields ``token_env`` (the name of the variable holding the
-    token, never the token itself), ``allow_hosts``, ``allow_origins``, ``max_body``,
-    ``max_connections``, ``idle_timeout``.
+    The JSON object holds `command` (argv list) or `testy` (versions string), `path`,
+    and the [`ServerPolicy`][acp_fast.remote.ServerPolicy] fields `token_env` (the name of the variable holding the
+    token, never the token itself), `allow_hosts`, `allow_origins`, `max_body`,
+    `max_connections`, `idle_timeout`.
     """
     raw = os.environ.get(CONFIG_ENV)
     if not raw:
@@ -50,7 +50,7 @@ def app_from_env() -> AcpApp:
 
 
 def policy_from_config(cfg: Mapping[str, Any]) -> ServerPolicy:
-    """The :class:`ServerPolicy` of a serve configuration (see :func:`app_from_env`)."""
+    """The [`ServerPolicy`][acp_fast.remote.ServerPolicy] of a serve configuration (see `app_from_env`)."""
     kwargs: dict[str, Any] = {}
     token_env = cfg.get("token_env")
     if token_env:

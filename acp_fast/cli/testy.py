@@ -1,4 +1,4 @@
-"""``acp-fast testy``: serve the deterministic test agent (:mod:`acp_fast.testy`) on stdio."""
+"""`acp-fast testy`: serve the deterministic test agent ([`acp_fast.testy`][acp_fast.testy]) on stdio."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ STREAM_CHOICES = ("api", "preencoded")
 
 
 def _engine_choice(name: Literal["auto", "c", "py"]) -> Literal["c", "py"] | None:
-    """The engine twin to pass to ``serve`` by name (``None``: the active one)."""
+    """The engine twin to pass to `serve` by name (`None`: the active one)."""
     return None if name == "auto" else name
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Registers ``testy`` on the ``acp-fast`` subparsers (called by ``acp_fast.cli.main``)."""
+    """Registers `testy` on the `acp-fast` subparsers (called by `acp_fast.cli.main`)."""
     parser = subparsers.add_parser(
         "testy", help="run the deterministic test agent (Testy) on stdio",
         description=("Serve the deterministic ACP test agent (Testy) on stdin/stdout: v1 and v2 "
@@ -55,14 +55,14 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Serve Testy on stdio, in the versions, engine twin and event loop ``args`` asks for,
+    """Serve Testy on stdio, in the versions, engine twin and event loop `args` asks for,
     until the client hangs up.
 
     Args:
-        args: the parsed ``acp-fast testy`` arguments.
+        args: the parsed `acp-fast testy` arguments.
 
     Returns:
-        The exit status: 0, or 2 for a bad ``--versions``.
+        The exit status: 0, or 2 for a bad `--versions`.
     """
     from ..testy import build, parse_versions
 

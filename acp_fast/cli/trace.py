@@ -1,12 +1,12 @@
-"""``acp-fast trace``: look at a conductor trace (``acp-fast conductor --trace PATH``).
+"""`acp-fast trace`: look at a conductor trace (`acp-fast conductor --trace PATH`).
 
     acp-fast trace view TRACE [-o trace.html] [--title TITLE]
     acp-fast trace summary TRACE
 
-``view`` writes one self-contained HTML page (no network access: styles, script and the
+`view` writes one self-contained HTML page (no network access: styles, script and the
 events are inside it) with a sequence diagram per session, filterable by component and by
-method; ``summary`` prints message counts per component and per method. See
-:mod:`acp_fast.conductor.trace_view`. Exit status 1 when the trace cannot be read.
+method; `summary` prints message counts per component and per method. See
+`acp_fast.conductor.trace_view`. Exit status 1 when the trace cannot be read.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["add_parser", "main"]
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Registers ``trace`` on the ``acp-fast`` subparsers (called by ``acp_fast.cli.main``)."""
+    """Registers `trace` on the `acp-fast` subparsers (called by `acp_fast.cli.main`)."""
     p = subparsers.add_parser("trace", help="view or summarise a conductor trace (--trace PATH)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -39,11 +39,11 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``acp-fast trace view`` (write the HTML page) or ``acp-fast trace summary`` (print
-    the counts) on the trace file ``args`` names.
+    """Run `acp-fast trace view` (write the HTML page) or `acp-fast trace summary` (print
+    the counts) on the trace file `args` names.
 
     Args:
-        args: the parsed ``acp-fast trace`` arguments.
+        args: the parsed `acp-fast trace` arguments.
 
     Returns:
         The exit status: 0, or 1 when the trace cannot be read or the page not written.
@@ -83,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _negotiation_line(record: JsonObject) -> str:
-    """The chain's protocol version selection (the trace's ``negotiation`` record) in one line."""
+    """The chain's protocol version selection (the trace's `negotiation` record) in one line."""
     selected = record.get("selected")
     how = f"pinned to {record.get('pinned')}" if record.get("pinned") is not None else (
         "probed" if record.get("probing") else "as requested")

@@ -6,8 +6,8 @@ to each other. Each connection (a *hop*) has its own id space: every request for
 onto a hop gets a fresh integer id there, and the hop's pending table maps it back to
 (the hop it came from, the id it had there). There is no global id table.
 
-Pass-through path: each hop's bytes go to the engine's :class:`~acp_fast.engine.Forwarder`
-(``Forwarder.feed(hop, chunk)``), which in one call per read frames every complete line,
+Pass-through path: each hop's bytes go to the engine's [`Forwarder`][acp_fast.engine.Forwarder]
+(`Forwarder.feed(hop, chunk)`), which in one call per read frames every complete line,
 validates it, classifies it and appends what it forwards to the destination hop's output
 buffer; the conductor writes each hop's buffer once per read. The pending tables (hop, new
 id) → (source hop, original id) and the per-hop id counters live in the Forwarder too, so
@@ -16,47 +16,47 @@ per message:
 
 * a request or notification nobody claims goes to the next hop: its bytes are copied with
   only the id's bytes replaced by the destination's next integer id (a notification is
-  copied verbatim); ``params`` are never decoded;
-* a successor envelope from a proxy (``_proxy/successor`` or ``proxy/successor``) is
-  unwrapped by scanning its ``params`` object's top-level members: the inner message is
-  re-emitted as ``{"jsonrpc":"2.0","id":N,"method":M,"params":P}`` with the inner ``method``
-  and ``params`` bytes as received; envelope members other than ``method``/``params``
-  (``_meta``/``meta``: hop-local) are dropped, the inner ``params._meta`` is kept (it is
-  inside ``P``). Toward a proxy from its successor side a message is wrapped the same way,
+  copied verbatim); `params` are never decoded;
+* a successor envelope from a proxy (`_proxy/successor` or `proxy/successor`) is
+  unwrapped by scanning its `params` object's top-level members: the inner message is
+  re-emitted as `{"jsonrpc":"2.0","id":N,"method":M,"params":P}` with the inner `method`
+  and `params` bytes as received; envelope members other than `method`/`params`
+  (`_meta`/`meta`: hop-local) are dropped, the inner `params._meta` is kept (it is
+  inside `P`). Toward a proxy from its successor side a message is wrapped the same way,
   in the spelling that proxy last used;
 * a response whose id is pending on its hop goes back with the original id spliced in;
   responses are never wrapped; a response to an unknown id is dropped.
 
-Python (the methods below) sees only what a handler claims: ``initialize`` and the proxy
-initialize spellings (the raw ``protocolVersion`` is inspected), the agent's
-``initialize`` answer (version check), ``$/cancel_request`` (re-issued per hop, never
+Python (the methods below) sees only what a handler claims: `initialize` and the proxy
+initialize spellings (the raw `protocolVersion` is inspected), the agent's
+`initialize` answer (version check), `$/cancel_request` (re-issued per hop, never
 forwarded), misplaced successor envelopes, envelopes outside the scanner's simple case
 (escaped keys or inner method, repeated or invalid members: the full rules below answer
 -32602), batches (kept as frames), malformed lines, and the rest of any chunk after such a
 claim (so every hop's output keeps its order). It sees everything before the chain is ready,
-after upstream EOF, and when tracing (``--trace`` decodes every message).
+after upstream EOF, and when tracing (`--trace` decodes every message).
 
 Validation of a verbatim pass-through: every line is fully validated before it is
 forwarded -- UTF-8, JSON syntax (RFC 8259, strict numbers and escapes), nesting depth,
-``max_line_size``, and the JSON-RPC envelope rules of the engine (``jsonrpc`` exactly
-``"2.0"``, no duplicate envelope keys, method a string, id an int64/string/null, params an
+`max_line_size`, and the JSON-RPC envelope rules of the engine (`jsonrpc` exactly
+`"2.0"`, no duplicate envelope keys, method a string, id an int64/string/null, params an
 object/array/null, a response with exactly one of result/error and a well-formed error
 object); an invalid line is never forwarded (it is answered -32700/-32600 or, from a child
-process, logged and ignored). Not validated: ``params``/``result`` against the ACP schema
+process, logged and ignored). Not validated: `params`/`result` against the ACP schema
 (that is the endpoints' job), whether a method exists (unknown methods are forwarded; only
 the chain's end answers -32601), and the session ids inside params.
 
-Initialization and the protocol version (:mod:`.selection`): the chain is ready once
-upstream's ``initialize`` is answered. Until then every component's lines are framed by a
+Initialization and the protocol version (`selection`): the chain is ready once
+upstream's `initialize` is answered. Until then every component's lines are framed by a
 decoder of its own and handled here (a component started again for a lower version replaces
-its hop without inheriting a partial line), the ``initialize`` of each attempt is tracked
-per hop, and upstream's calls are held (at most :data:`BACKLOG_LIMIT`, then upstream is not
+its hop without inheriting a partial line), the `initialize` of each attempt is tracked
+per hop, and upstream's calls are held (at most `BACKLOG_LIMIT`, then upstream is not
 read) while its answers are routed at once. When the answer reaches upstream, the chain
 switches to the Forwarder and the held calls go on, in order.
 
 Memory: each hop's output is taken and written once per read, and reading pauses while a
-destination is write-paused (:meth:`Conductor._on_writable`); a hop's pending table holds
-at most ``Forwarder.max_pending`` requests (65536): a request beyond that is answered
+destination is write-paused (`Conductor._on_writable`); a hop's pending table holds
+at most `Forwarder.max_pending` requests (65536): a request beyond that is answered
 -32603 "too many requests in flight on <hop>" instead of being forwarded.
 """
 
@@ -125,11 +125,11 @@ class _Hop:
     """One connection of the conductor: upstream or a component.
 
     Its framing, pending table, id counter, output buffer and successor spelling live in
-    the conductor's :class:`~acp_fast.engine.Forwarder`, as hop ``fid`` there. While the
-    chain selects its version a component's lines are framed by a ``decoder`` of its own
-    instead, so that a component started again for another attempt takes hop ``fid`` over
-    without the lines of the one it replaces; ``tail`` keeps the incomplete last line, which
-    the Forwarder is given when the chain is ready (:meth:`Conductor._selected`).
+    the conductor's [`Forwarder`][acp_fast.engine.Forwarder], as hop `fid` there. While the
+    chain selects its version a component's lines are framed by a `decoder` of its own
+    instead, so that a component started again for another attempt takes hop `fid` over
+    without the lines of the one it replaces; `tail` keeps the incomplete last line, which
+    the Forwarder is given when the chain is ready (`Conductor._selected`).
     """
 
     __slots__ = ("decoder", "ended", "fid", "index", "name", "retired", "started", "stream", "tail", "writable")
@@ -161,56 +161,58 @@ class _Hop:
 
 
 class Conductor:
-    """A proxy chain: ``Conductor([proxy…, agent])`` (agent mode) or ``mode="proxy"``.
+    """A proxy chain: `Conductor([proxy…, agent])` (agent mode) or `mode="proxy"`.
 
     Use it as an async context manager to get the upstream end of an in-memory pair (connect
-    a client to it), or :meth:`serve` it on a stream (``acp-fast conductor`` serves stdio)::
+    a client to it), or [`serve`][acp_fast.conductor.chain.Conductor.serve] it on a stream (`acp-fast conductor` serves stdio):
 
-        async with Conductor(["python -m my_proxy", Proxy.v2(), "acp-fast testy"]) as upstream:
-            async with Client.v2().connect(upstream) as conn:
-                await conn.initialize()
+    ```python
+    async with Conductor(["python -m my_proxy", Proxy.v2(), "acp-fast testy"]) as upstream:
+        async with Client.v2().connect(upstream) as conn:
+            await conn.initialize()
+    ```
 
-    Components are started lazily, on the first ``initialize`` (agent mode) or
-    ``_proxy/initialize`` / ``proxy/initialize`` (proxy mode). The chain speaks one protocol
-    version end to end, pinned in every ``initialize`` it sends; the agent's answer is checked
-    against it. Which one (:mod:`acp_fast.conductor.selection`): a request for 1 → 1; for 2 or
+    Components are started lazily, on the first `initialize` (agent mode) or
+    `_proxy/initialize` / `proxy/initialize` (proxy mode). The chain speaks one protocol
+    version end to end, pinned in every `initialize` it sends; the agent's answer is checked
+    against it. Which one (`acp_fast.conductor.selection`): a request for 1 → 1; for 2 or
     more → 2, unless the agent answers a lower version (a v1-only agent) or a proxy refuses
     2, and then the highest version every component speaks, what the client would get from
-    the agent directly (proxies are started again at it); ``protocol_version`` pins it
-    instead. The selection is :attr:`negotiation` and a ``negotiation`` trace event. Client
-    messages sent before the ``initialize`` answer wait for it.
+    the agent directly (proxies are started again at it); `protocol_version` pins it
+    instead. The selection is `negotiation` and a `negotiation` trace event. Client
+    messages sent before the `initialize` answer wait for it.
 
     Once the chain is ready, pass-through messages are routed by the engine's compiled
-    ``Forwarder`` a whole read at a time (fresh id per hop, successor envelopes unwrapped
+    `Forwarder` a whole read at a time (fresh id per hop, successor envelopes unwrapped
     and wrapped on raw bytes, responses mapped back, never wrapped). A forwarded line has
     been fully validated (UTF-8, strict JSON, nesting depth, line size, JSON-RPC envelope
-    rules) but its ``params``/``result`` are not checked against the ACP schema, and
+    rules) but its `params`/`result` are not checked against the ACP schema, and
     unknown methods pass; see the module docstring for exactly which messages Python sees.
 
     Args:
         components: command specs (strings or argv lists) and in-process builders; in agent
             mode the last one is the agent.
-        mode: ``"agent"`` (the conductor is an agent upstream) or ``"proxy"`` (it is a proxy:
+        mode: `"agent"` (the conductor is an agent upstream) or `"proxy"` (it is a proxy:
             the last proxy's successor traffic goes to the parent, wrapped).
         proxy_methods: the spelling emitted before a component uses one
-            (``"underscore"``: ``_proxy/*``, default; ``"spec"``: ``proxy/*``).
-        trace: a path for JSONL trace events (see :mod:`acp_fast.conductor.trace`).
+            (`"underscore"`: `_proxy/*`, default; `"spec"`: `proxy/*`).
+        trace: a path for JSONL trace events (see `acp_fast.conductor.trace`).
         debug_dir: a folder for a debug log of every component's stdin/stdout/stderr
-            lines (see :mod:`acp_fast.conductor.debug`); ``None``: no log.
+            lines (see `acp_fast.conductor.debug`); `None`: no log.
         env: environment variables added for every spawned component.
         engine: the engine module (tests pass a twin; default: the selected one).
-        protocol_version: ``1`` or ``2``: the chain's version, without probing (a request
-            below it is answered -32022, one above it lowered); ``None`` (default): selected
+        protocol_version: `1` or `2`: the chain's version, without probing (a request
+            below it is answered -32022, one above it lowered); `None` (default): selected
             from the request and the components' answers.
 
     Attributes:
         exit_error: why the chain ended when a component exited (its name, exit status and
-            stderr tail), else ``None``.
+            stderr tail), else `None`.
         negotiation: the version selection once made (see
-            :meth:`acp_fast.conductor.selection.Selection.record`), else ``None``.
+            `acp_fast.conductor.selection.Selection.record`), else `None`.
 
     Raises:
-        ValueError: an unknown ``mode``, ``proxy_methods`` or ``protocol_version``, or an
+        ValueError: an unknown `mode`, `proxy_methods` or `protocol_version`, or an
             unparsable command spec.
 
     A conductor serves one upstream connection, once.
@@ -271,18 +273,18 @@ class Conductor:
 
     @property
     def version(self) -> int:
-        """The chain's protocol version (0 until its ``initialize`` is answered)."""
+        """The chain's protocol version (0 until its `initialize` is answered)."""
         return self._version
 
     @property
     def protocol_version(self) -> int | None:
-        """The ``protocol_version`` option: the version the chain is pinned to, or ``None``."""
+        """The `protocol_version` option: the version the chain is pinned to, or `None`."""
         return self._pin
 
     # -- running -------------------------------------------------------------------------
 
     async def serve(self, upstream: Stream) -> None:
-        """Serve the chain on ``upstream`` until it ends (upstream EOF or a component exit).
+        """Serve the chain on `upstream` until it ends (upstream EOF or a component exit).
 
         Upstream EOF ends the chain at once: every component's input is closed, each child
         gets the transport's grace period to exit, then its process group is killed.
@@ -399,7 +401,7 @@ class Conductor:
     def _upstream_ended(self) -> None:
         """Upstream EOF: as a connection does after EOF, the requests sent upstream fail
         (-32603 "Incoming transport closed") and the chain ends once every request upstream
-        sent has been answered (its output may still be read: ``… | acp-fast conductor``)."""
+        sent has been answered (its output may still be read: `… | acp-fast conductor`)."""
         self._up_eof = True
         self._update_fast()  # from now on every response may end the chain: Python sees them
         for src_fid, sid in self._fw.drain_pending(0):
@@ -445,8 +447,8 @@ class Conductor:
 
     def _up_may_read(self) -> bool:
         """False while the chain is selecting its version and the upstream calls held until
-        then reached :data:`BACKLOG_LIMIT` (before that, upstream is read: answers to what
-        components ask during ``initialize`` are routed at once)."""
+        then reached `BACKLOG_LIMIT` (before that, upstream is read: answers to what
+        components ask during `initialize` are routed at once)."""
         return self._state != _STARTING or len(self._backlog) < BACKLOG_LIMIT
 
     # -- output --------------------------------------------------------------------------
@@ -493,7 +495,7 @@ class Conductor:
                 self._malformed(hop, frame)
 
     def _hold(self, frame: Any) -> None:
-        """Keep an upstream call until the chain has selected its version (see :meth:`_selected`)."""
+        """Keep an upstream call until the chain has selected its version (see `_selected`)."""
         self._backlog.append(frame)
         up = self._up
         if len(self._backlog) >= BACKLOG_LIMIT and up is not None and up.stream is not None:
@@ -597,11 +599,11 @@ class Conductor:
 
     def _deliver(self, src: _Hop, msg: Any, is_request: bool, method: str, params_raw: Any,
                  pos: int, leftward: bool, verbatim: Any) -> None:
-        """Send a call from ``src`` to chain position ``pos``.
+        """Send a call from `src` to chain position `pos`.
 
-        ``leftward``: travelling toward the client. Position -1 is upstream as predecessor;
-        position ``nproxies`` is the agent (agent mode) or upstream as successor (proxy mode).
-        ``verbatim``: the original message when only its id may change.
+        `leftward`: travelling toward the client. Position -1 is upstream as predecessor;
+        position `nproxies` is the agent (agent mode) or upstream as successor (proxy mode).
+        `verbatim`: the original message when only its id may change.
         """
         n = self._nproxies
         sel = self._sel
@@ -656,7 +658,7 @@ class Conductor:
         self._emit(dst, line)
 
     def _cancel(self, hop: _Hop, params: Any) -> None:
-        """Hop-local ``$/cancel_request``: re-issued for the forwarded request, never forwarded."""
+        """Hop-local `$/cancel_request`: re-issued for the forwarded request, never forwarded."""
         if self._tracer is not None:
             self._tracer.call(hop.name, "Conductor", None, names.CANCEL, params, False)
         ok, rid = cancel_target(params)
@@ -757,7 +759,7 @@ class Conductor:
         return "Agent" if (self.mode == "agent" and i == len(self.specs) - 1) else f"Proxy({i})"
 
     async def _spawn(self, i: int) -> _Hop:
-        """Start component ``i`` as hop ``i + 1`` (again, when it is restarted)."""
+        """Start component `i` as hop `i + 1` (again, when it is restarted)."""
         hop = _Hop(i, self._component_name(i), None)
         if i < len(self._comps):
             self._comps[i] = hop
@@ -777,8 +779,8 @@ class Conductor:
         await self._restart(list(range(len(self.specs))), self._send_initialize)
 
     async def _restart(self, positions: list[int], then: Callable[[], None]) -> None:
-        """Start the components at ``positions``, attach them, then call ``then`` (which sends
-        the ``initialize`` they are waiting for)."""
+        """Start the components at `positions`, attach them, then call `then` (which sends
+        the `initialize` they are waiting for)."""
         try:
             for i in positions:
                 await self._spawn(i)
@@ -797,7 +799,7 @@ class Conductor:
     # -- version selection (selection.py) ----------------------------------------------
 
     def _send_initialize(self) -> None:
-        """An attempt: the upstream ``initialize`` at the selection's version, to position 0."""
+        """An attempt: the upstream `initialize` at the selection's version, to position 0."""
         sel, msg, up = self._sel, self._init, self._up
         assert sel is not None and up is not None
         sel.begin()
@@ -806,7 +808,7 @@ class Conductor:
         self._deliver(up, msg, True, names.INITIALIZE, raw, 0, False, None)
 
     def _sent_initialize(self, src: _Hop, dst: _Hop, pos: int, new: int, params_raw: Any) -> None:
-        """Bookkeeping of an attempt's ``initialize`` sent to position ``pos`` as ``new``."""
+        """Bookkeeping of an attempt's `initialize` sent to position `pos` as `new`."""
         sel = self._sel
         assert sel is not None
         sel.inits[(dst.fid, new)] = pos
@@ -817,7 +819,7 @@ class Conductor:
             sel.agent_params = decoded(params_raw)
 
     def _init_answered(self, pos: int, src: _Hop, sid: Any, msg: Any) -> None:
-        """The answer of position ``pos`` to the attempt's ``initialize`` (see selection.py)."""
+        """The answer of position `pos` to the attempt's `initialize` (see selection.py)."""
         sel = self._sel
         assert sel is not None
         n = self._nproxies
@@ -875,7 +877,7 @@ class Conductor:
         return False
 
     def _lower(self, positions: list[int], version: int) -> None:
-        """Restart the components at ``positions`` and try again at ``version``."""
+        """Restart the components at `positions` and try again at `version`."""
         sel = self._sel
         assert sel is not None
         logger.info("conductor: trying ACP protocol version %d (%s)", version, sel.summary())
@@ -884,8 +886,8 @@ class Conductor:
         self._start_task = asyncio.get_running_loop().create_task(self._restart(positions, self._send_initialize))
 
     def _retire(self, hops: list[_Hop]) -> None:
-        """Stop reading ``hops`` and forget their requests in flight; they are closed (and
-        replaced by :meth:`_spawn`)."""
+        """Stop reading `hops` and forget their requests in flight; they are closed (and
+        replaced by `_spawn`)."""
         for hop in hops:
             if not hop.writable:
                 self._on_writable(hop, True)
@@ -903,7 +905,7 @@ class Conductor:
                 hop.stream.close()
 
     def _reuse_agent(self, src: _Hop, msg: Any, params_raw: Any) -> None:
-        """The restarted last proxy's ``initialize`` for the kept agent: answered with the
+        """The restarted last proxy's `initialize` for the kept agent: answered with the
         agent's own answer when it is the request the agent already answered (lowered);
         otherwise the agent starts again and gets it."""
         sel = self._sel
@@ -927,7 +929,7 @@ class Conductor:
             [n], lambda: self._deliver(src, msg, True, names.INITIALIZE, params_raw, n, False, None)))
 
     def _selected(self, msg: Any, sid: Any) -> None:
-        """The answer to upstream's ``initialize``: the chain speaks the selected version from
+        """The answer to upstream's `initialize`: the chain speaks the selected version from
         now on, routed by the Forwarder; the calls held until now go on."""
         sel, up = self._sel, self._up
         assert sel is not None and up is not None
@@ -949,7 +951,7 @@ class Conductor:
         self._maybe_finish()
 
     def _adopt(self, hop: _Hop) -> None:
-        """Hand ``hop``'s framing over to the Forwarder (with the incomplete line read so far)."""
+        """Hand `hop`'s framing over to the Forwarder (with the incomplete line read so far)."""
         if hop.decoder is None:
             return
         tail, hop.decoder, hop.tail = hop.tail, None, bytearray()
@@ -959,7 +961,7 @@ class Conductor:
                 self._frames(hop, frames)
 
     def _fail_selection(self, error: JsonRpcError) -> None:
-        """No chain: upstream's ``initialize`` is answered ``error`` and the chain ends."""
+        """No chain: upstream's `initialize` is answered `error` and the chain ends."""
         sel = self._sel
         if sel is not None:
             sel.finish("failed", error)
@@ -972,7 +974,7 @@ class Conductor:
         self._finish()
 
     def _publish(self, sel: Selection) -> None:
-        """The selection is made: :attr:`negotiation`, the trace event, a log line."""
+        """The selection is made: `negotiation`, the trace event, a log line."""
         self._sel = None
         self.negotiation = sel.record()
         if self._tracer is not None:

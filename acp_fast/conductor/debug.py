@@ -1,9 +1,9 @@
-"""``--debug``: every line each component reads, writes and logs, in one file (protocol.md §8.7.37).
+"""`--debug`: every line each component reads, writes and logs, in one file (protocol.md §8.7.37).
 
-The file is ``<debug-dir>/<YYYYmmdd-HHMMSS>.log``: a header listing the components, then one
-line per message ``<label> <arrow> +<ms>ms <line>``. ``label`` is the component's index, or
-``C`` for the conductor's own stdio; ``→`` is written to the component (to the client, for
-``C``), ``←`` read from it, ``!`` its stderr (ANSI escapes stripped, over-long lines cut with
+The file is `<debug-dir>/<YYYYmmdd-HHMMSS>.log`: a header listing the components, then one
+line per message `<label> <arrow> +<ms>ms <line>`. `label` is the component's index, or
+`C` for the conductor's own stdio; `→` is written to the component (to the client, for
+`C`), `←` read from it, `!` its stderr (ANSI escapes stripped, over-long lines cut with
 a marker). Lines are logged per read/write chunk as they cross the pipe; a line split
 across two chunks appears as two entries.
 """
@@ -24,7 +24,7 @@ MAX_LINE = 16 * 1024
 
 
 class DebugLog:
-    """One debug log file; :attr:`path` says where (printed to stderr by the CLI)."""
+    """One debug log file; `path` says where (printed to stderr by the CLI)."""
 
     def __init__(self, directory: str | os.PathLike[str], components: Sequence[str]) -> None:
         folder = Path(directory)
@@ -38,7 +38,7 @@ class DebugLog:
         self._file.write("\n")
 
     def log(self, label: str, arrow: str, data: bytes) -> None:
-        """Log each line of ``data`` (``arrow``: ``"→"``, ``"←"`` or ``"!"``)."""
+        """Log each line of `data` (`arrow`: `"→"`, `"←"` or `"!"`)."""
         if self._file.closed:
             return
         ms = (time.monotonic() - self._t0) * 1000
@@ -54,5 +54,5 @@ class DebugLog:
         self._file.flush()
 
     def close(self) -> None:
-        """Close the file; later :meth:`log` calls write nothing."""
+        """Close the file; later [`log`][acp_fast.conductor.debug.DebugLog.log] calls write nothing."""
         self._file.close()

@@ -1,27 +1,29 @@
-"""The MCP-over-ACP compatibility polyfill: a proxy for agents without the ``acp`` MCP transport.
+"""The MCP-over-ACP compatibility polyfill: a proxy for agents without the `acp` MCP transport.
 
-Placed as the **last** proxy of a conductor chain (in front of the agent)::
+Placed as the **last** proxy of a conductor chain (in front of the agent):
 
-    acp-fast conductor agent "python -m acp_fast.conductor.mcp_polyfill" "my-agent"
+```bash
+acp-fast conductor agent "python -m acp_fast.conductor.mcp_polyfill" "my-agent"
+```
 
-or in process, ``Conductor([mcp_polyfill.router(), agent])``.
+or in process, `Conductor([mcp_polyfill.router(), agent])`.
 
-* The version comes from ``_proxy/initialize`` / ``proxy/initialize`` (v1 and v2 each get
-  their own proxy, :func:`router`); the polyfill forwards ``initialize`` and reads the
-  agent's MCP capability of that version (v2 ``capabilities.session.mcp.acp``, v1
-  ``agentCapabilities.mcpCapabilities.acp``).
+* The version comes from `_proxy/initialize` / `proxy/initialize` (v1 and v2 each get
+  their own proxy, `router`); the polyfill forwards `initialize` and reads the
+  agent's MCP capability of that version (v2 `capabilities.session.mcp.acp`, v1
+  `agentCapabilities.mcpCapabilities.acp`).
 * An agent that has it gets everything unchanged: the polyfill is then a pass-through.
-* Otherwise the polyfill advertises the capability upstream itself and, in ``session/new``,
-  ``session/resume`` and ``session/fork`` (and v1 ``session/load``), replaces each native
-  ``{"type": "acp", "name", "serverId"}`` declaration, in place, by an HTTP declaration
-  ``{"type": "http", "name", "url", "headers": []}`` on a local endpoint
-  (``http://127.0.0.1:<port>/mcp/<serverId>``). Other declarations and every other request
+* Otherwise the polyfill advertises the capability upstream itself and, in `session/new`,
+  `session/resume` and `session/fork` (and v1 `session/load`), replaces each native
+  `{"type": "acp", "name", "serverId"}` declaration, in place, by an HTTP declaration
+  `{"type": "http", "name", "url", "headers": []}` on a local endpoint
+  (`http://127.0.0.1:<port>/mcp/<serverId>`). Other declarations and every other request
   field stay as they were. Each JSON-RPC request the agent POSTs there is sent upstream as an
-  ``mcp/message`` request for that server id, and its outcome carrier comes back as the HTTP
+  `mcp/message` request for that server id, and its outcome carrier comes back as the HTTP
   JSON-RPC response (the stateless MCP revision 2026-07-28 over HTTP, JSON responses only;
-  posted notifications are acknowledged ``202`` and dropped, as the binding carries none).
+  posted notifications are acknowledged `202` and dropped, as the binding carries none).
 
-The endpoint is a minimal HTTP/1.1 relay on ``127.0.0.1`` (POST only); it does not speak MCP
+The endpoint is a minimal HTTP/1.1 relay on `127.0.0.1` (POST only); it does not speak MCP
 itself: the MCP server behind it is the upstream provider's.
 """
 
@@ -53,7 +55,7 @@ MAX_BODY = 64 * 1024 * 1024
 
 
 def agent_has_acp_transport(result: Json, version: int) -> bool:
-    """Whether an ``initialize`` result advertises the ``acp`` MCP transport."""
+    """Whether an `initialize` result advertises the `acp` MCP transport."""
     if type(result) is not dict:
         return False
     if version >= 2:
@@ -67,7 +69,7 @@ def agent_has_acp_transport(result: Json, version: int) -> bool:
 
 
 def with_acp_transport(result: Json, version: int) -> Json:
-    """``result`` advertising the ``acp`` MCP transport (the polyfill provides it)."""
+    """`result` advertising the `acp` MCP transport (the polyfill provides it)."""
     if type(result) is not dict:
         return result
     out = dict(result)
@@ -85,7 +87,7 @@ def with_acp_transport(result: Json, version: int) -> Json:
 
 
 class McpHttpBridge:
-    """The local HTTP endpoint of one proxy connection: POSTs become ``mcp/message`` requests
+    """The local HTTP endpoint of one proxy connection: POSTs become `mcp/message` requests
     to the predecessor (the component that declared the server)."""
 
     def __init__(self, connection: Peer) -> None:
@@ -102,7 +104,7 @@ class McpHttpBridge:
             self._port = self._server.sockets[0].getsockname()[1]
 
     def url(self, server_id: str) -> str:
-        """The HTTP URL that serves ``server_id`` (from now on; call after :meth:`start`)."""
+        """The HTTP URL that serves `server_id` (from now on; call after `start`)."""
         self._server_ids.add(server_id)
         return f"http://127.0.0.1:{self._port}/mcp/{quote(server_id, safe='')}"
 
@@ -242,7 +244,7 @@ _PB = TypeVar("_PB", ProxyBuilder[V1], ProxyBuilder[V2])
 
 
 def build(version: int) -> ProxyBuilder[int]:
-    """The polyfill proxy of ACP ``version`` (1 or 2)."""
+    """The polyfill proxy of ACP `version` (1 or 2)."""
     return _polyfill(Proxy.v2()) if version >= 2 else _polyfill(Proxy.builder())
 
 
@@ -280,7 +282,7 @@ def _polyfill(proxy: _PB) -> _PB:
 
 
 def router() -> ProxyRouter:
-    """The polyfill for both versions (the version comes from ``_proxy/initialize``)."""
+    """The polyfill for both versions (the version comes from `_proxy/initialize`)."""
     return Proxy.protocol_router().with_v1(_polyfill(Proxy.builder())).with_v2(_polyfill(Proxy.v2()))
 
 

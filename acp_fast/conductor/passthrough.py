@@ -1,15 +1,17 @@
-"""A packaged pass-through proxy: ``python -m acp_fast.conductor.passthrough [--loop L] [--engine E]``.
+"""A packaged pass-through proxy: `python -m acp_fast.conductor.passthrough [--loop L] [--engine E]`.
 
-The same proxy as ``examples/proxies/passthrough.py`` (the examples are not installed with
-the package): ``Proxy.builder()`` (v1) and ``Proxy.v2()`` with no handlers behind
-``Proxy.protocol_router()``, which picks one from the ``_proxy/initialize`` version. Every
-request and notification is forwarded both ways, ``$/cancel_request`` is re-issued per hop,
-``session/update`` is relayed untouched. Nothing it forwards is decoded: its connection
+The same proxy as `examples/proxies/passthrough.py` (the examples are not installed with
+the package): `Proxy.builder()` (v1) and `Proxy.v2()` with no handlers behind
+`Proxy.protocol_router()`, which picks one from the `_proxy/initialize` version. Every
+request and notification is forwarded both ways, `$/cancel_request` is re-issued per hop,
+`session/update` is relayed untouched. Nothing it forwards is decoded: its connection
 decodes lazily and the params and results pass as raw bytes (see
-:mod:`acp_fast.roles.proxy` for what the pass-through path validates). It is the proxy of
-the ``acp-fast bench`` chain rows::
+`acp_fast.roles.proxy` for what the pass-through path validates). It is the proxy of
+the `acp-fast bench` chain rows:
 
-    acp-fast conductor agent "python -m acp_fast.conductor.passthrough" "acp-fast testy"
+```bash
+acp-fast conductor agent "python -m acp_fast.conductor.passthrough" "acp-fast testy"
+```
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ __all__ = ["build", "main"]
 
 
 def build() -> ProxyRouter:
-    """The proxy (also usable in-process: ``Conductor([build(), "acp-fast testy"])``)."""
+    """The proxy (also usable in-process: `Conductor([build(), "acp-fast testy"])`)."""
     return Proxy.protocol_router().with_v1(Proxy.builder()).with_v2(Proxy.v2())
 
 

@@ -2,18 +2,18 @@
 
 A component is one of:
 
-* a command spec string: shell words with leading ``NAME=value`` environment words, or JSON
-  ``{"command", "args"?, "env"?}`` (parsed by :func:`acp_fast.transport.parse_command`);
+* a command spec string: shell words with leading `NAME=value` environment words, or JSON
+  `{"command", "args"?, "env"?}` (parsed by [`acp_fast.transport.parse_command`][acp_fast.transport.parse_command]);
 * an argv list (already split);
-* a URL of a remote agent: ``ws(s)://…`` (WebSocket) or ``http(s)://…`` (Streamable HTTP),
-  reached with :func:`acp_fast.remote.connect_url` (the ``remote`` extra);
-* an in-process builder (``Proxy.builder()`` / ``Proxy.v2()`` / ``Proxy.protocol_router()``
+* a URL of a remote agent: `ws(s)://…` (WebSocket) or `http(s)://…` (Streamable HTTP),
+  reached with [`acp_fast.remote.connect_url`][acp_fast.remote.connect_url] (the `remote` extra);
+* an in-process builder (`Proxy.builder()` / `Proxy.v2()` / `Proxy.protocol_router()`
   for proxies, an agent builder or router for the agent), served over an in-memory pair.
 
-A command that runs a module of acp_fast on this very interpreter (``python -m
-acp_fast.conductor.passthrough``, with ``python`` this process's ``sys.executable``) is started
-so that it imports the same ``acp_fast`` as the conductor, whatever the working directory
-(:func:`same_acp_fast`): ``python -m`` would otherwise search the working directory first and,
+A command that runs a module of acp_fast on this very interpreter (`python -m
+acp_fast.conductor.passthrough`, with `python` this process's `sys.executable`) is started
+so that it imports the same `acp_fast` as the conductor, whatever the working directory
+(`same_acp_fast`): `python -m` would otherwise search the working directory first and,
 run from a checkout of the sources, import the checkout's package instead.
 """
 
@@ -68,8 +68,8 @@ def describe(spec: ComponentSpec) -> str:
 
 
 def known_versions(spec: ComponentSpec) -> tuple[int, ...] | None:
-    """The protocol versions an in-process builder or router declares (``version`` /
-    ``versions``); ``None`` for a command or URL, whose versions are only known once it answers."""
+    """The protocol versions an in-process builder or router declares (`version` /
+    `versions`); `None` for a command or URL, whose versions are only known once it answers."""
     if not _is_builder(spec):
         return None
     versions = getattr(spec, "versions", None)
@@ -99,8 +99,8 @@ def _this_interpreter(command: str) -> bool:
 
 
 def _package_parent() -> str | None:
-    """The folder holding this ``acp_fast``, or ``None`` when it is one of the interpreter's
-    site folders (a child finds it there by itself; on ``PYTHONPATH`` a site folder would
+    """The folder holding this `acp_fast`, or `None` when it is one of the interpreter's
+    site folders (a child finds it there by itself; on `PYTHONPATH` a site folder would
     come before the standard library)."""
     import acp_fast
 
@@ -113,7 +113,7 @@ def _package_parent() -> str | None:
 
 
 def _safe_path(flags: Sequence[str]) -> bool:
-    """Whether the interpreter options hold ``-P`` or ``-I`` (alone or in a cluster like ``-uP``)."""
+    """Whether the interpreter options hold `-P` or `-I` (alone or in a cluster like `-uP`)."""
     for flag in flags:
         if flag.startswith("--"):
             continue
@@ -126,19 +126,19 @@ def _safe_path(flags: Sequence[str]) -> bool:
 
 
 def same_acp_fast(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """``(argv, extra environment)`` that make a command import this process's ``acp_fast``.
+    """`(argv, extra environment)` that make a command import this process's `acp_fast`.
 
-    Only a command that runs a module of acp_fast (``-m acp_fast`` or ``-m acp_fast.…``) on
+    Only a command that runs a module of acp_fast (`-m acp_fast` or `-m acp_fast.…`) on
     this interpreter is changed; any other comes back as it is, with no extra environment.
-    Such a command gets ``-P`` on Python ≥ 3.11 (nothing prepended to ``sys.path``) or, on
-    3.10, runs through :data:`SAFE_RUN_MODULE` instead of ``-m``; and, when this ``acp_fast``
-    is not in one of the interpreter's site folders (a source tree, ``PYTHONPATH``), its
-    parent folder goes first on ``PYTHONPATH`` (the rest kept after it).
+    Such a command gets `-P` on Python ≥ 3.11 (nothing prepended to `sys.path`) or, on
+    3.10, runs through `SAFE_RUN_MODULE` instead of `-m`; and, when this `acp_fast`
+    is not in one of the interpreter's site folders (a source tree, `PYTHONPATH`), its
+    parent folder goes first on `PYTHONPATH` (the rest kept after it).
 
     Args:
         argv: the command, split.
         env: the environment the command would get on top of this process's (its
-            ``PYTHONPATH`` is kept after ours).
+            `PYTHONPATH` is kept after ours).
     """
     out = [str(a) for a in argv]
     if not out or not _this_interpreter(out[0]):
@@ -177,7 +177,7 @@ async def start_component(spec: ComponentSpec, *, env: Mapping[str, str] | None 
                           engine: ModuleType | None = None, on_stderr: Callable[[bytes], None] | None = None) -> Started:
     """Start one component: spawn a child (own process group) or serve a builder in memory.
 
-    ``on_stderr`` sees a child's stderr chunks (the transport keeps the tail either way).
+    `on_stderr` sees a child's stderr chunks (the transport keeps the tail either way).
     """
     if _is_builder(spec):
         near, far = memory_pair()

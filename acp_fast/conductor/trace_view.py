@@ -1,42 +1,42 @@
-"""``acp-fast trace view|summary``: read a conductor trace (:mod:`.trace`, protocol.md §8.7.38).
+"""`acp-fast trace view|summary`: read a conductor trace (`trace`, protocol.md §8.7.38).
 
-:func:`load_events` reads the JSONL file, :func:`analyse` turns the events into a
-:class:`TraceModel` (lanes, sessions, methods, and one row per event with its
-request/response pairing), :func:`render_html` writes one self-contained page and
-:func:`summary_table` the text table of ``acp-fast trace summary``.
+`load_events` reads the JSONL file, `analyse` turns the events into a
+`TraceModel` (lanes, sessions, methods, and one row per event with its
+request/response pairing), `render_html` writes one self-contained page and
+`summary_table` the text table of `acp-fast trace summary`.
 
 The page
 --------
-No network: the CSS and JS are this package's data files ``viewer/viewer.css`` and
-``viewer/viewer.js``, inlined into the page with the model, which is embedded as JSON in a
-``<script type="application/json" id="trace-data">`` (every ``<`` written as ``\\u003c``,
+No network: the CSS and JS are this package's data files `viewer/viewer.css` and
+`viewer/viewer.js`, inlined into the page with the model, which is embedded as JSON in a
+`<script type="application/json" id="trace-data">` (every `<` written as `\\u003c`,
 so no string in a message can close the script element or open a comment). It shows a
-sequence diagram: one lane per component (``Client``, ``Conductor``, ``Proxy(i)``,
-``Agent``, ``Successor``), one arrow per hop message; requests solid, responses dashed
-(labelled ``↩`` with their request's method and id), notifications dotted and italic,
+sequence diagram: one lane per component (`Client`, `Conductor`, `Proxy(i)`,
+`Agent`, `Successor`), one arrow per hop message; requests solid, responses dashed
+(labelled `↩` with their request's method and id), notifications dotted and italic,
 errors red, MCP-tagged messages marked; selecting a message highlights its partner and
 bridges the pair on the requester's lane. Controls: a session picker (all, no session, each
 session), component and method checkboxes, message-kind toggles, "errors only"; a detail
 pane shows the selected event's JSON and jumps to its partner. The view state lives in the
-URL fragment (``#session=…&hide=…&hideMethods=…&kinds=…&errors=1&sel=N``), so a view can be
+URL fragment (`#session=…&hide=…&hideMethods=…&kinds=…&errors=1&sel=N`), so a view can be
 shared and the tests set it without clicking.
 
 Strategy (10,000+ events without freezing): the diagram is **virtualised**. The scroll area
 holds a spacer as tall as all visible rows (fixed row height); one SVG is positioned at the
 scroll offset and redrawn, on scroll (once per animation frame), with only the rows in the
 viewport plus an overscan margin, so the DOM holds ~100 arrows whatever the trace size.
-Filtering is one pass over an ``Int32Array`` of row indices; the pairing, sessions and
+Filtering is one pass over an `Int32Array` of row indices; the pairing, sessions and
 method table are computed here in Python, not in the browser. When drawing is done the
-page sets ``data-rendered="true"`` on ``<html>`` (with ``data-visible``, the number of rows
-that pass the filters, and ``data-drawn``, the number of arrows in the DOM).
+page sets `data-rendered="true"` on `<html>` (with `data-visible`, the number of rows
+that pass the filters, and `data-drawn`, the number of arrows in the DOM).
 
-Pairing: a request ``{from: A, to: B, id}`` is answered by the response ``{from: B, to: A,
-id}`` (ids are per hop; ``1`` and ``"1"`` differ; a reused id pairs first-in first-out).
+Pairing: a request `{from: A, to: B, id}` is answered by the response `{from: B, to: A,
+id}` (ids are per hop; `1` and `"1"` differ; a reused id pairs first-in first-out).
 A response carries no method or session: it takes its request's. A request that opens a
-session (``session/new``, ``session/load``, ``session/resume``, ``session/fork``: no
-``session`` field but a ``sessionId`` in its result) is put in that session with its
-response. ``$/cancel_request`` joins the session of the request it names on its hop.
-Responses the conductor answers itself (``from: "Conductor"``) carry the requester's own id
+session (`session/new`, `session/load`, `session/resume`, `session/fork`: no
+`session` field but a `sessionId` in its result) is put in that session with its
+response. `$/cancel_request` joins the session of the request it names on its hop.
+Responses the conductor answers itself (`from: "Conductor"`) carry the requester's own id
 and usually pair with nothing: they are drawn unpaired.
 """
 
@@ -71,16 +71,16 @@ class TraceError(ValueError):
 
 def load_events(path: str | os.PathLike[str],
                 records: list[JsonObject] | None = None) -> tuple[list[JsonObject], list[str]]:
-    """Read a trace file: ``(events, warnings)``; ``events`` are the hop messages only.
+    """Read a trace file: `(events, warnings)`; `events` are the hop messages only.
 
     Blank lines are skipped. A last line without its newline that is not valid JSON is
     dropped with a warning (a conductor killed mid-write leaves one). The conductor's own
-    records (:data:`RECORDS`: the ``negotiation`` of the chain's protocol version) are not
-    events; they are appended to ``records`` when a list is given, else skipped.
+    records (`RECORDS`: the `negotiation` of the chain's protocol version) are not
+    events; they are appended to `records` when a list is given, else skipped.
 
     Raises:
-        TraceError: any other line that is not a JSON object with a known ``type`` and
-            string ``from`` / ``to``.
+        TraceError: any other line that is not a JSON object with a known `type` and
+            string `from` / `to`.
         OSError: the file cannot be read.
     """
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -137,9 +137,9 @@ def _lane_key(name: str, first_seen: int) -> tuple[int, int, str]:
 class TraceModel:
     """What the page and the summary show.
 
-    ``rows[i]`` describes ``events[i]``: ``[kind, from lane, to lane, method index (-1:
+    `rows[i]` describes `events[i]`: `[kind, from lane, to lane, method index (-1:
     none), session index (-1: none), partner row (-1: none), is_error, ts (seconds or
-    null), is_mcp]``; ``kind`` indexes :data:`KINDS`.
+    null), is_mcp]`; `kind` indexes `KINDS`.
     """
 
     lanes: list[str]
@@ -151,7 +151,7 @@ class TraceModel:
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> JsonObject:
-        """The model as one JSON-ready object (what the page's script reads), with :data:`KINDS`."""
+        """The model as one JSON-ready object (what the page's script reads), with `KINDS`."""
         return {"title": self.title, "lanes": self.lanes, "sessions": self.sessions, "methods": self.methods,
                 "kinds": list(KINDS), "rows": self.rows, "events": self.events, "warnings": self.warnings}
 
@@ -162,7 +162,7 @@ def _idkey(value: Json) -> str:
 
 def analyse(events: list[JsonObject], *, title: str = "ACP conductor trace",
             warnings: list[str] | None = None) -> TraceModel:
-    """Lanes, sessions, methods and the paired rows of ``events`` (see the module docstring)."""
+    """Lanes, sessions, methods and the paired rows of `events` (see the module docstring)."""
     seen: dict[str, int] = {}
     for e in events:
         for name in (e["from"], e["to"]):
@@ -221,12 +221,12 @@ def analyse(events: list[JsonObject], *, title: str = "ACP conductor trace",
 
 
 def viewer_asset(name: str) -> str:
-    """The text of a viewer data file (``viewer.css``, ``viewer.js``)."""
+    """The text of a viewer data file (`viewer.css`, `viewer.js`)."""
     return resources.files(__package__).joinpath("viewer").joinpath(name).read_text(encoding="utf-8")
 
 
 def script_json(value: Json) -> str:
-    """``value`` as JSON safe inside a ``<script>`` element: ASCII, every ``<`` escaped."""
+    """`value` as JSON safe inside a `<script>` element: ASCII, every `<` escaped."""
     return json.dumps(value, ensure_ascii=True, separators=(",", ":")).replace("<", "\\u003c")
 
 
@@ -273,13 +273,13 @@ _PAGE = """<!DOCTYPE html>
 
 
 def render_html(model: TraceModel) -> str:
-    """The self-contained page for ``model`` (no external resource of any kind)."""
+    """The self-contained page for `model` (no external resource of any kind)."""
     return _PAGE.format(title=html.escape(model.title), css=viewer_asset("viewer.css"),
                         js=viewer_asset("viewer.js"), data=script_json(model.to_json()))
 
 
 def summary_table(model: TraceModel) -> str:
-    """``acp-fast trace summary``: per component (sent / received by kind) and per method
+    """`acp-fast trace summary`: per component (sent / received by kind) and per method
     (requests, responses, errors, notifications, unanswered requests), as aligned text."""
     sent: Counter[tuple[int, int]] = Counter()
     received: Counter[tuple[int, int]] = Counter()

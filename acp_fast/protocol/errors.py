@@ -1,4 +1,4 @@
-"""Errors raised by ``acp_fast.protocol``.
+"""Errors raised by `acp_fast.protocol`.
 
 These are local errors: they report a programming mistake on this side of the
 connection (building a message the negotiated protocol version cannot carry)
@@ -17,7 +17,7 @@ class WireSurfaceError(AcpFastError):
 
     Attributes:
         variant: the offending method name or discriminator value
-            (e.g. ``"state_update"``, ``"terminal/create"``).
+            (e.g. `"state_update"`, `"terminal/create"`).
         version: the negotiated ACP protocol version (1 or 2).
     """
 

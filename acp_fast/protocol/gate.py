@@ -1,10 +1,10 @@
-"""The read gate's fast path, in two twins: ``known(update) -> KnownVariant | None``.
+"""The read gate's fast path, in two twins: `known(update) -> KnownVariant | None`.
 
-The pure twin is :meth:`WireSurface.known_variant` (checks compiled to Python closures);
-the compiled twin (``_gate_c.Gate``, Cython) follows the same tables as data
-(:meth:`WireSurface.gate_specs`). Both accept exactly the same updates; a differential test
-keeps them equal. The hot path (:mod:`acp_fast.roles._hot`) holds a :class:`Gate` object and
-calls its ``known``: the compiled hot path holds the compiled twin and calls it at C level.
+The pure twin is [`WireSurface.known_variant`][acp_fast.protocol.surface.WireSurface.known_variant] (checks compiled to Python closures);
+the compiled twin (`_gate_c.Gate`, Cython) follows the same tables as data
+([`WireSurface.gate_specs`][acp_fast.protocol.surface.WireSurface.gate_specs]). Both accept exactly the same updates; a differential test
+keeps them equal. The hot path (`acp_fast.roles._hot`) holds a [`Gate`][acp_fast.protocol.gate.Gate] object and
+calls its `known`: the compiled hot path holds the compiled twin and calls it at C level.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ class Gate(Protocol):
     """A version's read gate as an object: what the hot path holds (either twin)."""
 
     def known(self, update: Any, /) -> KnownVariant | None:
-        """The variant when ``update`` is known in the version's shape, else None."""
+        """The variant when `update` is known in the version's shape, else None."""
         ...
 
 
 class SurfaceGate:
-    """The pure twin as a :class:`Gate`: ``known`` is the surface's ``known_variant``."""
+    """The pure twin as a [`Gate`][acp_fast.protocol.gate.Gate]: `known` is the surface's `known_variant`."""
 
     __slots__ = ("known",)
 
@@ -50,7 +50,7 @@ def compiled_available() -> bool:
 
 
 def make_gate(surface: WireSurface, *, compiled: bool) -> Gate:
-    """The :class:`Gate` of ``surface``: the compiled twin if asked for and built (one per
+    """The [`Gate`][acp_fast.protocol.gate.Gate] of `surface`: the compiled twin if asked for and built (one per
     version, shared)."""
     use_c = compiled and _Gate is not None
     key = (surface.version, surface.unstable, use_c)
@@ -61,5 +61,5 @@ def make_gate(surface: WireSurface, *, compiled: bool) -> Gate:
 
 
 def make_known(surface: WireSurface, *, compiled: bool) -> Known:
-    """The fast-path function of ``surface``: ``make_gate(surface, compiled=…).known``."""
+    """The fast-path function of `surface`: `make_gate(surface, compiled=…).known`."""
     return make_gate(surface, compiled=compiled).known

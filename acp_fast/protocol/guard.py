@@ -1,32 +1,32 @@
 """The per-connection ACP initialization / lifecycle guard (protocol layer, sans-IO).
 
-One :class:`InitializationGuard` sits on each ACP connection built by :mod:`acp_fast.roles`
+One [`InitializationGuard`][acp_fast.protocol.guard.InitializationGuard] sits on each ACP connection built by [`acp_fast.roles`][acp_fast.roles]
 and answers, for every message in either direction, "may this pass now?" (protocol.md §5).
 It never touches I/O: the role layer asks it and then answers, drops or sends.
 
-Modes (``role``):
+Modes (`role`):
 
-* ``"unchecked"``: v1 agents/clients and proxies; no ordering is enforced.
-* ``"responder"`` (a v2 agent) and ``"initiator"`` (a v2 client): the states are
-  ``uninitialized -> initializing -> ready``.
+* `"unchecked"`: v1 agents/clients and proxies; no ordering is enforced.
+* `"responder"` (a v2 agent) and `"initiator"` (a v2 client): the states are
+  `uninitialized -> initializing -> ready`.
 
 Rules for the checked modes:
 
-1. Before ``ready`` every ordinary request in either direction is refused with -32600,
-   data ``"ACP initialization must complete before `<method>` can be used"``; ordinary
-   notifications are dropped. Only ``$/cancel_request`` passes, and only while
-   ``initializing``.
+1. Before `ready` every ordinary request in either direction is refused with -32600,
+   data "ACP initialization must complete before (the method, in backticks) can be used"; ordinary
+   notifications are dropped. Only `$/cancel_request` passes, and only while
+   `initializing`.
 2. Only the client initiates: a responder sending, or an initiator receiving,
-   ``initialize`` is refused (``"ACP clients send `initialize` requests and ACP agents
-   respond to them"``).
-3. A second ``initialize`` while one is in flight is refused (``"… already in progress …"``);
-   after ``ready`` it is refused (``"… may only be initialized once; …"``) and the
+   `initialize` is refused (data: "ACP clients send (initialize, in backticks) requests and ACP
+   agents respond to them").
+3. A second `initialize` while one is in flight is refused (`"… already in progress …"`);
+   after `ready` it is refused (`"… may only be initialized once; …"`) and the
    connection stays ready.
-4. A failed handshake returns to ``uninitialized`` so the client may retry; a stale attempt
-   never resets a newer one (:meth:`InitializationGuard.fail` takes the attempt token).
+4. A failed handshake returns to `uninitialized` so the client may retry; a stale attempt
+   never resets a newer one ([`InitializationGuard.fail`][acp_fast.protocol.guard.InitializationGuard.fail] takes the attempt token).
 
-Proxy surfaces (``proxy=True``) additionally require ``_proxy/initialize`` instead of
-``initialize`` on input (§5.11).
+Proxy surfaces (`proxy=True`) additionally require `_proxy/initialize` instead of
+`initialize` on input (§5.11).
 
 Example:
     >>> g = InitializationGuard(2, "responder")
@@ -71,7 +71,7 @@ PROXY_DATA = (
 
 
 def not_initialized(method: str) -> JsonRpcError:
-    """The -32600 error for ``method`` used before initialization completed."""
+    """The -32600 error for `method` used before initialization completed."""
     return JsonRpcError(
         INVALID_REQUEST, data=f"ACP initialization must complete before `{method}` can be used"
     )
@@ -86,13 +86,13 @@ class InitializationGuard:
 
     Args:
         version: the API version of the local implementation (1 or 2).
-        role: ``"unchecked"``, ``"initiator"`` (client) or ``"responder"`` (agent).
-        proxy: the connection initializes through ``_proxy/initialize``.
+        role: `"unchecked"`, `"initiator"` (client) or `"responder"` (agent).
+        proxy: the connection initializes through `_proxy/initialize`.
 
     Attributes:
-        state: one of :data:`UNCHECKED`, :data:`UNINITIALIZED`, :data:`INITIALIZING`,
-            :data:`READY`.
-        negotiated: the negotiated version once ready (``None`` before).
+        state: one of `UNCHECKED`, `UNINITIALIZED`, `INITIALIZING`,
+            `READY`.
+        negotiated: the negotiated version once ready (`None` before).
     """
 
     __slots__ = ("_attempt", "negotiated", "proxy", "role", "state", "version")
@@ -120,9 +120,9 @@ class InitializationGuard:
     # -- incoming -------------------------------------------------------------------------
 
     def check_incoming_request(self, method: str) -> JsonRpcError | None:
-        """``None`` when the request may be dispatched, else the error to answer with.
+        """`None` when the request may be dispatched, else the error to answer with.
 
-        For the initializing method, ``None`` means "validate it, then :meth:`begin`".
+        For the initializing method, `None` means "validate it, then [`begin`][acp_fast.protocol.guard.InitializationGuard.begin]".
         """
         if self.proxy and method == INITIALIZE:
             return _invalid(PROXY_DATA)
@@ -151,9 +151,9 @@ class InitializationGuard:
     # -- outgoing -------------------------------------------------------------------------
 
     def check_outgoing_request(self, method: str) -> JsonRpcError | None:
-        """``None`` when we may send the request, else the error the local send fails with.
+        """`None` when we may send the request, else the error the local send fails with.
 
-        For ``initialize`` on an initiator, ``None`` means "send it, then :meth:`begin`".
+        For `initialize` on an initiator, `None` means "send it, then [`begin`][acp_fast.protocol.guard.InitializationGuard.begin]".
         """
         state = self.state
         if state is UNCHECKED:
@@ -171,7 +171,7 @@ class InitializationGuard:
         return not_initialized(method)
 
     def check_outgoing_notification(self, method: str) -> JsonRpcError | None:
-        """``None`` when we may send the notification, else why it must be dropped."""
+        """`None` when we may send the notification, else why it must be dropped."""
         if self.allows_incoming_notification(method):
             return None
         return not_initialized(method)
@@ -179,14 +179,14 @@ class InitializationGuard:
     # -- transitions ----------------------------------------------------------------------
 
     def begin(self) -> int:
-        """A handshake starts; returns its token (pass it to :meth:`succeed`/:meth:`fail`)."""
+        """A handshake starts; returns its token (pass it to [`succeed`][acp_fast.protocol.guard.InitializationGuard.succeed]/[`fail`][acp_fast.protocol.guard.InitializationGuard.fail])."""
         self._attempt += 1
         if self.state is not UNCHECKED:
             self.state = INITIALIZING
         return self._attempt
 
     def succeed(self, token: int, negotiated: int) -> None:
-        """The handshake ``token`` completed with ``negotiated``."""
+        """The handshake `token` completed with `negotiated`."""
         if token != self._attempt:
             return
         self.negotiated = negotiated
@@ -194,7 +194,7 @@ class InitializationGuard:
             self.state = READY
 
     def fail(self, token: int) -> None:
-        """The handshake ``token`` failed: back to ``uninitialized`` (the client may retry)."""
+        """The handshake `token` failed: back to `uninitialized` (the client may retry)."""
         if token != self._attempt or self.state is not INITIALIZING:
             return
         self.state = UNINITIALIZED

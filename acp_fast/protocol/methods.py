@@ -1,26 +1,28 @@
 """Typed ACP method descriptors: a method's name plus its params and result types.
 
 A descriptor names one method of one protocol version and carries, for the type
-checker, the ``TypedDict`` of its params (``P``) and of its result (``R``)::
+checker, the `TypedDict` of its params (`P`) and of its result (`R`):
 
-    from acp_fast.protocol import methods_v2 as methods
+```python
+from acp_fast.protocol import methods_v2 as methods
 
-    methods.session.prompt          # RequestMethod[PromptRequest, PromptResponse]
-    methods.session.cancel          # NotificationMethod[CancelSessionNotification]
-    str(methods.session.prompt)     # "session/prompt"
+methods.session.prompt          # RequestMethod[PromptRequest, PromptResponse]
+methods.session.cancel          # NotificationMethod[CancelSessionNotification]
+str(methods.session.prompt)     # "session/prompt"
+```
 
-The per-version modules ``methods_v1`` / ``methods_v2`` are generated from the ACP
-schemas by ``scripts/gen_surfaces.py`` (same data as the wire-surface tables); this
+The per-version modules `methods_v1` / `methods_v2` are generated from the ACP
+schemas by `scripts/gen_surfaces.py` (same data as the wire-surface tables); this
 module holds the hand-written runtime classes they instantiate.
 
 Kinds are separate classes so that a request descriptor cannot be passed where a
-notification is expected (and back): ``RequestMethod[P, R]`` and
-``NotificationMethod[P]`` (a ``Method[P, None]``) share the base :class:`Method`.
+notification is expected (and back): `RequestMethod[P, R]` and
+`NotificationMethod[P]` (a `Method[P, None]`) share the base [`Method`][acp_fast.protocol.methods.Method].
 
 Runtime cost is one small slotted object per method: the generated modules import the
-schema types only under ``TYPE_CHECKING``, and ``params_type`` / ``result_type``
+schema types only under `TYPE_CHECKING`, and `params_type` / `result_type`
 hold the type *names* (strings), resolvable with
-``getattr(acp_fast.protocol.types_v2, m.params_type)`` where a class is needed.
+`getattr(acp_fast.protocol.types_v2, m.params_type)` where a class is needed.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ Kind = Literal["request", "notification"]
 
 
 class Method(Generic[P, R]):
-    """A typed ACP method: name, kind, version; ``P`` / ``R`` are its params / result types.
+    """A typed ACP method: name, kind, version; `P` / `R` are its params / result types.
 
-    Read-only; equal (and hashed) by ``(name, kind, version)``. ``str()`` is the wire
-    method name, so a descriptor works wherever a method name is expected via ``str(m)``.
+    Read-only; equal (and hashed) by `(name, kind, version)`. `str()` is the wire
+    method name, so a descriptor works wherever a method name is expected via `str(m)`.
     """
 
     __slots__ = ("_name", "_kind", "_version", "_params_type", "_result_type")
@@ -64,12 +66,12 @@ class Method(Generic[P, R]):
 
     @property
     def name(self) -> str:
-        """The wire method name, e.g. ``"session/prompt"``."""
+        """The wire method name, e.g. `"session/prompt"`."""
         return self._name
 
     @property
     def kind(self) -> Kind:
-        """``"request"`` or ``"notification"``."""
+        """`"request"` or `"notification"`."""
         return self._kind
 
     @property
@@ -79,12 +81,12 @@ class Method(Generic[P, R]):
 
     @property
     def params_type(self) -> str:
-        """Name of the params type in ``acp_fast.protocol.types_v<version>``."""
+        """Name of the params type in `acp_fast.protocol.types_v<version>`."""
         return self._params_type
 
     @property
     def result_type(self) -> str | None:
-        """Name of the result type there; ``None`` for a notification."""
+        """Name of the result type there; `None` for a notification."""
         return self._result_type
 
     def __str__(self) -> str:
@@ -108,7 +110,7 @@ class Method(Generic[P, R]):
 
 
 class RequestMethod(Method[P, R]):
-    """A request method: the handler gets ``P`` and answers with ``R``."""
+    """A request method: the handler gets `P` and answers with `R`."""
 
     __slots__ = ()
 
@@ -117,7 +119,7 @@ class RequestMethod(Method[P, R]):
 
 
 class NotificationMethod(Method[P, None]):
-    """A notification method: the handler gets ``P`` and answers nothing."""
+    """A notification method: the handler gets `P` and answers nothing."""
 
     __slots__ = ()
 

@@ -1,20 +1,20 @@
 """ACP version negotiation as pure functions (protocol layer; no I/O, no asyncio).
 
-This module holds the rules of ``notes/protocol.md`` §6 that decide *which* protocol version
-a connection speaks and what the ``initialize`` request looks like to the implementation that
+This module holds the rules of `notes/protocol.md` §6 that decide *which* protocol version
+a connection speaks and what the `initialize` request looks like to the implementation that
 serves it. The per-connection state machine that enforces *when* traffic may flow is
-:mod:`acp_fast.protocol.guard`; the builders in :mod:`acp_fast.roles` call both.
+[`acp_fast.protocol.guard`][acp_fast.protocol.guard]; the builders in [`acp_fast.roles`][acp_fast.roles] call both.
 
 Rules implemented ([SEED] where the sources disagree):
 
-* ``protocolVersion`` is one integer 0..65535 (never a bool, float or string), else -32602
-  (:func:`parse_protocol_version`).
+* `protocolVersion` is one integer 0..65535 (never a bool, float or string), else -32602
+  ([`parse_protocol_version`][acp_fast.protocol.negotiation.parse_protocol_version]).
 * A v1 agent selects v1 for any valid request (fallback-to-latest, also for 0); a request
-  for >= 2 is normalised to v1 first (§6.5, :func:`normalize_v2_to_v1`).
-* A v2 agent selects v2 for >= 2 and rejects 1 with -32022 ``{"requested", "supported"}``.
+  for >= 2 is normalised to v1 first (§6.5, [`normalize_v2_to_v1`][acp_fast.protocol.negotiation.normalize_v2_to_v1]).
+* A v2 agent selects v2 for >= 2 and rejects 1 with -32022 `{"requested", "supported"}`.
 * A router picks the highest configured version <= the requested one, else -32022 with the
-  configured list; a v1-only router keeps fallback-to-latest (:func:`select_version`).
-* No traffic is ever converted between versions: these helpers only touch ``initialize``.
+  configured list; a v1-only router keeps fallback-to-latest ([`select_version`][acp_fast.protocol.negotiation.select_version]).
+* No traffic is ever converted between versions: these helpers only touch `initialize`.
 
 Example:
     >>> select_version(3, (1, 2))
@@ -60,16 +60,16 @@ _V1_CAPABILITY_KEYS = ("fs", "terminal", "session", "auth", "elicitation", "_met
 
 
 def parse_protocol_version(params: Any) -> int:
-    """The requested ``protocolVersion`` of ``initialize`` params.
+    """The requested `protocolVersion` of `initialize` params.
 
     Args:
-        params: the decoded params of an ``initialize`` (or ``_proxy/initialize``) request.
+        params: the decoded params of an `initialize` (or `_proxy/initialize`) request.
 
     Returns:
-        The version, an ``int`` in 0..65535.
+        The version, an `int` in 0..65535.
 
     Raises:
-        JsonRpcError: -32602 with data :data:`INVALID_VERSION_DATA` when params are not an
+        JsonRpcError: -32602 with data `INVALID_VERSION_DATA` when params are not an
             object or the version is missing, not an integer, or out of range.
     """
     version = params.get("protocolVersion") if type(params) is dict else None
@@ -89,14 +89,14 @@ def unsupported_protocol_version(requested: int, supported: Iterable[int]) -> Js
 
 
 def select_version(requested: int, configured: Iterable[int]) -> int:
-    """The version an endpoint serving ``configured`` versions selects for ``requested``.
+    """The version an endpoint serving `configured` versions selects for `requested`.
 
     A v1-only endpoint keeps v1's fallback-to-latest rule (any request selects 1); an
-    endpoint exposing v2 selects the highest configured version <= ``requested``.
+    endpoint exposing v2 selects the highest configured version <= `requested`.
 
     Raises:
-        JsonRpcError: -32022 ``{"requested", "supported": configured}`` when nothing fits.
-        ValueError: ``configured`` is empty.
+        JsonRpcError: -32022 `{"requested", "supported": configured}` when nothing fits.
+        ValueError: `configured` is empty.
     """
     versions = sorted(set(configured))
     if not versions:
@@ -125,13 +125,13 @@ def _check_implementation(value: Any, field: str, *, required: bool) -> str | No
 
 
 def validate_initialize_request(params: Any, version: int) -> None:
-    """Check ``initialize`` params against the required fields of ``version``'s schema.
+    """Check `initialize` params against the required fields of `version`'s schema.
 
-    v2 requires ``info`` (an ``Implementation``); v1 only an object with a valid version.
-    Capabilities and ``_meta`` stay lenient (the schema decodes them with defaults).
+    v2 requires `info` (an `Implementation`); v1 only an object with a valid version.
+    Capabilities and `_meta` stay lenient (the schema decodes them with defaults).
 
     Raises:
-        JsonRpcError: -32602 ``"invalid initialize params: …"``.
+        JsonRpcError: -32602 `"invalid initialize params: …"`.
     """
     if type(params) is not dict:
         raise _invalid_params("params must be an object")
@@ -145,10 +145,10 @@ def validate_initialize_request(params: Any, version: int) -> None:
 
 
 def validate_initialize_response(result: Any, version: int) -> None:
-    """Check an ``initialize`` result against ``version``'s schema (required fields only).
+    """Check an `initialize` result against `version`'s schema (required fields only).
 
     Raises:
-        JsonRpcError: -32602 ``"invalid initialize response: …"``.
+        JsonRpcError: -32602 `"invalid initialize response: …"`.
     """
     problem: str | None
     if type(result) is not dict:
@@ -172,8 +172,8 @@ def check_negotiated_version(result: Any, required: int) -> None:
     answer is validated against the required version's schema.
 
     Raises:
-        JsonRpcError: -32602 for a missing/invalid version; -32600 ``"required ACP protocol
-            version R but peer negotiated N; …"`` for any other version.
+        JsonRpcError: -32602 for a missing/invalid version; -32600 `"required ACP protocol
+            version R but peer negotiated N; …"` for any other version.
     """
     negotiated = result.get("protocolVersion") if type(result) is dict else None
     if type(negotiated) is not int or negotiated == required:
@@ -206,10 +206,10 @@ def _implementation(value: Any) -> dict[str, Any] | None:
 
 
 def canonicalize_v2_initialize(params: dict[str, Any], *, version: int = 2) -> dict[str, Any]:
-    """``params`` through the v2 ``InitializeRequest`` shape, tolerant like the schema.
+    """`params` through the v2 `InitializeRequest` shape, tolerant like the schema.
 
-    Unknown top-level and ``info`` fields are dropped; a malformed ``capabilities`` becomes
-    ``{}``; a non-object ``_meta`` is dropped; ``protocolVersion`` becomes ``version``.
+    Unknown top-level and `info` fields are dropped; a malformed `capabilities` becomes
+    `{}`; a non-object `_meta` is dropped; `protocolVersion` becomes `version`.
     """
     out: dict[str, Any] = {"protocolVersion": version}
     info = _implementation(params.get("info"))
@@ -224,7 +224,7 @@ def canonicalize_v2_initialize(params: dict[str, Any], *, version: int = 2) -> d
 
 
 def canonicalize_v1_initialize(params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` through the v1 ``InitializeRequest`` shape, with the schema defaults.
+    """`params` through the v1 `InitializeRequest` shape, with the schema defaults.
 
     Used to compare two v1 requests field by field (the connector's reuse probe).
     """
@@ -250,12 +250,12 @@ def canonicalize_v1_initialize(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def normalize_v2_to_v1(params: dict[str, Any]) -> dict[str, Any]:
-    """A v2 (or newer) ``initialize`` request as the v1 request a v1 implementation sees.
+    """A v2 (or newer) `initialize` request as the v1 request a v1 implementation sees.
 
-    protocol.md §6.5: canonicalise through v2; ``protocolVersion`` = 1; ``info`` ->
-    ``clientInfo``; ``capabilities`` -> ``clientCapabilities`` with the v2 object marker
-    ``auth.terminal: {…}`` turned into the v1 boolean (its ``_meta`` dropped) and
-    ``session.configOptions.boolean`` advertised; ``fs``/``terminal`` are never enabled.
+    protocol.md §6.5: canonicalise through v2; `protocolVersion` = 1; `info` ->
+    `clientInfo`; `capabilities` -> `clientCapabilities` with the v2 object marker
+    `auth.terminal: {…}` turned into the v1 boolean (its `_meta` dropped) and
+    `session.configOptions.boolean` advertised; `fs`/`terminal` are never enabled.
 
     Examples:
         >>> normalize_v2_to_v1({"protocolVersion": 2, "info": {"name": "e", "version": "1"},
@@ -284,10 +284,10 @@ def normalize_v2_to_v1(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def normalize_v2_to_v1_lossless(params: dict[str, Any]) -> dict[str, Any] | None:
-    """:func:`normalize_v2_to_v1`, or ``None`` when the normalisation would lose anything.
+    """[`normalize_v2_to_v1`][acp_fast.protocol.negotiation.normalize_v2_to_v1], or `None` when the normalisation would lose anything.
 
     Lossy: v2 canonicalisation changes a field (unknown keys, malformed capabilities), the
-    ``auth.terminal`` marker carries ``_meta``, or a capability has no v1 meaning. A lossy
+    `auth.terminal` marker carries `_meta`, or a capability has no v1 meaning. A lossy
     result only disables the client connector's connection reuse (protocol.md §6.6).
     """
     body = {k: v for k, v in params.items() if k != "protocolVersion"}

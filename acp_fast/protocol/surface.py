@@ -1,31 +1,31 @@
 """Per-version ACP wire surfaces: the read gate and the write guard.
 
-A connection speaks exactly one negotiated ACP version. ``WireSurface.for_version``
+A connection speaks exactly one negotiated ACP version. `WireSurface.for_version`
 returns that version's surface: the methods and discriminators the version's
 schema defines. There is no ambient "current version": pass the surface object
 to whatever encodes or decodes for the connection.
 
 Both directions are derived from the same generated tables
-(``acp_fast/protocol/_surface_gen.py``, one row per discriminator listing every
+(`acp_fast/protocol/_surface_gen.py`, one row per discriminator listing every
 version that defines it):
 
-- **Read gate** (``classify_session_update``): returns a ``SessionUpdateView``
-  whose ``payload`` is the very dict that was passed in. Only ``status ==
-  "known"`` means "this version defines the variant and the payload has this
+- **Read gate** (`classify_session_update`): returns a `SessionUpdateView`
+  whose `payload` is the very dict that was passed in. Only `status ==
+  "known"` means "this version defines the variant and the payload has this
   version's shape". Unknown variants, variants of the other version, and
-  same-tag-different-shape payloads (v2 ``diff`` tool-call content on a v1
-  connection, a v1 chunk without ``messageId`` on a v2 connection) are reported
+  same-tag-different-shape payloads (v2 `diff` tool-call content on a v1
+  connection, a v1 chunk without `messageId` on a v2 connection) are reported
   as passthrough with the payload untouched, never as this version's type.
-- **Write guard** (``check_outgoing_session_update``, ``check_outgoing_method``):
-  raises ``WireSurfaceError`` naming the variant and the negotiated version for
+- **Write guard** (`check_outgoing_session_update`, `check_outgoing_method`):
+  raises `WireSurfaceError` naming the variant and the negotiated version for
   anything the version does not define, so a locally built message can never go
   out quietly wrong. Relays that forward what they received pass
-  ``passthrough=True`` to skip the guard. Extension methods (``_`` prefix) and
-  ``$/`` protocol methods are allowed in both versions.
+  `passthrough=True` to skip the guard. Extension methods (`_` prefix) and
+  `$/` protocol methods are allowed in both versions.
 
-The tables are generated; to refresh them run ``python scripts/gen_surfaces.py``
+The tables are generated; to refresh them run `python scripts/gen_surfaces.py`
 (see that script's docstring). This module is hand-written and avoids importing
-``typing``/``dataclasses`` at runtime to keep import cost negligible.
+`typing`/`dataclasses` at runtime to keep import cost negligible.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ _UNION_LABELS = {
 
 
 def is_extension_method(method: str) -> bool:
-    """True for ``_``-prefixed extension and ``$/``-prefixed protocol methods."""
+    """True for `_`-prefixed extension and `$/`-prefixed protocol methods."""
     return method[:1] == "_" or method[:2] == "$/"
 
 
@@ -83,7 +83,7 @@ _UPDATE_VERSIONS = {
 
 
 def session_update_versions(kind: str) -> tuple[int, ...]:
-    """Versions (any tier) whose schema defines the ``sessionUpdate`` value ``kind``."""
+    """Versions (any tier) whose schema defines the `sessionUpdate` value `kind`."""
     return _UPDATE_VERSIONS.get(kind, ())
 
 
@@ -133,11 +133,11 @@ class MethodInfo:
 
 
 class SessionUpdateView:
-    """Result of the read gate for one ``session/update`` ``update`` object.
+    """Result of the read gate for one `session/update` `update` object.
 
-    ``payload`` is the object that was classified, unchanged (same identity).
-    Only a ``known`` view may be treated as this version's schema type
-    ``type_name``; anything else is untyped passthrough: store, forward or
+    `payload` is the object that was classified, unchanged (same identity).
+    Only a `known` view may be treated as this version's schema type
+    `type_name`; anything else is untyped passthrough: store, forward or
     display it generically, never bind it to this version's type.
     """
 
@@ -174,7 +174,7 @@ class SessionUpdateView:
 
     @property
     def known(self) -> bool:
-        """True when the negotiated version defines this update's tag and shape (``status == KNOWN``)."""
+        """True when the negotiated version defines this update's tag and shape (`status == KNOWN`)."""
         return self.status == KNOWN
 
     def __repr__(self) -> str:
@@ -185,11 +185,11 @@ class SessionUpdateView:
 
 
 class KnownVariant(NamedTuple):
-    """The read gate's fast-path entry for one ``session/update`` variant of a surface.
+    """The read gate's fast-path entry for one `session/update` variant of a surface.
 
-    ``check(update)`` is True only when the full classifier would call ``update`` known in
-    this version's shape; False means "ask :meth:`WireSurface.classify_session_update`",
-    never "not known". The other fields are what a known :class:`SessionUpdateView` says.
+    `check(update)` is True only when the full classifier would call `update` known in
+    this version's shape; False means "ask [`WireSurface.classify_session_update`][acp_fast.protocol.surface.WireSurface.classify_session_update]",
+    never "not known". The other fields are what a known [`SessionUpdateView`][acp_fast.protocol.surface.SessionUpdateView] says.
     The roles layer keeps these entries in its per-connection tables (one dict lookup and
     one check per message) and builds a view only when the application asks for one.
     """
@@ -202,7 +202,7 @@ class KnownVariant(NamedTuple):
     defined_in: tuple[int, ...]
 
     def view(self, payload: Any) -> SessionUpdateView:
-        """The known :class:`SessionUpdateView` of ``payload`` (which passed ``check``)."""
+        """The known [`SessionUpdateView`][acp_fast.protocol.surface.SessionUpdateView] of `payload` (which passed `check`)."""
         return SessionUpdateView(
             self.kind, KNOWN, payload, self.version, self.type_name, self.tier, self.defined_in
         )
@@ -214,9 +214,9 @@ def _fast_shape_check(
 ) -> Callable[[Any], bool]:
     """Fast-path check of one variant: required keys, then nested union items.
 
-    ``fields`` is ``((field, tag -> item spec, is_list), ...)``; an item spec is the
+    `fields` is `((field, tag -> item spec, is_list), ...)`; an item spec is the
     tuple of required keys of a leaf type, or the check of a type with nested unions.
-    Items must be plain dicts with a string ``type`` the surface defines (unknown tags
+    Items must be plain dicts with a string `type` the surface defines (unknown tags
     of open unions are left to the full classifier).
     """
 
@@ -282,7 +282,7 @@ def _fast_shape_check(
 def _fast_state_check(
     shape_ok: Callable[[Any], bool], states: frozenset[str]
 ) -> Callable[[Any], bool]:
-    """Fast-path check of ``state_update``: its shape plus the inner ``state``."""
+    """Fast-path check of `state_update`: its shape plus the inner `state`."""
 
     def check(update: Any) -> bool:
         state = update.get("state")
@@ -324,7 +324,7 @@ class WireSurface:
 
     @classmethod
     def for_version(cls, version: int, *, unstable: bool = True) -> WireSurface:
-        """The (cached, immutable) surface of ACP ``version``.
+        """The (cached, immutable) surface of ACP `version`.
 
         Args:
             version: the negotiated protocol version, 1 or 2.
@@ -332,7 +332,7 @@ class WireSurface:
                 (capability-gated methods and variants). Default True.
 
         Raises:
-            ValueError: ``version`` is not one the tables know.
+            ValueError: `version` is not one the tables know.
         """
         key = (version, bool(unstable))
         surface = _SURFACES.get(key)
@@ -386,7 +386,7 @@ class WireSurface:
     def _select(
         self, table: dict[str, Any]
     ) -> dict[str, tuple[str, str, tuple[str, ...]]]:
-        """``tag -> (tier, type_name, required_keys)`` for this surface."""
+        """`tag -> (tier, type_name, required_keys)` for this surface."""
         out = {}
         for tag, rows in table.items():
             for version, tier, type_name, required in rows:
@@ -409,7 +409,7 @@ class WireSurface:
     # -- methods -----------------------------------------------------------------
 
     def has_method(self, name: str, kind: str | None = None) -> bool:
-        """True if this version's schema defines ``name`` (as ``kind``, if given)."""
+        """True if this version's schema defines `name` (as `kind`, if given)."""
         return self.method_info(name, kind) is not None
 
     def method_info(self, name: str, kind: str | None = None) -> MethodInfo | None:
@@ -435,8 +435,8 @@ class WireSurface:
             passthrough: skip the guard (relays forwarding what they received).
 
         Raises:
-            WireSurfaceError: the negotiated version does not define ``method``
-                (as ``kind``). ``_``-prefixed and ``$/``-prefixed methods pass.
+            WireSurfaceError: the negotiated version does not define `method`
+                (as `kind`). `_`-prefixed and `$/`-prefixed methods pass.
         """
         if passthrough or is_extension_method(method):
             return
@@ -457,9 +457,9 @@ class WireSurface:
             )
 
     def methods_of_kind(self, kind: str) -> frozenset[str]:
-        """Every method this version defines as ``kind`` (``"request"``/``"notification"``).
+        """Every method this version defines as `kind` (`"request"`/`"notification"`).
 
-        With :func:`is_extension_method`, the table the write guard's fast path uses.
+        With [`is_extension_method`][acp_fast.protocol.surface.is_extension_method], the table the write guard's fast path uses.
         """
         return frozenset(
             name for name, infos in self._methods.items() if any(i.kind == kind for i in infos)
@@ -468,9 +468,9 @@ class WireSurface:
     # -- session/update ------------------------------------------------------------
 
     def classify_session_update(self, update: Json) -> SessionUpdateView:
-        """Read gate for the ``update`` object of a ``session/update`` notification.
+        """Read gate for the `update` object of a `session/update` notification.
 
-        Never raises and never copies: the returned view's ``payload`` is ``update``.
+        Never raises and never copies: the returned view's `payload` is `update`.
         """
         # Strategy: ``_fast`` holds, per variant this surface defines, a check
         # compiled from the same tables (required keys, nested content unions, the
@@ -487,12 +487,12 @@ class WireSurface:
 
     @property
     def known_variants(self) -> Mapping[str, KnownVariant]:
-        """``sessionUpdate`` value -> its :class:`KnownVariant` (read-only)."""
+        """`sessionUpdate` value -> its [`KnownVariant`][acp_fast.protocol.surface.KnownVariant] (read-only)."""
         return MappingProxyType(self._fast)
 
     def known_variant(self, update: Json) -> KnownVariant | None:
-        """The fast path alone: the :class:`KnownVariant` when ``update`` is known in this
-        version's shape, else None (not a verdict: ask :meth:`classify_session_update`)."""
+        """The fast path alone: the [`KnownVariant`][acp_fast.protocol.surface.KnownVariant] when `update` is known in this
+        version's shape, else None (not a verdict: ask [`classify_session_update`][acp_fast.protocol.surface.WireSurface.classify_session_update])."""
         if type(update) is dict:
             kind = update.get("sessionUpdate")
             if type(kind) is str:
@@ -544,20 +544,20 @@ class WireSurface:
     def check_outgoing_session_update(
         self, update: _U, *, passthrough: bool = False
     ) -> _U:
-        """Write guard for a locally built ``session/update`` ``update`` object.
+        """Write guard for a locally built `session/update` `update` object.
 
         Args:
-            update: the ``update`` object (with ``sessionUpdate``).
+            update: the `update` object (with `sessionUpdate`).
             passthrough: skip the guard for a payload received from a peer and
                 forwarded unchanged (relays, storage replay).
 
         Returns:
-            ``update`` itself.
+            `update` itself.
 
         Raises:
             WireSurfaceError: the negotiated version does not define the variant
-                (including v2's inner ``state`` and nested content shapes). On a
-                v2 surface, ``_``-prefixed extension variants pass (open union).
+                (including v2's inner `state` and nested content shapes). On a
+                v2 surface, `_`-prefixed extension variants pass (open union).
         """
         if passthrough:
             return update
@@ -582,9 +582,9 @@ class WireSurface:
     def _compile_fast_checks(
         self,
     ) -> dict[str, KnownVariant]:
-        """``kind -> KnownVariant`` per variant this surface defines.
+        """`kind -> KnownVariant` per variant this surface defines.
 
-        ``check(update)`` is True only if ``_classify_full`` would call ``update``
+        `check(update)` is True only if `_classify_full` would call `update`
         known; False means "ask the full classifier", never "not known".
         """
         items: dict[str, dict[str, Any]] = {}  # union -> tag -> item spec
@@ -619,14 +619,14 @@ class WireSurface:
         return fast
 
     def gate_specs(self) -> dict[str, tuple[KnownVariant, tuple[Any, ...], frozenset[str] | None]]:
-        """The read gate's fast path as data, for a compiled gate (``acp_fast.protocol.gate``).
+        """The read gate's fast path as data, for a compiled gate (`acp_fast.protocol.gate`).
 
-        ``kind -> (variant, spec, states)``: ``spec`` is ``(required_keys, fields)`` with
-        ``fields`` a tuple of ``(field, table, is_list)`` and ``table`` a dict
-        ``tag -> spec`` of the union's items (a leaf item's spec has no fields; nested
-        unions may refer back to a table being filled). ``states`` is the set of inner
-        ``state`` values for ``state_update`` (None elsewhere). A compiled gate that
-        follows these specs accepts exactly what :meth:`known_variant` accepts.
+        `kind -> (variant, spec, states)`: `spec` is `(required_keys, fields)` with
+        `fields` a tuple of `(field, table, is_list)` and `table` a dict
+        `tag -> spec` of the union's items (a leaf item's spec has no fields; nested
+        unions may refer back to a table being filled). `states` is the set of inner
+        `state` values for `state_update` (None elsewhere). A compiled gate that
+        follows these specs accepts exactly what [`known_variant`][acp_fast.protocol.surface.WireSurface.known_variant] accepts.
         """
         tables: dict[str, dict[str, Any]] = {}
 
@@ -676,7 +676,7 @@ class WireSurface:
         rows: tuple[tuple[Any, ...], ...],
         label: str,
     ) -> tuple[str, str, tuple[int, ...]] | None:
-        """Check ``required`` keys; attribute a mismatch to another version's shape."""
+        """Check `required` keys; attribute a mismatch to another version's shape."""
         missing = [key for key in required if key not in payload]
         if not missing:
             return None
@@ -700,7 +700,7 @@ class WireSurface:
     def _check_state(
         self, update: dict[str, Any]
     ) -> tuple[str, str, tuple[int, ...]] | None:
-        """The v2 ``state`` discriminator beside ``sessionUpdate: state_update``."""
+        """The v2 `state` discriminator beside `sessionUpdate: state_update`."""
         v = self.version
         state = update.get("state")
         if not isinstance(state, str):
@@ -728,7 +728,7 @@ class WireSurface:
         payload: dict[str, Any],
         where: str,
     ) -> tuple[str, str, tuple[int, ...]] | None:
-        """Check content blocks / tool call content held by ``payload``."""
+        """Check content blocks / tool call content held by `payload`."""
         for field, union_name, is_list in fields:
             if field not in payload:
                 continue

@@ -1,19 +1,21 @@
-"""Remote ACP: Streamable HTTP and WebSocket, server and client (the ``remote`` extra).
+"""Remote ACP: Streamable HTTP and WebSocket, server and client (the `remote` extra).
 
-* :func:`asgi_app` — an ASGI 3 application serving a builder, router or conductor to remote
-  clients (one in-process connection each); :func:`gateway_app` — the same for a stdio agent
-  command, one child process per connection (``acp-fast serve``). Serve either with
-  :func:`serve_app` (uvicorn, or hypercorn for HTTP/2) or mount it in Starlette/FastAPI.
-  :class:`ServerPolicy` holds its limits and access rules; :class:`AccessGuard`, the ASGI
+* [`asgi_app`][acp_fast.remote.asgi_app] — an ASGI 3 application serving a builder, router or conductor to remote
+  clients (one in-process connection each); [`gateway_app`][acp_fast.remote.gateway_app] — the same for a stdio agent
+  command, one child process per connection (`acp-fast serve`). Serve either with
+  [`serve_app`][acp_fast.remote.serve_app] (uvicorn, or hypercorn for HTTP/2) or mount it in Starlette/FastAPI.
+  [`ServerPolicy`][acp_fast.remote.ServerPolicy] holds its limits and access rules; [`AccessGuard`][acp_fast.remote.AccessGuard], the ASGI
   middleware that applies the rules, also guards other applications.
-* :func:`connect_url` — a client transport for ``http(s)://`` (Streamable HTTP) and
-  ``ws(s)://`` (WebSocket) URLs, beside :func:`acp_fast.transport.spawn`::
+* [`connect_url`][acp_fast.remote.connect_url] — a client transport for `http(s)://` (Streamable HTTP) and
+  `ws(s)://` (WebSocket) URLs, beside [`acp_fast.transport.spawn`][acp_fast.transport.spawn]:
 
-      async with Client.v2().connect(connect_url("ws://127.0.0.1:8000/acp")) as conn:
-          await conn.initialize()
+  ```python
+  async with Client.v2().connect(connect_url("ws://127.0.0.1:8000/acp")) as conn:
+      await conn.initialize()
+  ```
 
 The server module needs no third-party package; the client and the runners need the
-``remote`` extra (``pip install 'acp-fast[remote]'``) and say so when it is missing.
+`remote` extra (`pip install 'acp-fast[remote]'`) and say so when it is missing.
 """
 
 from __future__ import annotations

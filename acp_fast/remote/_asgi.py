@@ -1,6 +1,6 @@
 """ASGI plumbing the remote server's parts share: the callable types, refusals, the endpoint path.
 
-Refusal bodies are JSON-RPC error objects (id ``null``) naming the HTTP status, so a client that
+Refusal bodies are JSON-RPC error objects (id `null`) naming the HTTP status, so a client that
 reads only JSON-RPC still learns why; their texts are fixed, never an agent's output.
 """
 
@@ -26,7 +26,7 @@ def error_body(status: int, message: str, code: int = INVALID_REQUEST) -> bytes:
 
 
 def endpoint_path(scope: Scope) -> str:
-    """The request path below the mount point (``root_path``), without a trailing slash."""
+    """The request path below the mount point (`root_path`), without a trailing slash."""
     path: str = scope.get("path", "")
     root: str = scope.get("root_path", "")
     if root and path.startswith(root):
@@ -41,7 +41,7 @@ def lower_headers(scope: Scope) -> dict[bytes, bytes]:
 
 async def respond(send: Send, status: int, body: bytes, *, extra: Sequence[tuple[bytes, bytes]] = (),
                   www_auth: bool = False) -> None:
-    """Send a whole ``application/json`` response."""
+    """Send a whole `application/json` response."""
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if www_auth:
         headers.append((b"www-authenticate", b"Bearer"))

@@ -1,15 +1,15 @@
 """Outlets: where the agent's messages wait for the network, shared by SSE and WebSocket.
 
-An :class:`Outlet` is one channel to the client: an SSE stream (the connection's or a
-session's) or a WebSocket. The server's agent side ``put`` s each line of the agent on its
+An `Outlet` is one channel to the client: an SSE stream (the connection's or a
+session's) or a WebSocket. The server's agent side `put` s each line of the agent on its
 outlet, marked *batchable* when it is a notification or a response; the network side
-``take`` s everything queued in one turn and hands it to the transport's encoder, which
-writes it as that transport's text: :func:`sse_chunk` (events with ``id:`` cursors) or
-:func:`ws_frames` (one text frame per message or batch). Both encoders group by the one rule
-of :func:`grouped`, for a client that asked for batch frames.
+`take` s everything queued in one turn and hands it to the transport's encoder, which
+writes it as that transport's text: `sse_chunk` (events with `id:` cursors) or
+`ws_frames` (one text frame per message or batch). Both encoders group by the one rule
+of `grouped`, for a client that asked for batch frames.
 
 An SSE outlet keeps what it sent within a byte window, so a reader that reconnects with
-``Last-Event-ID`` gets exactly what it missed (:meth:`Outlet.rewind`); a WebSocket outlet
+`Last-Event-ID` gets exactly what it missed (`Outlet.rewind`); a WebSocket outlet
 keeps nothing (window 0).
 """
 
@@ -32,8 +32,8 @@ class Outlet:
     """The queue of one channel to the client and its replay window.
 
     Attributes:
-        key: the session of an SSE stream (``None``: the connection stream, or a WebSocket).
-        reader: the token of the SSE reader attached (``None`` while nobody reads).
+        key: the session of an SSE stream (`None`: the connection stream, or a WebSocket).
+        reader: the token of the SSE reader attached (`None` while nobody reads).
         wake: set whenever something is queued or the outlet ends.
         ended: no more will be queued (the agent or the connection ended).
     """
@@ -52,7 +52,7 @@ class Outlet:
         self.ended = False
 
     def put(self, line: bytes, batchable: bool = False) -> int:
-        """Queue one line of the agent (``batchable``: a notification or a response, which
+        """Queue one line of the agent (`batchable`: a notification or a response, which
         may share a batch frame with its neighbours); returns the bytes queued."""
         queue = self.queue
         if not queue:  # a sender waits only on an empty queue: the first line wakes it
@@ -64,7 +64,7 @@ class Outlet:
         return n
 
     def extend(self, items: Iterable[Item], size: int) -> None:
-        """Queue ``items`` of ``size`` bytes in all, each with event id 0: for an outlet
+        """Queue `items` of `size` bytes in all, each with event id 0: for an outlet
         without replay window (a WebSocket), which needs no cursors."""
         if not self.queue:
             self.wake.set()
@@ -77,8 +77,8 @@ class Outlet:
         self.wake.set()
 
     def take(self, window: int) -> tuple[list[Item], int]:
-        """Everything queued and its bytes; the last ``window`` bytes of it are kept for
-        :meth:`rewind`."""
+        """Everything queued and its bytes; the last `window` bytes of it are kept for
+        `rewind`."""
         items = list(self.queue)
         self.queue.clear()
         size = self.queued
@@ -91,7 +91,7 @@ class Outlet:
         return items, size
 
     def rewind(self, last_seen: int) -> bool:
-        """Queue again what was sent after ``last_seen``; False when it is out of the window."""
+        """Queue again what was sent after `last_seen`; False when it is out of the window."""
         if last_seen >= self.next_id:
             return False
         if last_seen == self.next_id - 1 - len(self.queue):
@@ -109,8 +109,8 @@ class Outlet:
 
 
 def grouped(items: list[Item]) -> list[tuple[int, bytes]]:
-    """The one batch grouping rule: ``(id, frame)`` for queued items, where consecutive
-    batchable lines share one JSON-RPC batch of at most ``BATCH_FRAME_BYTES`` (its id is its
+    """The one batch grouping rule: `(id, frame)` for queued items, where consecutive
+    batchable lines share one JSON-RPC batch of at most `BATCH_FRAME_BYTES` (its id is its
     last line's, so a reader resuming from it has every line up to it), and every other line
     (a request, the agent's own batch, a line that is not JSON-RPC, a line too big to join a
     batch) goes alone, as written. A group of one is its line, unwrapped."""
@@ -154,8 +154,8 @@ def grouped(items: list[Item]) -> list[tuple[int, bytes]]:
 
 def sse_chunk(items: list[Item], cursors: bool, batches: bool) -> bytes:
     """The SSE encoder: one body chunk for queued items, one event per line, or
-    (``batches``) per group of :func:`grouped`; each event carries its ``id:`` cursor when
-    ``cursors`` (the replay window is on)."""
+    (`batches`) per group of `grouped`; each event carries its `id:` cursor when
+    `cursors` (the replay window is on)."""
     if not batches:
         return _text_safe(sse_events([line for _, line, _ in items], items[0][0] if cursors else None))
     if cursors:
@@ -166,8 +166,8 @@ def sse_chunk(items: list[Item], cursors: bool, batches: bool) -> bytes:
 
 
 def ws_frames(items: list[Item], batches: bool) -> list[str]:
-    """The WebSocket encoder: the text of one frame per line, or (``batches``) per group of
-    :func:`grouped`. A text frame carries UTF-8 only: invalid bytes become U+FFFD."""
+    """The WebSocket encoder: the text of one frame per line, or (`batches`) per group of
+    `grouped`. A text frame carries UTF-8 only: invalid bytes become U+FFFD."""
     if len(items) == 1:  # a group of one is its line (a round trip's reply: no comprehension)
         return [items[0][1].decode("utf-8", "replace")]
     if not batches:

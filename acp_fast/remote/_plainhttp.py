@@ -1,14 +1,14 @@
 """Small HTTP/1.1 requests over keep-alive connections, each request in one write.
 
 The Streamable HTTP client POSTs every message on its own request and reads a short reply
-(``202`` and an empty body, or ``initialize``'s answer). Through httpx each of them costs the
+(`202` and an empty body, or `initialize`'s answer). Through httpx each of them costs the
 client about a millisecond of CPU on this kind of machine: its layers (client, pool, anyio
 stream) and two socket writes, the head and then the body. Here h11 (httpx's own HTTP/1.1
 parser and serializer) frames the request and parses the reply, and the head and the body
 leave in one write on an asyncio connection kept open for the next request.
 
-Used by the HTTP client (:mod:`acp_fast.remote.client._http`) for ``http://`` URLs and for
-``https://`` ones when HTTP/2 is off; SSE GETs, HTTP/2 and proxied URLs stay on httpx.
+Used by the HTTP client (`acp_fast.remote.client._http`) for `http://` URLs and for
+`https://` ones when HTTP/2 is off; SSE GETs, HTTP/2 and proxied URLs stay on httpx.
 Cookies live in the httpx client's jar, shared both ways.
 """
 
@@ -37,7 +37,7 @@ STREAM_HIGH_WATER = 1024 * 1024
 
 @dataclass(frozen=True)
 class Reply:
-    """A response: status, reason, headers (case-insensitive ``get``)."""
+    """A response: status, reason, headers (case-insensitive `get`)."""
 
     status_code: int
     reason_phrase: str
@@ -45,7 +45,7 @@ class Reply:
 
 
 def plain_http_applies(url: str, http2: bool) -> bool:
-    """Whether :class:`PlainHttp` may carry requests to ``url``: plain ``http``, or ``https``
+    """Whether `PlainHttp` may carry requests to `url`: plain `http`, or `https`
     without HTTP/2, and no proxy from the environment for it (httpx would use one)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or (parts.scheme == "https" and http2):
@@ -177,7 +177,7 @@ class _Conn(asyncio.Protocol):
             self.waiter = None
 
     async def next_chunk(self) -> bytes | None:
-        """The next piece of a streamed body; ``None`` at its end.
+        """The next piece of a streamed body; `None` at its end.
 
         Raises: what ended the connection before the body's end."""
         while not self.chunks:
@@ -215,11 +215,11 @@ class PlainHttp:
     """Requests to one URL over keep-alive HTTP/1.1 connections (see the module's text).
 
     Args:
-        url: ``http://`` or ``https://`` URL; every request goes to its path.
+        url: `http://` or `https://` URL; every request goes to its path.
         cookies: the httpx client's jar: sent with and updated from every request.
         connect_timeout: seconds to open a connection (TLS included).
-        max_body: the largest response body read (bigger: ``ValueError``).
-        user_agent: the ``User-Agent`` header.
+        max_body: the largest response body read (bigger: `ValueError`).
+        user_agent: the `User-Agent` header.
     """
 
     def __init__(self, url: str, cookies: httpx.Cookies, *, connect_timeout: float, max_body: int,
@@ -259,7 +259,7 @@ class PlainHttp:
             OSError, asyncio.TimeoutError: connecting failed.
             ConnectionError, h11.ProtocolError: the connection failed or the reply is not
                 HTTP/1.1.
-            ValueError: the reply's body is over ``max_body``.
+            ValueError: the reply's body is over `max_body`.
         """
         conn = await self._take()
         head, request = self._head(method, headers, body)
@@ -279,7 +279,7 @@ class PlainHttp:
 
     async def stream(self, method: str, headers: dict[str, str]) -> StreamedReply:
         """A request whose reply is read as it comes (an SSE stream): returns once its head
-        arrived; read the body with :meth:`StreamedReply.aiter_bytes`, then ``aclose()``.
+        arrived; read the body with `StreamedReply.aiter_bytes`, then `aclose()`.
         The connection is its own, closed with the reply."""
         conn = await self._connect()
         conn.streaming = True
@@ -336,7 +336,7 @@ class PlainHttp:
 
 
 class StreamedReply:
-    """A reply whose body is read as it arrives (see :meth:`PlainHttp.stream`)."""
+    """A reply whose body is read as it arrives (see `PlainHttp.stream`)."""
 
     def __init__(self, status_code: int, reason_phrase: str, headers: httpx.Headers, conn: _Conn,
                  busy: set[_Conn]) -> None:
@@ -349,7 +349,7 @@ class StreamedReply:
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body's pieces as they arrive.
 
-        Raises: ``ConnectionError`` (or ``h11.ProtocolError``) when the connection fails
+        Raises: `ConnectionError` (or `h11.ProtocolError`) when the connection fails
         before the body's end."""
         while True:
             chunk = await self._conn.next_chunk()

@@ -1,8 +1,8 @@
-"""The remote wire profile shared by the server and the client (``notes``: Streamable HTTP and
+"""The remote wire profile shared by the server and the client (`notes`: Streamable HTTP and
 WebSocket, after the ACP RFD "Streamable HTTP & WebSocket transport").
 
 Names, header spellings, content types, the session-scoped method list, Server-Sent Events
-encoding and an incremental SSE parser, and the check that the ``remote`` extra is installed.
+encoding and an incremental SSE parser, and the check that the `remote` extra is installed.
 Nothing here does I/O.
 """
 
@@ -70,7 +70,7 @@ KEEPALIVE_SECONDS = 15.0
 
 
 def id_key(ident: object) -> tuple[bool, object]:
-    """A JSON-RPC id as a dict key, the same on both sides: ``1`` and ``"1"`` differ."""
+    """A JSON-RPC id as a dict key, the same on both sides: `1` and `"1"` differ."""
     return isinstance(ident, str), ident
 
 
@@ -79,7 +79,7 @@ URL_SCHEMES = ("ws://", "wss://", "http://", "https://")
 
 
 def is_url(spec: object) -> bool:
-    """True when ``spec`` is a string naming a remote agent (``ws(s)://`` or ``http(s)://``)."""
+    """True when `spec` is a string naming a remote agent (`ws(s)://` or `http(s)://`)."""
     return isinstance(spec, str) and spec.strip().lower().startswith(URL_SCHEMES)
 
 
@@ -88,11 +88,11 @@ EXTRA_HINT = "pip install 'acp-fast[remote]'"
 
 
 class MissingExtraError(ImportError):
-    """A remote transport was used without the ``remote`` extra's packages installed."""
+    """A remote transport was used without the `remote` extra's packages installed."""
 
 
 def require_extra(*modules: str) -> None:
-    """Raise :class:`MissingExtraError` naming the extra when one of ``modules`` is missing."""
+    """Raise [`MissingExtraError`][acp_fast.remote._wire.MissingExtraError] naming the extra when one of `modules` is missing."""
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         raise MissingExtraError(
@@ -100,7 +100,7 @@ def require_extra(*modules: str) -> None:
 
 
 def one_line(payload: bytes) -> bytes:
-    """One JSON text (a POST body, an SSE ``data`` payload, a WebSocket text frame) as one line.
+    """One JSON text (a POST body, an SSE `data` payload, a WebSocket text frame) as one line.
 
     Outer whitespace is dropped and every newline inside becomes a tab: outside a string both
     are JSON whitespace, inside one both are control characters that no JSON string may hold
@@ -113,9 +113,9 @@ def one_line(payload: bytes) -> bytes:
 
 
 def sse_events(lines: Iterable[bytes], first_id: int | None = None) -> bytes:
-    """Server-Sent Events for JSON lines, one event each (``data: <line>``), as one chunk.
+    """Server-Sent Events for JSON lines, one event each (`data: <line>`), as one chunk.
 
-    With ``first_id`` every event carries an ``id:`` cursor, counting up from it.
+    With `first_id` every event carries an `id:` cursor, counting up from it.
     """
     if first_id is None:
         return b"".join([b"data: " + line + b"\n\n" for line in lines])
@@ -130,13 +130,13 @@ def sse_events(lines: Iterable[bytes], first_id: int | None = None) -> bytes:
 class SseParser:
     """An incremental Server-Sent Events parser (the WHATWG event-stream rules).
 
-    ``feed(chunk)`` returns the ``data`` of every event completed by the chunk, as bytes
-    (multi-line data joined with ``\\n``, as the rules say); comments, ``event:`` and
-    ``retry:`` lines are skipped. :attr:`last_event_id` is the id of the last event
-    completed (an ``id:`` line takes effect when its event ends, as the rules say), so a
-    reader that resumes from it with ``Last-Event-ID`` has every event up to it.
-    A line longer than ``max_event`` bytes (or an event's data over it) raises
-    ``ValueError``: memory stays bounded whatever the server sends.
+    `feed(chunk)` returns the `data` of every event completed by the chunk, as bytes
+    (multi-line data joined with `\\n`, as the rules say); comments, `event:` and
+    `retry:` lines are skipped. `last_event_id` is the id of the last event
+    completed (an `id:` line takes effect when its event ends, as the rules say), so a
+    reader that resumes from it with `Last-Event-ID` has every event up to it.
+    A line longer than `max_event` bytes (or an event's data over it) raises
+    `ValueError`: memory stays bounded whatever the server sends.
     """
 
     __slots__ = ("_buf", "_data", "_size", "_id", "last_event_id", "max_event")

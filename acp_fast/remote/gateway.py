@@ -1,10 +1,10 @@
 """The gateway: any stdio agent command served remotely, one child process per connection.
 
-``acp-fast serve -- AGENT_CMD…`` builds :func:`gateway_app`. Each remote connection (an HTTP
-``initialize`` or a WebSocket upgrade) starts its own child under the child-process policy of
-:func:`acp_fast.transport.spawn` (its own process group, a bounded stderr tail, killed when the
-connection ends: ``DELETE``, the socket closing, the idle timeout or shutdown). A child's
-stderr goes to the ``acp_fast.remote`` logger, never into an HTTP body.
+`acp-fast serve -- AGENT_CMD…` builds [`gateway_app`][acp_fast.remote.gateway.gateway_app]. Each remote connection (an HTTP
+`initialize` or a WebSocket upgrade) starts its own child under the child-process policy of
+[`acp_fast.transport.spawn`][acp_fast.transport.spawn] (its own process group, a bounded stderr tail, killed when the
+connection ends: `DELETE`, the socket closing, the idle timeout or shutdown). A child's
+stderr goes to the `acp_fast.remote` logger, never into an HTTP body.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ logger = logging.getLogger("acp_fast.remote")
 
 def gateway_app(command: str | Sequence[str], *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
                 env: Mapping[str, str] | None = None, inherit_env: bool = True, cwd: str | None = None) -> AcpApp:
-    """An ASGI app that starts ``command`` (a stdio ACP agent) for every remote connection.
+    """An ASGI app that starts `command` (a stdio ACP agent) for every remote connection.
 
     Args:
-        command: a component spec string or an argv list (as :func:`acp_fast.transport.spawn`).
+        command: a component spec string or an argv list (as [`acp_fast.transport.spawn`][acp_fast.transport.spawn]).
         path: the endpoint path.
         policy: limits and access rules.
-        env: environment variables for the child, merged over the rest (as ``spawn``).
-        inherit_env: pass this process's environment on (default) or only ``PATH``.
+        env: environment variables for the child, merged over the rest (as `spawn`).
+        inherit_env: pass this process's environment on (default) or only `PATH`.
         cwd: the child's working directory.
     """
 

@@ -1,12 +1,12 @@
 """The remote server's limits and access rules, and the ASGI middleware that enforces the rules.
 
-:class:`ServerPolicy` holds both: the access rules (``Host`` allow-list against DNS rebinding,
-``Origin`` allow-list, optional bearer token) that :class:`AccessGuard` checks before a request
+[`ServerPolicy`][acp_fast.remote.policy.ServerPolicy] holds both: the access rules (`Host` allow-list against DNS rebinding,
+`Origin` allow-list, optional bearer token) that [`AccessGuard`][acp_fast.remote.policy.AccessGuard] checks before a request
 or a WebSocket upgrade reaches the application, and the limits (body size, connection count,
 queues, idle time, replay window, keepalive) the application itself applies.
-:class:`~acp_fast.remote.AcpApp` wraps itself in an :class:`AccessGuard` of its policy; the
-guard also stands alone in front of any ASGI application (Starlette's ``TrustedHostMiddleware``
-is the same idea for the ``Host`` rule alone).
+[`AcpApp`][acp_fast.remote.AcpApp] wraps itself in an [`AccessGuard`][acp_fast.remote.policy.AccessGuard] of its policy; the
+guard also stands alone in front of any ASGI application (Starlette's `TrustedHostMiddleware`
+is the same idea for the `Host` rule alone).
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ DEFAULT_ALLOW_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 @dataclass(frozen=True)
 class ServerPolicy:
-    """The limits and access rules of an :class:`~acp_fast.remote.AcpApp`.
+    """The limits and access rules of an [`AcpApp`][acp_fast.remote.AcpApp].
 
     Attributes:
         token: when set, every request (and the WebSocket upgrade) needs
-            ``Authorization: Bearer <token>`` (401 otherwise; compared in constant time).
-        allow_hosts: accepted ``Host`` header names (port ignored; ``"*"`` accepts any).
+            `Authorization: Bearer <token>` (401 otherwise; compared in constant time).
+        allow_hosts: accepted `Host` header names (port ignored; `"*"` accepts any).
             The default accepts loopback names only: a DNS name an attacker points at this
             machine (DNS rebinding) gets 421. Add the names clients use when you bind
             another address.
-        allow_origins: accepted ``Origin`` values (``"*"`` accepts any). A request without
-            ``Origin`` (any non-browser client) passes; one from a browser origin not listed
+        allow_origins: accepted `Origin` values (`"*"` accepts any). A request without
+            `Origin` (any non-browser client) passes; one from a browser origin not listed
             gets 403, on every request and on the WebSocket upgrade.
         max_body: the largest POST body or WebSocket text frame, in bytes (413 / close 1009).
         max_connections: open connections at most; the next gets 503.
@@ -45,9 +45,9 @@ class ServerPolicy:
             their socket (the ASGI server's pings detect a dead peer).
         queue_high: bytes of agent output queued for the network (all streams of one
             connection) above which the agent's stream is paused; it resumes below
-            ``queue_high // 4``. Nothing is dropped.
+            `queue_high // 4`. Nothing is dropped.
         replay_window: bytes of already sent SSE events kept per stream for readers that
-            reconnect with ``Last-Event-ID`` (0 turns resuming off).
+            reconnect with `Last-Event-ID` (0 turns resuming off).
         keepalive: seconds between SSE comment lines on a quiet stream.
         initialize_timeout: seconds the `initialize` POST waits for the agent's answer;
             then it gets 504 and the connection is closed with its agent.
@@ -75,7 +75,7 @@ class ServerPolicy:
         object.__setattr__(self, "_origins", frozenset(o.lower().rstrip("/") for o in self.allow_origins))
 
     def refusal(self, headers: Mapping[bytes, bytes]) -> tuple[int, str] | None:
-        """Why a request with these (lower-cased) headers is refused, or ``None``."""
+        """Why a request with these (lower-cased) headers is refused, or `None`."""
         if "*" not in self._hosts:
             host = _host_name(headers.get(b"host", b"").decode("latin-1"))
             if host not in self._hosts:
@@ -102,18 +102,18 @@ def _host_name(host: str) -> str:
 
 
 class AccessGuard:
-    """ASGI middleware: the access rules of a :class:`ServerPolicy` in front of ``app``.
+    """ASGI middleware: the access rules of a [`ServerPolicy`][acp_fast.remote.policy.ServerPolicy] in front of `app`.
 
-    Every HTTP request and WebSocket upgrade to one of ``paths`` (below the mount point; all
-    paths when ``paths`` is ``None``) that :meth:`ServerPolicy.refusal` refuses is answered here
+    Every HTTP request and WebSocket upgrade to one of `paths` (below the mount point; all
+    paths when `paths` is `None`) that [`ServerPolicy.refusal`][acp_fast.remote.policy.ServerPolicy.refusal] refuses is answered here
     (421, 403 or 401 with a JSON-RPC error body; an upgrade is refused with that status where
-    the server supports it, else closed with 1008) and never reaches ``app``. Other scopes
-    (``lifespan``) and other paths pass through untouched.
+    the server supports it, else closed with 1008) and never reaches `app`. Other scopes
+    (`lifespan`) and other paths pass through untouched.
 
     Args:
         app: the ASGI application guarded.
         policy: whose access rules apply (its limits are the application's business).
-        paths: the endpoint paths guarded (``("/acp",)``), or ``None`` for every path.
+        paths: the endpoint paths guarded (`("/acp",)`), or `None` for every path.
     """
 
     def __init__(self, app: ASGIApp, policy: ServerPolicy, *, paths: Sequence[str] | None = None) -> None:

@@ -1,13 +1,13 @@
-"""Running an :class:`~acp_fast.remote.AcpApp` on uvicorn, hypercorn or granian.
+"""Running an [`AcpApp`][acp_fast.remote.AcpApp] on uvicorn, hypercorn or granian.
 
-:func:`served` starts a server inside the running event loop for as long as a ``with`` block
-(tests, embedding, benchmarks); :func:`serve_app` runs one until it is told to stop (the CLI).
+[`served`][acp_fast.remote.runner.served] starts a server inside the running event loop for as long as a `with` block
+(tests, embedding, benchmarks); [`serve_app`][acp_fast.remote.runner.serve_app] runs one until it is told to stop (the CLI).
 uvicorn serves HTTP/1.1 and WebSocket. hypercorn and granian serve HTTP/2 as well, which the
-transport's RFD asks for: over TLS (give ``certfile``/``keyfile``) by ALPN, and without TLS
+transport's RFD asks for: over TLS (give `certfile`/`keyfile`) by ALPN, and without TLS
 to a client that speaks HTTP/2 from its first bytes ("prior knowledge", h2c); HTTP/1.1 and
 WebSocket on the same port. granian's HTTP and WebSocket I/O runs on its own Rust threads;
 the app itself runs in this event loop, as with the other two. All three bind a socket made
-here, so ``port=0`` picks a free port and :attr:`Served.port` says which.
+here, so `port=0` picks a free port and `Served.port` says which.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Served:
     Attributes:
         host: the bound address.
         port: the bound port.
-        tls: whether it serves TLS (``https``/``wss``).
+        tls: whether it serves TLS (`https`/`wss`).
         path: the ACP endpoint path of the app.
     """
 
@@ -58,12 +58,12 @@ class Served:
 
     @property
     def http_url(self) -> str:
-        """The Streamable HTTP endpoint, ``http://host:port/acp``."""
+        """The Streamable HTTP endpoint, `http://host:port/acp`."""
         return self._base("http")
 
     @property
     def ws_url(self) -> str:
-        """The WebSocket endpoint, ``ws://host:port/acp``."""
+        """The WebSocket endpoint, `ws://host:port/acp`."""
         return self._base("ws")
 
 
@@ -93,12 +93,14 @@ def _listen(host: str, port: int) -> socket.socket:
 async def served(app: ASGIApp, *, server: ServerName = DEFAULT_SERVER, host: str = "127.0.0.1",
                  port: int = 0, certfile: str | None = None, keyfile: str | None = None,
                  log_level: str = "warning") -> AsyncIterator[Served]:
-    """Serve ``app`` in this event loop while the block runs; yields a :class:`Served`.
+    """Serve `app` in this event loop while the block runs; yields a [`Served`][acp_fast.remote.runner.Served].
 
-    Example::
+    Example:
 
-        async with served(asgi_app(agent)) as where:
-            async with Client.v2().connect(connect_url(where.ws_url)) as conn: ...
+    ```python
+    async with served(asgi_app(agent)) as where:
+        async with Client.v2().connect(connect_url(where.ws_url)) as conn: ...
+    ```
     """
     sock = _listen(host, port)
     bound = sock.getsockname()[1]
@@ -216,7 +218,7 @@ def _granian_filter(record: logging.LogRecord) -> bool:
 
 
 def _os_threads() -> set[str]:
-    """This process's OS thread ids (Linux), or an empty set where ``/proc`` cannot say."""
+    """This process's OS thread ids (Linux), or an empty set where `/proc` cannot say."""
     try:
         return set(os.listdir("/proc/self/task"))
     except OSError:
@@ -277,7 +279,7 @@ async def _stop_granian(srv: Any, stop: asyncio.Event) -> None:
 async def serve_app(app: AcpApp, *, server: ServerName = DEFAULT_SERVER, host: str = "127.0.0.1", port: int = 8000,
                     certfile: str | None = None, keyfile: str | None = None, log_level: str = "info",
                     on_ready: Callable[[Served], None] | None = None) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM (or cancellation); ``on_ready`` gets the address."""
+    """Serve `app` until SIGINT or SIGTERM (or cancellation); `on_ready` gets the address."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

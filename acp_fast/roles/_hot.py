@@ -1,4 +1,4 @@
-"""Selector of the hot-path twin: compiled unless ``ACP_FAST_NO_EXTENSIONS`` (see ``_hot_py``)."""
+"""Selector of the hot-path twin: compiled unless `ACP_FAST_NO_EXTENSIONS` (see `_hot_py`)."""
 
 from __future__ import annotations
 

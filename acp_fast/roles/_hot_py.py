@@ -2,14 +2,14 @@
 """The per-message hot path of the builder API (pure twin; also the compiled twin's source).
 
 What runs once per received message between the JSON-RPC connection and the user's
-handler: what a handler sees (:class:`Context`, :class:`SessionUpdate`) and the small
+handler: what a handler sees ([`Context`][acp_fast.roles._hot_py.Context], [`SessionUpdate`][acp_fast.roles._hot_py.SessionUpdate]) and the small
 callables the connection installs in its per-method tables when it becomes ready.
 
 This file is the pure-Python twin and, unchanged, the source of the compiled twin:
-``setup.py`` compiles it with Cython as ``acp_fast.roles._hot_c``, where the augmenting
-declarations in ``_hot_c.pxd`` make the classes C types with C-level fields (constructed
+`setup.py` compiles it with Cython as `acp_fast.roles._hot_c`, where the augmenting
+declarations in `_hot_c.pxd` make the classes C types with C-level fields (constructed
 several times faster: they are made once per message). Keep it plain Python that Cython
-accepts (no closures in the classes). :mod:`acp_fast.roles._hot` selects the twin.
+accepts (no closures in the classes). `acp_fast.roles._hot` selects the twin.
 """
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ _TRACKED = frozenset({"state_update", "tool_call", "tool_call_update"})
 
 
 class SessionUpdate:
-    """One received ``session/update``, passed through the read gate.
+    """One received `session/update`, passed through the read gate.
 
     Attributes:
-        session_id: ``params["sessionId"]`` (``None`` if absent).
-        kind: the ``sessionUpdate`` value (``""`` if absent or not a string).
-        payload: the ``update`` object, untouched (same identity).
+        session_id: `params["sessionId"]` (`None` if absent).
+        kind: the `sessionUpdate` value (`""` if absent or not a string).
+        payload: the `update` object, untouched (same identity).
         params: the notification's params, unchanged.
     """
 
@@ -71,7 +71,7 @@ class SessionUpdate:
 
     @property
     def view(self) -> SessionUpdateView:
-        """The :class:`~acp_fast.protocol.surface.SessionUpdateView` of the negotiated
+        """The [`SessionUpdateView`][acp_fast.protocol.surface.SessionUpdateView] of the negotiated
         version (built on first access for known updates)."""
         gate = self._gate
         if type(gate) is KnownVariant:
@@ -89,13 +89,13 @@ class SessionUpdate:
 
 
 class Context:
-    """What a handler gets besides ``params``: the message and the way back to the peer.
+    """What a handler gets besides `params`: the message and the way back to the peer.
 
     Attributes:
-        connection: the :class:`~acp_fast.roles.AcpConnection` the message came in on.
-        request: the jsonrpc :class:`~acp_fast.jsonrpc.RequestContext` (``None`` for
+        connection: the [`AcpConnection`][acp_fast.roles.AcpConnection] the message came in on.
+        request: the jsonrpc [`RequestContext`][acp_fast.jsonrpc.RequestContext] (`None` for
             notifications).
-        message: the jsonrpc ``Message`` (the request's, for requests).
+        message: the jsonrpc `Message` (the request's, for requests).
     """
 
     __slots__ = ("connection", "message", "request")
@@ -106,8 +106,8 @@ class Context:
         self.message = message
 
     def __class_getitem__(cls, item: object) -> types.GenericAlias:
-        """``Context[C]`` at run time too (to a type checker it is generic in its connection:
-        ``Context[AgentConnection[V2]]``; see ``_hot.pyi``)."""
+        """`Context[C]` at run time too (to a type checker it is generic in its connection:
+        `Context[AgentConnection[V2]]`; see `_hot.pyi`)."""
         return types.GenericAlias(cls, item)
 
     @property
@@ -119,7 +119,7 @@ class Context:
 
     @property
     def id(self) -> int | str | None:
-        """The request id (``None`` for notifications)."""
+        """The request id (`None` for notifications)."""
         return None if self.request is None else self.request.id
 
     @property
@@ -131,7 +131,7 @@ class Context:
 
     @property
     def cancelled(self) -> bool:
-        """True once the peer sent ``$/cancel_request`` for this request."""
+        """True once the peer sent `$/cancel_request` for this request."""
         return self.request is not None and self.request.cancelled
 
     async def wait_cancelled(self) -> None:
@@ -145,18 +145,18 @@ class Context:
         await self.request.wait_cancelled()
 
     def raise_if_cancelled(self) -> None:
-        """Raise ``JsonRpcError`` -32800 if the peer cancelled this request."""
+        """Raise `JsonRpcError` -32800 if the peer cancelled this request."""
         if self.request is not None:
             self.request.raise_if_cancelled()
 
     async def run_until_cancelled(self, aw: Awaitable[_T]) -> _T:
-        """Await ``aw`` unless the peer cancels first (then -32800 is raised)."""
+        """Await `aw` unless the peer cancels first (then -32800 is raised)."""
         if self.request is None:
             return await aw
         return await self.request.run_until_cancelled(aw)
 
     def defer(self) -> Responder:
-        """Answer later through the returned :class:`~acp_fast.jsonrpc.Responder`.
+        """Answer later through the returned [`Responder`][acp_fast.jsonrpc.Responder].
 
         Raises:
             RuntimeError: for notifications, and for the initializing request of a guarded
@@ -172,16 +172,16 @@ class Context:
 
     def send_request(self, method: str, params: Json = None, *, passthrough: bool = False,
                      timeout: float | None = None) -> Request[Json]:
-        """See :meth:`AcpConnection.send_request`."""
+        """See [`AcpConnection.send_request`][acp_fast.roles.AcpConnection.send_request]."""
         return self.connection.send_request(method, params, passthrough=passthrough, timeout=timeout)
 
     def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
-        """See :meth:`AcpConnection.send_notification`."""
+        """See [`AcpConnection.send_notification`][acp_fast.roles.AcpConnection.send_notification]."""
         return self.connection.send_notification(method, params, passthrough=passthrough)
 
     def send_session_update(self, session_id: str, update: JsonObject, *,
                             passthrough: bool = False, **fields: Json) -> bool:
-        """See :meth:`AcpConnection.send_session_update`."""
+        """See `AcpConnection.send_session_update`."""
         sender = self.connection.send_session_update
         if passthrough or fields:
             return sender(session_id, update, passthrough=passthrough, **fields)
@@ -190,12 +190,12 @@ class Context:
         return sender(session_id, update)
 
     async def drain(self) -> None:
-        """Wait while the peer is not reading what we send (see :meth:`AcpConnection.drain`)."""
+        """Wait while the peer is not reading what we send (see [`AcpConnection.drain`][acp_fast.roles.AcpConnection.drain])."""
         await self.connection.drain()
 
     def start_task(self, coro: Coroutine[object, object, _T]) -> asyncio.Task[_T]:
-        """Run ``coro`` in the background, owned by the connection (see
-        :meth:`AcpConnection.start_task`)."""
+        """Run `coro` in the background, owned by the connection (see
+        [`AcpConnection.start_task`][acp_fast.roles.AcpConnection.start_task])."""
         return self.connection.start_task(coro)
 
     def __repr__(self) -> str:
@@ -203,23 +203,23 @@ class Context:
 
 
 class ProxyContext(Context):
-    """What a proxy's handlers get: a :class:`Context` whose connection is a
-    :class:`~acp_fast.roles.ProxyConnection`, plus the way on to the successor."""
+    """What a proxy's handlers get: a [`Context`][acp_fast.roles._hot_py.Context] whose connection is a
+    [`ProxyConnection`][acp_fast.roles.ProxyConnection], plus the way on to the successor."""
 
     __slots__ = ()
 
     def send_to_successor(self, method: str, params: Json = None, *, passthrough: bool = False,
                           timeout: float | None = None) -> Request[Json]:
-        """Send a request to the successor (see ``ProxyConnection.send_to_successor``)."""
+        """Send a request to the successor (see `ProxyConnection.send_to_successor`)."""
         return self.proxy.send_to_successor(method, params, passthrough=passthrough, timeout=timeout)
 
     def notify_successor(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
-        """Send a notification to the successor (see ``ProxyConnection.notify_successor``)."""
+        """Send a notification to the successor (see `ProxyConnection.notify_successor`)."""
         return self.proxy.notify_successor(method, params, passthrough=passthrough)
 
     @property
     def proxy(self) -> SuccessorPeer:
-        """The proxy's connection (``connection``, typed as the proxy's)."""
+        """The proxy's connection (`connection`, typed as the proxy's)."""
         return self.connection  # type: ignore[return-value]
 
     def __repr__(self) -> str:
@@ -227,7 +227,7 @@ class ProxyContext(Context):
 
 
 class RequestHandler:
-    """Installed per request method: ``handler(params, Context(connection, rctx, message))``."""
+    """Installed per request method: `handler(params, Context(connection, rctx, message))`."""
 
     __slots__ = ("connection", "context_type", "handler")
 
@@ -243,7 +243,7 @@ class RequestHandler:
 
 
 class NotificationHandler:
-    """Installed per notification method: ``handler(params, Context(connection, None, message))``."""
+    """Installed per notification method: `handler(params, Context(connection, None, message))`."""
 
     __slots__ = ("connection", "context_type", "handler")
 
@@ -258,14 +258,14 @@ class NotificationHandler:
 
 
 class UpdateDispatcher:
-    """``session/update``: the read gate, session-state tracking, then the handler.
+    """`session/update`: the read gate, session-state tracking, then the handler.
 
-    A known update (the fast path ``gate.known(update)`` returns its variant; compiled, a C
-    call to the compiled gate) becomes a ``SessionUpdate`` carrying the variant; anything else goes through ``classify`` (the
-    full read gate) and carries its view. Known ``state_update``, ``tool_call`` and
-    ``tool_call_update`` payloads are applied to the session states (``apply_state``)
+    A known update (the fast path `gate.known(update)` returns its variant; compiled, a C
+    call to the compiled gate) becomes a `SessionUpdate` carrying the variant; anything else goes through `classify` (the
+    full read gate) and carries its view. Known `state_update`, `tool_call` and
+    `tool_call_update` payloads are applied to the session states (`apply_state`)
     before the handler sees them. The handler is
-    ``on_update(event, cx)``, else ``fallback(params, cx)`` (a plain notification handler).
+    `on_update(event, cx)`, else `fallback(params, cx)` (a plain notification handler).
     """
 
     __slots__ = ("apply_state", "classify", "connection", "context_type", "event_type",
@@ -315,11 +315,11 @@ class UpdateDispatcher:
 
 
 class UpdateSender:
-    """A connection's ``send_session_update`` once it is ready: for a plain update, the write
-    guard's compiled check of the variant (``gate.known``), then the JSON-RPC connection's
-    ``notify``. Anything else (``passthrough``, extra fields, or an update the fast check
-    does not accept) goes to ``slow`` (the full write guard, which raises
-    ``WireSurfaceError`` for what the version does not define)."""
+    """A connection's `send_session_update` once it is ready: for a plain update, the write
+    guard's compiled check of the variant (`gate.known`), then the JSON-RPC connection's
+    `notify`. Anything else (`passthrough`, extra fields, or an update the fast check
+    does not accept) goes to `slow` (the full write guard, which raises
+    `WireSurfaceError` for what the version does not define)."""
 
     __slots__ = ("gate", "notify", "slow")
 
@@ -334,8 +334,8 @@ class UpdateSender:
         return self.slow(session_id, update, passthrough=passthrough, **fields)
 
     def plain(self, session_id: str, update: JsonObject) -> bool:
-        """``self(session_id, update)`` without options, for ``Context.send_session_update``:
-        two positional arguments and no keyword handling (a compiled call with ``**fields``
+        """`self(session_id, update)` without options, for `Context.send_session_update`:
+        two positional arguments and no keyword handling (a compiled call with `**fields`
         builds a dict each time; this is once per streamed update)."""
         if self.gate.known(update) is not None:
             return self.notify(_SESSION_UPDATE, {"sessionId": session_id, "update": update})

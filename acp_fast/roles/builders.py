@@ -1,13 +1,13 @@
 """The builders: they collect handlers and run what they build.
 
 A builder only collects handlers; when it serves or connects, it freezes them into a
-:class:`~acp_fast.roles.table.HandlerTable` and hands that to a new connection, so a
+[`HandlerTable`][acp_fast.roles.table.HandlerTable] and hands that to a new connection, so a
 builder can serve many connections and later changes never reach a running one.
 
-The verbs are the same everywhere: ``serve(transport)`` answers a peer until it hangs up
-(agents, proxies, routers); ``connect(transport)`` is an ``async with`` connection and
-``connect_with(transport, main)`` runs ``main(connection)`` (clients); the connector's
-``run(transport_factory)`` runs the selected client's ``main``.
+The verbs are the same everywhere: `serve(transport)` answers a peer until it hangs up
+(agents, proxies, routers); `connect(transport)` is an `async with` connection and
+`connect_with(transport, main)` runs `main(connection)` (clients); the connector's
+`run(transport_factory)` runs the selected client's `main`.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ def _default_info() -> dict[str, str]:
 class Builder(Generic[Version, _C, _X]):
     """Common part of the role builders: the handler registry and the ways to run it.
 
-    Generic in the version (``V1``, ``V2``), the connection type it binds and the context
-    type its handlers get: ``Client.v2()`` is a ``ClientBuilder[V2]`` whose ``connect``
-    gives a ``ClientConnection[V2]``.
+    Generic in the version (`V1`, `V2`), the connection type it binds and the context
+    type its handlers get: `Client.v2()` is a `ClientBuilder[V2]` whose `connect`
+    gives a `ClientConnection[V2]`.
     """
 
     role: ClassVar[str] = "agent"
@@ -101,13 +101,13 @@ class Builder(Generic[Version, _C, _X]):
     # -- registering ----------------------------------------------------------------------
 
     def _method(self, name: str | Method[Any, Any], kind: str, from_successor: bool = False) -> str:
-        """A method name, a typed descriptor (``acp_fast.protocol.methods_v2.session.prompt``),
-        or the method whose params type is the schema type ``name``, checked against the
-        methods this side receives (:func:`~acp_fast.roles.names.check_handler_method`).
+        """A method name, a typed descriptor (`acp_fast.protocol.methods_v2.session.prompt`),
+        or the method whose params type is the schema type `name`, checked against the
+        methods this side receives ([`check_handler_method`][acp_fast.roles.names.check_handler_method]).
 
         Raises:
             ValueError: a descriptor of another kind or version, an unknown type name, or a
-                method name this side does not receive in this version (not ``_``-prefixed).
+                method name this side does not receive in this version (not `_`-prefixed).
         """
         if isinstance(name, Method):
             if name.kind != kind:
@@ -141,13 +141,13 @@ class Builder(Generic[Version, _C, _X]):
     def on_request(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
 
     def on_request(self, method: str | RequestMethod[Any, Any], fn: Callable[..., object] | None = None) -> object:
-        """Handle requests ``method`` with ``fn(params, cx)``; without ``fn``, a decorator.
+        """Handle requests `method` with `fn(params, cx)`; without `fn`, a decorator.
 
-        ``method`` is a typed descriptor (``methods.session.prompt`` from
-        ``acp_fast.protocol.methods_v1``/``methods_v2``: the handler's params and result are
-        then type-checked), a method name, or a schema type name such as ``"PromptRequest"``.
-        ``fn`` returns the result (or an awaitable of it); raising
-        :class:`~acp_fast.errors.JsonRpcError` answers with that error.
+        `method` is a typed descriptor (`methods.session.prompt` from
+        `acp_fast.protocol.methods_v1`/`methods_v2`: the handler's params and result are
+        then type-checked), a method name, or a schema type name such as `"PromptRequest"`.
+        `fn` returns the result (or an awaitable of it); raising
+        [`JsonRpcError`][acp_fast.errors.JsonRpcError] answers with that error.
 
         Example:
             >>> from acp_fast.protocol import methods_v2 as methods
@@ -159,8 +159,8 @@ class Builder(Generic[Version, _C, _X]):
         Raises:
             ValueError: a descriptor of another version or kind, an unknown type name, or a
                 method name that is not a request this side receives in this version and
-                does not start with ``_`` (extension methods); the message names the nearest
-                known name (see :mod:`acp_fast.roles.names`).
+                does not start with `_` (extension methods); the message names the nearest
+                known name (see [`acp_fast.roles.names`][acp_fast.roles.names]).
         """
         return self._register(self._requests, method, "request", fn)
 
@@ -178,7 +178,7 @@ class Builder(Generic[Version, _C, _X]):
     def on_notification(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
 
     def on_notification(self, method: str | NotificationMethod[Any], fn: Callable[..., object] | None = None) -> object:
-        """Handle notifications ``method`` with ``fn(params, cx)``; as :meth:`on_request`."""
+        """Handle notifications `method` with `fn(params, cx)`; as [`on_request`][acp_fast.roles.builders.Builder.on_request]."""
         return self._register(self._notifications, method, "notification", fn)
 
     @overload
@@ -188,7 +188,7 @@ class Builder(Generic[Version, _C, _X]):
     def on_session_update(self, fn: None = None) -> Callable[[_F], _F]: ...
 
     def on_session_update(self, fn: UpdateHandler | None = None) -> object:
-        """Handle ``session/update`` with ``fn(update: SessionUpdate, cx)`` (read-gated)."""
+        """Handle `session/update` with `fn(update: SessionUpdate, cx)` (read-gated)."""
         if fn is None:
             def decorator(f: _F) -> _F:
                 self._on_update = f
@@ -209,7 +209,7 @@ class Builder(Generic[Version, _C, _X]):
         return self
 
     def with_info(self: _B, name: str, version: str, **fields: Json) -> _B:
-        """The ``Implementation`` sent as ``info`` / ``clientInfo`` / ``agentInfo``."""
+        """The `Implementation` sent as `info` / `clientInfo` / `agentInfo`."""
         self._info = {"name": name, "version": version, **fields}
         return self
 
@@ -219,7 +219,7 @@ class Builder(Generic[Version, _C, _X]):
         return self
 
     def with_main(self: _B, main: Callable[[_C], Awaitable[object]]) -> _B:
-        """The ``main(connection)`` a client protocol connector runs for this implementation."""
+        """The `main(connection)` a client protocol connector runs for this implementation."""
         self._main = cast(Main, main)  # called with the connection bind() made
         return self
 
@@ -245,7 +245,7 @@ class Builder(Generic[Version, _C, _X]):
         return cast("_C", self.connection_type(conn, self.table()))
 
     async def serve(self, transport: Transport, *, engine: EngineChoice = None) -> None:
-        """Serve on ``transport`` (a ``Stream`` or an awaitable of one) until it closes."""
+        """Serve on `transport` (a `Stream` or an awaitable of one) until it closes."""
         stream = await open_stream(transport)
         conn = Connection(stream, engine=resolve_engine(engine), lazy=self.connection_type.lazy_frames)
         self.bind(conn)
@@ -253,13 +253,15 @@ class Builder(Generic[Version, _C, _X]):
 
     @contextlib.asynccontextmanager
     async def connect(self, transport: Transport, *, engine: EngineChoice = None) -> AsyncIterator[_C]:
-        """``async with builder.connect(spawn(cmd)) as conn:`` — a connection closed on exit.
+        """`async with builder.connect(spawn(cmd)) as conn:` — a connection closed on exit.
 
-        Example::
+        Example:
 
-            async with Client.v2().connect(spawn("python agent.py")) as conn:
-                await conn.initialize()
-                opened = await conn.build_session(cwd="/tmp")
+        ```python
+        async with Client.v2().connect(spawn("python agent.py")) as conn:
+            await conn.initialize()
+            opened = await conn.build_session(cwd="/tmp")
+        ```
         """
         stream = await open_stream(transport)
         conn = Connection(stream, engine=resolve_engine(engine), lazy=self.connection_type.lazy_frames)
@@ -272,39 +274,39 @@ class Builder(Generic[Version, _C, _X]):
 
     async def connect_with(self, transport: Transport, main: Callable[[_C], Awaitable[_T]], *,
                            engine: EngineChoice = None) -> _T:
-        """Run ``main(connection)`` on a connection over ``transport``, then close it.
+        """Run `main(connection)` on a connection over `transport`, then close it.
 
         Returns:
-            What ``main`` returned.
+            What `main` returned.
         """
         async with self.connect(transport, engine=engine) as acp:
             return await main(acp)
 
 
 class AgentBuilder(Builder[Version, AgentConnection[Version], "Context[AgentConnection[Version]]"]):
-    """An agent implementation (``Agent.builder()`` for v1, ``Agent.v2()`` for v2)."""
+    """An agent implementation (`Agent.builder()` for v1, `Agent.v2()` for v2)."""
 
     role = "agent"
     connection_type = AgentConnection
 
 
 class ClientBuilder(Builder[Version, ClientConnection[Version], "Context[ClientConnection[Version]]"]):
-    """A client implementation (``Client.builder()`` for v1, ``Client.v2()`` for v2)."""
+    """A client implementation (`Client.builder()` for v1, `Client.v2()` for v2)."""
 
     role = "client"
     connection_type = ClientConnection
 
     def bind(self, conn: Connection, *, hooks: InitializeHooks | None = None) -> ClientConnection[Version]:
-        """Run this client on an existing JSON-RPC connection (``hooks``: a protocol
-        connector's part in ``initialize``)."""
+        """Run this client on an existing JSON-RPC connection (`hooks`: a protocol
+        connector's part in `initialize`)."""
         return ClientConnection(conn, self.table(), hooks=hooks)
 
 
 class ProxyBuilder(Builder[Version, ProxyConnection[Version], "ProxyContext[ProxyConnection[Version]]"]):
-    """A proxy (``Proxy.builder()`` / ``Proxy.v2()``): initialized by ``_proxy/initialize``.
+    """A proxy (`Proxy.builder()` / `Proxy.v2()`): initialized by `_proxy/initialize`.
 
     Unhandled requests/notifications from the predecessor are forwarded to the successor
-    and vice versa; ``$/cancel_request`` is hop-local and never forwarded.
+    and vice versa; `$/cancel_request` is hop-local and never forwarded.
     """
 
     role = "proxy"
@@ -316,11 +318,10 @@ class ProxyBuilder(Builder[Version, ProxyConnection[Version], "ProxyContext[Prox
         """Serve one MCP server (MCP-over-ACP) on every connection of this proxy.
 
         Each connection gives it one connection-scoped server id and adds its declaration
-        (``{"type": "acp", …}``) to the ``mcpServers`` of every ``session/new``,
-        ``session/resume`` and ``session/fork`` it sends to its successor; nothing else in
-        those requests changes (:meth:`ProxyConnection.serve_mcp_server
-        <acp_fast.roles.proxy.ProxyConnection.serve_mcp_server>`). ``server``: an ``mcp``
-        ``Server`` / ``MCPServer`` or a factory of one (see :mod:`acp_fast.roles.mcp`).
+        (`{"type": "acp", …}`) to the `mcpServers` of every `session/new`,
+        `session/resume` and `session/fork` it sends to its successor; nothing else in
+        those requests changes ([`ProxyConnection.serve_mcp_server`][acp_fast.roles.proxy.ProxyConnection.serve_mcp_server]). `server`: an `mcp`
+        `Server` / `MCPServer` or a factory of one (see `acp_fast.roles.mcp`).
         """
         self._mcp_server = McpServer(server, name)
         return self
@@ -338,11 +339,11 @@ class ProxyBuilder(Builder[Version, ProxyConnection[Version], "ProxyContext[Prox
     def on_successor_request(self, method: str, fn: None = None) -> Callable[[_F], _F]: ...
 
     def on_successor_request(self, method: str, fn: Callable[..., object] | None = None) -> object:
-        """Handle requests that arrive from the successor (inside ``_proxy/successor``).
+        """Handle requests that arrive from the successor (inside `_proxy/successor`).
 
         Raises:
             ValueError: not a request the client side receives in this version, and not
-                ``_``-prefixed (see :meth:`on_request`).
+                `_`-prefixed (see [`on_request`][acp_fast.roles.builders.ProxyBuilder.on_request]).
         """
         return self._register(self._successor_requests, method, "request", fn, from_successor=True)
 

@@ -1,12 +1,12 @@
-"""The connection of a built client: :class:`ClientConnection`, generic in its version.
+"""The connection of a built client: [`ClientConnection`][acp_fast.roles.client.ClientConnection], generic in its version.
 
-A client sends ``initialize`` (the initiator side of the initialization guard) and opens
-sessions; its handlers answer the agent's requests, and its ``session/request_permission``
-requests are tracked per session so that ``cancel_active_work`` can answer them with the
-cancelled outcome. The version is in the type: ``Client.v2().connect(...)`` gives a
-``ClientConnection[V2]``, whose :meth:`~ClientConnection.build_session` opens a
-:class:`~acp_fast.roles.sessions.V2Session`; ``Client.builder()`` (v1) gives a
-``ClientConnection[V1]`` and a :class:`~acp_fast.roles.sessions.V1Session`.
+A client sends `initialize` (the initiator side of the initialization guard) and opens
+sessions; its handlers answer the agent's requests, and its `session/request_permission`
+requests are tracked per session so that `cancel_active_work` can answer them with the
+cancelled outcome. The version is in the type: `Client.v2().connect(...)` gives a
+`ClientConnection[V2]`, whose [`build_session`][acp_fast.roles.client.ClientConnection.build_session] opens a
+[`V2Session`][acp_fast.roles.sessions.V2Session]; `Client.builder()` (v1) gives a
+`ClientConnection[V1]` and a [`V1Session`][acp_fast.roles.sessions.V1Session].
 """
 
 from __future__ import annotations
@@ -31,26 +31,26 @@ __all__ = ["ClientConnection", "InitializeHooks"]
 
 
 class InitializeHooks(Protocol):
-    """How a client protocol connector takes part in one connection's ``initialize``.
+    """How a client protocol connector takes part in one connection's `initialize`.
 
     Attributes:
-        first_rule: the -32600 ``data`` for anything sent before ``initialize``.
+        first_rule: the -32600 `data` for anything sent before `initialize`.
     """
 
     first_rule: str
 
     def intercept(self, connection: ClientConnection[int], params: JsonObject) -> SentRequest[JsonObject] | None:
-        """Answer ``initialize`` without sending it (reuse), or ``None`` to send it."""
+        """Answer `initialize` without sending it (reuse), or `None` to send it."""
 
     def on_version_mismatch(self, params: JsonObject, result: JsonObject) -> None:
-        """The peer answered our ``initialize`` with another version."""
+        """The peer answered our `initialize` with another version."""
 
 
 class ClientConnection(AcpConnection[Version]):
-    """The connection of a built client (``Client.builder()`` / ``Client.v2()``).
+    """The connection of a built client (`Client.builder()` / `Client.v2()`).
 
     Attributes:
-        version: the client's ACP version; ``V1`` or ``V2`` in its type.
+        version: the client's ACP version; `V1` or `V2` in its type.
     """
 
     role = "client"
@@ -68,11 +68,11 @@ class ClientConnection(AcpConnection[Version]):
     # -- initialize ---------------------------------------------------------------------
 
     def initialize(self, params: JsonObject | None = None) -> SentRequest[JsonObject]:
-        """Send ``initialize`` and check the answer (protocol.md §5.9, §6.3).
+        """Send `initialize` and check the answer (protocol.md §5.9, §6.3).
 
-        ``protocolVersion`` is forced to this implementation's version and ``info`` /
-        ``clientInfo`` defaults to this builder's. A v2 client fails on any answer but 2
-        (-32600 ``"required ACP protocol version 2 but peer negotiated 1; …"``) and the
+        `protocolVersion` is forced to this implementation's version and `info` /
+        `clientInfo` defaults to this builder's. A v2 client fails on any answer but 2
+        (-32600 `"required ACP protocol version 2 but peer negotiated 1; …"`) and the
         connection returns to uninitialized, so a retry is possible.
 
         Raises:
@@ -97,7 +97,7 @@ class ClientConnection(AcpConnection[Version]):
         return SentRequest(pending, self._initialized(pending, params, token))
 
     def adopt_initialize(self, result: JsonObject) -> SentRequest[JsonObject]:
-        """Take an ``initialize`` answer the peer already gave (protocol connector reuse)."""
+        """Take an `initialize` answer the peer already gave (protocol connector reuse)."""
         self._initialize_sent = True
         self._succeed(self.guard.begin())
         return SentRequest(None, _value(dict(result)), INITIALIZE)
@@ -139,22 +139,22 @@ class ClientConnection(AcpConnection[Version]):
     def build_session(self, cwd: str, *, mcp_servers: Sequence[Json] | None = None,
                       with_mcp_servers: Sequence[McpServerLike] = (), **fields: Json
                       ) -> SentRequest[OpenedSession[Any]]:
-        """``session/new`` -> :class:`~acp_fast.roles.sessions.OpenedSession`: its session is
-        a :class:`~acp_fast.roles.sessions.V2Session` on a v2 client, a
-        :class:`~acp_fast.roles.sessions.V1Session` on a v1 one (see
-        :func:`~acp_fast.roles.sessions.build_session`)."""
+        """`session/new` -> [`OpenedSession`][acp_fast.roles.sessions.OpenedSession]: its session is
+        a [`V2Session`][acp_fast.roles.sessions.V2Session] on a v2 client, a
+        [`V1Session`][acp_fast.roles.sessions.V1Session] on a v1 one (see
+        `build_session`)."""
         return build_session(self, cwd, mcp_servers=mcp_servers, with_mcp_servers=with_mcp_servers, **fields)
 
     def resume_session(self: ClientConnection[V2], session_id: str, cwd: str, **kwargs: Json
                        ) -> SentRequest[OpenedSession[V2Session]]:
-        """v2 ``session/resume`` -> :class:`~acp_fast.roles.sessions.OpenedSession` (see
-        :func:`~acp_fast.roles.sessions.resume_session`)."""
+        """v2 `session/resume` -> [`OpenedSession`][acp_fast.roles.sessions.OpenedSession] (see
+        `resume_session`)."""
         return resume_session(self, session_id, cwd, **kwargs)
 
     def fork_session(self: ClientConnection[V2], session_id: str, cwd: str, **kwargs: Json
                      ) -> SentRequest[OpenedSession[V2Session]]:
-        """v2 ``session/fork`` (unstable) -> :class:`~acp_fast.roles.sessions.OpenedSession`
-        of the new session (see :func:`~acp_fast.roles.sessions.fork_session`)."""
+        """v2 `session/fork` (unstable) -> [`OpenedSession`][acp_fast.roles.sessions.OpenedSession]
+        of the new session (see `fork_session`)."""
         return fork_session(self, session_id, cwd, **kwargs)
 
 

@@ -1,16 +1,16 @@
-"""One live ACP connection of an agent or a client: :class:`AcpConnection`.
+"""One live ACP connection of an agent or a client: [`AcpConnection`][acp_fast.roles.connection.AcpConnection].
 
-It sits on a :class:`~acp_fast.jsonrpc.Connection` and adds ACP semantics from
-:mod:`acp_fast.protocol`: version negotiation, the initialization guard, and the wire
-surface of its version (read gate for ``session/update``, write guard for everything sent).
+It sits on a [`Connection`][acp_fast.jsonrpc.Connection] and adds ACP semantics from
+[`acp_fast.protocol`][acp_fast.protocol]: version negotiation, the initialization guard, and the wire
+surface of its version (read gate for `session/update`, write guard for everything sent).
 
-Hot path. Until the connection is ready (``initialize`` done, or at once for unchecked v1
-roles), every message takes the guarded slow path (``_on_request`` / ``_on_notification``,
+Hot path. Until the connection is ready (`initialize` done, or at once for unchecked v1
+roles), every message takes the guarded slow path (`_on_request` / `_on_notification`,
 registered as the JSON-RPC connection's fallbacks). When it becomes ready, the handler table
 is installed into the JSON-RPC connection's per-method tables: an incoming message then costs
 one dict lookup and one call into a small closure that calls the user's handler, and
-``session/update`` costs one more dict lookup for its variant's read-gate check. Outgoing,
-``send_notification`` / ``send_session_update`` / ``send_request`` check the method (and the
+`session/update` costs one more dict lookup for its variant's read-gate check. Outgoing,
+`send_notification` / `send_session_update` / `send_request` check the method (and the
 update variant) against sets precomputed from the surface, then encode and queue the line
 through the JSON-RPC connection: no view objects, no generator, no wrapper chain.
 """
@@ -72,36 +72,36 @@ _C_co = TypeVar("_C_co", bound="AcpConnection[int]", covariant=True)
 
 
 class ConnectionBuilder(Protocol[_C_co]):
-    """What :meth:`AcpConnection.spawn_connection` needs of a builder (every builder of
-    :mod:`acp_fast.roles.builders` is one)."""
+    """What [`AcpConnection.spawn_connection`][acp_fast.roles.connection.AcpConnection.spawn_connection] needs of a builder (every builder of
+    `acp_fast.roles.builders` is one)."""
 
     @property
     def connection_type(self) -> type[AcpConnection[int]]:
-        """The connection class :meth:`bind` makes."""
+        """The connection class `bind` makes."""
 
     def bind(self, conn: Connection) -> _C_co:
-        """Run the builder's implementation on ``conn``."""
+        """Run the builder's implementation on `conn`."""
 
 
 class AcpConnection(Generic[Version]):
-    """What every live ACP connection is (Rust ``ConnectionTo``), generic in its version.
+    """What every live ACP connection is (Rust `ConnectionTo`), generic in its version.
 
-    The role's own connection type adds the role's part: :class:`AgentConnection`,
-    :class:`~acp_fast.roles.ClientConnection` (``initialize``, the session helpers),
-    :class:`~acp_fast.roles.ProxyConnection` (the successor). Made by the builders
-    (``serve``, ``connect``, ``connect_with``), never directly.
+    The role's own connection type adds the role's part: [`AgentConnection`][acp_fast.roles.connection.AgentConnection],
+    [`ClientConnection`][acp_fast.roles.ClientConnection] (`initialize`, the session helpers),
+    [`ProxyConnection`][acp_fast.roles.ProxyConnection] (the successor). Made by the builders
+    (`serve`, `connect`, `connect_with`), never directly.
     Every outgoing message passes the initialization guard and the write guard of
-    ``version``'s wire surface; every incoming one passes the guard, and
-    ``session/update`` also the read gate.
+    `version`'s wire surface; every incoming one passes the guard, and
+    `session/update` also the read gate.
 
     Attributes:
         version: the ACP version of the implementation (1 or 2).
-        role: ``"agent"``, ``"client"`` or ``"proxy"``.
-        guard: the :class:`~acp_fast.protocol.guard.InitializationGuard`.
-        surface: the :class:`~acp_fast.protocol.surface.WireSurface` of ``version``.
-        raw: the underlying :class:`~acp_fast.jsonrpc.Connection` (no ACP checks at all).
-        sessions: tracked v2 session states (:class:`~acp_fast.roles.sessions.SessionStates`).
-        info: this side's ``Implementation`` object.
+        role: `"agent"`, `"client"` or `"proxy"`.
+        guard: the [`InitializationGuard`][acp_fast.protocol.guard.InitializationGuard].
+        surface: the [`WireSurface`][acp_fast.protocol.surface.WireSurface] of `version`.
+        raw: the underlying [`Connection`][acp_fast.jsonrpc.Connection] (no ACP checks at all).
+        sessions: tracked v2 session states (`SessionStates`).
+        info: this side's `Implementation` object.
     """
 
     role: ClassVar[str] = "agent"
@@ -158,7 +158,7 @@ class AcpConnection(Generic[Version]):
             self._became_ready()
 
     def _rules(self) -> Rules:
-        """This role's part of the dispatch (see :class:`~acp_fast.roles.dispatch.Rules`)."""
+        """This role's part of the dispatch (see [`Rules`][acp_fast.roles.dispatch.Rules])."""
         return Rules(context_type=self.context_type, incoming_initialize=self._incoming_initialize,
                      initializes=self._initializes, tracked_requests=self.tracked_requests,
                      track=self._track_session_request)
@@ -171,12 +171,12 @@ class AcpConnection(Generic[Version]):
 
     @property
     def negotiated_version(self) -> int | None:
-        """The version agreed by ``initialize`` (``None`` before)."""
+        """The version agreed by `initialize` (`None` before)."""
         return self.guard.negotiated
 
     @property
     def manages_initialize(self) -> bool:
-        """True when this side answers ``initialize`` itself (negotiation applies)."""
+        """True when this side answers `initialize` itself (negotiation applies)."""
         return self.table.guarded and self.answers_initialize
 
     @property
@@ -185,7 +185,7 @@ class AcpConnection(Generic[Version]):
         return self.raw.closed
 
     def close(self) -> None:
-        """Close now (see :meth:`acp_fast.jsonrpc.Connection.close`)."""
+        """Close now (see [`acp_fast.jsonrpc.Connection.close`][acp_fast.jsonrpc.Connection.close])."""
         self.raw.close()
 
     async def wait_closed(self) -> None:
@@ -195,7 +195,7 @@ class AcpConnection(Generic[Version]):
     @property
     def mcp(self) -> McpState:
         """This connection's MCP-over-ACP state (made on first use): the MCP servers it
-        serves and the MCP sessions open on it (see :mod:`acp_fast.roles.mcp`)."""
+        serves and the MCP sessions open on it (see `acp_fast.roles.mcp`)."""
         state = self._mcp
         if state is None:
             state = self._mcp = McpState(self)
@@ -204,7 +204,7 @@ class AcpConnection(Generic[Version]):
     @property
     def children(self) -> frozenset[AcpConnection[int]]:
         """The child connections spawned from this one that are still open (see
-        :meth:`spawn_connection`); all of them are closed when this connection closes."""
+        [`spawn_connection`][acp_fast.roles.connection.AcpConnection.spawn_connection]); all of them are closed when this connection closes."""
         return frozenset(c for c in self._children if not c.raw.closed.done())
 
     async def drain(self) -> None:
@@ -212,13 +212,13 @@ class AcpConnection(Generic[Version]):
 
         Await it in loops that send many messages (e.g. streaming updates): memory then
         stays bounded however slowly the peer reads. A loop that never awaits is stopped
-        by :class:`~acp_fast.errors.SendBufferFull` once the write buffer passes its
-        limit (see :class:`~acp_fast.jsonrpc.Connection`).
+        by [`SendBufferFull`][acp_fast.errors.SendBufferFull] once the write buffer passes its
+        limit (see [`Connection`][acp_fast.jsonrpc.Connection]).
         """
         await self.raw.drain()
 
     def start_task(self, coro: Coroutine[object, object, _T]) -> asyncio.Task[_T]:
-        """Run ``coro`` in the background, owned by this connection.
+        """Run `coro` in the background, owned by this connection.
 
         The task is cancelled when the connection closes; an exception it raises is
         logged (never lost silently). Use it to start work from a handler that must not
@@ -247,24 +247,24 @@ class AcpConnection(Generic[Version]):
     # -- handlers added at run time, nested connections ----------------------------------
 
     def add_dynamic_handler(self, method: str, fn: Handler, *, kind: str = "request") -> DynamicHandler:
-        """Add a handler of ``method`` while the connection runs (Rust ``add_dynamic_handler``).
+        """Add a handler of `method` while the connection runs (Rust `add_dynamic_handler`).
 
         Dynamic handlers are asked first, oldest first; one that returns
-        :data:`NOT_HANDLED` (synchronously) passes the message on, finally to the builder's
+        `NOT_HANDLED` (synchronously) passes the message on, finally to the builder's
         handler and then the connection's default (-32601, ignored notification, or a
-        proxy's forwarding). They get ``(params, cx)`` like builder handlers; for
-        ``session/update`` (``kind="notification"``) on an agent or client they get
-        ``(SessionUpdate, cx)`` after the read gate and the session-state tracking, before
-        the builder's update handler (a proxy relays updates ungated: ``(params, cx)``).
+        proxy's forwarding). They get `(params, cx)` like builder handlers; for
+        `session/update` (`kind="notification"`) on an agent or client they get
+        `(SessionUpdate, cx)` after the read gate and the session-state tracking, before
+        the builder's update handler (a proxy relays updates ungated: `(params, cx)`).
 
         Returns:
-            The :class:`DynamicHandler`; ``remove()`` it (or use it as a context manager).
+            The [`DynamicHandler`][acp_fast.roles.connection.DynamicHandler]; `remove()` it (or use it as a context manager).
 
         Raises:
-            ValueError: ``kind`` is neither ``"request"`` nor ``"notification"``,
-                ``method`` is an initializing request (the guard handles those), or it is
-                not a ``kind`` this side receives in its version and does not start with
-                ``_`` (see :mod:`acp_fast.roles.names`).
+            ValueError: `kind` is neither `"request"` nor `"notification"`,
+                `method` is an initializing request (the guard handles those), or it is
+                not a `kind` this side receives in its version and does not start with
+                `_` (see [`acp_fast.roles.names`][acp_fast.roles.names]).
         """
         if kind not in ("request", "notification"):
             raise ValueError(f"kind must be 'request' or 'notification', not {kind!r}")
@@ -275,20 +275,20 @@ class AcpConnection(Generic[Version]):
 
     async def spawn_connection(self, builder: ConnectionBuilder[_C], transport: Transport, *,
                                engine: EngineChoice = None) -> _C:
-        """Start a child connection with its own builder (Rust ``spawn_connection``).
+        """Start a child connection with its own builder (Rust `spawn_connection`).
 
-        The child speaks ``builder``'s role and version (``Client.v2()`` gives a v2 client
-        connection with the session helpers, whatever this connection is) on ``transport``
-        (a stream or an awaitable of one, e.g. ``spawn(...)``); it runs beside this one and
+        The child speaks `builder`'s role and version (`Client.v2()` gives a v2 client
+        connection with the session helpers, whatever this connection is) on `transport`
+        (a stream or an awaitable of one, e.g. `spawn(...)`); it runs beside this one and
         is closed when this connection closes. Call it from a handler as
-        ``await cx.connection.spawn_connection(Client.v2(), spawn(cmd))``.
+        `await cx.connection.spawn_connection(Client.v2(), spawn(cmd))`.
 
         Args:
             engine: the engine twin (default: this connection's).
 
         Returns:
             The child connection (the context its builder selects: an
-            :class:`AcpConnection`, or a ``ProxyConnection`` for a proxy builder).
+            [`AcpConnection`][acp_fast.roles.connection.AcpConnection], or a `ProxyConnection` for a proxy builder).
         """
         stream = await open_stream(transport)
         conn = Connection(stream, engine=resolve_engine(engine) if engine is not None else self.raw.engine,
@@ -302,7 +302,7 @@ class AcpConnection(Generic[Version]):
 
     def spawn_connection_with_context(self, builder: ConnectionBuilder[_C], transport: Transport, *,
                                       engine: EngineChoice = None) -> Awaitable[_C]:
-        """Same as :meth:`spawn_connection` (in Python the child's context is always the one
+        """Same as [`spawn_connection`][acp_fast.roles.connection.AcpConnection.spawn_connection] (in Python the child's context is always the one
         its builder selects)."""
         return self.spawn_connection(builder, transport, engine=engine)
 
@@ -314,8 +314,8 @@ class AcpConnection(Generic[Version]):
         self.dispatch.install()
 
     def _track_session_request(self, rctx: RequestContext) -> None:
-        """Track a request of :attr:`tracked_requests` (a client's
-        ``session/request_permission``) with its session, so that ``cancel_active_work`` can
+        """Track a request of `tracked_requests` (a client's
+        `session/request_permission`) with its session, so that `cancel_active_work` can
         answer it with the cancelled outcome (seed 000)."""
         params = rctx.message.params
         session_id = params.get("sessionId") if type(params) is dict else None
@@ -323,23 +323,23 @@ class AcpConnection(Generic[Version]):
             self.sessions.get(session_id).track_permission(rctx)
 
     def initializes(self, method: str) -> bool:
-        """Whether ``method`` is the request that initializes this side (``initialize``;
-        for a proxy ``_proxy/initialize`` in either spelling)."""
+        """Whether `method` is the request that initializes this side (`initialize`;
+        for a proxy `_proxy/initialize` in either spelling)."""
         return method == self.guard.init_method
 
     def _initializes(self, method: str) -> bool:
-        """:meth:`initializes`, for an incoming request about to be handled (a proxy also
+        """[`initializes`][acp_fast.roles.connection.AcpConnection.initializes], for an incoming request about to be handled (a proxy also
         records which spelling its conductor uses)."""
         return self.initializes(method)
 
     def _init_handler(self, method: str) -> Handler | None:
-        """The builder's handler of the initializing request ``method`` (or ``None``)."""
+        """The builder's handler of the initializing request `method` (or `None`)."""
         return self.table.requests.get(method)
 
     # -- incoming initialize ------------------------------------------------------------
 
     def _negotiate(self, params: Json) -> Json:
-        """Validate an incoming ``initialize``; return the params the handler sees."""
+        """Validate an incoming `initialize`; return the params the handler sees."""
         requested = nego.parse_protocol_version(params)
         if self.version >= 2:
             nego.select_version(requested, (2,))  # -32022 for 1, handler not invoked
@@ -406,21 +406,21 @@ class AcpConnection(Generic[Version]):
 
     def send_request(self, method: str, params: Json = None, *, passthrough: bool = False,
                      timeout: float | None = None) -> Request[Json]:
-        """Send a request; returns its handle (``await`` it for the result).
+        """Send a request; returns its handle (`await` it for the result).
 
-        A client's ``initialize`` goes through :meth:`initialize`.
+        A client's `initialize` goes through `initialize`.
 
         Args:
             method: the method name.
-            params: the params object (or array); may hold ``RawJson``.
+            params: the params object (or array); may hold `RawJson`.
             passthrough: skip the write guard (relays forwarding what they received). The
                 initialization guard still applies.
-            timeout: seconds until the handle fails with ``asyncio.TimeoutError``.
+            timeout: seconds until the handle fails with `asyncio.TimeoutError`.
 
         Raises:
             JsonRpcError: -32600 when the initialization guard refuses (nothing is sent).
-            WireSurfaceError: the negotiated version does not define ``method``.
-            SendBufferFull: the write buffer is over its limit (await :meth:`drain`).
+            WireSurfaceError: the negotiated version does not define `method`.
+            SendBufferFull: the write buffer is over its limit (await [`drain`][acp_fast.roles.connection.AcpConnection.drain]).
         """
         if self._out_fast and method in self._request_ok:
             return self.raw.request(method, params, timeout=timeout)
@@ -438,20 +438,20 @@ class AcpConnection(Generic[Version]):
         return self.raw.request(method, params, timeout=timeout)
 
     def _send_initializing(self, method: str, params: Json) -> Request[Json] | None:
-        """An initializing request this side sends through :meth:`send_request`: a client's
-        ``initialize`` is :meth:`~acp_fast.roles.ClientConnection.initialize`; a proxy
-        refuses; ``None`` lets the initialization guard decide (it refuses a responder)."""
+        """An initializing request this side sends through [`send_request`][acp_fast.roles.connection.AcpConnection.send_request]: a client's
+        `initialize` is [`initialize`][acp_fast.roles.ClientConnection.initialize]; a proxy
+        refuses; `None` lets the initialization guard decide (it refuses a responder)."""
         return None
 
     def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
         """Send a notification; returns False when it was dropped (guard or closed).
 
-        A ``session/update`` also has its ``update`` checked by the write guard.
+        A `session/update` also has its `update` checked by the write guard.
 
         Raises:
-            WireSurfaceError: the negotiated version does not define ``method`` (or the
+            WireSurfaceError: the negotiated version does not define `method` (or the
                 update variant).
-            SendBufferFull: the write buffer is over its limit (await :meth:`drain`).
+            SendBufferFull: the write buffer is over its limit (await [`drain`][acp_fast.roles.connection.AcpConnection.drain]).
         """
         if self._out_fast and method in self._notification_ok:
             if method == SESSION_UPDATE and not passthrough and type(params) is dict:
@@ -485,7 +485,7 @@ class AcpConnection(Generic[Version]):
 
     def mapped_request(self, method: str, params: Json, fn: Callable[[Json], _T], *,
                        settle: bool = False) -> SentRequest[_T]:
-        """Send a request whose result is mapped by ``fn`` (session helpers use it).
+        """Send a request whose result is mapped by `fn` (session helpers use it).
 
         Args:
             settle: before mapping, wait until the handlers of every notification received
@@ -505,16 +505,16 @@ class AcpConnection(Generic[Version]):
     # -- sessions (see acp_fast.roles.sessions) -----------------------------------------
 
     def build_session_from(self, params: JsonObject) -> SessionSetup:
-        """A ``session/new`` from a complete request: ``start_session()`` publishes it
-        (a proxy uses ``on_proxy_session_start``; see :class:`~acp_fast.roles.sessions.SessionSetup`)."""
+        """A `session/new` from a complete request: `start_session()` publishes it
+        (a proxy uses `on_proxy_session_start`; see [`SessionSetup`][acp_fast.roles.sessions.SessionSetup])."""
         return SessionSetup(self, SESSION_NEW, params)
 
     def resume_session_from(self, params: JsonObject) -> SessionSetup:
-        """A v2 ``session/resume`` from a complete request (see :meth:`build_session_from`)."""
+        """A v2 `session/resume` from a complete request (see [`build_session_from`][acp_fast.roles.connection.AcpConnection.build_session_from])."""
         return SessionSetup(self, SESSION_RESUME, params)
 
     def fork_session_from(self, params: JsonObject) -> SessionSetup:
-        """A v2 ``session/fork`` (unstable) from a complete request (see :meth:`build_session_from`)."""
+        """A v2 `session/fork` (unstable) from a complete request (see [`build_session_from`][acp_fast.roles.connection.AcpConnection.build_session_from])."""
         return SessionSetup(self, SESSION_FORK, params)
 
     def __repr__(self) -> str:
@@ -524,8 +524,8 @@ class AcpConnection(Generic[Version]):
 
 
 class AgentConnection(AcpConnection[Version]):
-    """The connection of a built agent (``Agent.builder()`` / ``Agent.v2()``): it answers
-    ``initialize`` (negotiation, the guard's responder side) and serves the client."""
+    """The connection of a built agent (`Agent.builder()` / `Agent.v2()`): it answers
+    `initialize` (negotiation, the guard's responder side) and serves the client."""
 
     role = "agent"
     guard_role = "responder"

@@ -1,11 +1,11 @@
 """The client protocol connector: v2 first, falling back to v1 (protocol.md §6.6).
 
-``Client.protocol_connector().with_v1(f1).with_v2(f2).run(transport_factory)``. The
+`Client.protocol_connector().with_v1(f1).with_v2(f2).run(transport_factory)`. The
 fallback is a state of the connection, not a patch: each client connection the connector
-starts gets an :class:`_Handshake` (the connection's
-:class:`~acp_fast.roles.client.InitializeHooks`) that enforces "initialize first",
-reports a v1 answer to a v2 ``initialize``, and lets the v1 implementation adopt that
-answer instead of sending a second ``initialize``.
+starts gets an `_Handshake` (the connection's
+[`InitializeHooks`][acp_fast.roles.client.InitializeHooks]) that enforces "initialize first",
+reports a v1 answer to a v2 `initialize`, and lets the v1 implementation adopt that
+answer instead of sending a second `initialize`.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ async def _never() -> NoReturn:
 
 
 def _main(acp: ClientConnection[int]) -> Awaitable[object]:
-    """``main(acp)`` of the client implementation running on ``acp`` (checked by ``_build``)."""
+    """`main(acp)` of the client implementation running on `acp` (checked by `_build`)."""
     main = acp.table.main
     assert main is not None
     return main(acp)
 
 
 class _Handshake:
-    """One client connection's part in the connector's ``initialize`` (InitializeHooks)."""
+    """One client connection's part in the connector's `initialize` (InitializeHooks)."""
 
     def __init__(self, version: int, reuse: tuple[JsonObject | None, JsonObject] | None = None) -> None:
         self.first_rule = f"ACP protocol version {version} client implementation must send initialize first"
@@ -69,18 +69,18 @@ class _Handshake:
 
 
 class ClientConnector:
-    """``Client.protocol_connector().with_v1(f1).with_v2(f2)`` (protocol.md §6.6).
+    """`Client.protocol_connector().with_v1(f1).with_v2(f2)` (protocol.md §6.6).
 
     Both implementations and the agent transport are factories, because falling back may
-    need a fresh connection. Each factory returns a client builder with a ``with_main``
-    function whose first message is ``initialize``.
+    need a fresh connection. Each factory returns a client builder with a `with_main`
+    function whose first message is `initialize`.
 
-    The highest configured implementation starts. If a v2 ``initialize`` is answered
+    The highest configured implementation starts. If a v2 `initialize` is answered
     successfully with version 1 and a v1 implementation exists, the v1 implementation
-    starts; if its ``initialize`` params equal the lossless v1 normalisation of the v2
+    starts; if its `initialize` params equal the lossless v1 normalisation of the v2
     request the agent already saw, the agent connection is reused and the original answer
-    is delivered without a second ``initialize``; otherwise a new connection is opened
-    (fresh factories) for a normal v1 start. A rejected v2 ``initialize`` is surfaced,
+    is delivered without a second `initialize`; otherwise a new connection is opened
+    (fresh factories) for a normal v1 start. A rejected v2 `initialize` is surfaced,
     never taken as permission to fall back.
     """
 
@@ -88,12 +88,12 @@ class ClientConnector:
         self._factories: dict[int, ClientFactory] = {}
 
     def with_v1(self, factory: ClientFactory) -> ClientConnector:
-        """Use ``factory`` (returning a v1 client builder ``with_main``) for v1; returns self."""
+        """Use `factory` (returning a v1 client builder `with_main`) for v1; returns self."""
         self._factories[1] = factory
         return self
 
     def with_v2(self, factory: ClientFactory) -> ClientConnector:
-        """Use ``factory`` (returning a v2 client builder ``with_main``) for v2; returns self."""
+        """Use `factory` (returning a v2 client builder `with_main`) for v2; returns self."""
         self._factories[2] = factory
         return self
 
@@ -104,7 +104,7 @@ class ClientConnector:
         return builder
 
     async def run(self, transport_factory: TransportFactory, *, engine: EngineChoice = None) -> object:
-        """Run the selected client implementation against an agent; returns its ``main``'s
+        """Run the selected client implementation against an agent; returns its `main`'s
         result (the connection is closed afterwards).
 
         Raises:

@@ -1,25 +1,25 @@
 """Which method names a handler may be registered for: checked when it is registered.
 
 A handler registered under a misspelled method name would never run, and nothing would
-say so; so the builders (and :meth:`~acp_fast.roles.AcpConnection.add_dynamic_handler`)
+say so; so the builders (and [`add_dynamic_handler`][acp_fast.roles.AcpConnection.add_dynamic_handler])
 refuse a name that the implementation's ACP version does not define for the messages it
 receives, and the error names the nearest name that is defined.
 
-The rule, per ACP version, role and kind (``"request"`` / ``"notification"``):
+The rule, per ACP version, role and kind (`"request"` / `"notification"`):
 
-* a name starting with ``_`` is an extension method (ACP's extension namespace): always
+* a name starting with `_` is an extension method (ACP's extension namespace): always
   accepted;
 * any other name must be a method of that kind in the version's wire surface
-  (:class:`~acp_fast.protocol.surface.WireSurface`, unstable entries included) that the
+  ([`WireSurface`][acp_fast.protocol.surface.WireSurface], unstable entries included) that the
   receiving side implements: the *agent* side for agents, and for a proxy's handlers of
-  messages from its predecessor (which also gets the *proxy* methods, ``proxy/initialize``
-  and ``proxy/successor``); the *client* side for clients, and for a proxy's handlers of
-  messages from its successor; the *protocol* methods (``$/cancel_request``: a
+  messages from its predecessor (which also gets the *proxy* methods, `proxy/initialize`
+  and `proxy/successor`); the *client* side for clients, and for a proxy's handlers of
+  messages from its successor; the *protocol* methods (`$/cancel_request`: a
   notification handler there observes the cancellations the connection already applies)
-  on every side. Other ``$/`` names are refused like any other unknown name.
+  on every side. Other `$/` names are refused like any other unknown name.
 
 Registration is off the per-message path: the allowed names are computed once per
-``(version, role, kind, from_successor)``.
+`(version, role, kind, from_successor)`.
 """
 
 from __future__ import annotations
@@ -50,16 +50,16 @@ _WHO = {
 
 @functools.lru_cache(maxsize=None)
 def handled_methods(version: int, role: str, kind: str, from_successor: bool = False) -> frozenset[str]:
-    """The method names (without extensions) a handler of ``kind`` may be registered for.
+    """The method names (without extensions) a handler of `kind` may be registered for.
 
     Args:
         version: the implementation's ACP version.
-        role: ``"agent"``, ``"client"`` or ``"proxy"``.
-        kind: ``"request"`` or ``"notification"``.
+        role: `"agent"`, `"client"` or `"proxy"`.
+        kind: `"request"` or `"notification"`.
         from_successor: a proxy's handlers of messages from its successor.
 
     Raises:
-        ValueError: an unknown ``role``/``from_successor`` pair or ``kind``.
+        ValueError: an unknown `role`/`from_successor` pair or `kind`.
     """
     sides = _SIDES.get((role, from_successor))
     if sides is None:
@@ -77,15 +77,15 @@ def handled_methods(version: int, role: str, kind: str, from_successor: bool = F
 
 def check_handler_method(method: str, *, version: int, role: str, kind: str,
                          from_successor: bool = False) -> str:
-    """``method`` when a handler of ``kind`` may be registered for it (see the module docstring).
+    """`method` when a handler of `kind` may be registered for it (see the module docstring).
 
     Returns:
-        ``method``, unchanged.
+        `method`, unchanged.
 
     Raises:
-        ValueError: ``method`` does not start with ``_`` and is not a ``kind`` this side
-            receives in ACP ``version``; the message names the nearest name that is, and
-            what ``method`` is where it is defined otherwise.
+        ValueError: `method` does not start with `_` and is not a `kind` this side
+            receives in ACP `version`; the message names the nearest name that is, and
+            what `method` is where it is defined otherwise.
     """
     if method[:1] == "_":
         return method
@@ -105,7 +105,7 @@ def check_handler_method(method: str, *, version: int, role: str, kind: str,
 
 
 def _why(method: str, version: int, kind: str) -> str:
-    """Where ``method`` is defined, when it is defined somewhere else than asked."""
+    """Where `method` is defined, when it is defined somewhere else than asked."""
     surface = WireSurface.for_version(version)
     info = surface.method_info(method)
     if info is not None:

@@ -1,10 +1,10 @@
 """First-frame routers: pick an implementation from the first call on a connection.
 
-``Agent.protocol_router().with_v1(a).with_v2(b)`` (protocol.md §6.4 [SEED]) and
-``Proxy.protocol_router()`` (§6.7) read a new connection until its first call-shaped
+`Agent.protocol_router().with_v1(a).with_v2(b)` (protocol.md §6.4 [SEED]) and
+`Proxy.protocol_router()` (§6.7) read a new connection until its first call-shaped
 frame (a request, a notification, or a batch whose first such entry decides), then either
 answer and close (a rejection: ids and batch framing kept) or start the selected
-implementation on a :class:`~acp_fast.jsonrpc.Connection` that adopts the router's decoder
+implementation on a [`Connection`][acp_fast.jsonrpc.Connection] that adopts the router's decoder
 and is handed the deciding frame (rewritten when the initialize params are normalised) and
 whatever followed it. Response-shaped frames before the decision are dropped, never
 buffered, and reading pauses between the decision and the hand-over, so memory stays
@@ -35,7 +35,7 @@ _R = TypeVar("_R", bound="_Router")
 
 
 def _reject_batch(engine: Any, batch: Any, error: JsonRpcError) -> bytes | None:
-    """Every request entry gets ``error`` with its own id; malformed calls their own error."""
+    """Every request entry gets `error` with its own id; malformed calls their own error."""
     lines = []
     for entry in batch.entries:
         if entry.kind == engine.REQUEST:
@@ -123,7 +123,7 @@ class _FirstFrame:
             return
 
     def hand_over(self, conn: Connection) -> None:
-        """Give ``conn`` the frames kept so far, then every later callback."""
+        """Give `conn` the frames kept so far, then every later callback."""
         self._target = conn
         frames, self.frames = self.frames, []
         if not self._writable:
@@ -157,11 +157,11 @@ class _Router:
 
     @property
     def versions(self) -> tuple[int, ...]:
-        """The versions configured so far (``with_v1`` / ``with_v2``), ascending."""
+        """The versions configured so far (`with_v1` / `with_v2`), ascending."""
         return tuple(sorted(self._impls))
 
     def _select(self, params: Any) -> tuple[int, Any]:
-        """``(version, rewritten params or None)``; raises the JsonRpcError to answer."""
+        """`(version, rewritten params or None)`; raises the JsonRpcError to answer."""
         raise NotImplementedError
 
     def _decide(self, engine: Any, frame: Any) -> _Decision | None:
@@ -226,7 +226,7 @@ class _Router:
 
 
 class AgentRouter(_Router):
-    """``Agent.protocol_router().with_v1(a).with_v2(b)`` (protocol.md §6.4 [SEED]).
+    """`Agent.protocol_router().with_v1(a).with_v2(b)` (protocol.md §6.4 [SEED]).
 
     Picks the highest configured version <= the requested one (a v1-only router keeps
     fallback-to-latest), else answers -32022 with the configured versions and closes.
@@ -235,11 +235,11 @@ class AgentRouter(_Router):
     """
 
     def with_v1(self, impl: AgentBuilder[V1]) -> AgentRouter:
-        """Serve v1 connections with ``impl`` (a v1 agent builder)."""
+        """Serve v1 connections with `impl` (a v1 agent builder)."""
         return self._add(1, impl)
 
     def with_v2(self, impl: AgentBuilder[V2]) -> AgentRouter:
-        """Serve v2 connections with ``impl`` (a v2 agent builder)."""
+        """Serve v2 connections with `impl` (a v2 agent builder)."""
         return self._add(2, impl)
 
     def _select(self, params: Any) -> tuple[int, Any]:
@@ -254,7 +254,7 @@ class AgentRouter(_Router):
 
 
 class ProxyRouter(_Router):
-    """``Proxy.protocol_router()``: exact v1/v2 match on ``_proxy/initialize`` (§6.7)."""
+    """`Proxy.protocol_router()`: exact v1/v2 match on `_proxy/initialize` (§6.7)."""
 
     role = "proxy"
     builder_type = ProxyBuilder
@@ -263,11 +263,11 @@ class ProxyRouter(_Router):
     first_message = "first ACP proxy message must be an `_proxy/initialize` request"
 
     def with_v1(self, impl: ProxyBuilder[V1]) -> ProxyRouter:
-        """Serve v1 connections with ``impl`` (a v1 proxy builder)."""
+        """Serve v1 connections with `impl` (a v1 proxy builder)."""
         return self._add(1, impl)
 
     def with_v2(self, impl: ProxyBuilder[V2]) -> ProxyRouter:
-        """Serve v2 connections with ``impl`` (a v2 proxy builder)."""
+        """Serve v2 connections with `impl` (a v2 proxy builder)."""
         return self._add(2, impl)
 
     def _select(self, params: Any) -> tuple[int, Any]:

@@ -1,39 +1,41 @@
-"""Session helpers (part of the builder API, :mod:`acp_fast.roles`).
+"""Session helpers (part of the builder API, [`acp_fast.roles`][acp_fast.roles]).
 
 Mirrors the v2 session API of the Rust SDK guide (seed 000) in Python form. Client side
-first; the agent side (:class:`AgentSession`, :class:`PromptTurn`: prompt acceptance,
-failures after insertion, cancellation and close) and :class:`SessionSetup` (setup requests
-from a complete request, ``start_session`` / ``on_proxy_session_start``) are at the end.
+first; the agent side ([`AgentSession`][acp_fast.roles.sessions.AgentSession], [`PromptTurn`][acp_fast.roles.sessions.PromptTurn]: prompt acceptance,
+failures after insertion, cancellation and close) and [`SessionSetup`][acp_fast.roles.sessions.SessionSetup] (setup requests
+from a complete request, `start_session` / `on_proxy_session_start`) are at the end.
 
-* :func:`build_session` / :func:`resume_session` publish ``session/new`` /
-  ``session/resume`` and resolve to an :class:`OpenedSession`: the command handle
-  (:class:`V2Session`, just a session id + connection) *and* the complete setup response,
+* `build_session` / `resume_session` publish `session/new` /
+  `session/resume` and resolve to an [`OpenedSession`][acp_fast.roles.sessions.OpenedSession]: the command handle
+  ([`V2Session`][acp_fast.roles.sessions.V2Session], just a session id + connection) *and* the complete setup response,
   never a reconstructed subset.
-* :meth:`V2Session.send_prompt` returns the ``session/prompt`` request handle; its result is
-  the insertion receipt (``{"messageId": …}``), not the end of the turn. Completion arrives
-  as an ``idle`` ``state_update`` (:meth:`V2Session.wait_idle`).
-* :meth:`V2Session.cancel_active_work` sends the session-wide ``session/cancel``.
-* Foreground state is tracked per session (:class:`SessionState`) from every *known*
-  ``state_update`` the connection reads, before the application's handler sees it. The
+* [`V2Session.send_prompt`][acp_fast.roles.sessions.V2Session.send_prompt] returns the `session/prompt` request handle; its result is
+  the insertion receipt (`{"messageId": …}`), not the end of the turn. Completion arrives
+  as an `idle` `state_update` ([`V2Session.wait_idle`][acp_fast.roles.sessions.V2Session.wait_idle]).
+* [`V2Session.cancel_active_work`][acp_fast.roles.sessions.V2Session.cancel_active_work] sends the session-wide `session/cancel`.
+* Foreground state is tracked per session ([`SessionState`][acp_fast.roles.sessions.SessionState]) from every *known*
+  `state_update` the connection reads, before the application's handler sees it. The
   handle owns nothing and buffers nothing; dropping it has no effect on the wire.
-* v1: the same :func:`build_session` resolves to an :class:`OpenedSession` whose session is
-  a :class:`V1Session`: its :meth:`V1Session.send_prompt` stays pending for the whole turn
-  and ends with ``stopReason`` (v1 has no idle update).
+* v1: the same `build_session` resolves to an [`OpenedSession`][acp_fast.roles.sessions.OpenedSession] whose session is
+  a [`V1Session`][acp_fast.roles.sessions.V1Session]: its [`V1Session.send_prompt`][acp_fast.roles.sessions.V1Session.send_prompt] stays pending for the whole turn
+  and ends with `stopReason` (v1 has no idle update).
 
 Install update handlers on the builder *before* connecting: resume replay precedes the
-resume response on the wire, so handlers observe it in order, and :func:`resume_session`
+resume response on the wire, so handlers observe it in order, and `resume_session`
 only resolves after the notifications received before its response were handled.
 
-Example (inside ``Client.v2().connect_with(stream, main)``)::
+Example (inside `Client.v2().connect_with(stream, main)`):
 
-    async def main(cx):
-        await cx.initialize()
-        opened = await cx.build_session(cwd="/work")
-        session = opened.session
-        epoch = session.idle_epoch
-        receipt = await session.send_prompt([{"type": "text", "text": "hi"}])
-        stop = await session.wait_idle(after=epoch)
-        assert stop.kind == "end_turn" and "messageId" in receipt
+```python
+async def main(cx):
+    await cx.initialize()
+    opened = await cx.build_session(cwd="/work")
+    session = opened.session
+    epoch = session.idle_epoch
+    receipt = await session.send_prompt([{"type": "text", "text": "hi"}])
+    stop = await session.wait_idle(after=epoch)
+    assert stop.kind == "end_turn" and "messageId" in receipt
+```
 """
 
 from __future__ import annotations
@@ -90,17 +92,17 @@ REQUIRES_ACTION = "requires_action"
 
 
 class StopReason:
-    """The stop reason of an ``idle`` state update (v2, flattened tagged object).
+    """The stop reason of an `idle` state update (v2, flattened tagged object).
 
     Attributes:
-        kind: ``"end_turn"``, ``"max_tokens"``, ``"max_turn_requests"``, ``"refusal"``,
-            ``"cancelled"``, ``"error"`` or any other string (custom ones start with ``_``).
-        error: the JSON-RPC error object of an ``error`` stop reason, if reported.
+        kind: `"end_turn"`, `"max_tokens"`, `"max_turn_requests"`, `"refusal"`,
+            `"cancelled"`, `"error"` or any other string (custom ones start with `_`).
+        error: the JSON-RPC error object of an `error` stop reason, if reported.
         payload: the whole update it came from (unknown fields preserved).
 
-    Equality compares what the stop reason *says*: ``kind`` and ``error`` (and a string
-    compares with ``kind``). ``payload`` is not compared, since it is the whole update (session
-    id, state, the agent's own fields); read the fields you care about from ``payload``.
+    Equality compares what the stop reason *says*: `kind` and `error` (and a string
+    compares with `kind`). `payload` is not compared, since it is the whole update (session
+    id, state, the agent's own fields); read the fields you care about from `payload`.
     """
 
     __slots__ = ("error", "kind", "payload")
@@ -112,7 +114,7 @@ class StopReason:
 
     @classmethod
     def from_update(cls, update: JsonObject) -> StopReason | None:
-        """The stop reason of an idle update; ``None`` when omitted, null or malformed."""
+        """The stop reason of an idle update; `None` when omitted, null or malformed."""
         kind = update.get("stopReason")
         if type(kind) is not str:
             return None
@@ -143,13 +145,13 @@ class SessionState:
     """What the client knows of one session, from the agent's known updates.
 
     Attributes:
-        state: ``"idle"`` (the default for a new session), ``"running"``,
-            ``"requires_action"`` or another (future) string (v2 ``state_update``).
+        state: `"idle"` (the default for a new session), `"running"`,
+            `"requires_action"` or another (future) string (v2 `state_update`).
         stop_reason: the stop reason of the last idle update that carried one.
         idle_epoch: how many times the session went from non-idle to idle (a repeated
             idle snapshot is not a new completion).
-        tool_calls: ``toolCallId -> status`` from ``tool_call`` / ``tool_call_update``
-            (``"pending"`` until a status is reported; ``"cancelled"`` once the client
+        tool_calls: `toolCallId -> status` from `tool_call` / `tool_call_update`
+            (`"pending"` until a status is reported; `"cancelled"` once the client
             cancelled the work while it was unfinished).
     """
 
@@ -165,7 +167,7 @@ class SessionState:
         self._closed: BaseException | None = None
 
     def apply(self, update: JsonObject) -> None:
-        """Apply one known ``state_update``, ``tool_call`` or ``tool_call_update`` payload."""
+        """Apply one known `state_update`, `tool_call` or `tool_call_update` payload."""
         kind = update.get("sessionUpdate")
         if kind == "tool_call" or kind == "tool_call_update":
             call_id = update.get("toolCallId")
@@ -203,11 +205,11 @@ class SessionState:
         self._waiters = keep
 
     async def wait_idle(self, after: int | None = None) -> StopReason | None:
-        """Wait until the session becomes idle after epoch ``after``; return its stop reason.
+        """Wait until the session becomes idle after epoch `after`; return its stop reason.
 
         Args:
-            after: an earlier :attr:`idle_epoch` (take it *before* starting the work);
-                ``None``: the current epoch, i.e. wait for the next transition to idle.
+            after: an earlier `idle_epoch` (take it *before* starting the work);
+                `None`: the current epoch, i.e. wait for the next transition to idle.
 
         Raises:
             JsonRpcError: -32603 when the connection closed before the session went idle
@@ -224,14 +226,14 @@ class SessionState:
         return await fut
 
     def track_permission(self, request: RequestContext) -> None:
-        """Remember an in-flight ``session/request_permission`` (a jsonrpc ``RequestContext``)."""
+        """Remember an in-flight `session/request_permission` (a jsonrpc `RequestContext`)."""
         self._permissions = [r for r in self._permissions if not r.answered]
         self._permissions.append(request)
 
     def cancel_work(self) -> int:
         """The client cancelled this session's active work (seed 000): answer every pending
         permission request with the cancelled outcome, exactly once (a handler's later answer
-        is dropped), and mark unfinished tool calls ``"cancelled"``. Returns how many
+        is dropped), and mark unfinished tool calls `"cancelled"`. Returns how many
         permission requests it answered."""
         answered = 0
         pending, self._permissions = self._permissions, []
@@ -245,7 +247,7 @@ class SessionState:
         return answered
 
     def close(self, error: BaseException) -> None:
-        """The connection ended: every waiter (now and later) fails with ``error``."""
+        """The connection ended: every waiter (now and later) fails with `error`."""
         self._closed = error
         waiters, self._waiters = self._waiters, []
         for _after, fut in waiters:
@@ -257,7 +259,7 @@ class SessionState:
 
 
 class SessionStates:
-    """Per-connection table ``session id -> SessionState`` (filled by the read path)."""
+    """Per-connection table `session id -> SessionState` (filled by the read path)."""
 
     __slots__ = ("_closed", "_states")
 
@@ -266,7 +268,7 @@ class SessionStates:
         self._closed: BaseException | None = None
 
     def get(self, session_id: str) -> SessionState:
-        """The state of ``session_id`` (created idle on first use, never overwritten)."""
+        """The state of `session_id` (created idle on first use, never overwritten)."""
         state = self._states.get(session_id)
         if state is None:
             state = self._states[session_id] = SessionState()
@@ -275,7 +277,7 @@ class SessionStates:
         return state
 
     def apply(self, session_id: Json, update: JsonObject) -> None:
-        """Apply a known update that changes the tracked state (see :meth:`SessionState.apply`)."""
+        """Apply a known update that changes the tracked state (see [`SessionState.apply`][acp_fast.roles.sessions.SessionState.apply])."""
         if type(session_id) is str:
             self.get(session_id).apply(update)
 
@@ -283,14 +285,14 @@ class SessionStates:
         return session_id in self._states
 
     def close(self, error: BaseException) -> None:
-        """The connection ended: fail every ``wait_idle`` (see :meth:`SessionState.close`)."""
+        """The connection ended: fail every `wait_idle` (see [`SessionState.close`][acp_fast.roles.sessions.SessionState.close])."""
         self._closed = error
         for state in self._states.values():
             state.close(error)
 
 
 class SessionPeer(Protocol):
-    """What the session helpers need of a client connection (an ``AcpConnection`` is one)."""
+    """What the session helpers need of a client connection (an `AcpConnection` is one)."""
 
     @property
     def version(self) -> int:
@@ -302,20 +304,20 @@ class SessionPeer(Protocol):
 
     def send_request(self, method: str, params: Json = None, *, passthrough: bool = False,
                      timeout: float | None = None) -> Request[Json]:
-        """Send a request through the guards; returns its handle (``await`` it for the result)."""
+        """Send a request through the guards; returns its handle (`await` it for the result)."""
 
     def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
         """Send a notification through the guards; returns False when it was dropped."""
 
     def mapped_request(self, method: str, params: Json, fn: Callable[[Json], _T], *,
                        settle: bool = False) -> SentRequest[_T]:
-        """Send a request whose result is mapped by ``fn`` (``settle``: first wait for the
+        """Send a request whose result is mapped by `fn` (`settle`: first wait for the
         handlers of the notifications received before the response)."""
 
 
 
 class SetupPeer(SessionPeer, McpConnection, Protocol):
-    """What a :class:`SessionSetup` needs of its connection (an ``AcpConnection`` is one): the
+    """What a [`SessionSetup`][acp_fast.roles.sessions.SessionSetup] needs of its connection (an `AcpConnection` is one): the
     session helpers' peer with its MCP-over-ACP state."""
 
 class V2Session:
@@ -338,36 +340,36 @@ class V2Session:
 
     @property
     def idle_epoch(self) -> int:
-        """The session's :attr:`SessionState.idle_epoch` now (take it before prompting, for
-        :meth:`wait_idle`'s ``after``)."""
+        """The session's `SessionState.idle_epoch` now (take it before prompting, for
+        [`wait_idle`][acp_fast.roles.sessions.V2Session.wait_idle]'s `after`)."""
         return self.state.idle_epoch
 
     def send_prompt(self, prompt: Sequence[Mapping[str, Json]] | str, **fields: Json) -> Request[Json]:
-        """Send ``session/prompt``; the handle resolves to the insertion receipt.
+        """Send `session/prompt`; the handle resolves to the insertion receipt.
 
         Args:
-            prompt: content blocks, or a plain string (one ``text`` block).
-            **fields: further request fields (``_meta`` …).
+            prompt: content blocks, or a plain string (one `text` block).
+            **fields: further request fields (`_meta` …).
 
         Returns:
-            The request handle (await it, ``cancel()`` it or ``detach()`` it). Its result is
-            ``{"messageId": …}``; the turn's end is an idle ``state_update``.
+            The request handle (await it, `cancel()` it or `detach()` it). Its result is
+            `{"messageId": …}`; the turn's end is an idle `state_update`.
         """
         blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
         params = {"sessionId": self.session_id, "prompt": blocks, **fields}
         return self.connection.send_request(SESSION_PROMPT, params)
 
     async def wait_idle(self, after: int | None = None) -> StopReason | None:
-        """See :meth:`SessionState.wait_idle`."""
+        """See [`SessionState.wait_idle`][acp_fast.roles.sessions.SessionState.wait_idle]."""
         return await self.state.wait_idle(after)
 
     def cancel_active_work(self, **fields: Json) -> bool:
-        """Send the session-wide ``session/cancel`` notification, and do the client's part.
+        """Send the session-wide `session/cancel` notification, and do the client's part.
 
-        Every pending ``session/request_permission`` of this session (and no other) is
+        Every pending `session/request_permission` of this session (and no other) is
         answered with the cancelled outcome, once; unfinished tool calls are marked
-        ``"cancelled"`` in :attr:`state`. Completion of cancelled foreground work is an idle
-        update with stop reason ``cancelled``; cancelling an idle session need not produce one.
+        `"cancelled"` in [`state`][acp_fast.roles.sessions.V2Session.state]. Completion of cancelled foreground work is an idle
+        update with stop reason `cancelled`; cancelling an idle session need not produce one.
         """
         sent = self.connection.send_notification(SESSION_CANCEL, {"sessionId": self.session_id, **fields})
         self.state.cancel_work()
@@ -375,21 +377,21 @@ class V2Session:
 
     def fork(self, cwd: str, *, mcp_servers: Sequence[Mapping[str, Json]] | None = None,
              with_mcp_servers: Sequence[McpServerLike] = (), **fields: Json) -> SentRequest[OpenedSession[V2Session]]:
-        """``session/fork`` of this session (unstable): see :func:`fork_session`."""
+        """`session/fork` of this session (unstable): see `fork_session`."""
         return fork_session(self.connection, self.session_id, cwd, mcp_servers=mcp_servers,
                             with_mcp_servers=with_mcp_servers, **fields)
 
     def set_config_option(self, config_id: str, value: Json, **fields: Json) -> Request[Json]:
-        """``session/set_config_option``; resolves to the authoritative replacement set."""
+        """`session/set_config_option`; resolves to the authoritative replacement set."""
         params = {"sessionId": self.session_id, "configId": config_id, "value": value, **fields}
         return self.connection.send_request("session/set_config_option", params)
 
     def close(self, **fields: Json) -> SentRequest[Json]:
-        """``session/close``; resolves to the complete close response.
+        """`session/close`; resolves to the complete close response.
 
         The agent cancels active work first and sends its final updates and the idle
-        ``cancelled`` update before the response (seed 000); the handle resolves only after
-        the handlers of those updates ran, so :attr:`state` is final by then. A prompt the
+        `cancelled` update before the response (seed 000); the handle resolves only after
+        the handlers of those updates ran, so [`state`][acp_fast.roles.sessions.V2Session.state] is final by then. A prompt the
         close cancelled before insertion fails with -32800; an inserted one kept its id.
         """
         params = {"sessionId": self.session_id, **fields}
@@ -409,13 +411,13 @@ class V2Session:
 class OpenedSession(Generic[_S]):
     """Result of a setup request: the session handle and the complete response.
 
-    Generic in the handle's type: a v2 client's ``build_session`` gives an
-    ``OpenedSession[V2Session]``, a v1 client's an ``OpenedSession[V1Session]``.
+    Generic in the handle's type: a v2 client's `build_session` gives an
+    `OpenedSession[V2Session]`, a v1 client's an `OpenedSession[V1Session]`.
 
     Attributes:
-        session: the session handle: a :class:`V2Session`, or a :class:`V1Session` on a v1
+        session: the session handle: a [`V2Session`][acp_fast.roles.sessions.V2Session], or a [`V1Session`][acp_fast.roles.sessions.V1Session] on a v1
             connection.
-        response: the complete ``session/new`` / ``session/resume`` result, unchanged.
+        response: the complete `session/new` / `session/resume` result, unchanged.
     """
 
     __slots__ = ("response", "session")
@@ -425,7 +427,7 @@ class OpenedSession(Generic[_S]):
         self.response = response
 
     def into_parts(self) -> tuple[_S, JsonObject]:
-        """``(session, response)``."""
+        """`(session, response)`."""
         return self.session, self.response
 
     def __repr__(self) -> str:
@@ -444,14 +446,14 @@ def build_session(
     connection: SessionPeer, cwd: str, *, mcp_servers: Sequence[Mapping[str, Json]] | None = None,
     with_mcp_servers: Sequence[McpServerLike] = (), **fields: Json
 ) -> SentRequest[OpenedSession[V2Session | V1Session]]:
-    """Publish ``session/new``; resolves to an :class:`OpenedSession`.
+    """Publish `session/new`; resolves to an [`OpenedSession`][acp_fast.roles.sessions.OpenedSession].
 
-    On v2 its session is a :class:`V2Session`; a state reported before the response is
-    kept (the response never resets it to idle). On v1 it is a :class:`V1Session`
-    (``mcpServers`` is required in v1: it defaults to ``[]``).
+    On v2 its session is a [`V2Session`][acp_fast.roles.sessions.V2Session]; a state reported before the response is
+    kept (the response never resets it to idle). On v1 it is a [`V1Session`][acp_fast.roles.sessions.V1Session]
+    (`mcpServers` is required in v1: it defaults to `[]`).
 
-    ``with_mcp_servers`` (v2, MCP-over-ACP): MCP servers this client serves to the agent,
-    declared with the ACP transport (see :mod:`acp_fast.roles.mcp`).
+    `with_mcp_servers` (v2, MCP-over-ACP): MCP servers this client serves to the agent,
+    declared with the ACP transport (see `acp_fast.roles.mcp`).
     """
     if with_mcp_servers:
         return _with_mcp(connection, with_mcp_servers, mcp_servers,
@@ -481,18 +483,18 @@ def resume_session(
     with_mcp_servers: Sequence[McpServerLike] = (),
     **fields: Json,
 ) -> SentRequest[OpenedSession[V2Session]]:
-    """Publish v2 ``session/resume``; resolves to an :class:`OpenedSession`.
+    """Publish v2 `session/resume`; resolves to an [`OpenedSession`][acp_fast.roles.sessions.OpenedSession].
 
     Replay updates (and the current-state snapshot) precede the response on the wire; the
     result resolves only after the handlers of the notifications received before it ran.
 
     Args:
-        replay_from: e.g. ``{"type": "start"}``; ``None`` omits ``replayFrom``.
+        replay_from: e.g. `{"type": "start"}`; `None` omits `replayFrom`.
         with_mcp_servers: MCP servers to serve over ACP for this session, attached before
-            the request is published (see :func:`build_session`).
+            the request is published (see `build_session`).
 
     Raises:
-        TypeError: ``connection`` does not speak v2.
+        TypeError: `connection` does not speak v2.
     """
     _require_v2(connection, "resume_session")
     if with_mcp_servers:
@@ -517,13 +519,13 @@ def fork_session(
     with_mcp_servers: Sequence[McpServerLike] = (),
     **fields: Json,
 ) -> SentRequest[OpenedSession[V2Session]]:
-    """Publish v2 ``session/fork`` (unstable) of ``session_id``; resolves to an
-    :class:`OpenedSession` whose handle uses the **new** session id the response allocates,
-    with the complete ``ForkSessionResponse``. ``with_mcp_servers``: as in
-    :func:`build_session`.
+    """Publish v2 `session/fork` (unstable) of `session_id`; resolves to an
+    [`OpenedSession`][acp_fast.roles.sessions.OpenedSession] whose handle uses the **new** session id the response allocates,
+    with the complete `ForkSessionResponse`. `with_mcp_servers`: as in
+    `build_session`.
 
     Raises:
-        TypeError: ``connection`` does not speak v2.
+        TypeError: `connection` does not speak v2.
     """
     _require_v2(connection, "fork_session")
     if with_mcp_servers:
@@ -540,11 +542,11 @@ def fork_session(
 
 
 class V1Session:
-    """Command handle of one v1 session: ``send_prompt`` stays pending for the whole turn.
+    """Command handle of one v1 session: `send_prompt` stays pending for the whole turn.
 
     Attributes:
-        session_id: the id from ``session/new``.
-        connection: the :class:`~acp_fast.roles.AcpConnection`.
+        session_id: the id from `session/new`.
+        connection: the [`AcpConnection`][acp_fast.roles.AcpConnection].
     """
 
     __slots__ = ("connection", "session_id")
@@ -554,16 +556,16 @@ class V1Session:
         self.connection = connection
 
     def send_prompt(self, prompt: Sequence[Mapping[str, Json]] | str, **fields: Json) -> Request[Json]:
-        """Send ``session/prompt``; resolves to ``{"stopReason": …}`` when the turn ends."""
+        """Send `session/prompt`; resolves to `{"stopReason": …}` when the turn ends."""
         blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
         return self.connection.send_request(
             SESSION_PROMPT, {"sessionId": self.session_id, "prompt": blocks, **fields})
 
     def cancel_active_work(self, **fields: Json) -> bool:
-        """Send ``session/cancel``; the pending prompt then ends with ``cancelled``.
+        """Send `session/cancel`; the pending prompt then ends with `cancelled`.
 
         As on v2, pending permission requests of this session get the cancelled outcome
-        (once) and unfinished tool calls are marked ``"cancelled"``.
+        (once) and unfinished tool calls are marked `"cancelled"`.
         """
         sent = self.connection.send_notification(SESSION_CANCEL, {"sessionId": self.session_id, **fields})
         self.connection.sessions.get(self.session_id).cancel_work()
@@ -576,7 +578,7 @@ class V1Session:
 def _with_mcp(connection: SessionPeer, servers: Sequence[McpServerLike], mcp_servers: Sequence[Mapping[str, Json]] | None,
               publish: Callable[[list[Mapping[str, Json]]], SentRequest[OpenedSession[_S]]]
               ) -> SentRequest[OpenedSession[_S]]:
-    """Attach MCP-over-ACP servers, then publish the setup request (:mod:`acp_fast.roles.mcp`)."""
+    """Attach MCP-over-ACP servers, then publish the setup request (`acp_fast.roles.mcp`)."""
     from .mcp import attach_for_setup
 
     # the MCP state lives on the connection: the session helpers' peer is an AcpConnection here
@@ -598,26 +600,26 @@ def _require_v2(connection: SessionPeer, what: str) -> None:
 
 
 class PromptTurn:
-    """One v2 ``session/prompt`` being served by an agent (see :class:`AgentSession`).
+    """One v2 `session/prompt` being served by an agent (see [`AgentSession`][acp_fast.roles.sessions.AgentSession]).
 
-    The turn's work (``run(turn)``) decides when the prompt is *inserted*: :meth:`insert`
-    sends the ``user_message`` update and answers ``session/prompt`` with ``{"messageId"}``.
+    The turn's work (`run(turn)`) decides when the prompt is *inserted*: [`insert`][acp_fast.roles.sessions.PromptTurn.insert]
+    sends the `user_message` update and answers `session/prompt` with `{"messageId"}`.
     Until then the prompt may still be rejected (an exception answers it with an error and
     no user-message update is sent) or cancelled (-32800). After insertion the prompt
-    response stays successful whatever happens: a failure, including ``auth_required``
-    (-32000), ends the work with an ``idle`` update whose stop reason is ``error`` and
+    response stays successful whatever happens: a failure, including `auth_required`
+    (-32000), ends the work with an `idle` update whose stop reason is `error` and
     carries the JSON-RPC error object.
 
     Args:
-        on_finished: called with the turn once its work ended (its :class:`AgentSession`
+        on_finished: called with the turn once its work ended (its [`AgentSession`][acp_fast.roles.sessions.AgentSession]
             is idle again from then on).
 
     Attributes:
         session_id: the session.
         message_id: the id the inserted user message gets (and the prompt response carries).
-        params: the ``session/prompt`` params.
+        params: the `session/prompt` params.
         cx: the handler context of the prompt request.
-        inserted: True once :meth:`insert` ran.
+        inserted: True once [`insert`][acp_fast.roles.sessions.PromptTurn.insert] ran.
     """
 
     def __init__(self, session: AgentSession, cx: Context, params: types_v2.PromptRequest, message_id: str, *,
@@ -637,23 +639,23 @@ class PromptTurn:
 
     @property
     def cancelled(self) -> bool:
-        """True once the work was cancelled (``session/cancel``, ``session/close``, or
-        ``$/cancel_request`` of the prompt before insertion)."""
+        """True once the work was cancelled (`session/cancel`, `session/close`, or
+        `$/cancel_request` of the prompt before insertion)."""
         return self._cancelled.is_set()
 
     async def wait_cancelled(self) -> None:
-        """Wait until the work is cancelled (see :attr:`cancelled`)."""
+        """Wait until the work is cancelled (see [`cancelled`][acp_fast.roles.sessions.PromptTurn.cancelled])."""
         await self._cancelled.wait()
 
     def send(self, update: types_v2.SessionUpdate | JsonObject) -> bool:
-        """Send one ``session/update`` of this session (through the write guard)."""
+        """Send one `session/update` of this session (through the write guard)."""
         return self.cx.send_session_update(self.session_id, dict(update))
 
     def request(self, method: str, params: Json = None) -> Request[Json]:
-        """Send a request to the client for this work (``session/request_permission``,
-        ``elicitation/create`` …). When the work is cancelled (``session/cancel`` or
-        ``session/close``), every such request still unanswered is cancelled with
-        ``$/cancel_request`` at once, before the work's idle update (seed 004: the agent
+        """Send a request to the client for this work (`session/request_permission`,
+        `elicitation/create` …). When the work is cancelled (`session/cancel` or
+        `session/close`), every such request still unanswered is cancelled with
+        `$/cancel_request` at once, before the work's idle update (seed 004: the agent
         stops waiting and cancels them; on close, before the close response). Its handle
         then resolves with the client's answer (usually -32800)."""
         pending = self.cx.send_request(method, params)
@@ -664,20 +666,20 @@ class PromptTurn:
         return pending
 
     def set_state(self, state: str) -> None:
-        """Report ``running`` / ``requires_action`` (once per change); may precede insertion."""
+        """Report `running` / `requires_action` (once per change); may precede insertion."""
         if state != self.state:
             self.state = state
             self.cx.send_session_update(self.session_id, {"sessionUpdate": "state_update", "state": state})
 
     def insert(self, content: list[types_v2.ContentBlock] | None = None, **fields: Json) -> types_v2.PromptResponse:
-        """Insert the user message: answer the prompt with its id, then send ``user_message``.
+        """Insert the user message: answer the prompt with its id, then send `user_message`.
 
         Args:
             content: the message content (default: the prompt's content blocks).
-            **fields: further ``user_message`` fields.
+            **fields: further `user_message` fields.
 
         Returns:
-            The prompt response sent (``{"messageId": …}``).
+            The prompt response sent (`{"messageId": …}`).
 
         Raises:
             JsonRpcError: -32800 when the prompt was cancelled before insertion.
@@ -695,20 +697,20 @@ class PromptTurn:
         return receipt
 
     def start(self, work: Callable[[PromptTurn], Awaitable[str | None]]) -> asyncio.Task[None]:
-        """Run ``work(turn)`` as this turn's :attr:`task`, owned by the connection
-        (:meth:`AgentSession.prompt` does). When it ends, the turn reports ``idle`` (or
+        """Run `work(turn)` as this turn's `task`, owned by the connection
+        ([`AgentSession.prompt`][acp_fast.roles.sessions.AgentSession.prompt] does). When it ends, the turn reports `idle` (or
         answers the prompt with an error if it was never inserted), then calls the
-        ``on_finished`` it was made with."""
+        `on_finished` it was made with."""
         task: asyncio.Task[None] = self.cx.start_task(self._run(work))
         self.task = task
         return task
 
     def cancel(self) -> None:
-        """Cancel the work (``session/cancel``, ``session/close``; idempotent).
+        """Cancel the work (`session/cancel`, `session/close`; idempotent).
 
         The requests it sent to the client and still waits for are cancelled with
-        ``$/cancel_request``; work not yet inserted stops at once (its task is cancelled),
-        inserted work sees :attr:`cancelled` and ends with ``idle`` / ``cancelled``.
+        `$/cancel_request`; work not yet inserted stops at once (its task is cancelled),
+        inserted work sees [`cancelled`][acp_fast.roles.sessions.PromptTurn.cancelled] and ends with `idle` / `cancelled`.
         """
         if self.cancelled:
             return
@@ -782,37 +784,39 @@ class PromptTurn:
 class AgentSession:
     """Agent side of one v2 session's foreground work (seed 000 prompt lifecycle).
 
-    Serves ``session/prompt`` (:meth:`prompt`), ``session/cancel`` (:meth:`cancel`) and
-    ``session/close`` (:meth:`close`) by the seed's rules:
+    Serves `session/prompt` ([`prompt`][acp_fast.roles.sessions.AgentSession.prompt]), `session/cancel` ([`cancel`][acp_fast.roles.sessions.AgentSession.cancel]) and
+    `session/close` ([`close`][acp_fast.roles.sessions.AgentSession.close]) by the seed's rules:
 
-    * prompt acceptance is insertion (:meth:`PromptTurn.insert`); a rejection before it is
-      an error response with no user-message update; a failure after it (``auth_required``
-      included) is the ``error`` stop reason of the idle update, never an error response;
-    * cancelled foreground work ends with ``idle`` / ``cancelled`` after its final updates;
-      the requests it sent to the client through :meth:`PromptTurn.request` and still
-      waits for are cancelled with ``$/cancel_request`` (seed 004); cancelling an idle
+    * prompt acceptance is insertion ([`PromptTurn.insert`][acp_fast.roles.sessions.PromptTurn.insert]); a rejection before it is
+      an error response with no user-message update; a failure after it (`auth_required`
+      included) is the `error` stop reason of the idle update, never an error response;
+    * cancelled foreground work ends with `idle` / `cancelled` after its final updates;
+      the requests it sent to the client through [`PromptTurn.request`][acp_fast.roles.sessions.PromptTurn.request] and still
+      waits for are cancelled with `$/cancel_request` (seed 004); cancelling an idle
       session sends nothing;
     * closing a session with active work cancels it, and the close response follows the
-      final updates and the idle ``cancelled`` update; a prompt the close cancelled before
+      final updates and the idle `cancelled` update; a prompt the close cancelled before
       insertion is answered -32800, an inserted one already has its message id.
 
-    Example (an agent's handlers)::
+    Example (an agent's handlers):
 
-        sessions: dict[str, AgentSession] = {}
+    ```python
+    sessions: dict[str, AgentSession] = {}
 
-        @agent.on_request("session/prompt")
-        def prompt(params, cx):
-            async def work(turn):
-                turn.set_state("running")
-                turn.insert()
-                turn.send({"sessionUpdate": "agent_message_chunk", "messageId": "a1",
-                           "content": {"type": "text", "text": "hi"}})
-                return "end_turn"
-            return sessions[params["sessionId"]].prompt(cx, params, work)
+    @agent.on_request("session/prompt")
+    def prompt(params, cx):
+        async def work(turn):
+            turn.set_state("running")
+            turn.insert()
+            turn.send({"sessionUpdate": "agent_message_chunk", "messageId": "a1",
+                       "content": {"type": "text", "text": "hi"}})
+            return "end_turn"
+        return sessions[params["sessionId"]].prompt(cx, params, work)
+    ```
 
     Attributes:
         session_id: the session id.
-        turn: the active :class:`PromptTurn` (``None`` when idle).
+        turn: the active [`PromptTurn`][acp_fast.roles.sessions.PromptTurn] (`None` when idle).
     """
 
     def __init__(self, session_id: str) -> None:
@@ -824,14 +828,14 @@ class AgentSession:
     def prompt(self, cx: Context, params: types_v2.PromptRequest,
                work: Callable[[PromptTurn], Awaitable[str | None]], *, message_id: str | None = None
                ) -> Deferred[types_v2.PromptResponse]:
-        """Serve ``session/prompt`` with ``work(turn)``; return its result from the handler
-        (a :class:`~acp_fast.roles.context.Deferred`: the turn answers the request itself).
+        """Serve `session/prompt` with `work(turn)`; return its result from the handler
+        (a [`Deferred`][acp_fast.roles.context.Deferred]: the turn answers the request itself).
 
-        ``work`` runs as a task owned by the connection; it calls :meth:`PromptTurn.insert`
-        once it inserted the prompt and returns the stop reason (``None``: ``end_turn``).
+        `work` runs as a task owned by the connection; it calls [`PromptTurn.insert`][acp_fast.roles.sessions.PromptTurn.insert]
+        once it inserted the prompt and returns the stop reason (`None`: `end_turn`).
 
         Args:
-            message_id: the inserted user message's id (default ``<session id>-user-<n>``).
+            message_id: the inserted user message's id (default `<session id>-user-<n>`).
 
         Raises:
             JsonRpcError: -32602 when the session is closed or already has foreground work.
@@ -848,12 +852,12 @@ class AgentSession:
         return Deferred()
 
     def cancel(self) -> None:
-        """``session/cancel``: cancel the active foreground work (nothing when idle)."""
+        """`session/cancel`: cancel the active foreground work (nothing when idle)."""
         if self.turn is not None:
             self.turn.cancel()
 
     def close(self) -> types_v2.CloseSessionResponse | Awaitable[types_v2.CloseSessionResponse]:
-        """``session/close``: the close response, after the cancelled work's final updates."""
+        """`session/close`: the close response, after the cancelled work's final updates."""
         self.closed = True
         turn = self.turn
         if turn is None or turn.task is None:
@@ -882,17 +886,17 @@ SETUP_OPERATIONS = {SESSION_NEW: "new", SESSION_RESUME: "resume", SESSION_FORK: 
 
 class SessionSetup:
     """A v2 setup request not yet published, built from a complete request (Rust
-    ``V2SessionBuilder`` / ``V2ResumeSessionBuilder`` / ``V2ForkSessionBuilder``).
+    `V2SessionBuilder` / `V2ResumeSessionBuilder` / `V2ForkSessionBuilder`).
 
-    Made by ``build_session_from`` / ``resume_session_from`` / ``fork_session_from`` of a
-    connection. A client publishes it with :meth:`start_session`; a v2 proxy forwards it
-    downstream with :meth:`on_proxy_session_start`. ``params`` is the request, unchanged
+    Made by `build_session_from` / `resume_session_from` / `fork_session_from` of a
+    connection. A client publishes it with [`start_session`][acp_fast.roles.sessions.SessionSetup.start_session]; a v2 proxy forwards it
+    downstream with [`on_proxy_session_start`][acp_fast.roles.sessions.SessionSetup.on_proxy_session_start]. `params` is the request, unchanged
     unless the caller edits it before starting.
 
     Attributes:
         connection: the connection it will be published on.
-        method: ``session/new``, ``session/resume`` or ``session/fork``.
-        operation: ``"new"``, ``"resume"`` or ``"fork"``.
+        method: `session/new`, `session/resume` or `session/fork`.
+        operation: `"new"`, `"resume"` or `"fork"`.
         params: the complete request params.
     """
 
@@ -910,14 +914,14 @@ class SessionSetup:
         self._mcp: list[McpServerLike] = []
 
     def with_mcp_server(self, server: McpServerLike) -> SessionSetup:
-        """Serve ``server`` to the agent over ACP for this session (MCP-over-ACP, v2).
+        """Serve `server` to the agent over ACP for this session (MCP-over-ACP, v2).
 
-        ``server`` is what ``with_mcp_servers`` of :func:`build_session` takes (an ``mcp``
-        server, a factory of one, or :class:`acp_fast.roles.mcp.McpServer`). When the setup
+        `server` is what `with_mcp_servers` of `build_session` takes (an `mcp`
+        server, a factory of one, or [`acp_fast.roles.mcp.McpServer`][acp_fast.roles.mcp.McpServer]). When the setup
         is started, its route is installed and its runner started before the request is
         published, then kept for the connection's lifetime on success and removed on
-        failure or cancellation; its declaration is appended to ``params["mcpServers"]``.
-        Returns ``self`` for chaining.
+        failure or cancellation; its declaration is appended to `params["mcpServers"]`.
+        Returns `self` for chaining.
         """
         self._mcp.append(server)
         return self
@@ -929,7 +933,7 @@ class SessionSetup:
         return sid if self.operation == "resume" and type(sid) is str else None
 
     def start_session(self) -> SentRequest[OpenedSession[V2Session | V1Session]]:
-        """Publish the request; resolves to an :class:`OpenedSession` (the complete
+        """Publish the request; resolves to an [`OpenedSession`][acp_fast.roles.sessions.OpenedSession] (the complete
         response, never reconstructed; fork's handle uses the new session id; resume
         resolves after the handlers of its replay ran)."""
         connection = self.connection
@@ -969,17 +973,17 @@ class SessionSetup:
     def on_proxy_session_start(self, cx: ProxyContext,
                                callback: Callable[[OpenedSession[V2Session]], Coroutine[object, object, None] | None]
                                ) -> None:
-        """A v2 proxy's non-blocking setup helper (Rust ``on_proxy_session_start``).
+        """A v2 proxy's non-blocking setup helper (Rust `on_proxy_session_start`).
 
-        Call it from the proxy's ``session/new`` / ``session/resume`` / ``session/fork``
-        handler with that handler's ``cx`` and return its result. It sends the request
+        Call it from the proxy's `session/new` / `session/resume` / `session/fork`
+        handler with that handler's `cx` and return its result. It sends the request
         downstream at once (in order with later traffic), forwards the upstream request's
         cancellation downstream (advisory: the downstream answer is still awaited and
         forwarded), answers upstream with the complete downstream response (or its error),
-        installs the session's route (see ``ProxyConnection.proxy_sessions``) before any
+        installs the session's route (see `ProxyConnection.proxy_sessions`) before any
         later inbound message is dispatched - for resume before the request is published,
-        so replay can be routed - and then runs ``callback(opened)`` as a task outside the
-        ordering barrier, with an :class:`OpenedSession` whose handle sends to the
+        so replay can be routed - and then runs `callback(opened)` as a task outside the
+        ordering barrier, with an [`OpenedSession`][acp_fast.roles.sessions.OpenedSession] whose handle sends to the
         successor. A failed or cancelled setup drops the pending route.
 
         Raises:
@@ -997,10 +1001,10 @@ class SessionSetup:
 
 
 def apply_meta_update(current: JsonObject | None, patch: Json) -> JsonObject | None:
-    """The stored ``_meta`` after a v2 upsert's top-level ``_meta`` patch (seed 000).
+    """The stored `_meta` after a v2 upsert's top-level `_meta` patch (seed 000).
 
-    An omitted ``_meta`` leaves it unchanged (do not call); ``None`` (``null``) clears it; an object keeps the keys it omits, removes the
-    keys whose value is ``None`` and replaces every other value whole (nested objects are
+    An omitted `_meta` leaves it unchanged (do not call); `None` (`null`) clears it; an object keeps the keys it omits, removes the
+    keys whose value is `None` and replaces every other value whole (nested objects are
     not merged, nested nulls are data). An empty object changes nothing.
 
     Example:
@@ -1023,9 +1027,9 @@ def apply_meta_update(current: JsonObject | None, patch: Json) -> JsonObject | N
 
 
 def apply_upsert(stored: Mapping[str, Json] | None, update: Mapping[str, Json]) -> JsonObject:
-    """The entity after one v2 upsert update (``tool_call_update``, ``agent_message`` …):
-    an omitted field is unchanged, ``null`` clears it, a value replaces it whole (arrays
-    too); ``_meta`` follows :func:`apply_meta_update`; ``sessionUpdate`` is not stored.
+    """The entity after one v2 upsert update (`tool_call_update`, `agent_message` …):
+    an omitted field is unchanged, `null` clears it, a value replaces it whole (arrays
+    too); `_meta` follows [`apply_meta_update`][acp_fast.roles.sessions.apply_meta_update]; `sessionUpdate` is not stored.
 
     Example:
         >>> apply_upsert({"toolCallId": "t", "name": "read", "status": "pending"},

@@ -1,7 +1,7 @@
-"""What a role runs on: its stream (:data:`Transport`) and its engine twin (:data:`EngineChoice`).
+"""What a role runs on: its stream (`Transport`) and its engine twin (`EngineChoice`).
 
 The builders, routers and the client protocol connector open a JSON-RPC connection the same
-way, and so does :meth:`~acp_fast.roles.AcpConnection.spawn_connection`; the helpers live
+way, and so does [`spawn_connection`][acp_fast.roles.AcpConnection.spawn_connection]; the helpers live
 here, below all of them, so that none of those modules imports another for them.
 """
 
@@ -24,10 +24,10 @@ EngineChoice = Union[Literal["c", "py"], types.ModuleType, None]
 
 
 def resolve_engine(engine: EngineChoice) -> types.ModuleType | None:
-    """The engine module for ``engine`` (see :data:`EngineChoice`).
+    """The engine module for `engine` (see `EngineChoice`).
 
     Raises:
-        ValueError: ``engine`` is none of the choices.
+        ValueError: `engine` is none of the choices.
     """
     if engine is None or isinstance(engine, types.ModuleType):
         return engine
@@ -37,7 +37,7 @@ def resolve_engine(engine: EngineChoice) -> types.ModuleType | None:
 
 
 async def open_stream(transport: Transport) -> _transport.Stream:
-    """The stream of ``transport`` (awaited when it is an awaitable)."""
+    """The stream of `transport` (awaited when it is an awaitable)."""
     if isinstance(transport, _transport.Stream) or hasattr(transport, "attach"):
         return transport  # type: ignore[return-value]
     return await transport

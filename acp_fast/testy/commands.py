@@ -1,4 +1,4 @@
-"""Testy's prompt language: the command a prompt's text asks for (see :mod:`acp_fast.testy`)."""
+"""Testy's prompt language: the command a prompt's text asks for (see [`acp_fast.testy`][acp_fast.testy])."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ _BENCH = re.compile(
 
 
 def prompt_text(prompt: Json) -> str:
-    """All ``text`` blocks of a prompt joined with one space."""
+    """All `text` blocks of a prompt joined with one space."""
     if not isinstance(prompt, list):
         return ""
     return " ".join(b["text"] for b in prompt
@@ -53,7 +53,7 @@ def prompt_text(prompt: Json) -> str:
 
 
 def chunk_size() -> int:
-    """Bytes per streamed chunk: ``$ACP_CHUNK`` (at least 0), else (unset or invalid) 100."""
+    """Bytes per streamed chunk: `$ACP_CHUNK` (at least 0), else (unset or invalid) 100."""
     try:
         return max(0, int(os.environ.get("ACP_CHUNK", "100")))
     except ValueError:
@@ -61,7 +61,7 @@ def chunk_size() -> int:
 
 
 def parse_command(text: str) -> tuple[str, JsonObject]:
-    """``(kind, args)`` of a prompt text; kinds: greet, help, echo, scenario, stream, tool."""
+    """`(kind, args)` of a prompt text; kinds: greet, help, echo, scenario, stream, tool."""
     stripped = text.strip()
     if not stripped:
         return "greet", {}
@@ -97,7 +97,7 @@ def parse_command(text: str) -> tuple[str, JsonObject]:
 
 
 def parse_versions(text: str) -> tuple[int, ...]:
-    """``"1,2"`` -> ``(1, 2)``; raises ValueError for anything but a subset of {1, 2}."""
+    """`"1,2"` -> `(1, 2)`; raises ValueError for anything but a subset of {1, 2}."""
     try:
         versions = tuple(sorted({int(v) for v in text.replace(" ", "").split(",") if v}))
     except ValueError:

@@ -1,8 +1,8 @@
 """What Testy's v1 and v2 variants share: constants, the ONE handler table, the base class.
 
-:data:`REQUESTS` and :data:`NOTIFICATIONS` map every method Testy may serve to the name of
-its handler. A variant (:class:`~acp_fast.testy.v1.TestyV1`, :class:`~acp_fast.testy.v2.TestyV2`)
-serves exactly the methods whose handler it defines; :meth:`TestyBase.register` registers them.
+`REQUESTS` and `NOTIFICATIONS` map every method Testy may serve to the name of
+its handler. A variant ([`TestyV1`][acp_fast.testy.v1.TestyV1], [`TestyV2`][acp_fast.testy.v2.TestyV2])
+serves exactly the methods whose handler it defines; `TestyBase.register` registers them.
 """
 
 from __future__ import annotations
@@ -74,15 +74,15 @@ NOTIFICATIONS: tuple[tuple[str, str], ...] = (
 
 
 def text_block(text: str) -> JsonObject:
-    """A ``text`` content block."""
+    """A `text` content block."""
     return {"type": "text", "text": text}
 
 
 def session_id(params: Json) -> str:
-    """The ``sessionId`` of ``params``.
+    """The `sessionId` of `params`.
 
     Raises:
-        JsonRpcError: -32602 when ``params`` has no string ``sessionId``.
+        JsonRpcError: -32602 when `params` has no string `sessionId`.
     """
     sid = params.get("sessionId") if isinstance(params, dict) else None
     if not isinstance(sid, str):
@@ -96,7 +96,7 @@ def unknown_session(sid: str) -> JsonRpcError:
 
 
 def process_stats(notes: int, engine: str = IMPLEMENTATION) -> JsonObject:
-    """The ``_test/stats`` answer (field names of the peers in ``peers/``; ``loop``: the running
+    """The `_test/stats` answer (field names of the peers in `peers/`; `loop`: the running
     event loop's kind, so a benchmark can check that both sides ran on the loop it asked for)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     try:
@@ -117,9 +117,9 @@ class TestyBase:
     """State and handlers both variants have (one instance per connection).
 
     Attributes:
-        stream_mode: ``"api"`` (every benchmark chunk built fresh and sent with
-            ``cx.send_session_update``) or ``"preencoded"`` (one line re-sent: a raw ceiling).
-        engine: the engine twin serving the connection (``"c"`` or ``"py"``), for ``_test/stats``.
+        stream_mode: `"api"` (every benchmark chunk built fresh and sent with
+            `cx.send_session_update`) or `"preencoded"` (one line re-sent: a raw ceiling).
+        engine: the engine twin serving the connection (`"c"` or `"py"`), for `_test/stats`.
     """
 
     #: the builder factory of the variant (``Agent.builder`` or ``Agent.v2``)
@@ -136,7 +136,7 @@ class TestyBase:
 
     def register(self, b: _B) -> _B:
         """Register this variant's handlers of the shared table (and Testy's name and
-        version) on the ``Agent`` builder ``b`` of the variant's version; returns ``b``."""
+        version) on the `Agent` builder `b` of the variant's version; returns `b`."""
         b.with_info(AGENT_NAME, __version__)
         for method, attr in REQUESTS:
             fn = getattr(self, attr, None)
@@ -151,7 +151,7 @@ class TestyBase:
         return b
 
     def _authenticated_only(self, fn: Callable[[Json, Any], _R]) -> Callable[[Json, Any], _R]:
-        """``--require-auth``: -32000 auth_required until ``authenticate`` succeeded."""
+        """`--require-auth`: -32000 auth_required until `authenticate` succeeded."""
         def gated(params: Json, cx: Any) -> _R:
             if not self.authenticated:
                 raise JsonRpcError(AUTH_REQUIRED, data="authenticate first (Testy runs with --require-auth)")
@@ -159,26 +159,26 @@ class TestyBase:
         return gated
 
     def auth_status(self, params: Json, cx: Any) -> JsonObject:
-        """``auth/status`` (unstable): always answered, even while authentication is
-        required (seed 004 I6: it is exempt from ``auth_required``)."""
+        """`auth/status` (unstable): always answered, even while authentication is
+        required (seed 004 I6: it is exempt from `auth_required`)."""
         if self.authenticated:
             return {"state": "authenticated", "accounts": [{"label": "testy", "active": True}]}
         return {"state": "unauthenticated" if self.require_auth else "not_required"}
 
     def echo(self, params: Json, cx: Any) -> Json:
-        """``_test/echo`` and ``_bench/echo``: answer with ``params`` (``{}`` when absent)."""
+        """`_test/echo` and `_bench/echo`: answer with `params` (`{}` when absent)."""
         return params if params is not None else {}
 
     def stats(self, params: Json, cx: Any) -> JsonObject:
-        """``_test/stats``: this process's resource use and counters (:func:`process_stats`)."""
+        """`_test/stats`: this process's resource use and counters ([`process_stats`][acp_fast.testy.common.process_stats])."""
         return process_stats(self.notes, self.engine)
 
     def note(self, params: Json, cx: Any) -> None:
-        """``_test/note``: count the notification (reported by ``_test/stats``)."""
+        """`_test/note`: count the notification (reported by `_test/stats`)."""
         self.notes += 1
 
     def list_sessions(self, params: Json, cx: Any) -> JsonObject:
-        """``session/list``: the open sessions, ordered by id (only those in ``cwd`` when given)."""
+        """`session/list`: the open sessions, ordered by id (only those in `cwd` when given)."""
         cwd = params.get("cwd") if isinstance(params, dict) else None
         sessions: dict[str, Any] = getattr(self, "sessions")  # noqa: B009 - defined by the variants
         return {"sessions": [

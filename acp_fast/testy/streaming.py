@@ -1,17 +1,17 @@
-"""Testy's benchmark streams: ``stream N [chunks [of S bytes]]`` sends N ``agent_message_chunk``
+"""Testy's benchmark streams: `stream N [chunks [of S bytes]]` sends N `agent_message_chunk`
 updates of S bytes of text.
 
-Two ways, chosen per agent (``acp-fast testy --stream api|preencoded``):
+Two ways, chosen per agent (`acp-fast testy --stream api|preencoded`):
 
-* :func:`stream_updates` (``api``, the default) is what a user's agent does: every chunk's
+* [`stream_updates`][acp_fast.testy.streaming.stream_updates] (`api`, the default) is what a user's agent does: every chunk's
   update dict is built with fresh text (the chunk index, padded to S bytes) and sent with
-  ``cx.send_session_update``, through the write guard; backpressure through ``cx.drain()``.
-* :func:`stream_preencoded` (``preencoded``) sends the first update through the write guard,
-  encodes its params once (``acp_fast.engine.RawJson``) and re-sends that line: a raw ceiling of the
+  `cx.send_session_update`, through the write guard; backpressure through `cx.drain()`.
+* [`stream_preencoded`][acp_fast.testy.streaming.stream_preencoded] (`preencoded`) sends the first update through the write guard,
+  encodes its params once (`acp_fast.engine.RawJson`) and re-sends that line: a raw ceiling of the
   write path, not what an agent does, never used in a comparison.
 
-Both drain every ~256 KiB of text (:func:`drain_every`) and then yield once, so that a
-``session/cancel`` can be read while streaming.
+Both drain every ~256 KiB of text (`drain_every`) and then yield once, so that a
+`session/cancel` can be read while streaming.
 """
 
 from __future__ import annotations
@@ -30,27 +30,27 @@ STREAM_MODES = ("api", "preencoded")
 
 
 def drain_every(size: int) -> int:
-    """Chunks between two ``await cx.drain()``: about 256 KiB of JSON lines."""
+    """Chunks between two `await cx.drain()`: about 256 KiB of JSON lines."""
     return max(1, (256 * 1024) // (size + 96))
 
 
 def chunk_text(i: int, size: int, pad: str) -> str:
-    """Chunk ``i``'s text: its index then ``pad`` up to ``size`` characters (``pad`` is ``size`` × "x")."""
+    """Chunk `i`'s text: its index then `pad` up to `size` characters (`pad` is `size` × "x")."""
     head = str(i)
     return head + pad[len(head):] if len(head) < size else head[:size]
 
 
 async def stream_updates(cx: Any, session_id: str, n: int, size: int, message_id: str | None,
                          stopped: Callable[[], bool]) -> bool:
-    """Send ``n`` chunks as a user's agent would (see the module docstring).
+    """Send `n` chunks as a user's agent would (see the module docstring).
 
-    ``stopped()`` is asked before the first chunk and after each yield: a cancellation is
+    `stopped()` is asked before the first chunk and after each yield: a cancellation is
     read by the event loop, so it can only arrive while this coroutine waits (asking per
     chunk would cost a call and two attribute reads per update and see nothing new). The
-    text is :func:`chunk_text`'s, written out in the loop (one Python call less per update).
+    text is `chunk_text`'s, written out in the loop (one Python call less per update).
 
     Returns:
-        False when ``stopped()`` became true (or a send was refused) before the end.
+        False when `stopped()` became true (or a send was refused) before the end.
     """
     if n > 0 and stopped():
         return False
@@ -79,7 +79,7 @@ async def stream_updates(cx: Any, session_id: str, n: int, size: int, message_id
 
 async def stream_preencoded(cx: Any, session_id: str, n: int, size: int, message_id: str | None,
                             stopped: Callable[[], bool]) -> bool:
-    """Send ``n`` chunks by re-sending one pre-encoded line (a ceiling, see the module docstring)."""
+    """Send `n` chunks by re-sending one pre-encoded line (a ceiling, see the module docstring)."""
     if n <= 0:
         return True
     update: dict[str, Any] = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x" * size}}
@@ -104,7 +104,7 @@ async def stream_preencoded(cx: Any, session_id: str, n: int, size: int, message
 
 
 def stream(mode: str) -> Callable[..., Awaitable[bool]]:
-    """The stream function of ``mode`` (one of :data:`STREAM_MODES`)."""
+    """The stream function of `mode` (one of `STREAM_MODES`)."""
     if mode == "preencoded":
         return stream_preencoded
     if mode == "api":

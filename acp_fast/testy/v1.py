@@ -54,7 +54,7 @@ class _Session1:
 
 
 class _Cancelled(Exception):
-    """The prompt was cancelled by ``session/cancel`` while waiting."""
+    """The prompt was cancelled by `session/cancel` while waiting."""
 
 
 class TestyV1(TestyBase):
@@ -69,7 +69,7 @@ class TestyV1(TestyBase):
         self.client_caps: dict[str, Any] = {}
 
     def builder(self) -> AgentBuilder[V1]:
-        """A v1 ``Agent`` builder with this variant's handlers (:meth:`~TestyBase.register`)."""
+        """A v1 `Agent` builder with this variant's handlers (`register`)."""
         from .. import Agent
 
         return self.register(Agent.builder())
@@ -77,8 +77,8 @@ class TestyV1(TestyBase):
     # -- lifecycle --------------------------------------------------------------------
 
     def initialize_connection(self, params: Json, cx: Any) -> JsonObject:
-        """``initialize``: keep the client's capabilities (for the callback scenarios) and
-        answer Testy's agent capabilities, auth method and info, echoing ``protocolVersion``."""
+        """`initialize`: keep the client's capabilities (for the callback scenarios) and
+        answer Testy's agent capabilities, auth method and info, echoing `protocolVersion`."""
         caps = params.get("clientCapabilities")
         self.client_caps = caps if isinstance(caps, dict) else {}
         return {
@@ -96,10 +96,10 @@ class TestyV1(TestyBase):
         }
 
     def authenticate_connection(self, params: Json, cx: Any) -> JsonObject:
-        """``authenticate``: accept Testy's one auth method.
+        """`authenticate`: accept Testy's one auth method.
 
         Raises:
-            JsonRpcError: -32602 for any other ``methodId``.
+            JsonRpcError: -32602 for any other `methodId`.
         """
         method = params.get("methodId") if isinstance(params, dict) else None
         if method != AUTH_METHOD:
@@ -108,7 +108,7 @@ class TestyV1(TestyBase):
         return {}
 
     def logout(self, params: Json, cx: Any) -> JsonObject:
-        """``logout``: forget the authentication."""
+        """`logout`: forget the authentication."""
         self.authenticated = False
         return {}
 
@@ -125,10 +125,10 @@ class TestyV1(TestyBase):
         return {"modes": _modes(session.mode), "configOptions": _config_v1(session.verbosity)}
 
     def new_session(self, params: Json, cx: Any) -> JsonObject:
-        """``session/new``: a new session in ``cwd``, with its modes and config options.
+        """`session/new`: a new session in `cwd`, with its modes and config options.
 
         Raises:
-            JsonRpcError: -32602 when ``cwd`` is not a string.
+            JsonRpcError: -32602 when `cwd` is not a string.
         """
         cwd = self._new_cwd(params)
         sid = f"testy-session-{self.next_session}"
@@ -136,8 +136,8 @@ class TestyV1(TestyBase):
         return {"sessionId": sid, **self._setup(session)}
 
     def load_session(self, params: Json, cx: Any) -> JsonObject:
-        """``session/load`` and ``session/resume``: the session with that id (made anew when
-        unknown or closed; ``cwd`` updated when given), with its modes and config options."""
+        """`session/load` and `session/resume`: the session with that id (made anew when
+        unknown or closed; `cwd` updated when given), with its modes and config options."""
         sid = session_id(params)
         cwd = params.get("cwd")
         session = self.sessions.get(sid)
@@ -148,7 +148,7 @@ class TestyV1(TestyBase):
         return self._setup(session)
 
     def close_session(self, params: Json, cx: Any) -> JsonObject:
-        """``session/close`` and ``session/delete``: close the session and cancel its prompt
+        """`session/close` and `session/delete`: close the session and cancel its prompt
         (an unknown id is not an error)."""
         sid = params.get("sessionId") if isinstance(params, dict) else None
         session = self.sessions.get(sid) if isinstance(sid, str) else None
@@ -163,7 +163,7 @@ class TestyV1(TestyBase):
     delete_session = close_session
 
     def set_mode(self, params: Json, cx: Any) -> JsonObject:
-        """``session/set_mode``: ``"chat"`` or ``"plan"``.
+        """`session/set_mode`: `"chat"` or `"plan"`.
 
         Raises:
             JsonRpcError: -32602 for an unknown session or mode.
@@ -176,7 +176,7 @@ class TestyV1(TestyBase):
         return {}
 
     def set_config_option(self, params: Json, cx: Any) -> JsonObject:
-        """``session/set_config_option``: set ``verbosity``; answers the new config options.
+        """`session/set_config_option`: set `verbosity`; answers the new config options.
 
         Raises:
             JsonRpcError: -32602 for an unknown session, config option or value.
@@ -204,16 +204,16 @@ class TestyV1(TestyBase):
             session.pending_cancel = True
 
     def cancel(self, params: Json, cx: Any) -> None:
-        """``session/cancel``: cancel the session's running prompt, or remember the
-        cancellation for the ``cancel_status`` scenario when none runs."""
+        """`session/cancel`: cancel the session's running prompt, or remember the
+        cancellation for the `cancel_status` scenario when none runs."""
         sid = params.get("sessionId") if isinstance(params, dict) else None
         session = self.sessions.get(sid) if isinstance(sid, str) else None
         if session is not None:
             self._cancel(session)
 
     async def _wait_or_cancel(self, session: _Session1, cx: Any, aw: Awaitable[_T]) -> _T:
-        """Await ``aw`` unless ``session/cancel`` (raises ``_Cancelled``) or the prompt's
-        own ``$/cancel_request`` (-32800) comes first. A pending request is cancelled."""
+        """Await `aw` unless `session/cancel` (raises `_Cancelled`) or the prompt's
+        own `$/cancel_request` (-32800) comes first. A pending request is cancelled."""
         task = asyncio.ensure_future(aw)
         assert session.cancel_event is not None
         waiters = {task, asyncio.ensure_future(session.cancel_event.wait())}
@@ -237,12 +237,12 @@ class TestyV1(TestyBase):
     # -- prompt -------------------------------------------------------------------------
 
     async def prompt(self, params: Json, cx: Any) -> JsonObject:
-        """``session/prompt``: run the command of the prompt's text (see
-        :mod:`acp_fast.testy.commands`) and answer its stop reason (``"end_turn"`` or
-        ``"cancelled"``).
+        """`session/prompt`: run the command of the prompt's text (see
+        `acp_fast.testy.commands`) and answer its stop reason (`"end_turn"` or
+        `"cancelled"`).
 
         Raises:
-            JsonRpcError: -32602 for an unknown session or a ``prompt`` that is not an array;
+            JsonRpcError: -32602 for an unknown session or a `prompt` that is not an array;
                 -32800 when the prompt's own request was cancelled.
         """
         sid, session = self._get(params)

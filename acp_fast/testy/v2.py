@@ -1,4 +1,4 @@
-"""Testy v2 (protocol.md §9.2, seed 000): prompt receipts, ``state_update`` framing, replay."""
+"""Testy v2 (protocol.md §9.2, seed 000): prompt receipts, `state_update` framing, replay."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ MCP_V2 = "Testy v2 does not advertise MCP support yet"
 
 
 class _Session2(AgentSession):
-    """A Testy v2 session: the builder API's :class:`AgentSession` (prompt acceptance,
+    """A Testy v2 session: the builder API's [`AgentSession`][acp_fast.testy.v2.AgentSession] (prompt acceptance,
     cancellation and close by seed 000's rules) plus Testy's cwd, history and cancel flag."""
 
     def __init__(self, sid: str, cwd: str) -> None:
@@ -61,14 +61,14 @@ class TestyV2(TestyBase):
         self.next_prompt = 0
 
     def builder(self) -> AgentBuilder[V2]:
-        """A v2 ``Agent`` builder with this variant's handlers (:meth:`~TestyBase.register`)."""
+        """A v2 `Agent` builder with this variant's handlers (`register`)."""
         from .. import Agent
 
         return self.register(Agent.v2())
 
     def initialize_connection(self, params: Json, cx: Any) -> JsonObject:
-        """``initialize``: version 2, Testy's info and capabilities (session fork, auth
-        status), and its auth method with ``--require-auth``."""
+        """`initialize`: version 2, Testy's info and capabilities (session fork, auth
+        status), and its auth method with `--require-auth`."""
         result: dict[str, Any] = {"protocolVersion": 2, "info": {"name": AGENT_NAME, "version": __version__},
                                   "capabilities": {"session": {"fork": {}}, "auth": {"status": {}}}}
         if self.require_auth:
@@ -76,7 +76,7 @@ class TestyV2(TestyBase):
         return result
 
     def login(self, params: Json, cx: Any) -> JsonObject:
-        """``auth/login`` (``--require-auth``): the one agent method signs in."""
+        """`auth/login` (`--require-auth`): the one agent method signs in."""
         method = params.get("methodId") if isinstance(params, dict) else None
         if method != AUTH_METHOD:
             raise JsonRpcError(INVALID_PARAMS, data=f"unknown authentication method `{method}`")
@@ -84,7 +84,7 @@ class TestyV2(TestyBase):
         return {}
 
     def logout_v2(self, params: Json, cx: Any) -> JsonObject:
-        """``auth/logout``: signs out (``auth/status`` then says ``unauthenticated``)."""
+        """`auth/logout`: signs out (`auth/status` then says `unauthenticated`)."""
         self.authenticated = False
         return {}
 
@@ -96,11 +96,11 @@ class TestyV2(TestyBase):
         return sid, session
 
     def new_session(self, params: Json, cx: Any) -> JsonObject:
-        """``session/new``: a new session in ``cwd``.
+        """`session/new`: a new session in `cwd`.
 
         Raises:
-            JsonRpcError: -32602 for a malformed ``cwd``, ``mcpServers`` or
-                ``additionalDirectories``.
+            JsonRpcError: -32602 for a malformed `cwd`, `mcpServers` or
+                `additionalDirectories`.
         """
         _check_acted_on(params)
         cwd = self._new_cwd(params)
@@ -109,12 +109,12 @@ class TestyV2(TestyBase):
         return {"sessionId": sid}
 
     def resume_session(self, params: Json, cx: Any) -> JsonObject:
-        """``session/resume``: with ``replayFrom: {"type": "start"}`` the session's history is
-        replayed first; then an idle ``state_update`` snapshot, before the response.
+        """`session/resume`: with `replayFrom: {"type": "start"}` the session's history is
+        replayed first; then an idle `state_update` snapshot, before the response.
 
         Raises:
-            JsonRpcError: -32602 for a malformed ``mcpServers`` or ``additionalDirectories``,
-                an unknown session, one with active work, another ``cwd`` than the
+            JsonRpcError: -32602 for a malformed `mcpServers` or `additionalDirectories`,
+                an unknown session, one with active work, another `cwd` than the
                 session's, or an unsupported replay cursor.
         """
         _check_acted_on(params)
@@ -135,8 +135,8 @@ class TestyV2(TestyBase):
         return {}
 
     def fork_session(self, params: Json, cx: Any) -> JsonObject:
-        """``session/fork`` (unstable): a new session with a copy of the source's history
-        (replayable with ``session/resume``), in the requested cwd."""
+        """`session/fork` (unstable): a new session with a copy of the source's history
+        (replayable with `session/resume`), in the requested cwd."""
         _check_acted_on(params)
         _sid, source = self._get(params)
         cwd = self._new_cwd(params)
@@ -146,8 +146,8 @@ class TestyV2(TestyBase):
         return {"sessionId": sid}
 
     def close_session(self, params: Json, cx: Any) -> RequestResult:
-        """``session/close``: active work is cancelled and the response follows its final
-        updates and idle ``cancelled`` (an uninserted prompt gets -32800; seed 000)."""
+        """`session/close`: active work is cancelled and the response follows its final
+        updates and idle `cancelled` (an uninserted prompt gets -32800; seed 000)."""
         sid = session_id(params)
         session = self.sessions.get(sid)
         if session is None or session.closed:
@@ -165,8 +165,8 @@ class TestyV2(TestyBase):
         return after_work()
 
     def cancel(self, params: Json, cx: Any) -> None:
-        """``session/cancel``: cancel the session's active work, or remember the cancellation
-        for the ``cancel_status`` command when it is idle."""
+        """`session/cancel`: cancel the session's active work, or remember the cancellation
+        for the `cancel_status` command when it is idle."""
         sid = params.get("sessionId") if isinstance(params, dict) else None
         session = self.sessions.get(sid) if isinstance(sid, str) else None
         if session is None:
@@ -177,13 +177,13 @@ class TestyV2(TestyBase):
             session.pending_cancel = True
 
     def prompt(self, params: Json, cx: Any) -> None:
-        """``session/prompt``: run the command of the prompt's text (see
-        :mod:`acp_fast.testy.commands`) as the session's foreground work
-        (:meth:`AgentSession.prompt <acp_fast.roles.AgentSession.prompt>`); the response is the
-        insertion receipt, and the work ends with an idle ``state_update``.
+        """`session/prompt`: run the command of the prompt's text (see
+        `acp_fast.testy.commands`) as the session's foreground work
+        ([`AgentSession.prompt`][acp_fast.roles.AgentSession.prompt]); the response is the
+        insertion receipt, and the work ends with an idle `state_update`.
 
         Raises:
-            JsonRpcError: -32602 for an unknown session, one with active work, or a ``prompt``
+            JsonRpcError: -32602 for an unknown session, one with active work, or a `prompt`
                 that is not an array.
         """
         _sid, session = self._get(params)
@@ -273,8 +273,8 @@ class TestyV2(TestyBase):
 
 def _check_acted_on(params: Json) -> None:
     """Schema 1.11 (seed 000): setup payloads the agent acts on are rejected with -32602 when
-    malformed, never silently dropped: ``mcpServers`` (objects with a string ``name``) and
-    ``additionalDirectories`` (absolute paths); ``null`` or omitted means empty."""
+    malformed, never silently dropped: `mcpServers` (objects with a string `name`) and
+    `additionalDirectories` (absolute paths); `null` or omitted means empty."""
     if not isinstance(params, dict):
         return
     servers = params.get("mcpServers")

@@ -1,25 +1,25 @@
-"""Transports: asyncio ``Protocol`` glue between byte streams and one :class:`Connection`.
+"""Transports: asyncio `Protocol` glue between byte streams and one `Connection`.
 
-This is the I/O layer, between the sans-IO engine (``acp_fast.engine``) and the JSON-RPC
-connection (``acp_fast.jsonrpc``). It knows bytes, pipes, sockets, processes and event
-loops; it knows nothing about JSON-RPC. Every helper returns a :class:`Stream`, which a
-:class:`~acp_fast.jsonrpc.Connection` consumes. One module per idea:
+This is the I/O layer, between the sans-IO engine (`acp_fast.engine`) and the JSON-RPC
+connection (`acp_fast.jsonrpc`). It knows bytes, pipes, sockets, processes and event
+loops; it knows nothing about JSON-RPC. Every helper returns a [`Stream`][acp_fast.transport.Stream], which a
+[`Connection`][acp_fast.jsonrpc.Connection] consumes. One module per idea:
 
-* ``stream`` -- :class:`Stream` (the interface a connection uses) and its protocol glue,
+* `stream` -- [`Stream`][acp_fast.transport.Stream] (the interface a connection uses) and its protocol glue,
   the write-buffer water marks;
-* ``stdio`` -- :func:`connect_stdio`: this process's own stdin/stdout (an agent's side),
-  including files, ``/dev/null`` and closed descriptors;
-* ``child`` -- :func:`spawn`: a child process from a command line (a client's side),
-  protocol.md §8.6, and :func:`parse_command`;
-* ``sockets`` -- :func:`connect_tcp` / :func:`serve_tcp` (loopback by default, no
-  authentication), :func:`connect_unix` / :func:`serve_unix`;
-* ``memory`` -- :func:`memory_pair`: two connected in-memory streams for tests, which still
-  run through the same ``asyncio.Protocol`` callbacks as the real transports;
-* ``loop`` -- :func:`run` / :func:`new_event_loop`: the event loop acp_fast's runners use
-  (uvloop by default where installed; ``loop=`` or ``ACP_FAST_LOOP`` to choose).
+* `stdio` -- [`connect_stdio`][acp_fast.transport.connect_stdio]: this process's own stdin/stdout (an agent's side),
+  including files, `/dev/null` and closed descriptors;
+* `child` -- [`spawn`][acp_fast.transport.spawn]: a child process from a command line (a client's side),
+  protocol.md §8.6, and [`parse_command`][acp_fast.transport.parse_command];
+* `sockets` -- [`connect_tcp`][acp_fast.transport.connect_tcp] / [`serve_tcp`][acp_fast.transport.serve_tcp] (loopback by default, no
+  authentication), [`connect_unix`][acp_fast.transport.connect_unix] / [`serve_unix`][acp_fast.transport.serve_unix];
+* `memory` -- [`memory_pair`][acp_fast.transport.memory_pair]: two connected in-memory streams for tests, which still
+  run through the same `asyncio.Protocol` callbacks as the real transports;
+* `loop` -- [`run`][acp_fast.transport.run] / [`new_event_loop`][acp_fast.transport.new_event_loop]: the event loop acp_fast's runners use
+  (uvloop by default where installed; `loop=` or `ACP_FAST_LOOP` to choose).
 
-Every name is importable from ``acp_fast.transport`` itself. The remote transports (Streamable
-HTTP and WebSocket), which read and route JSON-RPC, live above this layer in ``acp_fast.remote``.
+Every name is importable from `acp_fast.transport` itself. The remote transports (Streamable
+HTTP and WebSocket), which read and route JSON-RPC, live above this layer in `acp_fast.remote`.
 """
 
 from __future__ import annotations

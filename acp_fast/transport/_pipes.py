@@ -1,15 +1,15 @@
-"""Kernel pipe buffers: a wide one where ACP's long lines cross a pipe (Linux ``F_SETPIPE_SZ``).
+"""Kernel pipe buffers: a wide one where ACP's long lines cross a pipe (Linux `F_SETPIPE_SZ`).
 
 A pipe's default 64 KiB buffer splits a 1 MiB message into sixteen writes, reads and wake-ups of
 the two processes; a 1 MiB buffer takes it in one. Either end of a pipe may resize it: the
-client side does it when it spawns the agent (:func:`acp_fast.transport.spawn`, through
-:func:`open_child_pipes`), the agent side on its own stdin and stdout
-(:func:`acp_fast.transport.connect_stdio`), so a pipe is wide whenever one of its ends is
+client side does it when it spawns the agent ([`acp_fast.transport.spawn`][acp_fast.transport.spawn], through
+`open_child_pipes`), the agent side on its own stdin and stdout
+([`acp_fast.transport.connect_stdio`][acp_fast.transport.connect_stdio]), so a pipe is wide whenever one of its ends is
 acp_fast.
 
-NOTE: ``spawn`` makes the child's stdin and stdout pipes itself (:func:`open_child_pipes`) instead
-of asking the loop for ``subprocess.PIPE``: uvloop (libuv) answers ``PIPE`` with a Unix socket
-pair, whose buffer stays at ``net.core.wmem_default`` (208 KiB) and which no pipe-widening end
+NOTE: `spawn` makes the child's stdin and stdout pipes itself (`open_child_pipes`) instead
+of asking the loop for `subprocess.PIPE`: uvloop (libuv) answers `PIPE` with a Unix socket
+pair, whose buffer stays at `net.core.wmem_default` (208 KiB) and which no pipe-widening end
 can widen. Over such a pair a streaming agent's 256 KiB writes never fit: measured with the
 README's agent on uvloop, per 1,000 streamed updates it made 2.6 write calls and 1.1 heap
 calls (brk/mmap) against 1.8 and 0.7 over the pipes, its page faults per update fell from 0.036
@@ -32,11 +32,11 @@ PIPE_SIZE = 1024 * 1024
 
 
 def widen_pipe(fd: int) -> None:
-    """Ask for a :data:`PIPE_SIZE` kernel buffer on ``fd`` when it is a pipe (Linux).
+    """Ask for a `PIPE_SIZE` kernel buffer on `fd` when it is a pipe (Linux).
 
     Never shrinks a buffer. Anything else leaves the descriptor as it was: not a pipe, not
-    Linux, or a refusal (a lower ``/proc/sys/fs/pipe-max-size``, or the user's pipes over
-    ``pipe-user-pages-soft``).
+    Linux, or a refusal (a lower `/proc/sys/fs/pipe-max-size`, or the user's pipes over
+    `pipe-user-pages-soft`).
     """
     try:
         import fcntl
@@ -55,7 +55,7 @@ def widen_pipe(fd: int) -> None:
 
 
 class ChildPipes(NamedTuple):
-    """The descriptors of a child's stdin and stdout pipes (:func:`open_child_pipes`)."""
+    """The descriptors of a child's stdin and stdout pipes (`open_child_pipes`)."""
 
     child_stdin: int  #: the read end the child gets as its stdin
     stdin: int  #: the write end this process keeps (to the child's stdin)
@@ -64,7 +64,7 @@ class ChildPipes(NamedTuple):
 
 
 def open_child_pipes() -> ChildPipes:
-    """Two new pipes for a child's stdin and stdout, each widened (:func:`widen_pipe`).
+    """Two new pipes for a child's stdin and stdout, each widened (`widen_pipe`).
 
     All four descriptors are blocking and not inheritable (a child gets its two ends through
     its stdin/stdout redirection); the caller closes the child's ends once it has started

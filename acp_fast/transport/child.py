@@ -29,13 +29,13 @@ _JSON_KEYS = frozenset(("name", "command", "args", "env"))
 
 
 def parse_command(spec: str | Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """Split a component spec into ``(argv, env)`` (protocol.md §8.6).
+    """Split a component spec into `(argv, env)` (protocol.md §8.6).
 
-    * a string starting with ``{`` is JSON ``{"name"?, "command", "args"?, "env"?}``; ``env``
-      is an object of strings or a list of ``{"name", "value"}``; unknown keys are rejected;
-    * any other string is split into shell words; leading ``NAME=value`` words become
+    * a string starting with `{` is JSON `{"name"?, "command", "args"?, "env"?}`; `env`
+      is an object of strings or a list of `{"name", "value"}`; unknown keys are rejected;
+    * any other string is split into shell words; leading `NAME=value` words become
       environment variables, the first other word is the command;
-    * a sequence of strings is taken as ``argv`` already split.
+    * a sequence of strings is taken as `argv` already split.
 
     Raises:
         ValueError: an empty command, invalid JSON or a JSON form of the wrong shape.
@@ -78,7 +78,7 @@ def parse_command(spec: str | Sequence[str]) -> tuple[list[str], dict[str, str]]
 
 
 class ChildExitError(AcpFastError):
-    """A child process ended with a non-zero status (see :attr:`ChildStream.exit_error`)."""
+    """A child process ended with a non-zero status (see [`ChildStream.exit_error`][acp_fast.transport.child.ChildStream.exit_error])."""
 
 
 class ChildStream(Stream):
@@ -86,7 +86,7 @@ class ChildStream(Stream):
 
     Attributes:
         pid: the child's pid (also its process-group id).
-        returncode: the exit status once it exited, else ``None``.
+        returncode: the exit status once it exited, else `None`.
     """
 
     reads_child_stdout = True
@@ -113,7 +113,7 @@ class ChildStream(Stream):
 
     @property
     def stderr_tail(self) -> bytes:
-        """The last bytes the child wrote to stderr (at most ``tail_size``)."""
+        """The last bytes the child wrote to stderr (at most `tail_size`)."""
         return b"".join(self._tail)[-self._tail_size:] if self._tail_size else b""
 
     @property
@@ -164,7 +164,7 @@ class ChildStream(Stream):
             self._rt.close()
 
     def close(self) -> None:
-        """Close stdin, wait up to ``grace`` s for the child, then kill its process group."""
+        """Close stdin, wait up to `grace` s for the child, then kill its process group."""
         if self._closing:
             return
         self._closing = True
@@ -265,24 +265,24 @@ async def spawn(
     """Start an agent as a child process and return a stream over its stdio.
 
     The child gets piped stdin/stdout/stderr and its own session (it leads a new process
-    group, so :meth:`ChildStream.close` can kill the whole tree). On POSIX its stdin and stdout
+    group, so [`ChildStream.close`][acp_fast.transport.child.ChildStream.close] can kill the whole tree). On POSIX its stdin and stdout
     are pipes made here with a 1 MiB kernel buffer where the system allows, on every loop
-    (uvloop's own would be a socket pair: see :mod:`acp_fast.transport._pipes`).
+    (uvloop's own would be a socket pair: see `acp_fast.transport._pipes`).
 
     Its environment: by default the child **inherits this process's whole environment**
     (API keys and tokens included, as a shell would pass them on), with the spec's
-    ``NAME=value`` words and then ``env`` merged over it. With ``inherit_env=False`` it gets
-    only ``PATH`` from this process (:data:`MINIMAL_ENV`; ``os.defpath`` when unset, so the
-    command and what it starts are still found), then the spec's words and ``env``; pass
-    anything else the agent needs (``HOME``, ``LANG``, its API key) in ``env``.
+    `NAME=value` words and then `env` merged over it. With `inherit_env=False` it gets
+    only `PATH` from this process (`MINIMAL_ENV`; `os.defpath` when unset, so the
+    command and what it starts are still found), then the spec's words and `env`; pass
+    anything else the agent needs (`HOME`, `LANG`, its API key) in `env`.
 
     Args:
-        command: a component spec string (see :func:`parse_command`) or an argv sequence.
+        command: a component spec string (see [`parse_command`][acp_fast.transport.child.parse_command]) or an argv sequence.
         env: environment variables merged over the rest (they win over the spec's).
-        inherit_env: pass this process's environment on (default) or only :data:`MINIMAL_ENV`.
+        inherit_env: pass this process's environment on (default) or only `MINIMAL_ENV`.
         cwd: the child's working directory.
         grace: seconds to wait for the child after closing its stdin before SIGKILL.
-        stderr_tail: how many bytes of stderr to keep for :attr:`ChildStream.stderr_tail`.
+        stderr_tail: how many bytes of stderr to keep for [`ChildStream.stderr_tail`][acp_fast.transport.child.ChildStream.stderr_tail].
         on_stderr: called with every stderr chunk (the tail is kept either way).
     """
     loop = asyncio.get_running_loop()

@@ -2,23 +2,23 @@
 
 uvloop is a dependency of the package wherever it installs (CPython, not Windows), because
 it roughly doubles sequential round trips. Every blocking runner of acp_fast
-(``run_agent_stdio``, ``acp-fast testy``, ``acp-fast conductor``, the benchmark's peers)
-goes through :func:`run`, so one choice applies everywhere:
+(`run_agent_stdio`, `acp-fast testy`, `acp-fast conductor`, the benchmark's peers)
+goes through [`run`][acp_fast.transport.loop.run], so one choice applies everywhere:
 
-* the ``loop`` argument of :func:`run` / :func:`new_event_loop`, when given;
-* else the environment variable ``ACP_FAST_LOOP`` (:data:`LOOP_ENV`);
-* else ``"auto"``.
+* the `loop` argument of [`run`][acp_fast.transport.loop.run] / [`new_event_loop`][acp_fast.transport.loop.new_event_loop], when given;
+* else the environment variable `ACP_FAST_LOOP` (`LOOP_ENV`);
+* else `"auto"`.
 
-Choices: ``"auto"`` (uvloop when it can be imported, else asyncio's default loop),
-``"uvloop"`` (uvloop or an error) and ``"asyncio"`` (asyncio's default loop, the opt-out).
-Code that runs its own loop (``asyncio.run(...)``) is not affected: acp_fast works on any
+Choices: `"auto"` (uvloop when it can be imported, else asyncio's default loop),
+`"uvloop"` (uvloop or an error) and `"asyncio"` (asyncio's default loop, the opt-out).
+Code that runs its own loop (`asyncio.run(...)`) is not affected: acp_fast works on any
 asyncio-compatible loop.
 
-NOTE: before making a loop, :func:`new_event_loop` puts ``/dev/null`` on any of the
-descriptors 0, 1, 2 that is closed (a process started with ``<&-`` or ``>&-``). Otherwise
+NOTE: before making a loop, [`new_event_loop`][acp_fast.transport.loop.new_event_loop] puts `/dev/null` on any of the
+descriptors 0, 1, 2 that is closed (a process started with `<&-` or `>&-`). Otherwise
 the loop's own descriptors take those numbers: libuv (uvloop) then aborts the process when
 it closes them, and a stray write to "stdout" would land in the loop's self-pipe.
-``sys.__stdin__`` / ``sys.__stdout__`` still say they were closed, so ``connect_stdio``
+`sys.__stdin__` / `sys.__stdout__` still say they were closed, so `connect_stdio`
 treats them as closed.
 """
 
@@ -63,15 +63,15 @@ def _plug_closed_stdio() -> None:
 
 
 def resolve_loop(loop: str | None = None) -> Literal["asyncio", "uvloop"]:
-    """The loop :func:`new_event_loop` would make for ``loop``: ``"asyncio"`` or ``"uvloop"``.
+    """The loop [`new_event_loop`][acp_fast.transport.loop.new_event_loop] would make for `loop`: `"asyncio"` or `"uvloop"`.
 
     Args:
-        loop: ``"auto"``, ``"asyncio"`` or ``"uvloop"``; ``None`` reads ``ACP_FAST_LOOP``
-            (unset or empty means ``"auto"``).
+        loop: `"auto"`, `"asyncio"` or `"uvloop"`; `None` reads `ACP_FAST_LOOP`
+            (unset or empty means `"auto"`).
 
     Raises:
-        ValueError: an unknown choice (in the argument or in ``ACP_FAST_LOOP``).
-        ImportError: ``"uvloop"`` was asked for and uvloop cannot be imported.
+        ValueError: an unknown choice (in the argument or in `ACP_FAST_LOOP`).
+        ImportError: `"uvloop"` was asked for and uvloop cannot be imported.
     """
     source = "loop"
     if loop is None:
@@ -89,10 +89,10 @@ def resolve_loop(loop: str | None = None) -> Literal["asyncio", "uvloop"]:
 
 
 def new_event_loop(loop: str | None = None) -> asyncio.AbstractEventLoop:
-    """A new event loop of the kind :func:`resolve_loop` picks (uvloop by default when installed).
+    """A new event loop of the kind [`resolve_loop`][acp_fast.transport.loop.resolve_loop] picks (uvloop by default when installed).
 
     Args:
-        loop: ``"auto"``, ``"asyncio"``, ``"uvloop"`` or ``None`` (read ``ACP_FAST_LOOP``).
+        loop: `"auto"`, `"asyncio"`, `"uvloop"` or `None` (read `ACP_FAST_LOOP`).
     """
     choice = resolve_loop(loop)
     _plug_closed_stdio()
@@ -102,10 +102,10 @@ def new_event_loop(loop: str | None = None) -> asyncio.AbstractEventLoop:
 
 
 def run(main: Coroutine[Any, Any, _T], *, loop: str | None = None, debug: bool | None = None) -> _T:
-    """``asyncio.run(main)`` on :func:`new_event_loop` (``loop`` as there).
+    """`asyncio.run(main)` on [`new_event_loop`][acp_fast.transport.loop.new_event_loop] (`loop` as there).
 
-    The loop is chosen before ``main`` starts; an invalid choice closes ``main`` unstarted
-    and raises (see :func:`resolve_loop`).
+    The loop is chosen before `main` starts; an invalid choice closes `main` unstarted
+    and raises (see [`resolve_loop`][acp_fast.transport.loop.resolve_loop]).
     """
     try:
         choice = resolve_loop(loop)

@@ -1,4 +1,4 @@
-"""In-memory stream pairs for tests: the real ``asyncio.Protocol`` path without the OS."""
+"""In-memory stream pairs for tests: the real `asyncio.Protocol` path without the OS."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ __all__ = ["memory_pair"]
 class _MemoryTransport(asyncio.Transport):
     """One end of an in-memory pipe pair, driving a protocol like a socket transport does.
 
-    Bytes written on one end are delivered to the other end's ``data_received`` on a later
+    Bytes written on one end are delivered to the other end's `data_received` on a later
     loop turn, everything pending joined into one chunk (one "read"). While the reader is
-    paused they wait in its inbox; the writer gets ``pause_writing`` once the inbox holds
-    more than its high-water mark, and ``resume_writing`` when it drains below low.
+    paused they wait in its inbox; the writer gets `pause_writing` once the inbox holds
+    more than its high-water mark, and `resume_writing` when it drains below low.
 
-    Bytes written with their frames (:meth:`write_frames`) count and wait like any bytes; they
-    reach the protocol as ``frames_received``, in order with the bytes around them.
+    Bytes written with their frames (`write_frames`) count and wait like any bytes; they
+    reach the protocol as `frames_received`, in order with the bytes around them.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, protocol: _DuplexProtocol) -> None:
@@ -47,11 +47,11 @@ class _MemoryTransport(asyncio.Transport):
         self._put(bytes(data), len(data), False)
 
     def write_frames(self, data: bytes, frames: list[Any], decoder: object) -> None:
-        """Write ``data`` with the frames ``decoder`` makes of it (see ``Stream.write_frames``)."""
+        """Write `data` with the frames `decoder` makes of it (see `Stream.write_frames`)."""
         self._put((data, frames, decoder), len(data), True)
 
     def peer_frame_decoder(self) -> object | None:
-        """The decoder the other end's consumer takes frames of (``Stream.accept_frames``)."""
+        """The decoder the other end's consumer takes frames of (`Stream.accept_frames`)."""
         peer = self._peer
         return None if peer is None else peer._protocol.stream.frame_decoder
 
@@ -191,13 +191,13 @@ class _MemoryTransport(asyncio.Transport):
 def memory_pair(first: type[Stream] = Stream) -> tuple[Stream, Stream]:
     """Two connected in-memory streams (call inside a running loop); for tests.
 
-    They behave like a socket pair: asynchronous delivery, half-close on :meth:`Stream.close`,
+    They behave like a socket pair: asynchronous delivery, half-close on [`Stream.close`][acp_fast.transport.Stream.close],
     and backpressure (a reader that pauses makes the other side's writer pause once 64 KiB
-    are waiting; tune with ``stream._wt.set_write_buffer_limits``).
+    are waiting; tune with `stream._wt.set_write_buffer_limits`).
 
     Args:
-        first: the class of the first stream, a :class:`Stream` subclass built with the loop
-            alone (a transport that hands the first end to its caller overrides ``close``).
+        first: the class of the first stream, a [`Stream`][acp_fast.transport.memory.Stream] subclass built with the loop
+            alone (a transport that hands the first end to its caller overrides `close`).
     """
     loop = asyncio.get_running_loop()
     a, b = first(loop), Stream(loop)

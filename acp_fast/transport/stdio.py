@@ -1,22 +1,22 @@
-"""This process's own stdin/stdout as a stream: the agent side (:func:`connect_stdio`).
+"""This process's own stdin/stdout as a stream: the agent side ([`connect_stdio`][acp_fast.transport.stdio.connect_stdio]).
 
 Strategy: each descriptor is classified once, when the stream is made, and driven by the
 transport that can drive it:
 
 * **pollable** (pipe, socket, terminal): the event loop's pipe transports, as any asyncio
   program would;
-* **not pollable** (a regular file, as in ``agent < requests.jsonl > replies.jsonl``,
-  ``/dev/null``, or another device epoll refuses with ``EPERM``): reading is done by
+* **not pollable** (a regular file, as in `agent < requests.jsonl > replies.jsonl`,
+  `/dev/null`, or another device epoll refuses with `EPERM`): reading is done by
   blocking reads in a daemon thread, one chunk at a time and paused with the stream;
   writing is synchronous (a file never applies backpressure);
-* **closed** (the process started with ``<&-`` / ``>&-``, or the descriptor is invalid):
+* **closed** (the process started with `<&-` / `>&-`, or the descriptor is invalid):
   a closed stdin is an immediate end of input; on a closed stdout every write is discarded
-  and one warning is logged (``acp_fast.transport``) at the first one. Reading goes on, so
+  and one warning is logged (`acp_fast.transport`) at the first one. Reading goes on, so
   the agent still finishes what its input asked for and exits at EOF as usual.
 
-NOTE: when Python starts with descriptor 0 or 1 closed it sets ``sys.__stdin__`` /
-``sys.__stdout__`` to ``None``, and the event loop's own descriptors (epoll, its self-pipe
-socket) may later reuse those numbers. So for ``stdin=0`` / ``stdout=1`` that state counts
+NOTE: when Python starts with descriptor 0 or 1 closed it sets `sys.__stdin__` /
+`sys.__stdout__` to `None`, and the event loop's own descriptors (epoll, its self-pipe
+socket) may later reuse those numbers. So for `stdin=0` / `stdout=1` that state counts
 as closed, whatever the number points at by the time the stream is made.
 """
 
@@ -39,7 +39,7 @@ __all__ = ["connect_stdio"]
 
 
 def _pollable(fd: int, events: int) -> bool:
-    """Whether the event loop can watch ``fd`` (epoll refuses regular files and /dev/null)."""
+    """Whether the event loop can watch `fd` (epoll refuses regular files and /dev/null)."""
     mode = os.fstat(fd).st_mode
     if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
         return False  # asyncio's pipe transports take only these kinds
@@ -54,7 +54,7 @@ def _pollable(fd: int, events: int) -> bool:
 
 
 def _dup_open(fd: int, closed_at_startup: bool) -> int | None:
-    """A duplicate of ``fd``, or ``None`` when it is closed (see the module's NOTE)."""
+    """A duplicate of `fd`, or `None` when it is closed (see the module's NOTE)."""
     if closed_at_startup:
         return None
     try:
@@ -68,7 +68,7 @@ def _dup_open(fd: int, closed_at_startup: bool) -> int | None:
 class _ThreadReadTransport(asyncio.ReadTransport):
     """Reads a descriptor the event loop cannot poll, with blocking reads in a daemon thread.
 
-    ``fd=None`` stands for a closed stdin: end of input at once. The loop asks the thread
+    `fd=None` stands for a closed stdin: end of input at once. The loop asks the thread
     for one chunk at a time and only while reading is not paused, so at most one chunk is
     read ahead of a pause (it is held here and delivered on resume). The thread owns the
     descriptor and closes it when it stops; it is a daemon, so a read that never returns
@@ -185,7 +185,7 @@ class _ThreadReadTransport(asyncio.ReadTransport):
 class _SyncWriteTransport(asyncio.WriteTransport):
     """Writes a descriptor the event loop cannot poll, synchronously.
 
-    ``fd=None`` stands for a closed stdout: writes are discarded, with one warning. A write
+    `fd=None` stands for a closed stdout: writes are discarded, with one warning. A write
     error (disk full, ...) is logged once and every later write is discarded too, as
     asyncio's pipe transports do after a broken pipe.
     """
@@ -267,8 +267,8 @@ async def connect_stdio(stdin: int = 0, stdout: int = 1) -> Stream:
 
     The descriptors are duplicated, so closing the stream leaves fds 0 and 1 open. Pipes,
     sockets and terminals are driven by the event loop; a pipe gets a 1 MiB kernel buffer
-    where the system allows (:data:`~acp_fast.transport._pipes.PIPE_SIZE`). A descriptor the
-    loop cannot poll (a regular file as in ``agent < requests.jsonl``, ``/dev/null``) is read
+    where the system allows (`PIPE_SIZE`). A descriptor the
+    loop cannot poll (a regular file as in `agent < requests.jsonl`, `/dev/null`) is read
     in a daemon thread and written synchronously. A closed stdin is an immediate end of input; on a
     closed stdout the output is discarded with one logged warning (see this module's
     docstring).

@@ -1,24 +1,24 @@
-"""The stream every transport hands to a connection, and its ``asyncio.Protocol`` glue.
+"""The stream every transport hands to a connection, and its `asyncio.Protocol` glue.
 
-A :class:`Stream` is the one interface the JSON-RPC connection (``acp_fast.jsonrpc``) sees:
-``attach(on_data, on_eof, on_writable)``, ``write``, ``pause_reading`` / ``resume_reading``,
-``close`` / ``wait_closed``, ``writing_paused``, ``get_extra_info`` and the
-``reads_child_stdout`` fact (the connection bases its policy for non-JSON-RPC lines on it). The other modules of this package only decide which
+A [`Stream`][acp_fast.transport.stream.Stream] is the one interface the JSON-RPC connection (`acp_fast.jsonrpc`) sees:
+`attach(on_data, on_eof, on_writable)`, `write`, `pause_reading` / `resume_reading`,
+`close` / `wait_closed`, `writing_paused`, `get_extra_info` and the
+`reads_child_stdout` fact (the connection bases its policy for non-JSON-RPC lines on it). The other modules of this package only decide which
 asyncio transports feed it (pipes, sockets, a child process, threads, memory).
 
-Reading is ``Protocol``-based (never ``readline()``): each ``data_received`` chunk goes to
+Reading is `Protocol`-based (never `readline()`): each `data_received` chunk goes to
 the consumer as is, so the engine is fed once per read. A stream starts with reading paused
 and resumes it when a consumer attaches; a chunk that arrived before is replayed.
 
 Bounds (backpressure):
 
 * Reads arrive in chunks of at most the event loop's read size (256 KiB for asyncio's
-  selector loop). The consumer pauses reading with :meth:`Stream.pause_reading`; the
+  selector loop). The consumer pauses reading with [`Stream.pause_reading`][acp_fast.transport.stream.Stream.pause_reading]; the
   transport then stops reading and the peer's writes block in the OS pipe/socket buffer.
-* Writes go to the asyncio transport's buffer. When it holds more than ``high`` bytes
-  (default :data:`WRITE_HIGH_WATER`, 256 KiB) the consumer is told (``on_writable(False)``)
-  and again when it drains below ``low`` (:data:`WRITE_LOW_WATER`, 64 KiB). The buffer
-  only grows past ``high`` by what the consumer writes after being told. (A pipe holds
+* Writes go to the asyncio transport's buffer. When it holds more than `high` bytes
+  (default `WRITE_HIGH_WATER`, 256 KiB) the consumer is told (`on_writable(False)`)
+  and again when it drains below `low` (`WRITE_LOW_WATER`, 64 KiB). The buffer
+  only grows past `high` by what the consumer writes after being told. (A pipe holds
   64 KiB, so a larger buffer buys no throughput against a slower reader, only peak RSS:
   1 MiB cost a streaming agent ~2 MiB of peak RSS for the same notifications/s.)
 """
@@ -49,16 +49,16 @@ OnFrames = Callable[[list[Any]], None]
 
 
 class Stream:
-    """A duplex byte stream handed to exactly one consumer (normally a ``Connection``).
+    """A duplex byte stream handed to exactly one consumer (normally a `Connection`).
 
     Created by the helpers of this package, never directly. The consumer calls
-    :meth:`attach` once; from then on every chunk read goes to ``on_data``, the end of input
-    goes to ``on_eof`` exactly once (``None`` for a clean EOF, else the transport's error),
-    and write-buffer pressure goes to ``on_writable``.
+    [`attach`][acp_fast.transport.stream.Stream.attach] once; from then on every chunk read goes to `on_data`, the end of input
+    goes to `on_eof` exactly once (`None` for a clean EOF, else the transport's error),
+    and write-buffer pressure goes to `on_writable`.
 
     Attributes:
         reads_child_stdout: True when this stream reads a child process's stdout
-            (:func:`spawn`), where an agent may print banners that are not JSON-RPC.
+            ([`spawn`][acp_fast.transport.spawn]), where an agent may print banners that are not JSON-RPC.
     """
 
     reads_child_stdout = False
@@ -106,25 +106,25 @@ class Stream:
     def accept_frames(self, on_frames: OnFrames, decoder: object) -> None:
         """Offer the attached consumer's entry for input decoded elsewhere.
 
-        ``on_frames`` takes a list of frames exactly as ``decoder`` (the consumer's own, which
+        `on_frames` takes a list of frames exactly as `decoder` (the consumer's own, which
         reads every byte it is given) would have made them of the input. Only the in-process
-        pipe (:func:`~acp_fast.transport.memory.memory_pair`) uses it: bytes its other end
-        writes with :meth:`write_frames` for this ``decoder`` arrive as their frames, in
-        order with the bytes around them; everything else still comes through ``on_data``.
+        pipe ([`memory_pair`][acp_fast.transport.memory.memory_pair]) uses it: bytes its other end
+        writes with [`write_frames`][acp_fast.transport.stream.Stream.write_frames] for this `decoder` arrive as their frames, in
+        order with the bytes around them; everything else still comes through `on_data`.
         """
         self._frames_to = (on_frames, decoder)
 
     @property
     def frame_decoder(self) -> object | None:
-        """The decoder named by :meth:`accept_frames`, ``None`` when the consumer takes bytes only."""
+        """The decoder named by [`accept_frames`][acp_fast.transport.stream.Stream.accept_frames], `None` when the consumer takes bytes only."""
         to = self._frames_to
         return None if to is None else to[1]
 
     @property
     def peer_frame_decoder(self) -> object | None:
-        """The :attr:`frame_decoder` of the consumer at the other end of an in-process pipe
-        (``None`` for any other transport, or while that consumer takes bytes only): frames
-        of an equal decoder may be written to it with :meth:`write_frames`."""
+        """The [`frame_decoder`][acp_fast.transport.stream.Stream.frame_decoder] of the consumer at the other end of an in-process pipe
+        (`None` for any other transport, or while that consumer takes bytes only): frames
+        of an equal decoder may be written to it with [`write_frames`][acp_fast.transport.stream.Stream.write_frames]."""
         peer = getattr(self._wt, "peer_frame_decoder", None)
         return None if peer is None else peer()
 
@@ -135,8 +135,8 @@ class Stream:
             wt.write(data)
 
     def write_frames(self, data: bytes, frames: list[Any], decoder: object) -> None:
-        """Queue ``data``, whole lines that ``decoder`` makes ``frames`` of, like :meth:`write`;
-        a peer consumer that reads with that very ``decoder`` (:attr:`peer_frame_decoder`)
+        """Queue `data`, whole lines that `decoder` makes `frames` of, like [`write`][acp_fast.transport.stream.Stream.write];
+        a peer consumer that reads with that very `decoder` ([`peer_frame_decoder`][acp_fast.transport.stream.Stream.peer_frame_decoder])
         gets the frames instead of decoding the bytes again, any other reader the bytes.
 
         Every earlier write must have ended a line (the peer's decoder holds no partial line).
@@ -167,7 +167,7 @@ class Stream:
 
     @property
     def reading_paused(self) -> bool:
-        """True between :meth:`pause_reading` and :meth:`resume_reading`."""
+        """True between [`pause_reading`][acp_fast.transport.stream.Stream.pause_reading] and [`resume_reading`][acp_fast.transport.stream.Stream.resume_reading]."""
         return self._paused
 
     @property
@@ -191,7 +191,7 @@ class Stream:
         return 0 if wt is None else int(wt.get_write_buffer_size())
 
     def get_extra_info(self, name: str, default: object = None) -> object:
-        """Transport details (``"peername"``, ``"pid"``, ...), as in asyncio."""
+        """Transport details (`"peername"`, `"pid"`, ...), as in asyncio."""
         if name in self._extra:
             return self._extra[name]
         for t in (self._wt, self._rt):
@@ -202,16 +202,16 @@ class Stream:
         return default
 
     def set_extra_info(self, name: str, value: object) -> None:
-        """Make :meth:`get_extra_info` answer ``name`` with ``value`` (a transport built on
-        top of this stream names itself: ``"transport"``, ``"url"``, ...)."""
+        """Make [`get_extra_info`][acp_fast.transport.stream.Stream.get_extra_info] answer `name` with `value` (a transport built on
+        top of this stream names itself: `"transport"`, `"url"`, ...)."""
         self._extra[name] = value
 
     def protocol(self) -> asyncio.Protocol:
         """An asyncio protocol feeding this stream from one bidirectional transport.
 
         For a transport written outside this package (a WebSocket link, say): the transport
-        calls the protocol as asyncio would (``connection_made``, ``data_received``,
-        ``eof_received``, ``connection_lost``, ``pause_writing`` / ``resume_writing``) and
+        calls the protocol as asyncio would (`connection_made`, `data_received`,
+        `eof_received`, `connection_lost`, `pause_writing` / `resume_writing`) and
         the stream writes to, pauses and closes that transport.
         """
         return _DuplexProtocol(self)
@@ -321,7 +321,7 @@ class _DuplexProtocol(asyncio.Protocol):
         self._s._on_data(data)
 
     def frames_received(self, data: bytes, frames: list[Any], decoder: object) -> None:
-        """``data`` arrived with the frames ``decoder`` makes of it (an in-process pipe)."""
+        """`data` arrived with the frames `decoder` makes of it (an in-process pipe)."""
         self._s._frames_received(data, frames, decoder)
 
     def eof_received(self) -> bool:

@@ -47,6 +47,7 @@ INSTALL = {
     "ts-sdk": "the TypeScript SDK: bash scripts/install_peers.sh (npm ci in peers/ts)",
     "acp-schema": ("the ACP schemas: bash scripts/install_peers.sh (the pinned TS SDK ships them) "
                    "or set ACP_FAST_SCHEMA_DIR"),
+    "docs": "the docs extra: pip install -e '.[docs]' (or set ACP_FAST_DOCS_SITE to a built site)",
     "chromium": "headless Chromium: apt-get install chromium (Debian package; .ci/run installs it)",
     "pillow": "Pillow (with matplotlib): pip install -e '.[test]'",
     "asgi-server": "the ASGI servers (uvicorn, hypercorn, granian): pip install -e '.[test]'",

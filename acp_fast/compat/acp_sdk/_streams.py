@@ -1,9 +1,9 @@
-"""An acp_fast :class:`~acp_fast.transport.Stream` over an asyncio ``StreamWriter``/``StreamReader`` pair.
+"""An acp_fast [`Stream`][acp_fast.transport.Stream] over an asyncio `StreamWriter`/`StreamReader` pair.
 
-The SDK's byte-level form (``AgentSideConnection(agent, writer, reader)``,
-``connect_to_agent(client, proc.stdin, proc.stdout)``) hands over asyncio streams; the
-connection drop-in reads them in chunks with one pump task (never ``readline``, so no
-``LimitOverrunError``) and writes through the writer's transport.
+The SDK's byte-level form (`AgentSideConnection(agent, writer, reader)`,
+`connect_to_agent(client, proc.stdin, proc.stdout)`) hands over asyncio streams; the
+connection drop-in reads them in chunks with one pump task (never `readline`, so no
+`LimitOverrunError`) and writes through the writer's transport.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _READ_SIZE = 256 * 1024
 
 
 class AsyncioStream(Stream):
-    """The duplex :class:`Stream` a connection needs, over asyncio's stream pair."""
+    """The duplex [`Stream`][acp_fast.jsonrpc.Stream] a connection needs, over asyncio's stream pair."""
 
     def __init__(self, writer: asyncio.StreamWriter, reader: asyncio.StreamReader) -> None:
         super().__init__(asyncio.get_running_loop())

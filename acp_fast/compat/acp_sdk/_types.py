@@ -1,7 +1,7 @@
 """The types of the drop-ins' signatures: the SDK's parameters, made precise.
 
-The SDK annotates its streams and keyword arguments ``Any``; the drop-ins say what they
-accept. Imported by the drop-ins for their annotations only (under ``TYPE_CHECKING``), so
+The SDK annotates its streams and keyword arguments `Any`; the drop-ins say what they
+accept. Imported by the drop-ins for their annotations only (under `TYPE_CHECKING`), so
 it costs nothing at run time; it names the SDK's types and acp_fast's without importing
 either.
 """
@@ -47,15 +47,15 @@ ConnectionTarget = Union[
 
 
 class SdkConnectionOptions(TypedDict, total=False):
-    """The keywords the SDK's ``AgentSideConnection``/``ClientSideConnection`` pass on to its
-    ``Connection``."""
+    """The keywords the SDK's `AgentSideConnection`/`ClientSideConnection` pass on to its
+    `Connection`."""
 
     observers: list[StreamObserver] | None
     receive_timeout: float | None
 
 
 class FastOptions(TypedDict, total=False):
-    """acp_fast's connection keywords (those of :class:`acp_fast.jsonrpc.Connection`)."""
+    """acp_fast's connection keywords (those of [`acp_fast.jsonrpc.Connection`][acp_fast.jsonrpc.Connection])."""
 
     engine: types.ModuleType | None
     on_invalid: Literal["reply", "skip"] | None
@@ -71,21 +71,21 @@ class ConnectionOptions(SdkConnectionOptions, FastOptions, total=False):
 
 
 class DropInOptions(ConnectionOptions, total=False):
-    """The keywords of the connection drop-in's ``Connection``: also ``listening`` and ``guard``."""
+    """The keywords of the connection drop-in's `Connection`: also `listening` and `guard`."""
 
     listening: bool
     guard: InitializationGuard | None
 
 
 class ConnectOptions(ConnectionOptions, total=False):
-    """The keywords of the connection drop-in's ``AgentSideConnection``/``ClientSideConnection``."""
+    """The keywords of the connection drop-in's `AgentSideConnection`/`ClientSideConnection`."""
 
     use_unstable_protocol: bool
     strict_initialization: bool
 
 
 class SpawnOptions(ConnectOptions, total=False):
-    """The connection keywords of the connection drop-in's ``spawn_*_process``; the transport
-    drop-in's ``transport_options`` are merged into them."""
+    """The connection keywords of the connection drop-in's `spawn_*_process`; the transport
+    drop-in's `transport_options` are merged into them."""
 
     transport_options: TransportOptions | None

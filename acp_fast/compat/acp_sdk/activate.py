@@ -1,41 +1,43 @@
 """Switch code written for the SDK onto a drop-in from outside, without editing it.
 
 For code you cannot (or do not want to) edit, such as the SDK's own examples and tests:
-:func:`install` replaces the SDK's entry points in its modules (``acp``, ``acp.core``,
-``acp.stdio``, ``acp.connection``) with a drop-in's, so code that imports them *afterwards*
-(``from acp import run_agent``) gets the drop-in. Two ways to apply it:
+[`install`][acp_fast.compat.acp_sdk.activate.install] replaces the SDK's entry points in its modules (`acp`, `acp.core`,
+`acp.stdio`, `acp.connection`) with a drop-in's, so code that imports them *afterwards*
+(`from acp import run_agent`) gets the drop-in. Two ways to apply it:
 
-* in-process, before the code imports the SDK::
+* in-process, before the code imports the SDK:
 
-      import acp_fast.compat.acp_sdk.activate as activate
-      activate.install("connection")          # or "transport"
+  ```python
+  import acp_fast.compat.acp_sdk.activate as activate
+  activate.install("connection")          # or "transport"
+  ```
 
-* for a whole process tree, from the environment: put a ``sitecustomize.py`` containing
-  ``from acp_fast.compat.acp_sdk.activate import install_from_env; install_from_env()``
-  on ``PYTHONPATH`` and set ``ACP_FAST_SDK_DROPIN=connection`` (or ``transport``); every
+* for a whole process tree, from the environment: put a `sitecustomize.py` containing
+  `from acp_fast.compat.acp_sdk.activate import install_from_env; install_from_env()`
+  on `PYTHONPATH` and set `ACP_FAST_SDK_DROPIN=connection` (or `transport`); every
   Python process started with that environment switches (child processes inherit it when
-  their environment is passed on): at once if it has imported ``acp`` already, else as its
-  ``import acp`` finishes, so a process that never imports the SDK does not pay for it.
+  their environment is passed on): at once if it has imported `acp` already, else as its
+  `import acp` finishes, so a process that never imports the SDK does not pay for it.
 
 Modes:
 
-* ``"transport"``: the transport drop-in (:mod:`acp_fast.compat.acp_sdk`): ``run_agent``
-  serves stdio through :class:`StreamTransport`, ``spawn_agent_process`` /
-  ``spawn_client_process`` are acp_fast's, ``connect_to_agent`` and the two connection
-  classes wrap an asyncio stream pair in a :class:`StreamTransport`; the SDK's
-  ``Connection`` stays the SDK's.
-* ``"connection"``: the connection drop-in (:mod:`acp_fast.compat.acp_sdk.fast`):
-  ``run_agent``, ``connect_to_agent``, ``spawn_*_process``, ``AgentSideConnection``,
-  ``ClientSideConnection`` and ``Connection`` are replaced; so are the SDK's remote entry
-  points, ``acp.http.asgi.create_asgi_app``, ``acp.http.create_http_stream`` and
-  ``acp.ws.create_websocket_stream`` (:mod:`acp_fast.compat.acp_sdk.remote`), each as
+* `"transport"`: the transport drop-in ([`acp_fast.compat.acp_sdk`][acp_fast.compat.acp_sdk]): `run_agent`
+  serves stdio through [`StreamTransport`][acp_fast.compat.acp_sdk.StreamTransport], `spawn_agent_process` /
+  `spawn_client_process` are acp_fast's, `connect_to_agent` and the two connection
+  classes wrap an asyncio stream pair in a [`StreamTransport`][acp_fast.compat.acp_sdk.StreamTransport]; the SDK's
+  `Connection` stays the SDK's.
+* `"connection"`: the connection drop-in ([`acp_fast.compat.acp_sdk.fast`][acp_fast.compat.acp_sdk.fast]):
+  `run_agent`, `connect_to_agent`, `spawn_*_process`, `AgentSideConnection`,
+  `ClientSideConnection` and `Connection` are replaced; so are the SDK's remote entry
+  points, `acp.http.asgi.create_asgi_app`, `acp.http.create_http_stream` and
+  `acp.ws.create_websocket_stream` (`acp_fast.compat.acp_sdk.remote`), each as
   its module is imported (the transport drop-in leaves them alone).
 
-Activating costs (close to) nothing on top of ``import acp``: :func:`install` imports no
-module of the SDK that ``import acp`` does not import itself, and none of acp_fast's
+Activating costs (close to) nothing on top of `import acp`: [`install`][acp_fast.compat.acp_sdk.activate.install] imports no
+module of the SDK that `import acp` does not import itself, and none of acp_fast's
 connection, transports, child-process or loop modules (nor uvloop); the replacements are the
 real functions and classes, and they import those modules on first use (the first
-connection made, the first ``run_agent``/``spawn_*`` call). Only ``import acp_fast`` itself
+connection made, the first `run_agent`/`spawn_*` call). Only `import acp_fast` itself
 (the engine selector and the errors) is paid at once.
 """
 
@@ -70,7 +72,7 @@ _installed: list[str] = []
 
 
 def installed() -> str | None:
-    """The installed mode, or ``None``."""
+    """The installed mode, or `None`."""
     return _installed[0] if _installed else None
 
 
@@ -136,7 +138,7 @@ def _connection_entry_points() -> dict[str, object]:
 
 
 def install(mode: str) -> None:
-    """Replace the SDK's entry points with the drop-in ``mode`` (``"transport"``/``"connection"``).
+    """Replace the SDK's entry points with the drop-in `mode` (`"transport"`/`"connection"`).
 
     Idempotent for the same mode. Code that already imported a name keeps the old object.
 
@@ -170,10 +172,10 @@ def install(mode: str) -> None:
 
 
 class _AfterImport:
-    """A ``sys.meta_path`` entry: calls ``then(module)`` once the module ``name`` has run.
+    """A `sys.meta_path` entry: calls `then(module)` once the module `name` has run.
 
-    It finds nothing itself: for ``name`` it removes itself, asks the other finders for the
-    spec and wraps its loader's ``exec_module`` so that ``then`` runs right after the module
+    It finds nothing itself: for `name` it removes itself, asks the other finders for the
+    spec and wraps its loader's `exec_module` so that `then` runs right after the module
     (and the submodules it imports) executed, before the importer sees it.
     """
 
@@ -205,7 +207,7 @@ class _AfterImport:
 
 
 class _InstallOnImport(_AfterImport):
-    """:func:`install` ``mode`` once the SDK's package ``acp`` has run (see :class:`_AfterImport`)."""
+    """[`install`][acp_fast.compat.acp_sdk.activate.install] `mode` once the SDK's package `acp` has run (see `_AfterImport`)."""
 
     def __init__(self, mode: str) -> None:
         super().__init__("acp", lambda module: install(mode))
@@ -222,8 +224,8 @@ REMOTE_ENTRY_POINTS = {
 
 
 def _replace_remote(module: ModuleType) -> None:
-    """Replace ``module``'s remote entry points with :mod:`.remote`'s (the SDK's are remembered
-    as ``"<module>.<name>"`` without the ``acp.`` prefix)."""
+    """Replace `module`'s remote entry points with `remote`'s (the SDK's are remembered
+    as `"<module>.<name>"` without the `acp.` prefix)."""
     from . import remote
 
     for name in REMOTE_ENTRY_POINTS[module.__name__]:
@@ -244,10 +246,10 @@ def _install_remote() -> None:
 
 
 def install_from_env() -> str | None:
-    """:func:`install` the mode named by ``$ACP_FAST_SDK_DROPIN`` (nothing when unset or empty).
+    """[`install`][acp_fast.compat.acp_sdk.activate.install] the mode named by `$ACP_FAST_SDK_DROPIN` (nothing when unset or empty).
 
-    When ``acp`` is not imported yet, nothing is imported now: the drop-in is installed as
-    the process's own ``import acp`` finishes (:func:`installed` is ``None`` until then).
+    When `acp` is not imported yet, nothing is imported now: the drop-in is installed as
+    the process's own `import acp` finishes ([`installed`][acp_fast.compat.acp_sdk.activate.installed] is `None` until then).
     Returns the mode.
 
     Raises:

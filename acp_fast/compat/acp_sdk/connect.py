@@ -1,18 +1,20 @@
-"""Ready-made transports (stdio, sockets), the child-process context managers and ``run_agent``.
+"""Ready-made transports (stdio, sockets), the child-process context managers and `run_agent`.
 
-Each ``*_transport()`` returns a :class:`~.transport.StreamTransport` at once (no ``await``):
+Each `*_transport()` returns a [`StreamTransport`][acp_fast.compat.acp_sdk.transport.StreamTransport] at once (no `await`):
 its stream is opened on first use inside the running loop, so it fits the SDK's calls as
-an argument::
+an argument:
 
-    await acp.run_agent(MyAgent(), stdio_transport())
-    conn = acp.connect_to_agent(MyClient(), tcp_transport("127.0.0.1", 8765))
+```python
+await acp.run_agent(MyAgent(), stdio_transport())
+conn = acp.connect_to_agent(MyClient(), tcp_transport("127.0.0.1", 8765))
+```
 
-The SDK's ``spawn_agent_process`` / ``spawn_client_process`` take no transport, so their
-equivalents live here with the same parameters; ``run_agent`` here is the SDK's with the
+The SDK's `spawn_agent_process` / `spawn_client_process` take no transport, so their
+equivalents live here with the same parameters; `run_agent` here is the SDK's with the
 stdio default switched to acp_fast.
 
 Importing this module imports nothing of acp_fast's engine, connection or transports (nor
-the SDK): the functions import them when called, so that :mod:`.activate` costs (almost)
+the SDK): the functions import them when called, so that [`activate`][acp_fast.compat.acp_sdk.activate] costs (almost)
 nothing at import.
 """
 
@@ -60,10 +62,10 @@ TESTED_SDK_VERSIONS = ("0.12.1",)
 
 
 def stdio_transport(**options: Unpack[TransportOptions]) -> StreamTransport:
-    """This process's stdin/stdout (the agent's side); ``options`` go to :class:`StreamTransport`.
+    """This process's stdin/stdout (the agent's side); `options` go to [`StreamTransport`][acp_fast.compat.acp_sdk.StreamTransport].
 
-    Regular files, ``/dev/null`` and closed descriptors work too (see
-    :func:`acp_fast.transport.connect_stdio`).
+    Regular files, `/dev/null` and closed descriptors work too (see
+    [`acp_fast.transport.connect_stdio`][acp_fast.transport.connect_stdio]).
     """
     from ...transport import connect_stdio
     from .transport import StreamTransport
@@ -72,10 +74,10 @@ def stdio_transport(**options: Unpack[TransportOptions]) -> StreamTransport:
 
 
 def tcp_transport(host: str, port: int, **options: Unpack[TransportOptions]) -> StreamTransport:
-    """A TCP connection to ``host:port``, made on first use (no authentication on either end).
+    """A TCP connection to `host:port`, made on first use (no authentication on either end).
 
-    For the accepting side, wrap each stream of :func:`acp_fast.transport.serve_tcp` in
-    :class:`StreamTransport`.
+    For the accepting side, wrap each stream of [`acp_fast.transport.serve_tcp`][acp_fast.transport.serve_tcp] in
+    [`StreamTransport`][acp_fast.compat.acp_sdk.StreamTransport].
     """
     from ...transport import connect_tcp
     from .transport import StreamTransport
@@ -84,7 +86,7 @@ def tcp_transport(host: str, port: int, **options: Unpack[TransportOptions]) -> 
 
 
 def unix_transport(path: str | os.PathLike[str], **options: Unpack[TransportOptions]) -> StreamTransport:
-    """A Unix-domain stream socket connection to ``path``, made on first use."""
+    """A Unix-domain stream socket connection to `path`, made on first use."""
     from ...transport import connect_unix
     from .transport import StreamTransport
 
@@ -92,11 +94,11 @@ def unix_transport(path: str | os.PathLike[str], **options: Unpack[TransportOpti
 
 
 class ChildProcess:
-    """The child of :func:`spawn_agent_process`: the part of ``asyncio.subprocess.Process`` it needs.
+    """The child of [`spawn_agent_process`][acp_fast.compat.acp_sdk.connect.spawn_agent_process]: the part of `asyncio.subprocess.Process` it needs.
 
-    ``pid``, ``returncode``, ``await wait()``, ``send_signal``, ``terminate``, ``kill``; the
-    child's stderr is drained for you (``stderr_tail`` holds its newest bytes), so there is
-    no ``stdin``/``stdout``/``stderr`` stream to read (the connection owns stdin/stdout).
+    `pid`, `returncode`, `await wait()`, `send_signal`, `terminate`, `kill`; the
+    child's stderr is drained for you (`stderr_tail` holds its newest bytes), so there is
+    no `stdin`/`stdout`/`stderr` stream to read (the connection owns stdin/stdout).
     """
 
     def __init__(self, stream: ChildStream) -> None:
@@ -110,7 +112,7 @@ class ChildProcess:
 
     @property
     def returncode(self) -> int | None:
-        """The exit status once the child exited, else ``None``."""
+        """The exit status once the child exited, else `None`."""
         return self._stream.returncode
 
     @property
@@ -125,16 +127,16 @@ class ChildProcess:
         return self._stream.returncode
 
     def send_signal(self, sig: int) -> None:
-        """Send signal ``sig`` to the child (nothing once it has exited)."""
+        """Send signal `sig` to the child (nothing once it has exited)."""
         if self._stream.returncode is None:
             os.kill(self.pid, sig)
 
     def terminate(self) -> None:
-        """Send ``SIGTERM`` to the child (nothing once it has exited)."""
+        """Send `SIGTERM` to the child (nothing once it has exited)."""
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        """Send ``SIGKILL`` to the child (nothing once it has exited)."""
+        """Send `SIGKILL` to the child (nothing once it has exited)."""
         self.send_signal(signal.SIGKILL)
 
     def __repr__(self) -> str:
@@ -145,7 +147,7 @@ _warned_version: list[str] = []
 
 
 def check_sdk_version() -> str:
-    """The installed SDK's version; warns once (``RuntimeWarning``) if it is not a tested one."""
+    """The installed SDK's version; warns once (`RuntimeWarning`) if it is not a tested one."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -160,7 +162,7 @@ def check_sdk_version() -> str:
 
 
 def _options(transport_options: TransportOptions | None, connection_kwargs: SdkConnectionOptions) -> TransportOptions:
-    """Transport options; ``receive_timeout`` moves here (the SDK ignores it for a Transport)."""
+    """Transport options; `receive_timeout` moves here (the SDK ignores it for a Transport)."""
     options: TransportOptions = {**transport_options} if transport_options else {}
     if "receive_timeout" in connection_kwargs:
         options.setdefault("receive_timeout", connection_kwargs.pop("receive_timeout"))
@@ -178,15 +180,15 @@ async def spawn_transport(
     transport_kwargs: Mapping[str, object] | None = None,
     **options: Unpack[TransportOptions],
 ) -> tuple[StreamTransport, ChildProcess]:
-    """Start ``command *args`` with the SDK's environment rules; a transport over its stdio.
+    """Start `command *args` with the SDK's environment rules; a transport over its stdio.
 
-    The child's environment is what the SDK's ``spawn_stdio_transport`` gives it: the
-    SDK's ``default_environment()`` (``HOME``, ``PATH``, ``SHELL``, ... only) with ``env``
-    over it. ``transport_kwargs`` takes the SDK's keys: ``limit`` (the line limit, here a
-    bound that never raises), ``shutdown_timeout`` (seconds the child gets after its stdin
-    is closed before its process group is killed; the SDK's default 2.0); ``stderr`` is
-    accepted and ignored (stderr is always drained; see :attr:`ChildProcess.stderr_tail`).
-    ``options`` go to :class:`StreamTransport`.
+    The child's environment is what the SDK's `spawn_stdio_transport` gives it: the
+    SDK's `default_environment()` (`HOME`, `PATH`, `SHELL`, ... only) with `env`
+    over it. `transport_kwargs` takes the SDK's keys: `limit` (the line limit, here a
+    bound that never raises), `shutdown_timeout` (seconds the child gets after its stdin
+    is closed before its process group is killed; the SDK's default 2.0); `stderr` is
+    accepted and ignored (stderr is always drained; see [`ChildProcess.stderr_tail`][acp_fast.compat.acp_sdk.connect.ChildProcess.stderr_tail]).
+    `options` go to [`StreamTransport`][acp_fast.compat.acp_sdk.StreamTransport].
     """
     from .transport import StreamTransport
 
@@ -203,7 +205,7 @@ async def spawn_stream(
     cwd: str | Path | None = None,
     transport_kwargs: Mapping[str, object] | None = None,
 ) -> tuple[ChildStream, int | None]:
-    """Start ``command *args`` as :func:`spawn_transport` does; its stream and the ``limit`` key.
+    """Start `command *args` as [`spawn_transport`][acp_fast.compat.acp_sdk.connect.spawn_transport] does; its stream and the `limit` key.
 
     Nothing is attached to the stream: the caller gives it to one consumer.
     """
@@ -234,11 +236,11 @@ async def spawn_agent_process(
     transport_options: TransportOptions | None = None,
     **connection_kwargs: Unpack[SdkConnectionOptions],
 ) -> AsyncIterator[tuple[ClientSideConnection, ChildProcess]]:
-    """``acp.spawn_agent_process`` on acp_fast: yields ``(ClientSideConnection, ChildProcess)``.
+    """`acp.spawn_agent_process` on acp_fast: yields `(ClientSideConnection, ChildProcess)`.
 
-    Same parameters as the SDK's; ``transport_options`` go to :class:`StreamTransport`.
+    Same parameters as the SDK's; `transport_options` go to [`StreamTransport`][acp_fast.compat.acp_sdk.StreamTransport].
     On exit the connection is closed, then the child's stdin; it gets
-    ``shutdown_timeout`` seconds to exit before its whole process group is killed.
+    `shutdown_timeout` seconds to exit before its whole process group is killed.
     """
     import acp
 
@@ -264,7 +266,7 @@ async def spawn_client_process(
     transport_options: TransportOptions | None = None,
     **connection_kwargs: Unpack[SdkConnectionOptions],
 ) -> AsyncIterator[tuple[AgentSideConnection, ChildProcess]]:
-    """``acp.spawn_client_process`` on acp_fast: yields ``(AgentSideConnection, ChildProcess)``."""
+    """`acp.spawn_client_process` on acp_fast: yields `(AgentSideConnection, ChildProcess)`."""
     from acp.core import AgentSideConnection as _AgentSideConnection  # as the SDK's own spawn_client_process
 
     check_sdk_version()
@@ -287,14 +289,14 @@ async def run_agent(
     transport_options: TransportOptions | None = None,
     **connection_kwargs: Unpack[SdkConnectionOptions],
 ) -> None:
-    """``acp.run_agent`` with acp_fast's stdio: the same call, the same parameters.
+    """`acp.run_agent` with acp_fast's stdio: the same call, the same parameters.
 
-    Without streams it serves the agent on :func:`stdio_transport` (``receive_timeout`` is
-    honoured by the transport). ``stdio_buffer_limit_bytes`` is then accepted and not a
+    Without streams it serves the agent on [`stdio_transport`][acp_fast.compat.acp_sdk.connect.stdio_transport] (`receive_timeout` is
+    honoured by the transport). `stdio_buffer_limit_bytes` is then accepted and not a
     bound: in the SDK (0.12) it is the read-buffer size, which longer lines pass anyway (its
     own tests send a 70 KiB line with 1 KiB); the line bound is
-    ``transport_options={"max_line_size": ...}`` (default: the engine's 64 MiB). Given
-    streams or a transport, it is exactly the SDK's ``run_agent``.
+    `transport_options={"max_line_size": ...}` (default: the engine's 64 MiB). Given
+    streams or a transport, it is exactly the SDK's `run_agent`.
     """
     check_sdk_version()
     kwargs: dict[str, object] = {}

@@ -1,110 +1,112 @@
 """The official Python SDK on acp_fast's connection: the connection drop-in.
 
-The SDK's public API, as its user sees it, dispatched on :class:`acp_fast.jsonrpc.Connection`
-instead of the SDK's ``acp.connection.Connection``. The switch is one import line::
+The SDK's public API, as its user sees it, dispatched on [`acp_fast.jsonrpc.Connection`][acp_fast.jsonrpc.Connection]
+instead of the SDK's `acp.connection.Connection`. The switch is one import line:
 
-    # before
-    from acp import run_agent, connect_to_agent, spawn_agent_process
-    # after
-    from acp_fast.compat.acp_sdk.fast import run_agent, connect_to_agent, spawn_agent_process
+```python
+# before
+from acp import run_agent, connect_to_agent, spawn_agent_process
+# after
+from acp_fast.compat.acp_sdk.fast import run_agent, connect_to_agent, spawn_agent_process
+```
 
-Everything else stays the SDK's: its ``Agent``/``Client`` interfaces, its pydantic models
-(``acp.schema``), its helpers (``acp.text_block`` ...), ``RequestError``. The names here:
+Everything else stays the SDK's: its `Agent`/`Client` interfaces, its pydantic models
+(`acp.schema`), its helpers (`acp.text_block` ...), `RequestError`. The names here:
 
-* :func:`run_agent`, :func:`connect_to_agent`, :func:`spawn_agent_process`,
-  :func:`spawn_client_process` with the SDK's parameters;
-* :class:`AgentSideConnection` / :class:`ClientSideConnection`: subclasses of the SDK's
-  (``isinstance`` checks keep working) with the same typed methods returning the same
+* [`run_agent`][acp_fast.compat.acp_sdk.fast.run_agent], [`connect_to_agent`][acp_fast.compat.acp_sdk.fast.connect_to_agent], [`spawn_agent_process`][acp_fast.compat.acp_sdk.fast.spawn_agent_process],
+  [`spawn_client_process`][acp_fast.compat.acp_sdk.fast.spawn_client_process] with the SDK's parameters;
+* [`AgentSideConnection`][acp_fast.compat.acp_sdk.fast.AgentSideConnection] / [`ClientSideConnection`][acp_fast.compat.acp_sdk.fast.ClientSideConnection]: subclasses of the SDK's
+  (`isinstance` checks keep working) with the same typed methods returning the same
   pydantic models;
-* :class:`Connection`: the SDK's low-level ``Connection(handler, ...)`` surface
-  (``send_request``, ``send_notification``, ``add_observer``, ``main_loop``, ``close``).
+* [`Connection`][acp_fast.compat.acp_sdk.fast.Connection]: the SDK's low-level `Connection(handler, ...)` surface
+  (`send_request`, `send_notification`, `add_observer`, `main_loop`, `close`).
 
-They accept what the SDK accepts: an asyncio ``StreamWriter``/``StreamReader`` pair
-(``connect_to_agent(client, proc.stdin, proc.stdout)``), no stream at all (``run_agent``:
-this process's stdio), and, in place of the SDK's message ``Transport``, an acp_fast
-:class:`~acp_fast.transport.Stream` or a :class:`~acp_fast.compat.acp_sdk.StreamTransport`
-(its stream is used directly). Any other ``Transport`` (the SDK's HTTP/WebSocket ones) gets
+They accept what the SDK accepts: an asyncio `StreamWriter`/`StreamReader` pair
+(`connect_to_agent(client, proc.stdin, proc.stdout)`), no stream at all (`run_agent`:
+this process's stdio), and, in place of the SDK's message `Transport`, an acp_fast
+[`Stream`][acp_fast.transport.Stream] or a [`StreamTransport`][acp_fast.compat.acp_sdk.StreamTransport]
+(its stream is used directly). Any other `Transport` (the SDK's HTTP/WebSocket ones) gets
 the stock SDK connection, unchanged.
 
 How a message travels: the engine decodes each read (batches included) and the connection
-calls the SDK's own router (``acp.agent.router`` / ``acp.client.router``: the same
-``model_validate`` of every inbound request and notification, the same
-``RequestError``/``ValidationError`` mapping) without a Task per notification: a
+calls the SDK's own router (`acp.agent.router` / `acp.client.router`: the same
+`model_validate` of every inbound request and notification, the same
+`RequestError`/`ValidationError` mapping) without a Task per notification: a
 notification's handler coroutine is awaited by the connection's single FIFO runner (at most
 one Task at a time, draining everything queued behind it), requests run as Tasks as in the
-SDK (counted in the connection's backlog: reading pauses past ``max_backlog`` running
+SDK (counted in the connection's backlog: reading pauses past `max_backlog` running
 handlers), responses resolve their waiter at once. Lines written in one loop turn go out in
 one write; a request alone in flight, and the answer of the only running handler, are
-written at once. On the client side ``session/update`` goes straight from
-``SessionNotification.model_validate`` to your ``session_update`` (no per-update future).
+written at once. On the client side `session/update` goes straight from
+`SessionNotification.model_validate` to your `session_update` (no per-update future).
 
 Validation: kept everywhere it is in the SDK. Measured here, validating an inbound
-``session/update`` (``SessionNotification.model_validate``, a discriminated union) costs
-about 4-6 µs, while building the same objects without validation (``model_construct``) costs
+`session/update` (`SessionNotification.model_validate`, a discriminated union) costs
+about 4-6 µs, while building the same objects without validation (`model_construct`) costs
 more (8 µs), and a lazily validated proxy would hand the user's handler objects of other
 types; so there is nothing to gain by skipping it, and nothing changes for the user. The
-outbound ``session_update`` skips only the intermediate ``SessionNotification`` object when
-the update is one of the SDK's update models (exact type) and no ``_meta`` is given: the
-params are then ``{"sessionId": ..., "update": update.model_dump(...)}`` with the SDK's dump
-options, the same JSON the SDK sends (tested against ``serialize_params``); a plain text
-chunk is dumped by an exact shortcut (:mod:`._models`, 0.5 µs instead of 1.6 µs).
+outbound `session_update` skips only the intermediate `SessionNotification` object when
+the update is one of the SDK's update models (exact type) and no `_meta` is given: the
+params are then `{"sessionId": ..., "update": update.model_dump(...)}` with the SDK's dump
+options, the same JSON the SDK sends (tested against `serialize_params`); a plain text
+chunk is dumped by an exact shortcut (`_models`, 0.5 µs instead of 1.6 µs).
 
 Differences from the stock SDK
 ------------------------------
 
 1. Wire handling is acp_fast's (as in the transport drop-in): lines are bounded
-   (``max_line_size``, default 64 MiB) and never raise ``LimitOverrunError``; a line that
+   (`max_line_size`, default 64 MiB) and never raise `LimitOverrunError`; a line that
    is not JSON-RPC is answered with -32700/-32600 (skipped, logged, on a child's stdout);
    a JSON-RPC batch is dispatched entry by entry and answered with one array;
-   ``"params": null`` is omitted when a method has no params.
+   `"params": null` is omitted when a method has no params.
 2. Ordering: incoming notifications are delivered strictly in arrival order, each handler
    finishing before the next starts (the SDK runs each in its own Task, concurrently). A
    notification handler that waits for a *later* incoming request or notification
    therefore waits forever; awaiting your own request to the peer is fine (responses are
    never queued). Requests still run concurrently, as Tasks.
-3. ``ClientSideConnection.prompt`` returns after the handlers of every notification
+3. `ClientSideConnection.prompt` returns after the handlers of every notification
    received before its response finished (the FIFO barrier
-   :meth:`acp_fast.jsonrpc.Connection.settled`), instead of the SDK's per-session tracker;
+   [`acp_fast.jsonrpc.Connection.settled`][acp_fast.jsonrpc.Connection.settled]), instead of the SDK's per-session tracker;
    the same guarantee for a well-behaved agent, no per-update future.
-4. Errors of a request we sent: an error response raises ``RequestError(code, message,
-   data)`` as in the SDK; end of input and ``close()`` raise ``ConnectionError("Connection
-   closed")`` as in the SDK.
-5. Cancelling a task that awaits ``send_request`` (any typed method) sends
-   ``$/cancel_request`` for it (the SDK sends nothing); an incoming ``$/cancel_request`` is
+4. Errors of a request we sent: an error response raises `RequestError(code, message,
+   data)` as in the SDK; end of input and `close()` raise `ConnectionError("Connection
+   closed")` as in the SDK.
+5. Cancelling a task that awaits `send_request` (any typed method) sends
+   `$/cancel_request` for it (the SDK sends nothing); an incoming `$/cancel_request` is
    consumed by the connection (the SDK logs a -32601 for it); the SDK's handlers are not
    interrupted by it, as in the SDK.
 6. Outgoing request ids are integers from 0, as in the SDK; responses are matched by
-   ``dict`` lookup as in the SDK.
-7. ``receive_timeout=`` is accepted and ignored (the SDK honours it only on its byte-stream
-   form, by failing its receive loop); use the SDK's ``asyncio.wait_for`` around calls.
-8. Observers (``observers=``, ``add_observer``) receive every message as a fresh ``dict``
+   `dict` lookup as in the SDK.
+7. `receive_timeout=` is accepted and ignored (the SDK honours it only on its byte-stream
+   form, by failing its receive loop); use the SDK's `asyncio.wait_for` around calls.
+8. Observers (`observers=`, `add_observer`) receive every message as a fresh `dict`
    (the SDK passes a deep copy of its own dict): incoming ones parsed from the bytes read
    (batches entry by entry), outgoing requests, notifications and answers to the handler
-   as sent (``params`` absent where the SDK would show ``None``); the connection's own
+   as sent (`params` absent where the SDK would show `None`); the connection's own
    replies (-32700/-32600 for bad lines, the guard's -32600) are not shown.
-9. Handler failures are logged by the ``acp_fast.jsonrpc`` / ``acp_fast.compat.acp_sdk``
+9. Handler failures are logged by the `acp_fast.jsonrpc` / `acp_fast.compat.acp_sdk`
    loggers rather than the root logger, with the same answers on the wire.
-10. With ``listening=False`` (as ``run_agent`` uses) nothing is read until
-    :meth:`Connection.main_loop` (``listen()``), as in the SDK; ``main_loop`` returns at end
+10. With `listening=False` (as `run_agent` uses) nothing is read until
+    [`Connection.main_loop`][acp_fast.compat.acp_sdk.fast.Connection.main_loop] (`listen()`), as in the SDK; `main_loop` returns at end
     of input. Closing the connection cancels running handlers, as in the SDK.
-11. ``run_agent(stdio_buffer_limit_bytes=)`` is accepted and is not a bound (in the SDK it
+11. `run_agent(stdio_buffer_limit_bytes=)` is accepted and is not a bound (in the SDK it
     is a read-buffer size that longer lines pass anyway); the line bound is
-    ``max_line_size=`` (default 64 MiB). ``spawn_agent_process(transport_kwargs={"limit":
-    ...})`` becomes ``max_line_size``, as in the transport drop-in; ``"stderr"`` is ignored
-    (the child's stderr is drained, see ``ChildProcess.stderr_tail``), and the child process
-    handle is acp_fast's :class:`~acp_fast.compat.acp_sdk.ChildProcess`.
-12. The SDK's HTTP/WebSocket ``Transport`` objects (and any other message-level transport)
-    are not switched: they get the SDK's own ``Connection``.
+    `max_line_size=` (default 64 MiB). `spawn_agent_process(transport_kwargs={"limit":
+    ...})` becomes `max_line_size`, as in the transport drop-in; `"stderr"` is ignored
+    (the child's stderr is drained, see `ChildProcess.stderr_tail`), and the child process
+    handle is acp_fast's [`ChildProcess`][acp_fast.compat.acp_sdk.ChildProcess].
+12. The SDK's HTTP/WebSocket `Transport` objects (and any other message-level transport)
+    are not switched: they get the SDK's own `Connection`.
 13. The initialization guard: the SDK enforces none on v1 connections and neither does this
-    drop-in by default (acp_fast's v1 guard is "unchecked" too). ``strict_initialization=True``
-    (keyword of the connections and ``run_agent``/``connect_to_agent``) applies acp_fast's
-    :class:`~acp_fast.protocol.guard.InitializationGuard` as a responder (agent side) or an
-    initiator (client side): requests before a successful ``initialize`` answer -32600.
+    drop-in by default (acp_fast's v1 guard is "unchecked" too). `strict_initialization=True`
+    (keyword of the connections and `run_agent`/`connect_to_agent`) applies acp_fast's
+    [`InitializationGuard`][acp_fast.protocol.guard.InitializationGuard] as a responder (agent side) or an
+    initiator (client side): requests before a successful `initialize` answer -32600.
 
-Importing this module imports the SDK (``acp``) and pydantic, as ``import acp`` does, and
-nothing the stock ``import acp`` does not import besides ``acp_fast`` itself: acp_fast's
+Importing this module imports the SDK (`acp`) and pydantic, as `import acp` does, and
+nothing the stock `import acp` does not import besides `acp_fast` itself: acp_fast's
 connection, transports and initialization guard are imported when the first connection is
-made (or ``run_agent``/``spawn_*`` is called), so that :mod:`.activate` costs (close to)
+made (or `run_agent`/`spawn_*` is called), so that [`activate`][acp_fast.compat.acp_sdk.activate] costs (close to)
 nothing at import.
 """
 
@@ -201,7 +203,7 @@ def _source(writer: ConnectionTarget, reader: asyncio.StreamReader | None) -> St
 
 
 def _usable(writer: ConnectionTarget, reader: asyncio.StreamReader | None) -> bool:
-    """Whether :func:`_source` can read ``writer``/``reader`` (without making anything)."""
+    """Whether `_source` can read `writer`/`reader` (without making anything)."""
     from ...transport import Stream
     from .transport import StreamTransport
 
@@ -232,24 +234,24 @@ class _Tap:
 
 
 class Connection:
-    """The SDK's ``acp.connection.Connection`` surface on :class:`acp_fast.jsonrpc.Connection`.
+    """The SDK's `acp.connection.Connection` surface on [`acp_fast.jsonrpc.Connection`][acp_fast.jsonrpc.Connection].
 
-    ``Connection(handler, writer, reader=None, *, observers=None, listening=True,
-    receive_timeout=None)`` as in the SDK: ``handler(method, params, is_notification)`` is
-    awaited for every incoming request and notification. ``writer`` is an asyncio
-    ``StreamWriter`` (with ``reader`` its ``StreamReader``), an acp_fast ``Stream``, a
-    :class:`StreamTransport`, or a zero-argument coroutine function returning a ``Stream``.
+    `Connection(handler, writer, reader=None, *, observers=None, listening=True,
+    receive_timeout=None)` as in the SDK: `handler(method, params, is_notification)` is
+    awaited for every incoming request and notification. `writer` is an asyncio
+    `StreamWriter` (with `reader` its `StreamReader`), an acp_fast `Stream`, a
+    [`StreamTransport`][acp_fast.compat.acp_sdk.StreamTransport], or a zero-argument coroutine function returning a `Stream`.
 
-    acp_fast keywords: ``engine`` (the engine twin), ``max_line_size``,
-    ``max_batch_size``, ``on_invalid`` (passed to the acp_fast connection),
-    ``guard`` (an :class:`InitializationGuard`).
+    acp_fast keywords: `engine` (the engine twin), `max_line_size`,
+    `max_batch_size`, `on_invalid` (passed to the acp_fast connection),
+    `guard` (an [`InitializationGuard`][acp_fast.compat.acp_sdk.fast.InitializationGuard]).
     """
 
     def __new__(  # type: ignore[misc]  # not always a Connection: see the docstring
         cls, handler: MethodHandler, writer: ConnectionTarget, reader: asyncio.StreamReader | None = None,
         **kwargs: Unpack[DropInOptions],
     ) -> Connection | _SdkConnection:
-        """Any other ``Transport`` (the SDK's HTTP/WebSocket ones, test doubles): the SDK's own."""
+        """Any other `Transport` (the SDK's HTTP/WebSocket ones, test doubles): the SDK's own."""
         if _usable(writer, reader):
             return super().__new__(cls)
         if kwargs.pop("guard", None) is not None:
@@ -312,18 +314,18 @@ class Connection:
 
     @property
     def guard(self) -> InitializationGuard | None:
-        """The initialization guard applied (``strict_initialization``), or ``None``."""
+        """The initialization guard applied (`strict_initialization`), or `None`."""
         return self._guard
 
     async def settled(self) -> None:
         """Wait until the handlers of every notification received so far have finished
-        (:meth:`acp_fast.jsonrpc.Connection.settled`; at once before the connection exists)."""
+        ([`acp_fast.jsonrpc.Connection.settled`][acp_fast.jsonrpc.Connection.settled]; at once before the connection exists)."""
         conn = self._conn
         if conn is not None:
             await conn.settled()
 
     def on_connection(self, setup: Callable[[_RpcConnection], None]) -> None:
-        """Run ``setup(conn)`` on the acp_fast connection once it exists (now, if it does)."""
+        """Run `setup(conn)` on the acp_fast connection once it exists (now, if it does)."""
         self._setup.append(setup)
         if self._conn is not None:
             setup(self._conn)
@@ -384,7 +386,7 @@ class Connection:
             self._eof.set_result(None)
 
     async def main_loop(self) -> None:
-        """Read and dispatch until end of input (the SDK's ``listen()``)."""
+        """Read and dispatch until end of input (the SDK's `listen()`)."""
         if self._closed:
             raise ConnectionError("Connection closed")
         if self._opening is None:
@@ -478,7 +480,7 @@ class Connection:
     def _start(self, ctx: RequestContext, coro: Awaitable[Json]) -> None:
         """Run one request's handler as its own Task (as the SDK does) and answer when it ends.
 
-        The Task is ours, answering through ``ctx.defer()``: the acp_fast connection then
+        The Task is ours, answering through `ctx.defer()`: the acp_fast connection then
         dispatches the rest of the read at once instead of giving each started handler a
         loop turn first (with the SDK's handlers, all coroutines, that turn would be paid by
         every request of a burst). The handler's first step still runs before any later
@@ -601,7 +603,7 @@ class Connection:
 def _connection(handler: MethodHandler, input_stream: ConnectionTarget, output_stream: asyncio.StreamReader | None,
                 listening: bool, role: str, strict_initialization: bool,
                 kwargs: ConnectionOptions) -> _SdkConnection:
-    """Our :class:`Connection` for what we can read, else the stock SDK's (other Transports);
+    """Our [`Connection`][acp_fast.compat.acp_sdk.fast.Connection] for what we can read, else the stock SDK's (other Transports);
     either stands for the SDK's (ours has its surface) in the SDK's connection classes."""
     from ...protocol.guard import InitializationGuard
 
@@ -611,7 +613,7 @@ def _connection(handler: MethodHandler, input_stream: ConnectionTarget, output_s
 
 
 class AgentSideConnection(_SdkAgentSideConnection):  # type: ignore[misc]  # the SDK marks it @final
-    """The SDK's ``AgentSideConnection`` on acp_fast (same constructor, same typed methods)."""
+    """The SDK's `AgentSideConnection` on acp_fast (same constructor, same typed methods)."""
 
     def __init__(
         self,
@@ -633,7 +635,7 @@ class AgentSideConnection(_SdkAgentSideConnection):  # type: ignore[misc]  # the
 
     async def session_update(self, session_id: str | BaseModel | None = None, update: BaseModel | None = None,
                              *args: object, **kwargs: Json) -> None:
-        """As the SDK's; one of its update models (exact type) and no ``_meta``: no intermediate model."""
+        """As the SDK's; one of its update models (exact type) and no `_meta`: no intermediate model."""
         if not args and not kwargs and type(session_id) is str and type(update) in _UPDATE_TYPES:
             model: BaseModel = update  # type: ignore[assignment]  # one of the update models (its type just checked)
             dumped = dump_update(model)
@@ -649,7 +651,7 @@ class AgentSideConnection(_SdkAgentSideConnection):  # type: ignore[misc]  # the
 
 
 class ClientSideConnection(_SdkClientSideConnection):  # type: ignore[misc]  # the SDK marks it @final
-    """The SDK's ``ClientSideConnection`` on acp_fast (same constructor, same typed methods)."""
+    """The SDK's `ClientSideConnection` on acp_fast (same constructor, same typed methods)."""
 
     def __init__(
         self,
@@ -700,7 +702,7 @@ class ClientSideConnection(_SdkClientSideConnection):  # type: ignore[misc]  # t
 
 
 class _Barrier:
-    """Stands in for the SDK's per-session update tracker: ``prompt`` waits on the FIFO barrier."""
+    """Stands in for the SDK's per-session update tracker: `prompt` waits on the FIFO barrier."""
 
     __slots__ = ("_conn",)
 
@@ -720,11 +722,11 @@ async def run_agent(
     stdio_buffer_limit_bytes: int | None = None,
     **connection_kwargs: Unpack[ConnectionOptions],
 ) -> None:
-    """``acp.run_agent`` on the connection drop-in: the same call, the same parameters.
+    """`acp.run_agent` on the connection drop-in: the same call, the same parameters.
 
     Without streams the agent is served on this process's stdin/stdout through acp_fast.
-    ``stdio_buffer_limit_bytes`` is accepted and ignored: in the SDK it is a read-buffer
-    size that longer lines pass anyway; the bound on a line here is ``max_line_size=``
+    `stdio_buffer_limit_bytes` is accepted and ignored: in the SDK it is a read-buffer
+    size that longer lines pass anyway; the bound on a line here is `max_line_size=`
     (default: the engine's, 64 MiB).
     """
     check_sdk_version()
@@ -750,14 +752,14 @@ def connect_to_agent(
     use_unstable_protocol: bool = False,
     **connection_kwargs: Unpack[ConnectionOptions],
 ) -> ClientSideConnection:
-    """``acp.connect_to_agent`` on the connection drop-in."""
+    """`acp.connect_to_agent` on the connection drop-in."""
     check_sdk_version()
     return ClientSideConnection(client, input_stream, output_stream, use_unstable_protocol=use_unstable_protocol,
                                 **connection_kwargs)
 
 
 def _connection_options(kwargs: SpawnOptions) -> ConnectOptions:
-    """The connection keywords of ``spawn_*_process``; the transport drop-in's ``transport_options``
+    """The connection keywords of `spawn_*_process`; the transport drop-in's `transport_options`
     (engine, max_line_size, ...) are accepted too and merged."""
     options: dict[str, Any] = dict(kwargs.pop("transport_options", None) or {})
     options.update(kwargs)
@@ -767,7 +769,7 @@ def _connection_options(kwargs: SpawnOptions) -> ConnectOptions:
 async def _spawned(command: str, args: tuple[str, ...], env: Mapping[str, str] | None, cwd: str | Path | None,
                    transport_kwargs: Mapping[str, object] | None,
                    connection_kwargs: SpawnOptions) -> tuple[ChildStream, ConnectOptions]:
-    """Start ``command``: its stream and the keywords of the drop-in's connection to put on it."""
+    """Start `command`: its stream and the keywords of the drop-in's connection to put on it."""
     check_sdk_version()
     kwargs = _connection_options(connection_kwargs)
     stream, limit = await spawn_stream(command, *args, env=env, cwd=cwd, transport_kwargs=transport_kwargs)
@@ -786,7 +788,7 @@ async def spawn_agent_process(
     transport_kwargs: Mapping[str, object] | None = None,
     **connection_kwargs: Unpack[SpawnOptions],
 ) -> AsyncIterator[tuple[ClientSideConnection, ChildProcess]]:
-    """``acp.spawn_agent_process`` on the connection drop-in: ``(ClientSideConnection, ChildProcess)``."""
+    """`acp.spawn_agent_process` on the connection drop-in: `(ClientSideConnection, ChildProcess)`."""
     stream, kwargs = await _spawned(command, args, env, cwd, transport_kwargs, connection_kwargs)
     conn, process = ClientSideConnection(to_client, stream, **kwargs), ChildProcess(stream)
     try:
@@ -805,7 +807,7 @@ async def spawn_client_process(
     transport_kwargs: Mapping[str, object] | None = None,
     **connection_kwargs: Unpack[SpawnOptions],
 ) -> AsyncIterator[tuple[AgentSideConnection, ChildProcess]]:
-    """``acp.spawn_client_process`` on the connection drop-in: ``(AgentSideConnection, ChildProcess)``."""
+    """`acp.spawn_client_process` on the connection drop-in: `(AgentSideConnection, ChildProcess)`."""
     stream, kwargs = await _spawned(command, args, env, cwd, transport_kwargs, connection_kwargs)
     conn, process = AgentSideConnection(to_agent, stream, **kwargs), ChildProcess(stream)
     try:

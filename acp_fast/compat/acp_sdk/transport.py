@@ -1,44 +1,44 @@
-""":class:`StreamTransport`: the SDK's message-level ``Transport`` over an acp_fast stream.
+"""[`StreamTransport`][acp_fast.compat.acp_sdk.transport.StreamTransport]: the SDK's message-level `Transport` over an acp_fast stream.
 
-The official Python SDK (``acp``) moves JSON-RPC messages as ``dict`` values through
-``acp._transport.Transport`` (``async send(dict)``, ``async receive() -> dict | None``,
-``async close()``), a runtime-checkable protocol that ``Connection``,
-``AgentSideConnection``, ``ClientSideConnection``, ``run_agent`` and ``connect_to_agent``
-accept. This class implements it on an acp_fast :class:`~acp_fast.transport.Stream` and
+The official Python SDK (`acp`) moves JSON-RPC messages as `dict` values through
+`acp._transport.Transport` (`async send(dict)`, `async receive() -> dict | None`,
+`async close()`), a runtime-checkable protocol that `Connection`,
+`AgentSideConnection`, `ClientSideConnection`, `run_agent` and `connect_to_agent`
+accept. This class implements it on an acp_fast [`Stream`][acp_fast.transport.Stream] and
 the acp_fast engine, and nothing of the SDK is imported here (the protocol is structural).
 
-What happens on the wire, compared with the SDK's own ``NdjsonTransport``:
+What happens on the wire, compared with the SDK's own `NdjsonTransport`:
 
-* **Reading** goes through the engine's ``Decoder`` (``feed`` once per chunk read): lines
-  are bounded by ``max_line_size`` (default: the engine's, 64 MiB). A longer line is
-  discarded as it arrives (never buffered whole, never a ``LimitOverrunError``) and
-  answered with -32600 ``"line too long"``; the connection lives on.
+* **Reading** goes through the engine's `Decoder` (`feed` once per chunk read): lines
+  are bounded by `max_line_size` (default: the engine's, 64 MiB). A longer line is
+  discarded as it arrives (never buffered whole, never a `LimitOverrunError`) and
+  answered with -32600 `"line too long"`; the connection lives on.
 * **Bad lines are answered on the wire** with the engine's error replies (-32700 for
-  invalid JSON, -32600 for an invalid envelope, ``"id": null``) and never reach the SDK,
-  which would only log them. On a child process's stdout (``spawn_agent_process``) they
+  invalid JSON, -32600 for an invalid envelope, `"id": null`) and never reach the SDK,
+  which would only log them. On a child process's stdout (`spawn_agent_process`) they
   are logged and skipped instead, as acp_fast's own connection does (an agent's banner
-  is not a peer to answer); ``on_invalid=`` chooses.
+  is not a peer to answer); `on_invalid=` chooses.
 * **Batches** (a JSON array line, which the SDK drops) are unpacked: each entry goes to
   the SDK as an ordinary message, in order, and the SDK's responses to the batch's
   requests are collected by id and written back as **one** reply array, in the batch's
   order, once every request of it is answered (malformed entries are answered in their
   slots; a batch of notifications and responses gets no reply). Response ids are matched
-  by type and value (``1`` and ``"1"`` differ); should the peer have the same id in
+  by type and value (`1` and `"1"` differ); should the peer have the same id in
   flight both alone and in a batch, the first response the SDK sends for it fills the
   batch's slot.
-* **Writing** encodes with the engine's encoders (``"params": null`` is omitted, as
+* **Writing** encodes with the engine's encoders (`"params": null` is omitted, as
   JSON-RPC wants) and coalesces: the lines sent in one event-loop turn are written with
-  one ``write`` (at most ``flush_size`` bytes are held before a write). ``send`` returns
+  one `write` (at most `flush_size` bytes are held before a write). `send` returns
   once the line is queued; it waits (backpressure) while the stream's write buffer is
   above its high-water mark, so a fast sender cannot grow memory without bound.
-* **Receiving** is bounded too: past ``max_pending`` decoded messages the SDK has not
+* **Receiving** is bounded too: past `max_pending` decoded messages the SDK has not
   taken yet, reading pauses until it has taken them down to a quarter.
-* ``receive_timeout`` (seconds) makes ``receive`` raise ``asyncio.TimeoutError`` as the
-  SDK's ``NdjsonTransport`` does (the SDK's ``Connection`` ignores its own
-  ``receive_timeout=`` when given a ``Transport``, so pass it here).
-* End of input (or a read error, logged) is ``receive() -> None``; ``close`` writes what
+* `receive_timeout` (seconds) makes `receive` raise `asyncio.TimeoutError` as the
+  SDK's `NdjsonTransport` does (the SDK's `Connection` ignores its own
+  `receive_timeout=` when given a `Transport`, so pass it here).
+* End of input (or a read error, logged) is `receive() -> None`; `close` writes what
   is queued, closes the stream and waits for it (for a child process: stdin closed, the
-  child gets ``grace`` seconds, then its process group is killed).
+  child gets `grace` seconds, then its process group is killed).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _id_key(ident: object) -> _IdKey:
 
 
 class TransportOptions(TypedDict, total=False):
-    """The keyword options of :class:`StreamTransport` (``stdio_transport(**options)``, ...)."""
+    """The keyword options of [`StreamTransport`][acp_fast.compat.acp_sdk.transport.StreamTransport] (`stdio_transport(**options)`, ...)."""
 
     engine: types.ModuleType | None
     max_line_size: int | None
@@ -108,19 +108,19 @@ class _Slot:
 
 
 class StreamTransport:
-    """The SDK's ``Transport`` (send/receive/close of ``dict`` messages) on an acp_fast stream.
+    """The SDK's `Transport` (send/receive/close of `dict` messages) on an acp_fast stream.
 
     Args:
-        stream: an acp_fast :class:`~acp_fast.transport.Stream`, or a zero-argument
-            coroutine function returning one (``lambda: connect_stdio()``): then the
+        stream: an acp_fast [`Stream`][acp_fast.transport.Stream], or a zero-argument
+            coroutine function returning one (`lambda: connect_stdio()`): then the
             stream is made on first use, inside the running loop, so the transport itself
-            can be created anywhere (``acp.run_agent(agent, stdio_transport())``).
-        engine: the engine twin module (default: the selected ``acp_fast.engine``).
+            can be created anywhere (`acp.run_agent(agent, stdio_transport())`).
+        engine: the engine twin module (default: the selected `acp_fast.engine`).
         max_line_size: the longest line accepted (default: the engine's, 64 MiB).
         max_batch_size: the most entries an incoming batch may have (engine default 1024).
-        on_invalid: ``"reply"`` answers a line that is not JSON-RPC with its error,
-            ``"skip"`` logs and skips it; default: skip on a child's stdout, else reply.
-        receive_timeout: seconds ``receive`` waits before raising ``asyncio.TimeoutError``.
+        on_invalid: `"reply"` answers a line that is not JSON-RPC with its error,
+            `"skip"` logs and skips it; default: skip on a child's stdout, else reply.
+        receive_timeout: seconds `receive` waits before raising `asyncio.TimeoutError`.
         flush_size: bytes queued in one turn above which they are written at once.
         max_pending: decoded messages not yet received above which reading pauses.
     """
@@ -198,7 +198,7 @@ class StreamTransport:
             await self._wait_writable(stream)
 
     async def receive(self) -> JsonObject | None:
-        """The next message from the peer, in order; ``None`` at end of input."""
+        """The next message from the peer, in order; `None` at end of input."""
         if self._stream is None and not self._closed:
             await self.open()
         while True:
@@ -242,11 +242,11 @@ class StreamTransport:
 
     @property
     def stream(self) -> Stream | None:
-        """The acp_fast stream (``None`` until a lazily opened one is open)."""
+        """The acp_fast stream (`None` until a lazily opened one is open)."""
         return self._stream
 
     def get_extra_info(self, name: str, default: object = None) -> object:
-        """The stream's transport details (``"pid"``, ``"peername"``, ...)."""
+        """The stream's transport details (`"pid"`, `"peername"`, ...)."""
         return default if self._stream is None else self._stream.get_extra_info(name, default)
 
     # -- opening ------------------------------------------------------------------------
@@ -257,9 +257,9 @@ class StreamTransport:
         return self._stream is None and self._opening is None and not self._closed and self._source is not None
 
     def hand_over(self) -> Callable[[], Awaitable[Stream]] | None:
-        """The opener of an :attr:`unopened` transport, for a connection that reads the
+        """The opener of an `unopened` transport, for a connection that reads the
         stream itself (the connection drop-in); this transport is closed for its own use.
-        ``None`` when it is not unopened: it keeps its stream (use it as an SDK Transport)."""
+        `None` when it is not unopened: it keeps its stream (use it as an SDK Transport)."""
         if not self.unopened:
             return None
         opener = cast("Callable[[], Awaitable[Stream]]", self._source)
@@ -397,7 +397,7 @@ class StreamTransport:
         return message
 
     def _batch_response(self, message: JsonObject, line: bytes) -> bytes | None:
-        """A response the SDK sends: into its batch's slot (``None``: held), else as is."""
+        """A response the SDK sends: into its batch's slot (`None`: held), else as is."""
         key = _id_key(message.get("id"))
         slots = self._batch_slots.get(key)
         if not slots:

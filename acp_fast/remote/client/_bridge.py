@@ -1,7 +1,7 @@
 """What the remote client's two wires share: the errors, and the bridge between the caller's
 stream and the network (a memory pair, backpressure both ways, the tasks, closing).
 
-:mod:`._websocket` and :mod:`._http` each build a bridge on it; :mod:`acp_fast.remote.client`
+`_websocket` and `_http` each build a bridge on it; `acp_fast.remote.client`
 picks one by the URL's scheme.
 """
 
@@ -37,7 +37,7 @@ class RemoteConnectError(ConnectionError):
     """The remote endpoint could not be reached, or refused the WebSocket handshake.
 
     Attributes:
-        status: the HTTP status of a refused handshake (``401``, ``403``, ...), else ``None``.
+        status: the HTTP status of a refused handshake (`401`, `403`, ...), else `None`.
     """
 
     def __init__(self, message: str, status: int | None = None) -> None:
@@ -49,19 +49,19 @@ class RemoteConnectionLost(RemoteConnectError):
     """A remote connection ended on a failure, which the message names. Streamable HTTP: an
     SSE stream refused, or failed with no event id to resume from, or whose resume the server
     refused (409: it cannot resume from the last event seen; 404: the connection is gone),
-    or whose resume attempts (:data:`RESUME_DELAYS`) all failed. WebSocket: the socket
-    failed, or a ping got no pong within :data:`PING_TIMEOUT`. It is the connection's
-    ``transport_error`` once the stream has ended.
+    or whose resume attempts (`RESUME_DELAYS`) all failed. WebSocket: the socket
+    failed, or a ping got no pong within `PING_TIMEOUT`. It is the connection's
+    `transport_error` once the stream has ended.
 
     Attributes:
-        status: the HTTP status that refused the resume, else ``None``.
+        status: the HTTP status that refused the resume, else `None`.
     """
 
 
 
 
 class Lane(Generic[_T]):
-    """Outgoing items sent in order by one task; ``busy`` while the head is being sent."""
+    """Outgoing items sent in order by one task; `busy` while the head is being sent."""
 
     __slots__ = ("items", "ready", "busy")
 
@@ -73,7 +73,7 @@ class Lane(Generic[_T]):
 
 class RemoteStream(Stream):
     """The caller's end of the pair (the memory pair's first stream is of this class):
-    closing it reaches the bridge even while the bridge is not reading, and ``wait_closed()``
+    closing it reaches the bridge even while the bridge is not reading, and `wait_closed()`
     returns once the bridge has ended its network side too."""
 
     bridge: Bridge
@@ -165,7 +165,7 @@ class Bridge:
             self._b.pause_reading()
 
     async def _drain(self, lane: Lane[_T], send: Callable[[_T], Awaitable[None]]) -> None:
-        """Send ``lane``'s items in order with ``await send(item)``, forever."""
+        """Send `lane`'s items in order with `await send(item)`, forever."""
         while True:
             while not lane.items:
                 lane.ready.clear()
@@ -238,5 +238,5 @@ class Bridge:
                 self.done.set_result(None)
 
     async def _close_network(self, flushed: bool) -> None:
-        """End the network side (``flushed``: everything queued was sent)."""
+        """End the network side (`flushed`: everything queued was sent)."""
         raise NotImplementedError

@@ -1,9 +1,9 @@
 """The remote client over Streamable HTTP: POSTs out, SSE streams in, resumed by cursor.
 
-POSTs and SSE GETs go over lean keep-alive HTTP/1.1 connections (:mod:`.._plainhttp`) unless
+POSTs and SSE GETs go over lean keep-alive HTTP/1.1 connections (`_plainhttp`) unless
 HTTP/2 or a proxy is in play (httpx then). The connection's SSE stream and one per session
-are read at once; each remembers its last event's ``id:`` and is resumed with
-``Last-Event-ID`` after a drop (:data:`RESUME_DELAYS`).
+are read at once; each remembers its last event's `id:` and is resumed with
+`Last-Event-ID` after a drop (`RESUME_DELAYS`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ _INTERNAL_ERROR = -32603
 
 
 class HttpBridge(Bridge):
-    """POSTs out (``initialize`` first, its reply in the body), SSE streams in.
+    """POSTs out (`initialize` first, its reply in the body), SSE streams in.
 
     Two ordered send lanes: calls (requests and notifications) and answers (responses to the
     agent's requests), so that an answer the agent waits for never queues behind a request
@@ -184,11 +184,11 @@ class HttpBridge(Bridge):
 
     async def _exchange(self, method: str, headers: dict[str, str], content: bytes | None = None
                         ) -> tuple[Reply, bytes]:
-        """One request; the response and its body (at most ``max_message_size`` bytes).
+        """One request; the response and its body (at most `max_message_size` bytes).
 
         Raises:
             httpx.HTTPError: the request failed.
-            ValueError: the body is over ``max_message_size``.
+            ValueError: the body is over `max_message_size`.
         """
         if self._plain is not None:
             return await self._plain.request(method, headers, content or b"")
@@ -203,7 +203,7 @@ class HttpBridge(Bridge):
             return self._reply(response.status_code, response.reason_phrase, response.headers), b"".join(chunks)
 
     def _reply_to(self, body: bytes, ident: RequestId | None) -> Message | None:
-        """``body`` decoded, when it is one JSON-RPC response with id ``ident``."""
+        """`body` decoded, when it is one JSON-RPC response with id `ident`."""
         line = one_line(body)
         if not line or b"\n" in line:
             return None
@@ -235,7 +235,7 @@ class HttpBridge(Bridge):
             self._deliver(b"".join(out))
 
     def _session_of(self, frame: Any) -> str | None:
-        """The ``Acp-Session-Id`` for a POST: ``params.sessionId`` of a call (not ``$/``
+        """The `Acp-Session-Id` for a POST: `params.sessionId` of a call (not `$/`
         methods), the session an answered agent request came on; for a batch, the one
         session its entries agree on."""
         if frame.kind == BATCH:
@@ -258,8 +258,8 @@ class HttpBridge(Bridge):
     # -- incoming -----------------------------------------------------------------------
 
     async def _sse(self, session: str | None) -> None:
-        """Read one SSE stream (the connection's, or ``session``'s) into the connection,
-        resuming it with ``Last-Event-ID`` when it drops (see :data:`RESUME_DELAYS`).
+        """Read one SSE stream (the connection's, or `session`'s) into the connection,
+        resuming it with `Last-Event-ID` when it drops (see `RESUME_DELAYS`).
 
         The connection ends when the connection's stream ends for good, or when any stream
         fails without being resumed; a session stream that the server refuses at first, or
@@ -399,11 +399,11 @@ class HttpBridge(Bridge):
     def _inspect_incoming(self, line: bytes, session: str | None) -> None:
         """Note what routing needs: the session of an agent request that came on a session
         stream (its answer's POST names it), and session ids not streamed yet (a response's
-        ``result.sessionId``; on the connection stream also a call's ``params.sessionId``).
+        `result.sessionId`; on the connection stream also a call's `params.sessionId`).
 
         Only lines that can hold such a thing are decoded: a quoted key cannot appear inside
         a JSON string (its quotes would be escaped), so plain byte tests rule out the rest,
-        such as every ``session/update`` on a session stream.
+        such as every `session/update` on a session stream.
         """
         if session is None:
             if b'"sessionId"' not in line:
@@ -435,8 +435,8 @@ class HttpBridge(Bridge):
             routes.popitem(last=False)
 
     def _open_session(self, session: str, *, confirmed: bool) -> None:
-        """Open ``session``'s SSE stream unless it is open. One the server refused is asked
-        for again only when a response names the session (``confirmed``)."""
+        """Open `session`'s SSE stream unless it is open. One the server refused is asked
+        for again only when a response names the session (`confirmed`)."""
         if session in self._sessions or self._closer is not None or self._conn_id is None:
             return
         if session in self._refused:
@@ -454,7 +454,7 @@ class HttpBridge(Bridge):
     # -- closing ------------------------------------------------------------------------
 
     async def _delete(self, conn_id: str) -> None:
-        """End the server's connection ``conn_id`` (best effort, bounded)."""
+        """End the server's connection `conn_id` (best effort, bounded)."""
         headers = {**self._headers, CONNECTION_ID_HEADER: conn_id}
         try:
             await asyncio.wait_for(self._exchange("DELETE", headers), _bridge.CLOSE_TIMEOUT)
@@ -472,7 +472,7 @@ class HttpBridge(Bridge):
 
 
 async def _head_of(response: httpx.Response | StreamedReply) -> bytes:
-    """The first :data:`BODY_QUOTE` bytes of a refusal's body, stripped (the rest unread)."""
+    """The first `BODY_QUOTE` bytes of a refusal's body, stripped (the rest unread)."""
     head = b""
     try:
         async for chunk in response.aiter_bytes():

@@ -1,9 +1,9 @@
 """The remote client over WebSocket: the socket's own protocol as the bridge.
 
 websockets' sans-I/O layer frames and parses; no task or queue per message. Through a proxy
-named by the environment, websockets' asyncio client instead (:class:`ProxiedWebSocketBridge`).
+named by the environment, websockets' asyncio client instead (`ProxiedWebSocketBridge`).
 One text frame carries one message or one batch; the client asks for batch frames. A ping
-every :data:`PING_INTERVAL` seconds on a quiet socket finds a path that died silently.
+every `PING_INTERVAL` seconds on a quiet socket finds a path that died silently.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ __all__ = ["PING_INTERVAL", "PING_TIMEOUT", "ProxiedWebSocketBridge", "WebSocket
 logger = logging.getLogger("acp_fast.remote")
 
 def whole_lines(partial: bytes, data: bytes, limit: int) -> tuple[list[bytes], bytes, str | None]:
-    """Split what the connection wrote into its whole non-empty lines (``partial`` is the
+    """Split what the connection wrote into its whole non-empty lines (`partial` is the
     unfinished line of the last write); returns the lines, the new unfinished line, and why
-    the stream must end (a line over ``limit`` bytes; only the lines before it are returned)."""
+    the stream must end (a line over `limit` bytes; only the lines before it are returned)."""
     if partial:
         data = partial + data
     lines = data.split(b"\n")
@@ -49,7 +49,7 @@ PING_TIMEOUT = 20.0
 
 
 def ws_proxied(url: str) -> bool:
-    """Whether the environment names a proxy for ``url`` (websockets ≥ 15 would use it)."""
+    """Whether the environment names a proxy for `url` (websockets ≥ 15 would use it)."""
     try:
         from websockets.proxy import get_proxy
         from websockets.uri import parse_uri
@@ -62,15 +62,15 @@ class WebSocketLink(asyncio.Protocol):
     """A WebSocket as the stream's own transport: websockets' sans-I/O protocol frames and
     parses inside the socket's callbacks, with no memory pair, task or queue in between.
 
-    To the socket it is the protocol; to the :class:`~acp_fast.transport.Stream` it is the
-    transport (``write``, ``pause_reading``, ``close``, ...). Outgoing: each line the
+    To the socket it is the protocol; to the [`Stream`][acp_fast.transport.Stream] it is the
+    transport (`write`, `pause_reading`, `close`, ...). Outgoing: each line the
     connection writes becomes a text frame, the frames of one write leave in one socket
     write, and the socket's buffer limits are the stream's (the connection is told when it
     fills). Incoming: the text messages of one read reach the connection as one chunk of
     lines (a batch frame stays one line); binary frames are ignored; pausing the stream
-    pauses the socket. The client pings a quiet socket every :data:`PING_INTERVAL` seconds;
-    no pong within :data:`PING_TIMEOUT` ends it with a :class:`RemoteConnectionLost`.
-    Closing sends a close frame and waits up to :data:`CLOSE_TIMEOUT` for the server's.
+    pauses the socket. The client pings a quiet socket every `PING_INTERVAL` seconds;
+    no pong within `PING_TIMEOUT` ends it with a [`RemoteConnectionLost`][acp_fast.remote.client._websocket.RemoteConnectionLost].
+    Closing sends a close frame and waits up to `CLOSE_TIMEOUT` for the server's.
     """
 
     def __init__(self, url: str, max_message_size: int, headers: dict[str, str], stream: Stream) -> None:
@@ -113,8 +113,8 @@ class WebSocketLink(asyncio.Protocol):
         return stream
 
     async def establish(self, connect_timeout: float) -> None:
-        """Connect and shake hands (within ``connect_timeout``), then become the stream's
-        transport; :class:`RemoteConnectError` when either fails."""
+        """Connect and shake hands (within `connect_timeout`), then become the stream's
+        transport; [`RemoteConnectError`][acp_fast.remote.client._websocket.RemoteConnectError] when either fails."""
         import ssl
 
         from websockets.exceptions import InvalidHandshake, InvalidStatus
@@ -325,7 +325,7 @@ class WebSocketLink(asyncio.Protocol):
 
     def close(self) -> None:
         """The closing handshake: a close frame after what is queued; the socket is dropped
-        if the server has not ended it within :data:`CLOSE_TIMEOUT` seconds."""
+        if the server has not ended it within `CLOSE_TIMEOUT` seconds."""
         if self._closing:
             return
         self._closing = True
