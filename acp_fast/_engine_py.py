@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any, Callable, Generic, Iterable, Iterator, List, NoReturn, TypeVar, Union
 
 from ._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
@@ -93,7 +92,6 @@ from ._strictjson import skip_ws as _skip_ws
 from ._strictjson import utf8_json as _utf8_json
 from .errors import (
     DEFAULT_MESSAGES,
-    INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
     DecoderClosedError,

@@ -49,7 +49,7 @@ UPDATE = {"sessionId": "sess-0001", "update": {
 
 def child(loop: str) -> None:
     from acp_fast import IMPLEMENTATION, Proxy, run_agent_stdio
-    from acp_fast.cli.loops import loop_name
+    from acp_fast.transport.loop import loop_name
 
     package = os.path.dirname(os.path.realpath(sys.modules["acp_fast"].__file__ or ""))
     proxy = Proxy.v2().on_request("_bench/cpu", lambda params, cx: time.process_time())

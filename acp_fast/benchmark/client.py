@@ -54,8 +54,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from acp_fast.cli.loops import LOOPS, loop_name
-from acp_fast.cli.loops import run as run_loop
+from acp_fast.transport.loop import LOOP_CHOICES as LOOPS
+from acp_fast.transport.loop import loop_name
+from acp_fast.transport.loop import run as run_loop
 from acp_fast.protocol.facts import SESSION_REQUEST_PERMISSION
 
 if TYPE_CHECKING:

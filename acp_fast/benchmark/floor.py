@@ -119,7 +119,7 @@ def _stderr(data: bytes) -> None:
 
 
 async def _read(cmd: list[str], n: int, warmup: int, env: dict[str, str]) -> JsonObject:
-    from ..cli.loops import loop_name
+    from ..transport.loop import loop_name
     from ..transport import spawn
     from .client import _task_cpu_ns
 

@@ -13,7 +13,6 @@ import importlib.util
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from ..jsontypes import JsonObject
 

@@ -32,7 +32,7 @@ __all__ = ["main", "report"]
 
 async def _run(target: str, workload: str, n: int, warmup: int) -> JsonObject:
     from .. import IMPLEMENTATION, Client, Context, SessionUpdate
-    from ..cli.loops import loop_name
+    from ..transport.loop import loop_name
     from ..transport import spawn
     from ..remote import connect_url
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 def report(work: Coroutine[Any, Any, JsonObject], workload: str, loop: str) -> int:
     """Run a benchmark client's `work` on `loop` (at most 300 s) and print its JSON line
     (`{"ok": false, "error"}` when it failed: the harness reads the line); the exit status."""
-    from ..cli.loops import run
+    from ..transport.loop import run
 
     try:
         out = run(asyncio.wait_for(work, 300), loop=loop)

@@ -18,7 +18,6 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..jsontypes import Json, JsonObject
 from .pairs import CEILING, FLOOR, PAIRS

@@ -72,7 +72,7 @@ async def _serve() -> None:
 
 
 async def _ping(url: str, n: int, warmup: int) -> JsonObject:
-    from ..cli.loops import loop_name
+    from ..transport.loop import loop_name
 
     parts = urlsplit(url)
     if not parts.hostname or not parts.port:
@@ -110,7 +110,7 @@ def floor_cli(prog: str, url: str, serve: Callable[..., Coroutine[Any, Any, None
 
         parser.add_argument("--server", choices=SERVERS, default=DEFAULT_SERVER, help="the ASGI server (serve)")
     args = parser.parse_args(argv)
-    from ..cli.loops import run
+    from ..transport.loop import run
 
     if args.target == "serve":
         try:

@@ -128,7 +128,7 @@ async def _serve(server: ServerName) -> None:
 async def _roundtrips(url: str, n: int, warmup: int) -> JsonObject:
     from urllib.parse import urlsplit
 
-    from ..cli.loops import loop_name
+    from ..transport.loop import loop_name
 
     parts = urlsplit(url)
     if parts.scheme != "ws" or not parts.hostname or not parts.port:

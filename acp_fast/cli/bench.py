@@ -190,7 +190,8 @@ def missing_extra() -> list[str]:
 
 def _loops(spec: str | None) -> tuple[list[str], list[str]]:
     """`(loops, notes)` from `--loops` (default: asyncio and, when it imports, uvloop)."""
-    from .loops import LOOPS, available_loops
+    from ..transport.loop import LOOP_CHOICES as LOOPS
+    from ..transport.loop import available_loops
 
     have = available_loops()
     if spec is None:

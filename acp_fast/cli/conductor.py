@@ -26,7 +26,8 @@ import os
 import sys
 from typing import Any
 
-from .loops import LOOPS, run
+from ..transport.loop import LOOP_CHOICES as LOOPS
+from ..transport.loop import run
 
 __all__ = ["add_parser", "main"]
 

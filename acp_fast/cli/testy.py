@@ -8,7 +8,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Literal
 
-from .loops import LOOPS, run
+from ..transport.loop import LOOP_CHOICES as LOOPS
+from ..transport.loop import run
 
 if TYPE_CHECKING:
     from . import Subparsers

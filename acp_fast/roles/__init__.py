@@ -13,7 +13,9 @@ API (seed 000) in Python form. One idea per module:
 | `names` | which method names a handler may be registered for (checked then) |
 | `context` | request handles (`Request`, `SentRequest`) and `Peer` |
 | `_hot_py` | what handlers see, `Context` and `SessionUpdate`, and the per-method dispatchers: the hot path's one source (compiled as `_hot_c`) |
-| `connection` | `AcpConnection` (generic in the version): guard, negotiation, read gate, write guard, hot path; `AgentConnection` |
+| `streams` | what a role runs on: its stream (`Transport`) and engine twin (`EngineChoice`), opened one way |
+| `dispatch` | the one dispatch path of a connection (`Dispatch`): guard, handler table, dynamic handlers, the role's rules |
+| `connection` | `AcpConnection` (generic in the version): negotiation, the initialization guard, the outgoing checks; `AgentConnection` |
 | `client` | `ClientConnection`: `initialize`, the session helpers (typed by version) |
 | `proxy` | `ProxyConnection`: `_proxy/successor` routing and forwarding |
 | `routers` | first-frame routers (`Agent.protocol_router()`, `Proxy.protocol_router()`) |

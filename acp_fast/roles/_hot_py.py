@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import types
 from collections.abc import Awaitable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..jsonrpc import RequestContext, Responder
 from ..protocol.facts import SESSION_UPDATE as _SESSION_UPDATE

@@ -4,15 +4,16 @@ It sits on a [`Connection`][acp_fast.jsonrpc.Connection] and adds ACP semantics 
 [`acp_fast.protocol`][acp_fast.protocol]: version negotiation, the initialization guard, and the wire
 surface of its version (read gate for `session/update`, write guard for everything sent).
 
-Hot path. Until the connection is ready (`initialize` done, or at once for unchecked v1
-roles), every message takes the guarded slow path (`_on_request` / `_on_notification`,
-registered as the JSON-RPC connection's fallbacks). When it becomes ready, the handler table
-is installed into the JSON-RPC connection's per-method tables: an incoming message then costs
-one dict lookup and one call into a small closure that calls the user's handler, and
-`session/update` costs one more dict lookup for its variant's read-gate check. Outgoing,
-`send_notification` / `send_session_update` / `send_request` check the method (and the
-update variant) against sets precomputed from the surface, then encode and queue the line
-through the JSON-RPC connection: no view objects, no generator, no wrapper chain.
+Incoming, every message goes through the connection's
+[`Dispatch`][acp_fast.roles.dispatch.Dispatch] (`roles.dispatch`): the guarded slow path until
+the connection is ready (`initialize` done, or at once for unchecked v1 roles), then one
+installed entry per method in the JSON-RPC connection's per-method tables (one dict lookup,
+one call; `session/update` one more lookup for its variant's read-gate check).
+
+Outgoing, `send_request` / `send_notification` check the method against sets precomputed
+from the surface, then encode and queue the line through the JSON-RPC connection.
+`send_session_update` is the guarded path until the connection is ready, then the hot path's
+`UpdateSender` (`_hot_py`), which checks the update variant and queues the notification.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeGuard, TypeVar, cast
+from typing import Any, ClassVar, Generic, Protocol, TypeGuard, TypeVar, cast
 
 from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection, PendingRequest, RequestContext, RequestResult
@@ -32,11 +33,11 @@ from ..protocol.guard import InitializationGuard
 from ..protocol.surface import WireSurface
 from ._hot import IMPLEMENTATION as HOT_IMPLEMENTATION
 from ._hot import UpdateSender
-from ._hot import Context, SessionUpdate
+from ._hot import Context
 from .context import Request, SentRequest, SessionUpdateSender, Version
 from .mcp import McpState
 from .names import check_handler_method
-from .sessions import OpenedSession, SessionSetup, SessionStates, build_session, fork_session, resume_session
+from .sessions import SessionSetup, SessionStates
 from .streams import EngineChoice, Transport, open_stream, resolve_engine
 from .dispatch import (
     INITIALIZE,
@@ -53,15 +54,10 @@ from .table import NOT_HANDLED, Handler, HandlerTable
 __all__ = ["INITIALIZE", "NOT_HANDLED", "PROXY_INITIALIZE", "PROXY_INITIALIZE_SPEC", "SESSION_UPDATE", "AcpConnection",
            "AgentConnection", "ConnectionBuilder", "DynamicHandler"]
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..engine import Message
-
 logger = logging.getLogger("acp_fast.roles")
 
 _T = TypeVar("_T")
 _C = TypeVar("_C", bound="AcpConnection[int]")
-
-_INITIALIZES = INITIALIZING
 
 
 def _is_awaitable_result(value: object) -> TypeGuard[Awaitable[Json]]:
@@ -131,7 +127,7 @@ class AcpConnection(Generic[Version]):
         # the read gate's fast path: the compiled twin on the compiled hot path (which calls it
         # at C level), whichever engine twin decodes
         self._gate = make_gate(self.surface, compiled=HOT_IMPLEMENTATION == "c")
-        self._request_ok = self.surface.methods_of_kind("request") - _INITIALIZES
+        self._request_ok = self.surface.methods_of_kind("request") - INITIALIZING
         self._notification_ok = self.surface.methods_of_kind("notification")
         self._notify = conn.outbox.notify  # Connection.notify without the Python call around it
         self._out_fast = False
@@ -268,7 +264,7 @@ class AcpConnection(Generic[Version]):
         """
         if kind not in ("request", "notification"):
             raise ValueError(f"kind must be 'request' or 'notification', not {kind!r}")
-        if kind == "request" and method in _INITIALIZES:
+        if kind == "request" and method in INITIALIZING:
             raise ValueError(f"{method!r} is handled by the initialization guard")
         check_handler_method(method, version=self.version, role=self.role, kind=kind)
         return self.dispatch.add_dynamic(kind, method, fn)
@@ -424,7 +420,7 @@ class AcpConnection(Generic[Version]):
         """
         if self._out_fast and method in self._request_ok:
             return self.raw.request(method, params, timeout=timeout)
-        if method in _INITIALIZES:
+        if method in INITIALIZING:
             sent = self._send_initializing(method, params)
             if sent is not None:
                 return sent

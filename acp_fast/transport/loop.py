@@ -12,7 +12,9 @@ goes through [`run`][acp_fast.transport.loop.run], so one choice applies everywh
 Choices: `"auto"` (uvloop when it can be imported, else asyncio's default loop),
 `"uvloop"` (uvloop or an error) and `"asyncio"` (asyncio's default loop, the opt-out).
 Code that runs its own loop (`asyncio.run(...)`) is not affected: acp_fast works on any
-asyncio-compatible loop.
+asyncio-compatible loop. [`available_loops`][acp_fast.transport.loop.available_loops] says
+which loops this machine has and [`loop_name`][acp_fast.transport.loop.loop_name] which kind
+is running (the commands' `--loop` flags and the benchmark's reports).
 
 NOTE: before making a loop, [`new_event_loop`][acp_fast.transport.loop.new_event_loop] puts `/dev/null` on any of the
 descriptors 0, 1, 2 that is closed (a process started with `<&-` or `>&-`). Otherwise
@@ -31,7 +33,7 @@ from collections.abc import Coroutine
 from types import ModuleType
 from typing import Any, Literal, TypeVar
 
-__all__ = ["LOOP_CHOICES", "LOOP_ENV", "new_event_loop", "resolve_loop", "run"]
+__all__ = ["LOOP_CHOICES", "LOOP_ENV", "available_loops", "loop_name", "new_event_loop", "resolve_loop", "run"]
 
 _T = TypeVar("_T")
 
@@ -125,3 +127,17 @@ def run(main: Coroutine[Any, Any, _T], *, loop: str | None = None, debug: bool |
         ev_loop.run_until_complete(ev_loop.shutdown_asyncgens())
         asyncio.set_event_loop(None)
         ev_loop.close()
+
+
+def available_loops() -> list[str]:
+    """`["asyncio", "uvloop"]`, or `["asyncio"]` when uvloop does not import."""
+    try:
+        resolve_loop("uvloop")
+    except ImportError:
+        return ["asyncio"]
+    return ["asyncio", "uvloop"]
+
+
+def loop_name() -> str:
+    """`"uvloop"` or `"asyncio"`: the kind of the running loop."""
+    return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"

@@ -1,4 +1,9 @@
-"""In-memory stream pairs for tests: the real `asyncio.Protocol` path without the OS."""
+"""In-memory stream pairs: the real `asyncio.Protocol` path without the OS.
+
+Two connections in one process talk through a pair: the conductor and its in-process
+components, the remote server and an in-process agent, the remote client's bridge, and the
+tests. Bytes written with their frames (`write_frames`) reach the other end already decoded.
+"""
 
 from __future__ import annotations
 
