@@ -20,7 +20,7 @@ API (seed 000) in Python form. One idea per module:
 | `proxy` | `ProxyConnection`: `_proxy/successor` routing and forwarding |
 | `routers` | first-frame routers (`Agent.protocol_router()`, `Proxy.protocol_router()`) |
 | `connector` | the client protocol connector (v2 first, v1 fallback) |
-| `sessions` | session helpers: client (`build_session`, `SessionSetup`, `V2Session`, `V1Session`) and agent (`AgentSession`, `PromptTurn`: acceptance, close) |
+| `sessions` | the session helpers, one module per idea (every name importable from `sessions`): the client's handles (`client_sessions`: `build_session`, `V2Session`, `V1Session`), per-session state tracking (`session_state`), the agent's turns (`agent_sessions`: `AgentSession`, `PromptTurn`), setup requests for clients and proxies (`session_setup`: `SessionSetup`), v2 upserts (`upserts`) |
 | `mcp` | MCP-over-ACP (unstable): `with_mcp_servers=` on session setup, a proxy's `with_mcp_server`, an agent's `open_mcp_session` (the `mcp` extra) |
 
 Handlers are registered by method name or by schema type name and get `(params, cx)`; a

@@ -5,8 +5,8 @@ sessions; its handlers answer the agent's requests, and its `session/request_per
 requests are tracked per session so that `cancel_active_work` can answer them with the
 cancelled outcome. The version is in the type: `Client.v2().connect(...)` gives a
 `ClientConnection[V2]`, whose [`build_session`][acp_fast.roles.client.ClientConnection.build_session] opens a
-[`V2Session`][acp_fast.roles.sessions.V2Session]; `Client.builder()` (v1) gives a
-`ClientConnection[V1]` and a [`V1Session`][acp_fast.roles.sessions.V1Session].
+[`V2Session`][acp_fast.roles.V2Session]; `Client.builder()` (v1) gives a
+`ClientConnection[V1]` and a [`V1Session`][acp_fast.roles.V1Session].
 """
 
 from __future__ import annotations
@@ -139,21 +139,21 @@ class ClientConnection(AcpConnection[Version]):
     def build_session(self, cwd: str, *, mcp_servers: Sequence[Json] | None = None,
                       with_mcp_servers: Sequence[McpServerLike] = (), **fields: Json
                       ) -> SentRequest[OpenedSession[Any]]:
-        """`session/new` -> [`OpenedSession`][acp_fast.roles.sessions.OpenedSession]: its session is
-        a [`V2Session`][acp_fast.roles.sessions.V2Session] on a v2 client, a
-        [`V1Session`][acp_fast.roles.sessions.V1Session] on a v1 one (see
+        """`session/new` -> [`OpenedSession`][acp_fast.roles.OpenedSession]: its session is
+        a [`V2Session`][acp_fast.roles.V2Session] on a v2 client, a
+        [`V1Session`][acp_fast.roles.V1Session] on a v1 one (see
         `build_session`)."""
         return build_session(self, cwd, mcp_servers=mcp_servers, with_mcp_servers=with_mcp_servers, **fields)
 
     def resume_session(self: ClientConnection[V2], session_id: str, cwd: str, **kwargs: Json
                        ) -> SentRequest[OpenedSession[V2Session]]:
-        """v2 `session/resume` -> [`OpenedSession`][acp_fast.roles.sessions.OpenedSession] (see
+        """v2 `session/resume` -> [`OpenedSession`][acp_fast.roles.OpenedSession] (see
         `resume_session`)."""
         return resume_session(self, session_id, cwd, **kwargs)
 
     def fork_session(self: ClientConnection[V2], session_id: str, cwd: str, **kwargs: Json
                      ) -> SentRequest[OpenedSession[V2Session]]:
-        """v2 `session/fork` (unstable) -> [`OpenedSession`][acp_fast.roles.sessions.OpenedSession]
+        """v2 `session/fork` (unstable) -> [`OpenedSession`][acp_fast.roles.OpenedSession]
         of the new session (see `fork_session`)."""
         return fork_session(self, session_id, cwd, **kwargs)
 

@@ -502,7 +502,7 @@ class AcpConnection(Generic[Version]):
 
     def build_session_from(self, params: JsonObject) -> SessionSetup:
         """A `session/new` from a complete request: `start_session()` publishes it
-        (a proxy uses `on_proxy_session_start`; see [`SessionSetup`][acp_fast.roles.sessions.SessionSetup])."""
+        (a proxy uses `on_proxy_session_start`; see [`SessionSetup`][acp_fast.roles.SessionSetup])."""
         return SessionSetup(self, SESSION_NEW, params)
 
     def resume_session_from(self, params: JsonObject) -> SessionSetup:

@@ -44,7 +44,7 @@ request is cancelled with `$/cancel_request`.
 v2 (protocol.md §9.2, seed 000): `initialize` (`info` `test-agent`, capabilities
 `{"session": {"fork": {}}, "auth": {"status": {}}}`), `session/new|list|resume|fork|close|prompt`,
 `session/cancel`, `auth/status` (and `auth/login` / `auth/logout`). Prompts are served
-by the builder API's [`AgentSession`][acp_fast.roles.sessions.AgentSession] (seed 000 prompt
+by the builder API's [`AgentSession`][acp_fast.roles.AgentSession] (seed 000 prompt
 acceptance): a prompt is answered at once with its insertion receipt
 `{"messageId": "testy-v2-user-message-N"}`, then `user_message` -> `state_update
 running` -> output -> `state_update idle` with a stop reason (`cancelled` after
