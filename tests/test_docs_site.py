@@ -25,10 +25,8 @@ import ast
 import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -37,6 +35,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
+from browser import chromium as find_chromium
+from browser import run_chromium
 from peer_rule import missing
 
 import acp_fast
@@ -164,25 +164,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    path = shutil.which("chromium") or ("/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None)
-    if path is None:
-        missing("chromium", "headless Chromium (chromium on PATH or /usr/bin/chromium) is not installed")
-    return path
+    return find_chromium()
 
 
 def dump_dom(chromium: str, page: Path) -> str:
     """The DOM of ``page`` as headless Chromium serializes it after its scripts ran."""
-    profile = tempfile.mkdtemp(prefix="chromium-profile-")
-    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-            f"--user-data-dir={profile}", "--virtual-time-budget=3000", "--dump-dom", page.as_uri()]
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=BROWSER_GUARD, stdin=subprocess.DEVNULL,
-                              check=False)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+    return run_chromium(chromium, page.as_uri(), ["--virtual-time-budget=3000", "--dump-dom"], guard=BROWSER_GUARD)
 
 
 class ArticleText(HTMLParser):

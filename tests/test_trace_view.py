@@ -21,9 +21,7 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 from html.parser import HTMLParser
 from itertools import pairwise
 from pathlib import Path
@@ -34,8 +32,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
+from browser import chromium as find_chromium
+from browser import run_chromium
 from conductor_support import Wire, cmd_testy, component_env, text_prompt
-from peer_rule import missing, require_module
+from peer_rule import require_module
 from roles_support import RawPeer, run, v1_init
 
 from acp_fast import Proxy
@@ -304,31 +304,19 @@ def test_cli_view_and_summary(real_trace: Path, tmp_path: Path, capsys: pytest.C
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    path = shutil.which("chromium") or ("/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None)
-    if path is None:
-        missing("chromium", "headless Chromium (chromium on PATH or /usr/bin/chromium) is not installed")
-    return path
+    return find_chromium()
 
 
 def browser(chromium: str, tmp_path: Path, page: Path, fragment: str = "", *, screenshot: Path | None = None,
             size: tuple[int, int] = WINDOW) -> str:
     """One headless Chromium run on ``page#fragment``: the serialized DOM (or writes ``screenshot``)."""
-    profile = Path(tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path))
-    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-            "--hide-scrollbars", f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}",
-            "--virtual-time-budget=5000"]
-    args.append(f"--screenshot={screenshot}" if screenshot is not None else "--dump-dom")
-    args.append(page.as_uri() + (f"#{fragment}" if fragment else ""))
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=BROWSER_GUARD, stdin=subprocess.DEVNULL,
-                              check=False)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = ["--hide-scrollbars", f"--window-size={size[0]},{size[1]}", "--virtual-time-budget=5000",
+            f"--screenshot={screenshot}" if screenshot is not None else "--dump-dom"]
+    out = run_chromium(chromium, page.as_uri() + (f"#{fragment}" if fragment else ""), args, guard=BROWSER_GUARD,
+                       profile_dir=tmp_path)
     if screenshot is not None:
-        assert screenshot.is_file(), proc.stderr[-3000:]
-    return proc.stdout
+        assert screenshot.is_file(), f"no screenshot at {screenshot}"
+    return out
 
 
 class Dom(HTMLParser):
