@@ -1,6 +1,6 @@
 """Runs one Python process of a benchmark row and has it say what it runs.
 
-```text
+```bash
 python -P -m acp_fast.benchmark.launch ROLE MODULE [ARGS...]
 python -P -m acp_fast.benchmark.launch ROLE --script PATH [ARGS...]
 ```
