@@ -42,6 +42,7 @@ redis_asyncio = peer_rule.require_module("redis.asyncio", "redis", "redis-py (th
 
 from acp_fast.fleet import (  # noqa: E402
     STREAM_START,
+    ConnectionEnded,
     CursorOutOfWindow,
     HostState,
     InputQueueFull,
@@ -554,3 +555,76 @@ def test_without_redis_py_the_store_names_the_extra(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
     with pytest.raises(MissingExtraError, match=r"acp-fast\[fleet\]"):
         RedisStore("redis://127.0.0.1:1/0")
+
+
+# --- what fronts and hosts add: the host inbox, routes, the end marker ---------------------
+
+
+def test_a_host_learns_of_its_connections_from_its_inbox(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        await store.register_host("h1", 4, 5.0)
+        await store.register_host("h2", 4, 5.0)
+        assert await store.read_assigned("h1", STREAM_START) == []
+        mine = [await store.create_connection("h1") for _ in range(2)]
+        other = await store.create_connection("h2")
+        got = await store.read_assigned("h1", STREAM_START)
+        assert [cid for _, cid in got] == mine
+        assert [cid for _, cid in await store.read_assigned("h2", STREAM_START)] == [other]
+        assert await store.read_assigned("h1", got[-1][0]) == []
+        # a blocking read wakes on the next connection, and times out without one
+        start = time.monotonic()
+        assert await store.read_assigned("h1", got[-1][0], block=0.2) == []
+        assert time.monotonic() - start >= 0.15
+        waiting = asyncio.ensure_future(store.read_assigned("h1", got[-1][0], block=5.0))
+        await asyncio.sleep(0.05)
+        late = await store.create_connection("h1")
+        assert [cid for _, cid in await waiting] == [late]
+        # registering again is a new life: the inbox of the old one is gone
+        await store.register_host("h1", 4, 5.0)
+        assert await store.read_assigned("h1", STREAM_START) == []
+        await store.close()
+
+    run(body)
+
+
+def test_output_entries_keep_their_routes(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        cid = await store.create_connection("h")
+        await store.append_output(cid, [b"a", b"b", b"c"], [None, "s1", ""])
+        await store.append_output(cid, [b"d"])
+        first, second = await store.read_output(cid, STREAM_START)
+        assert first.routes == [None, "s1", ""] and first.lines == [b"a", b"b", b"c"]
+        assert second.routes is None
+        with pytest.raises(ValueError):
+            await store.append_output(cid, [b"a", b"b"], ["s1"])
+        await store.close()
+
+    run(body)
+
+
+def test_readers_learn_the_end_of_the_output_after_every_entry_before_it(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        cid = await store.create_connection("h")
+        last = await store.append_output(cid, [b"1"])
+        waiting = asyncio.ensure_future(store.read_output(cid, last, block=5.0))
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        assert await store.end_output(cid, "the agent exited (code 3)")
+        with pytest.raises(ConnectionEnded) as ended:
+            await waiting
+        assert time.monotonic() - start < 2.0 and "code 3" in ended.value.reason
+        # a reader behind the marker gets what precedes it first, then the end
+        assert [e.lines for e in await store.read_output(cid, STREAM_START)] == [[b"1"]]
+        with pytest.raises(ConnectionEnded):
+            await store.read_output(cid, last)
+        assert await store.end_output(cid, "again")  # once: a second mark changes nothing
+        with pytest.raises(ConnectionEnded) as ended:
+            await store.read_output(cid, last)
+        assert "code 3" in ended.value.reason
+        assert not await store.end_output("no-such-connection", "x")
+        await store.close()
+
+    run(body)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from .redis_store import DEFAULT_PREFIX, RedisStore
 from .store import (
+    INIT_ROUTE,
     STREAM_START,
+    ConnectionEnded,
     CursorOutOfWindow,
     Entry,
     FleetStore,
@@ -25,7 +27,9 @@ from .store import (
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "INIT_ROUTE",
     "STREAM_START",
+    "ConnectionEnded",
     "CursorOutOfWindow",
     "Entry",
     "FleetStore",

@@ -3,10 +3,13 @@
 Keys, under a prefix (`"acp-fast:"` by default, so that several fleets can share a Redis):
 
 * `hosts`: the set of registered host ids; `host:<id>`: a hash `slots`, `used`;
-  `host:<id>:alive`: the heartbeat key, with the host's TTL;
+  `host:<id>:alive`: the heartbeat key, with the host's TTL; `host:<id>:inbox`: a stream of
+  the connections created for the host (field `c`), emptied when it registers;
 * `{<connection id>}:conn`: the connection's hash: `host`, and the counters of its streams;
   `{<connection id>}:out`: its output stream; `{<connection id>}:in`: its input queue. The
-  three share the TTL, refreshed on every write and on `touch_connection`.
+  three share the TTL, refreshed on every write and on `touch_connection`. An output entry
+  has `d` (the lines), `o` (see `_APPEND`) and, when the host routed its lines, `r` (their
+  routes as a JSON list); the end marker is an entry with `x` (the reason) and no lines.
 
 Every check-and-write is one Lua script, so it is atomic: a slot claim never takes a host above
 its slots, a push never takes a queue above its bounds, a trim never cuts the newest entry.
@@ -30,6 +33,7 @@ primary with replicas), not Redis Cluster: the host registry's scripts touch key
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import time
@@ -40,6 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..remote import MissingExtraError
 from .store import (
+    ConnectionEnded,
     CursorOutOfWindow,
     Entry,
     FleetStore,
@@ -65,8 +70,9 @@ _CURSOR = re.compile(r"(0|[1-9][0-9]{0,17})-0")
 
 # --- the scripts ----------------------------------------------------------------------------
 
-# KEYS: host hash, alive key, hosts set. ARGV: host id, slots, ttl (ms)
+# KEYS: host hash, alive key, hosts set, inbox. ARGV: host id, slots, ttl (ms)
 _REGISTER = """
+redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[1], 'slots', ARGV[2], 'used', 0)
 redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[1])
@@ -116,8 +122,8 @@ redis.call('PEXPIRE', KEYS[3], ARGV[1])
 return 1
 """
 
-# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms).
-# Each entry: d (the lines), o (the stream's byte count before it). The window keeps
+# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms), routes ('' for none).
+# Each entry: d (the lines), o (the stream's byte count before it), r (routes, when given). The window keeps
 # `max bytes` of data at most: the oldest entries leave (the newest stays), found one by one
 # from the head (as many reads as entries leave), then trimmed exactly.
 _APPEND = """
@@ -126,7 +132,11 @@ local size = string.len(ARGV[1])
 local seq = redis.call('HINCRBY', KEYS[1], 'out_seq', 1)
 local total = redis.call('HINCRBY', KEYS[1], 'out_bytes', size)
 local id = seq .. '-0'
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size)
+if ARGV[5] == '' then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size)
+else
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size, 'r', ARGV[5])
+end
 local floor = total - tonumber(ARGV[3])
 if floor > 0 then
   local from = '-'
@@ -141,6 +151,15 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return id
+"""
+
+# KEYS: conn, out. ARGV: reason. The end marker: an entry with x (the reason), once.
+_END = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HSETNX', KEYS[1], 'ended', ARGV[1]) == 0 then return 1 end
+local seq = redis.call('HINCRBY', KEYS[1], 'out_seq', 1)
+redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], 'o', redis.call('HGET', KEYS[1], 'out_bytes') or 0)
+return 1
 """
 
 # KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms).
@@ -202,6 +221,20 @@ def _batch(lines: Sequence[bytes]) -> bytes:
 
 def _entries(raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
     return [Entry(eid.decode(), fields[b"d"].split(b"\n")) for eid, fields in raw]
+
+
+def _output(connection_id: str, raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
+    """Output entries up to the end marker; `ConnectionEnded` when the marker comes first."""
+    out: list[Entry] = []
+    for eid, fields in raw:
+        reason = fields.get(b"x")
+        if reason is not None:
+            if not out:
+                raise ConnectionEnded(connection_id, reason.decode("utf-8", "replace"))
+            break
+        routes = fields.get(b"r")
+        out.append(Entry(eid.decode(), fields[b"d"].split(b"\n"), json.loads(routes) if routes else None))
+    return out
 
 
 class _Unavailable:
@@ -274,6 +307,7 @@ class RedisStore(FleetStore):
         self._append: AsyncScript = script(_APPEND)
         self._push: AsyncScript = script(_PUSH)
         self._consumed: AsyncScript = script(_CONSUMED)
+        self._end: AsyncScript = script(_END)
         self._ttl = _ms(self._limits.connection_ttl)
 
     @property
@@ -299,7 +333,7 @@ class RedisStore(FleetStore):
         if not _ID.fullmatch(host_id):
             raise ValueError(f"a host id is 1-64 characters of A-Z a-z 0-9 _ -: {host_id!r}")
         key = f"{self._prefix}host:{host_id}"
-        return [key, key + ":alive"]
+        return [key, key + ":alive", key + ":inbox"]
 
     def _known_keys(self, connection_id: str) -> list[str] | None:
         """The connection's keys (record, output, input), or None for an id of another shape."""
@@ -319,7 +353,8 @@ class RedisStore(FleetStore):
     async def register_host(self, host_id: str, slots: int, ttl: float) -> None:
         if slots < 1 or ttl <= 0:
             raise ValueError("slots must be >= 1 and ttl positive")
-        keys = [*self._host_keys(host_id), self._prefix + "hosts"]
+        keys = self._host_keys(host_id)
+        keys[2:] = [self._prefix + "hosts", keys[0] + ":inbox"]
         with self._guard:
             await self._register(keys, [host_id, slots, _ms(ttl)])
 
@@ -349,7 +384,7 @@ class RedisStore(FleetStore):
     async def claim_slot(self, host_id: str) -> bool:
         keys = self._host_keys(host_id)
         with self._guard:
-            return bool(await self._claim(keys))
+            return bool(await self._claim(keys[:2]))
 
     async def release_slot(self, host_id: str) -> None:
         keys = self._host_keys(host_id)[:1]
@@ -359,15 +394,31 @@ class RedisStore(FleetStore):
     # --- connection registry -------------------------------------------------------------
 
     async def create_connection(self, host_id: str) -> str:
-        self._host_keys(host_id)  # the same rule as everywhere
+        inbox = self._host_keys(host_id)[2]
         connection_id = secrets.token_urlsafe(24)
         conn = self._conn_keys(connection_id)[0]
         with self._guard:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.hset(conn, mapping={"host": host_id, "out_seq": 0})
                 pipe.pexpire(conn, self._ttl)
+                pipe.xadd(inbox, {"c": connection_id}, maxlen=_INBOX_LENGTH, approximate=True)
                 await pipe.execute()
         return connection_id
+
+    async def read_assigned(self, host_id: str, after: str, *, block: float | None = None) -> list[tuple[str, str]]:
+        """The connections created for a host after inbox cursor `after`, in order.
+
+        See [`FleetStore.read_assigned`][acp_fast.fleet.FleetStore.read_assigned]: `XREAD`
+        of the host's inbox, blocking in slices shorter than the socket timeout.
+        """
+        inbox = self._host_keys(host_id)[2]
+        count = self._limits.read_count
+        with self._guard:
+            raw: list[tuple[bytes, dict[bytes, bytes]]] = list(
+                await self._redis.xrange(inbox, f"({after}", "+", count=count))  # type: ignore[arg-type]
+            if not raw:
+                raw = await self._wait(inbox, after, count, block)
+        return [(eid.decode(), fields[b"c"].decode()) for eid, fields in raw]
 
     async def connection_host(self, connection_id: str) -> str | None:
         keys = self._known_keys(connection_id)
@@ -400,7 +451,8 @@ class RedisStore(FleetStore):
 
     # --- agent -> client: the output stream ----------------------------------------------
 
-    async def append_output(self, connection_id: str, lines: Sequence[bytes]) -> str:
+    async def append_output(self, connection_id: str, lines: Sequence[bytes],
+                            routes: Sequence[str | None] | None = None) -> str:
         """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
 
         See [`FleetStore.append_output`][acp_fast.fleet.FleetStore.append_output]. The entry
@@ -410,8 +462,11 @@ class RedisStore(FleetStore):
         keys = self._conn_keys(connection_id)
         limits = self._limits
         data = _batch(lines)
+        if routes is not None and len(routes) != len(lines):
+            raise ValueError(f"{len(routes)} routes for {len(lines)} lines")
+        tags = json.dumps(list(routes), separators=(",", ":")) if routes is not None else ""
         with self._guard:
-            cursor = await self._append(keys, [data, limits.output_entries, limits.output_bytes, self._ttl])
+            cursor = await self._append(keys, [data, limits.output_entries, limits.output_bytes, self._ttl, tags])
         if cursor is None:
             raise UnknownConnection(connection_id)
         return str(cursor.decode())
@@ -441,7 +496,19 @@ class RedisStore(FleetStore):
                 raw = await self._wait(out, after, count, block)
         if raw and _seq(raw[0][0].decode()) != seq + 1:
             raise CursorOutOfWindow(after)
-        return _entries(raw)
+        return _output(connection_id, raw)
+
+    async def end_output(self, connection_id: str, reason: str) -> bool:
+        """Mark the end of the connection's output (once: a second mark changes nothing).
+
+        See [`FleetStore.end_output`][acp_fast.fleet.FleetStore.end_output]; the marker is an
+        entry of its own, so a blocked reader wakes for it.
+        """
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            return False
+        with self._guard:
+            return bool(await self._end(keys[:2], [reason]))
 
     async def _wait(self, key: str, after: str, count: int,
                     block: float | None) -> list[tuple[bytes, dict[bytes, bytes]]]:
@@ -498,6 +565,10 @@ class RedisStore(FleetStore):
             if not raw:
                 raw = await self._wait(keys[2], after, count, block)
         return _entries(raw)
+
+
+#: Entries a host inbox keeps at most (approximately): a host takes them as they come.
+_INBOX_LENGTH = 1024
 
 
 def _ms(seconds: float) -> int:

@@ -14,7 +14,17 @@ and a host share goes through the primitives of [`FleetStore`][acp_fast.fleet.Fl
   bounded in entries and bytes, and a reader whose cursor fell out of it is told so;
 * **input queue** (client to agent), per connection: bounded in entries and bytes; a push
   beyond the bound raises [`InputQueueFull`][acp_fast.fleet.InputQueueFull] (backpressure,
-  never a silent drop); the host consumes it in order.
+  never a silent drop); the host consumes it in order;
+* **host inbox**, per host: each connection created for a host is announced there, so the
+  host learns of it with one blocking read for all of them;
+* **end marker**: the host marks a connection's output as ended (its agent exited) and readers
+  of the output stream learn it ([`ConnectionEnded`][acp_fast.fleet.ConnectionEnded]) once they
+  have read every entry before it, instead of waiting for the TTL.
+
+An output entry may carry each line's *route*: the stream of the front that carries it, as the
+host found it (`None`: the connection's stream; a session id: that session's stream;
+[`INIT_ROUTE`][acp_fast.fleet.INIT_ROUTE]: the reply to `initialize`, which the front answers
+in the POST body and no stream carries).
 
 Cursors are entry ids of the form `"<n>-0"`, `n` counting the entries of that stream from 1;
 [`STREAM_START`][acp_fast.fleet.STREAM_START] (`"0-0"`) is the cursor before the first entry.
@@ -34,7 +44,9 @@ from typing import NamedTuple, Protocol
 from ..errors import AcpFastError
 
 __all__ = [
+    "INIT_ROUTE",
     "STREAM_START",
+    "ConnectionEnded",
     "CursorOutOfWindow",
     "Entry",
     "FleetStore",
@@ -48,6 +60,9 @@ __all__ = [
 
 #: The cursor before a stream's first entry: reading after it starts at entry 1.
 STREAM_START = "0-0"
+
+#: The route of the agent's reply to ``initialize``: answered in the POST body, on no stream.
+INIT_ROUTE = ""
 
 
 class StoreError(AcpFastError):
@@ -93,6 +108,22 @@ class CursorOutOfWindow(StoreError):
     def __init__(self, cursor: str) -> None:
         super().__init__(f"cursor {cursor!r} is outside the replay window")
         self.cursor = cursor
+
+
+class ConnectionEnded(StoreError):
+    """The connection's output ended (its agent exited, or its host ended it): nothing follows.
+
+    Raised by a read of the output stream once every entry before the end marker was read.
+
+    Attributes:
+        connection_id: the connection.
+        reason: why it ended, as the host said it.
+    """
+
+    def __init__(self, connection_id: str, reason: str) -> None:
+        super().__init__(f"connection {connection_id!r} ended: {reason}")
+        self.connection_id = connection_id
+        self.reason = reason
 
 
 class InputQueueFull(StoreError):
@@ -166,10 +197,13 @@ class Entry(NamedTuple):
     Attributes:
         cursor: the entry id, `"<n>-0"`.
         lines: the lines written in one batch, in order, without newlines.
+        routes: each line's route when the writer gave them (output entries of a host), else
+            `None` (see the module docstring).
     """
 
     cursor: str
     lines: list[bytes]
+    routes: list[str | None] | None = None
 
 
 class FleetStore(Protocol):
@@ -251,7 +285,8 @@ class FleetStore(Protocol):
     # --- connection registry -----------------------------------------------------------
 
     async def create_connection(self, host_id: str) -> str:
-        """Create a connection record naming the host that runs its agent.
+        """Create a connection record naming the host that runs its agent, and announce it in
+        the host's inbox ([`read_assigned`][acp_fast.fleet.FleetStore.read_assigned]).
 
         The record and its streams expire after `limits.connection_ttl` seconds without
         activity (a write to a stream or [`touch_connection`][acp_fast.fleet.FleetStore.touch_connection]).
@@ -273,14 +308,32 @@ class FleetStore(Protocol):
         """Delete the connection's record and both its streams; False when it was unknown."""
         ...
 
+    async def read_assigned(self, host_id: str, after: str, *, block: float | None = None) -> list[tuple[str, str]]:
+        """The connections created for a host after inbox cursor `after`, in order.
+
+        A host reads its inbox from [`STREAM_START`][acp_fast.fleet.STREAM_START] after it
+        registered (registering empties it: a new life takes no connection of an old one).
+
+        Args:
+            host_id: the host.
+            after: the inbox cursor of the last connection taken.
+            block: when none is there, wait up to this many seconds (`None`: do not wait).
+
+        Returns:
+            `(cursor, connection id)` pairs; empty when the wait ran out.
+        """
+        ...
+
     # --- agent -> client: the output stream ----------------------------------------------
 
-    async def append_output(self, connection_id: str, lines: Sequence[bytes]) -> str:
+    async def append_output(self, connection_id: str, lines: Sequence[bytes],
+                            routes: Sequence[str | None] | None = None) -> str:
         """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
 
         Args:
             connection_id: the connection.
             lines: one or more lines, without newlines.
+            routes: each line's route (as many as `lines`), or `None`.
 
         Returns:
             the new entry's cursor.
@@ -303,7 +356,16 @@ class FleetStore(Protocol):
         Raises:
             CursorOutOfWindow: an entry after `after` was trimmed, or `after` is not a
                 cursor of this stream.
+            ConnectionEnded: nothing follows `after` but the end marker.
             UnknownConnection: the connection is unknown.
+        """
+        ...
+
+    async def end_output(self, connection_id: str, reason: str) -> bool:
+        """Mark the end of the connection's output: readers raise `ConnectionEnded` after it.
+
+        Returns:
+            False when the connection is unknown (nothing to mark).
         """
         ...
 
