@@ -628,3 +628,31 @@ def test_readers_learn_the_end_of_the_output_after_every_entry_before_it(server:
         await store.close()
 
     run(body)
+
+
+def test_the_end_of_the_input_wakes_the_host_and_refuses_later_pushes(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url, input_entries=2)
+        cid = await store.create_connection("h")
+        first = await store.push_input(cid, [b"a"])
+        await store.push_input(cid, [b"b"])  # the queue is full now: the marker still goes in
+        assert await store.end_input(cid, "the client ended the connection")
+        with pytest.raises(UnknownConnection):
+            await store.push_input(cid, [b"c"])
+        assert [e.lines for e in await store.read_input(cid, STREAM_START)] == [[b"a"], [b"b"]]
+        with pytest.raises(ConnectionEnded) as ended:
+            await store.read_input(cid, "2-0")
+        assert ended.value.reason == "the client ended the connection"
+        # a blocked host read wakes for the marker
+        other = await store.create_connection("h")
+        waiting = asyncio.ensure_future(store.read_input(other, STREAM_START, block=5.0))
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        await store.end_input(other, "bye")
+        with pytest.raises(ConnectionEnded):
+            await waiting
+        assert time.monotonic() - start < 2.0 and first == "1-0"
+        assert not await store.end_input("no-such-connection", "x")
+        await store.close()
+
+    run(body)

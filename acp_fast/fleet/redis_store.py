@@ -153,12 +153,14 @@ redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return id
 """
 
-# KEYS: conn, out. ARGV: reason. The end marker: an entry with x (the reason), once.
+# KEYS: conn, stream. ARGV: reason, the record's end field, its seq field, the entries' byte
+# field, the record's byte count field. The end marker: an entry with x (the reason), once;
+# its byte field repeats the count (nothing added), as the scripts that read it expect.
 _END = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('HSETNX', KEYS[1], 'ended', ARGV[1]) == 0 then return 1 end
-local seq = redis.call('HINCRBY', KEYS[1], 'out_seq', 1)
-redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], 'o', redis.call('HGET', KEYS[1], 'out_bytes') or 0)
+if redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[1]) == 0 then return 1 end
+local seq = redis.call('HINCRBY', KEYS[1], ARGV[3], 1)
+redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], ARGV[4], redis.call('HGET', KEYS[1], ARGV[5]) or 0)
 return 1
 """
 
@@ -166,8 +168,8 @@ return 1
 # Each entry: d (the lines), e (the queue's byte count after it). Unconsumed: in_seq - in_done
 # entries, in_bytes - in_done_bytes bytes. Returns the id, 0 when full, false when unknown.
 _PUSH = """
-local v = redis.call('HMGET', KEYS[1], 'host', 'in_seq', 'in_done', 'in_bytes', 'in_done_bytes')
-if not v[1] then return false end
+local v = redis.call('HMGET', KEYS[1], 'host', 'in_seq', 'in_done', 'in_bytes', 'in_done_bytes', 'in_ended')
+if not v[1] or v[6] then return false end
 local size = string.len(ARGV[1])
 local seq, bytes = tonumber(v[2] or 0), tonumber(v[4] or 0)
 if seq - tonumber(v[3] or 0) >= tonumber(ARGV[2])
@@ -219,12 +221,8 @@ def _batch(lines: Sequence[bytes]) -> bytes:
     return b"\n".join(lines)
 
 
-def _entries(raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
-    return [Entry(eid.decode(), fields[b"d"].split(b"\n")) for eid, fields in raw]
-
-
-def _output(connection_id: str, raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
-    """Output entries up to the end marker; `ConnectionEnded` when the marker comes first."""
+def _until_end(connection_id: str, raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
+    """Entries up to the end marker; `ConnectionEnded` when the marker comes first."""
     out: list[Entry] = []
     for eid, fields in raw:
         reason = fields.get(b"x")
@@ -496,7 +494,7 @@ class RedisStore(FleetStore):
                 raw = await self._wait(out, after, count, block)
         if raw and _seq(raw[0][0].decode()) != seq + 1:
             raise CursorOutOfWindow(after)
-        return _output(connection_id, raw)
+        return _until_end(connection_id, raw)
 
     async def end_output(self, connection_id: str, reason: str) -> bool:
         """Mark the end of the connection's output (once: a second mark changes nothing).
@@ -508,7 +506,7 @@ class RedisStore(FleetStore):
         if keys is None:
             return False
         with self._guard:
-            return bool(await self._end(keys[:2], [reason]))
+            return bool(await self._end(keys[:2], [reason, "ended", "out_seq", "o", "out_bytes"]))
 
     async def _wait(self, key: str, after: str, count: int,
                     block: float | None) -> list[tuple[bytes, dict[bytes, bytes]]]:
@@ -564,7 +562,19 @@ class RedisStore(FleetStore):
                 raise UnknownConnection(connection_id)
             if not raw:
                 raw = await self._wait(keys[2], after, count, block)
-        return _entries(raw)
+        return _until_end(connection_id, raw)
+
+    async def end_input(self, connection_id: str, reason: str) -> bool:
+        """Mark the end of the connection's input queue (once); later pushes find it unknown.
+
+        See [`FleetStore.end_input`][acp_fast.fleet.FleetStore.end_input]; the marker is an
+        entry of its own (outside the queue's bounds), so the host's blocked read wakes for it.
+        """
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            return False
+        with self._guard:
+            return bool(await self._end([keys[0], keys[2]], [reason, "in_ended", "in_seq", "e", "in_bytes"]))
 
 
 #: Entries a host inbox keeps at most (approximately): a host takes them as they come.

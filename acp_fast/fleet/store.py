@@ -17,9 +17,10 @@ and a host share goes through the primitives of [`FleetStore`][acp_fast.fleet.Fl
   never a silent drop); the host consumes it in order;
 * **host inbox**, per host: each connection created for a host is announced there, so the
   host learns of it with one blocking read for all of them;
-* **end marker**: the host marks a connection's output as ended (its agent exited) and readers
-  of the output stream learn it ([`ConnectionEnded`][acp_fast.fleet.ConnectionEnded]) once they
-  have read every entry before it, instead of waiting for the TTL.
+* **end markers**: the host marks a connection's output as ended (its agent exited), a front
+  its input (the client ended it); readers of that stream learn it
+  ([`ConnectionEnded`][acp_fast.fleet.ConnectionEnded]) once they have read every entry before
+  it, instead of waiting for the TTL.
 
 An output entry may carry each line's *route*: the stream of the front that carries it, as the
 host found it (`None`: the connection's stream; a session id: that session's stream;
@@ -402,6 +403,18 @@ class FleetStore(Protocol):
                 An empty list means the wait ran out.
 
         Raises:
+            ConnectionEnded: nothing follows `after` but the end marker (the client ended
+                the connection: [`end_input`][acp_fast.fleet.FleetStore.end_input]).
             UnknownConnection: the connection is unknown.
+        """
+        ...
+
+    async def end_input(self, connection_id: str, reason: str) -> bool:
+        """Mark the end of the connection's input (the client ended it): the host's read
+        raises `ConnectionEnded` after the entries before it, and later pushes raise
+        `UnknownConnection`.
+
+        Returns:
+            False when the connection is unknown (nothing to mark).
         """
         ...

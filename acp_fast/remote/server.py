@@ -63,11 +63,13 @@ from ._wire import (
     DEFAULT_PATH,
     HEALTH_PATH,
     KEEPALIVE_SECONDS,
-    SESSION_SCOPED_METHODS,
-    SUCCESSOR_METHODS,
     id_key,
     one_line,
 )
+from ._requests import checked as _checked
+from ._requests import disconnected as _disconnected
+from ._requests import malformed_reply as _malformed_reply
+from ._requests import read_body as _read_body
 from .policy import AccessGuard, ServerPolicy
 
 if TYPE_CHECKING:
@@ -78,6 +80,7 @@ __all__ = [
     "StreamOpener",
     "Servable",
     "asgi_app",
+    "servable_opener",
 ]
 
 logger = logging.getLogger("acp_fast.remote")
@@ -777,78 +780,6 @@ class AcpApp:
             pass
 
 
-def _checked(entry: Any, session: str | None, engine: types.ModuleType) -> tuple[str | None, bytes | None] | str:
-    """The route of one client message and its rewritten line (or ``None``), or why it is refused."""
-    kind = entry.kind
-    if kind == _kinds.RESPONSE:
-        return None, None
-    method: str = entry.method
-    if method.startswith("$/") or (method in SUCCESSOR_METHODS and _inner_is_dollar(entry.params)):
-        return None, None  # connection-scoped: never takes the session header
-    scoped = method in SESSION_SCOPED_METHODS
-    if session is None and not scoped:
-        return None, None
-    params = entry.params
-    if isinstance(params, list):
-        return "params must be an object for a session-scoped message"
-    sid = params.get("sessionId") if isinstance(params, dict) else None
-    if session is None:
-        if not isinstance(sid, str):
-            return f"{method} needs Acp-Session-Id or params.sessionId"
-        return sid, None
-    if sid is None:
-        filled = dict(params) if isinstance(params, dict) else {}
-        filled["sessionId"] = session
-        if kind == _kinds.REQUEST:
-            return session, engine.encode_request(entry.id, method, filled).rstrip(b"\n")
-        return session, engine.encode_notification(method, filled).rstrip(b"\n")
-    if sid != session:
-        return "Acp-Session-Id and params.sessionId differ"
-    return session, None
-
-
-def _malformed_reply(engine: types.ModuleType, frame: Any) -> bytes:
-    """The answer to a malformed POST body: what the engine answers the same line with on
-    stdio (-32700 echoing the line, -32600 with the reason, id ``null``); a malformed
-    response, which stdio leaves unanswered, still gets its code and reason with its 400."""
-    reply: bytes | None = engine.error_reply(frame)
-    return reply if reply is not None else encode_error(None, frame.code, None, frame.reason)
-
-
-def _inner_is_dollar(params: Any) -> bool:
-    """Whether a successor envelope (``{"method", "params"}``) wraps a ``$/`` method."""
-    m = params.get("method") if isinstance(params, dict) else None
-    return isinstance(m, str) and m.startswith("$/")
-
-
-async def _read_body(headers: Mapping[bytes, bytes], receive: Receive, limit: int) -> bytes | None:
-    length = headers.get(b"content-length")
-    if length is not None:
-        try:
-            if int(length) > limit:
-                return None
-        except ValueError:
-            return None
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b""
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
 # -- building apps --------------------------------------------------------------------------------
 
 
@@ -877,6 +808,18 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
         from acp_fast.remote import asgi_app
         app = asgi_app(agent)          # uvicorn module:app
     """
+    opener, twin = servable_opener(target, engine)
+    return AcpApp(opener, path=path, policy=policy, engine=twin)
+
+
+def servable_opener(target: Target, engine: EngineChoice = None) -> tuple[StreamOpener, types.ModuleType | None]:
+    """The opener that runs ``target`` in-process on a new in-memory stream pair per call, and
+    the engine twin it serves with (what :func:`asgi_app` serves; an agent host too).
+
+    Raises:
+        ValueError: ``engine`` is not an engine choice.
+        TypeError: ``target`` is neither something with ``serve`` nor a function.
+    """
     from ..roles.streams import resolve_engine  # the roles load with what they serve, not before
 
     twin = resolve_engine(engine)
@@ -900,7 +843,7 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
         task.add_done_callback(tasks.discard)
         return server_side
 
-    return AcpApp(opener, path=path, policy=policy, engine=twin)
+    return opener, twin
 
 
 async def _serve_logged(run: Callable[[Stream], Awaitable[None]], stream: Stream) -> None:
