@@ -4,8 +4,10 @@ One ``redis-server`` on a free loopback port (``tests/helpers/redis_server.py``)
 hosts as processes (one runs Testy in-process, ``--testy``; one runs a command per connection,
 ``-- acp-fast testy``, a child under the child-process policy) and one front as a process
 (``serve --redis``, port 0). The acp_fast client runs turns through the front over Streamable
-HTTP and WebSocket, enough connections that both hosts serve some. The command-line checks
-(``--redis`` with a command, ``host`` without one) exit 2 with a message. Bounded in time.
+HTTP and WebSocket, enough connections that both hosts serve some. A host killed with
+``kill -9`` mid-turn: the pending prompt fails within its heartbeat TTL with a JSON-RPC error
+naming the host, over SSE and over WebSocket. The command-line checks (``--redis`` with a
+command, ``host`` without one) exit 2 with a message. Bounded in time.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ import redis_server  # noqa: E402
 
 peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
 
-from acp_fast import Client  # noqa: E402
+from acp_fast import Client, JsonRpcError  # noqa: E402
+from acp_fast.fleet import RedisStore  # noqa: E402
+from acp_fast.fleet.front import FleetFront  # noqa: E402
+from acp_fast.remote import served  # noqa: E402
 from acp_fast.remote.client import connect_url  # noqa: E402
 
 CLI = [sys.executable, "-m", "acp_fast.cli.main"]
@@ -112,3 +117,41 @@ def test_hosts_and_a_front_as_processes(server: redis_server.RedisServer) -> Non
 def test_what_a_role_cannot_take_exits_2(args: list[str]) -> None:
     done = subprocess.run([*CLI, *args], capture_output=True, timeout=60, check=False)
     assert done.returncode == 2 and b"acp-fast" in done.stderr
+
+
+@pytest.mark.parametrize("wire", ["http", "ws"])
+def test_a_dead_host_fails_the_pending_request_naming_it(server: redis_server.RedisServer, wire: str) -> None:
+    prefix = f"dead{os.getpid()}{wire}:"
+    host_id = f"doomed-{wire}"
+    proc, _ = start(["host", "--redis", server.url, "--prefix", prefix, "--host-id", host_id, "--ttl", "1",
+                     "--testy"], "registered at")
+    try:
+        async def body() -> None:
+            store = RedisStore(server.url, prefix=prefix, socket_timeout=2.0)
+            asked = asyncio.Event()
+            client = Client.builder().on_session_update(lambda u, cx: None)
+
+            @client.on_request("session/request_permission")
+            async def permission(params: object, cx: object) -> object:
+                asked.set()
+                await asyncio.Event().wait()  # never answered: the turn stays pending
+                raise AssertionError("unreachable")
+
+            async with served(FleetFront(store, host_check=0.2)) as where:
+                url = where.http_url if wire == "http" else where.ws_url
+                async with client.connect(connect_url(url)) as cx:
+                    await cx.initialize()
+                    session = (await cx.build_session("/tmp")).session
+                    turn = asyncio.ensure_future(session.send_prompt("permission stream 3"))
+                    await asyncio.wait_for(asked.wait(), 10.0)
+                    proc.kill()  # kill -9: no goodbye, the heartbeat just stops
+                    killed = time.monotonic()
+                    with pytest.raises(JsonRpcError) as failed:
+                        await asyncio.wait_for(turn, 10.0)
+                    assert host_id in str(failed.value)
+                    assert time.monotonic() - killed < 5.0  # within the TTL (1 s) and the checks
+            await store.close()
+
+        asyncio.run(asyncio.wait_for(body(), 60.0))
+    finally:
+        stop(proc)

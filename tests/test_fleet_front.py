@@ -303,6 +303,35 @@ def test_all_hosts_full_or_none_alive_is_503(server: redis_server.RedisServer) -
     run(body)
 
 
+def test_a_full_input_queue_holds_the_post_then_refuses_it(server: redis_server.RedisServer) -> None:
+    """Backpressure, never a silent drop: a connection whose agent does not read takes POSTs
+    up to its queue's bound; the next waits ``push_timeout`` for room and gets 503; once the
+    host consumed the queue, POSTs are taken again and the agent got every line, in order."""
+
+    async def body() -> None:
+        f = Fleet(server.url, StoreLimits(input_entries=2))
+        store = f.store()
+        try:
+            cid = await store.create_connection("ghost")  # a host that does not read (yet)
+            async with served(FleetFront(store, push_timeout=0.3)) as where, httpx.AsyncClient(timeout=10.0) as http:
+                head = {CONNECTION_ID_HEADER: cid}
+                notes = [{"jsonrpc": "2.0", "method": "_test/note", "params": {"n": n}} for n in range(4)]
+                assert [(await http.post(where.http_url, json=notes[n], headers=head)).status_code
+                        for n in range(2)] == [202, 202]
+                r = await http.post(where.http_url, json=notes[2], headers=head)
+                assert r.status_code == 503 and "input queue is full" in r.json()["error"]["message"]
+                queued = await store.read_input(cid, "0-0")
+                assert [json.loads(e.lines[0])["params"]["n"] for e in queued] == [0, 1]
+                await store.read_input(cid, queued[-1].cursor)  # consumed: room again
+                assert (await http.post(where.http_url, json=notes[3], headers=head)).status_code == 202
+                again = await store.read_input(cid, queued[-1].cursor)
+                assert [json.loads(e.lines[0])["params"]["n"] for e in again] == [3]
+        finally:
+            await f.close()
+
+    run(body)
+
+
 def test_redis_unreachable_is_503_with_a_clear_body() -> None:
     async def body() -> None:
         store = RedisStore(f"redis://127.0.0.1:{redis_server.free_port()}/0", socket_timeout=0.5, connect_timeout=0.5)

@@ -21,6 +21,11 @@ store ([`FleetStore`][acp_fast.fleet.FleetStore]) and its agent runs on an agent
   host closes the agent, deletes the connection and frees the slot);
 * WebSocket: a connection for the socket's lifetime, bridged both ways through the store.
 
+A reader (an SSE stream, a WebSocket) that waits looks at the connection's host every
+`host_check` seconds: once its heartbeat has expired, every client request in flight gets an
+error response naming the host, and the connection ends
+([`end_output`][acp_fast.fleet.FleetStore.end_output] with `fail_pending`).
+
 Every SSE event has its own cursor: the last line of an entry that goes on a stream carries
 the entry id (`"<n>-0"`), a line before it `"<n>-0.<k>"` (the `k`-th line of that entry on
 that stream, from 0), so a reader that drops inside an entry resumes after exactly the line
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import types
@@ -93,11 +99,12 @@ class FleetFront:
         init_timeout: seconds an ``initialize`` POST waits for the agent's reply.
         push_timeout: seconds a POST or a WebSocket frame waits for room in a full input
             queue before it is refused (503; the socket closes with 1013).
+        host_check: seconds between looks at a waiting connection's host.
     """
 
     def __init__(self, store: FleetStore, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
                  engine: types.ModuleType | None = None, init_timeout: float = 30.0,
-                 push_timeout: float = 30.0) -> None:
+                 push_timeout: float = 30.0, host_check: float = 1.0) -> None:
         if not path.startswith("/"):
             raise ValueError(f"path must start with '/': {path!r}")
         self.store = store
@@ -106,6 +113,7 @@ class FleetFront:
         self.engine: types.ModuleType = engine if engine is not None else _default_engine
         self.init_timeout = init_timeout
         self.push_timeout = push_timeout
+        self.host_check = host_check
         self._guarded = AccessGuard(self._dispatch, self.policy, paths=(self.path,))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -178,7 +186,7 @@ class FleetFront:
                 await self.store.release_slot(host)
             raise
 
-    async def _push(self, cid: str, lines: list[bytes]) -> None:
+    async def _push(self, cid: str, lines: list[bytes], requests: list[str]) -> None:
         """Queue lines for the agent, waiting for room up to ``push_timeout``.
 
         Raises:
@@ -187,7 +195,7 @@ class FleetFront:
         deadline = time.monotonic() + self.push_timeout
         while True:
             try:
-                await self.store.push_input(cid, lines)
+                await self.store.push_input(cid, lines, requests)
                 return
             except InputQueueFull:
                 if time.monotonic() > deadline:
@@ -233,6 +241,7 @@ class FleetFront:
         session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
         batch = frame.kind == _kinds.BATCH
         parts: list[bytes] = []
+        requests: list[str] = []
         rewritten = False
         for entry in (list(frame) if batch else [frame]):
             if entry.kind == _kinds.MALFORMED:  # the agent answers it, in its place
@@ -243,11 +252,13 @@ class FleetFront:
                 await respond(send, 400, error_body(400, verdict, INVALID_PARAMS))
                 return
             line_out = verdict[1]
+            if entry.kind == _kinds.REQUEST:
+                requests.append(json.dumps(entry.id))
             rewritten = rewritten or line_out is not None
             parts.append(entry.raw if line_out is None else line_out)
         out = frame.raw if not rewritten else (b"[" + b",".join(parts) + b"]" if batch else parts[0])
         try:
-            await self._push(cid, [out])
+            await self._push(cid, [out], requests)
         except UnknownConnection:
             await respond(send, 404, error_body(404, f"unknown {CONNECTION_ID_HEADER}: closed or expired"))
             return
@@ -272,7 +283,7 @@ class FleetFront:
             await respond(send, 503, error_body(503, f"{exc}; try again later"))
             return
         try:
-            await self.store.push_input(cid, [line])
+            await self.store.push_input(cid, [line], [json.dumps(frame.id)])
             reply = await asyncio.wait_for(self._init_reply(cid), self.init_timeout)
         except ConnectionEnded:
             await self._end_quietly(cid, "initialize failed")
@@ -327,6 +338,7 @@ class FleetFront:
                 (b"x-accel-buffering", b"no")]
         await send({"type": "http.response.start", "status": 200, "headers": head})
         gone = asyncio.ensure_future(disconnected(receive))
+        watch = _Watch(self, cid)
         try:
             entries: list[Entry] | None = first
             while True:
@@ -337,13 +349,13 @@ class FleetFront:
                     if chunk:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 try:
-                    entries = await _unless(gone, self.store.read_output(cid, after, block=self.policy.keepalive))
+                    entries = await _unless(gone, watch.read(after))
                 except (ConnectionEnded, UnknownConnection, CursorOutOfWindow, StoreUnavailable) as exc:
                     logger.debug("fleet front: SSE stream of %s ends: %s", cid[:8], exc)
                     break
                 if entries is None:
                     return  # the client went away
-                if not entries:
+                if not entries and watch.quiet():
                     await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
@@ -385,6 +397,7 @@ class FleetFront:
         await send({"type": "websocket.accept", "headers": [(_CID, cid.encode())]})
         sender = asyncio.ensure_future(self._ws_send(cid, send))
         code = 1000
+        decoder = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1)
         try:
             limit = self.policy.max_body
             while True:
@@ -400,8 +413,9 @@ class FleetFront:
                         break
                     if text is None:
                         continue  # binary frames carry no ACP message: ignored
+                    line = one_line(data)
                     try:
-                        await self._push(cid, [one_line(data)])
+                        await self._push(cid, [line], _requests(decoder.feed(line + b"\n")))
                     except InputQueueFull:
                         code = 1013
                         break
@@ -424,11 +438,15 @@ class FleetFront:
         """Every line of the connection's output, one text frame each, until it ends."""
         after = STREAM_START
         reason = "agent closed"
+        watch = _Watch(self, cid)
         try:
             while True:
                 try:
-                    entries = await self.store.read_output(cid, after, block=self.policy.keepalive)
-                except (ConnectionEnded, UnknownConnection):
+                    entries = await watch.read(after)
+                except ConnectionEnded as exc:
+                    reason = exc.reason[:120]  # a close reason holds 123 bytes
+                    break
+                except UnknownConnection:
                     break
                 except StoreError as exc:
                     reason = "the fleet store failed"
@@ -441,6 +459,50 @@ class FleetFront:
             await send({"type": "websocket.close", "code": 1011, "reason": reason})
         except Exception:  # noqa: BLE001 - the client went away; the receiver ends the connection
             pass
+
+
+class _Watch:
+    """A reader's reads of a connection's output, which look at its host while they wait."""
+
+    def __init__(self, front: FleetFront, cid: str) -> None:
+        self.front = front
+        self.store = front.store
+        self.cid = cid
+        self.host: str | None = None
+        self.since = time.monotonic()  # the last thing sent (for the keep-alive)
+
+    async def read(self, after: str) -> list[Entry]:
+        """The entries after ``after``, waiting up to ``host_check`` seconds; on an empty
+        read, a host found dead fails the requests in flight and ends the connection."""
+        entries = await self.store.read_output(self.cid, after, block=self.front.host_check)
+        if entries:
+            self.since = time.monotonic()
+            return entries
+        if self.host is None:
+            self.host = await self.store.connection_host(self.cid)
+        if self.host is not None and not await self.store.host_alive(self.host):
+            reason = f"the agent host {self.host} of this connection is gone"
+            logger.warning("fleet front: connection %s: %s", self.cid[:8], reason)
+            await self.store.end_output(self.cid, reason, fail_pending=True)
+        return []
+
+    def quiet(self) -> bool:
+        """Whether a keep-alive is due (nothing sent for ``policy.keepalive`` seconds)."""
+        now = time.monotonic()
+        if now - self.since < self.front.policy.keepalive:
+            return False
+        self.since = now
+        return True
+
+
+def _requests(frames: list[Any]) -> list[str]:
+    """The JSON ids of the requests among decoded frames (a batch's entries too)."""
+    out = []
+    for frame in frames:
+        for entry in (list(frame) if frame.kind == _kinds.BATCH else [frame]):
+            if entry.kind == _kinds.REQUEST:
+                out.append(json.dumps(entry.id))
+    return out
 
 
 def _resume_point(last: str | None) -> tuple[str, int]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import types
@@ -211,6 +212,7 @@ class _Link:
         self.inspect = host.engine.Decoder(lazy=True)
         self.lines: list[bytes] = []
         self.routes: list[str | None] = []
+        self.answered: list[str] = []  # the JSON ids of client requests answered since the last append
         self.pending = 0
         self.paused = False
         self.eof = False
@@ -273,6 +275,7 @@ class _Link:
         """The route of one agent line (see the module docstring)."""
         kind = frame.kind
         if kind == _kinds.RESPONSE:
+            self.answered.append(json.dumps(frame.id))
             key = id_key(frame.id)
             if key == self.init_id:
                 self.init_id = None
@@ -296,10 +299,10 @@ class _Link:
         store = self.store
         while True:
             if self.lines:
-                lines, routes = self.lines, self.routes
-                self.lines, self.routes = [], []
+                lines, routes, answered = self.lines, self.routes, self.answered
+                self.lines, self.routes, self.answered = [], [], []
                 try:
-                    await store.append_output(self.cid, lines, routes)
+                    await store.append_output(self.cid, lines, routes, answered)
                 except UnknownConnection:
                     return  # deleted or expired: nobody reads it
                 except StoreUnavailable as exc:

@@ -5,7 +5,8 @@ Keys, under a prefix (`"acp-fast:"` by default, so that several fleets can share
 * `hosts`: the set of registered host ids; `host:<id>`: a hash `slots`, `used`;
   `host:<id>:alive`: the heartbeat key, with the host's TTL; `host:<id>:inbox`: a stream of
   the connections created for the host (field `c`), emptied when it registers;
-* `{<connection id>}:conn`: the connection's hash: `host`, and the counters of its streams;
+* `{<connection id>}:conn`: the connection's hash: `host`, the counters of its streams, and
+  a field `p:<id>` per client request in flight (its JSON id; see `fail_pending`);
   `{<connection id>}:out`: its output stream; `{<connection id>}:in`: its input queue. The
   three share the TTL, refreshed on every write and on `touch_connection`. An output entry
   has `d` (the lines), `o` (see `_APPEND`) and, when the host routed its lines, `r` (their
@@ -122,7 +123,8 @@ redis.call('PEXPIRE', KEYS[3], ARGV[1])
 return 1
 """
 
-# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms), routes ('' for none).
+# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms), routes ('' for none),
+# then the JSON ids of the client requests it answers.
 # Each entry: d (the lines), o (the stream's byte count before it), r (routes, when given). The window keeps
 # `max bytes` of data at most: the oldest entries leave (the newest stays), found one by one
 # from the head (as many reads as entries leave), then trimmed exactly.
@@ -137,6 +139,7 @@ if ARGV[5] == '' then
 else
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size, 'r', ARGV[5])
 end
+for i = 6, #ARGV do redis.call('HDEL', KEYS[1], 'p:' .. ARGV[i]) end
 local floor = total - tonumber(ARGV[3])
 if floor > 0 then
   local from = '-'
@@ -164,7 +167,30 @@ redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], ARGV[4], redis.call('HGET
 return 1
 """
 
-# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms).
+# KEYS: conn, out. ARGV: the reason as a JSON string, the reason. The end marker (once), after
+# one entry of error responses (-32603, the reason) to every request still in flight.
+_FAIL = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HSETNX', KEYS[1], 'ended', ARGV[2]) == 0 then return 1 end
+local lines = {}
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(f, 1, 2) == 'p:' then
+    lines[#lines + 1] = '{"jsonrpc":"2.0","id":' .. string.sub(f, 3) .. ',"error":{"code":-32603,"message":'
+      .. ARGV[1] .. '}}'
+  end
+end
+local bytes = tonumber(redis.call('HGET', KEYS[1], 'out_bytes') or 0)
+if #lines > 0 then
+  local data = table.concat(lines, '\\n')
+  redis.call('XADD', KEYS[2], redis.call('HINCRBY', KEYS[1], 'out_seq', 1) .. '-0', 'd', data, 'o', bytes)
+  bytes = redis.call('HINCRBY', KEYS[1], 'out_bytes', string.len(data))
+end
+redis.call('XADD', KEYS[2], redis.call('HINCRBY', KEYS[1], 'out_seq', 1) .. '-0', 'x', ARGV[2], 'o', bytes)
+return 1
+"""
+
+# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms), then the JSON ids of
+# the requests in it (in flight until an append names them).
 # Each entry: d (the lines), e (the queue's byte count after it). Unconsumed: in_seq - in_done
 # entries, in_bytes - in_done_bytes bytes. Returns the id, 0 when full, false when unknown.
 _PUSH = """
@@ -181,6 +207,7 @@ bytes = bytes + size
 redis.call('HSET', KEYS[1], 'in_seq', seq, 'in_bytes', bytes)
 local id = seq .. '-0'
 redis.call('XADD', KEYS[3], id, 'd', ARGV[1], 'e', bytes)
+for i = 5, #ARGV do redis.call('HSET', KEYS[1], 'p:' .. ARGV[i], 1) end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
@@ -306,6 +333,7 @@ class RedisStore(FleetStore):
         self._push: AsyncScript = script(_PUSH)
         self._consumed: AsyncScript = script(_CONSUMED)
         self._end: AsyncScript = script(_END)
+        self._fail: AsyncScript = script(_FAIL)
         self._ttl = _ms(self._limits.connection_ttl)
 
     @property
@@ -450,7 +478,7 @@ class RedisStore(FleetStore):
     # --- agent -> client: the output stream ----------------------------------------------
 
     async def append_output(self, connection_id: str, lines: Sequence[bytes],
-                            routes: Sequence[str | None] | None = None) -> str:
+                            routes: Sequence[str | None] | None = None, answered: Sequence[str] = ()) -> str:
         """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
 
         See [`FleetStore.append_output`][acp_fast.fleet.FleetStore.append_output]. The entry
@@ -464,7 +492,8 @@ class RedisStore(FleetStore):
             raise ValueError(f"{len(routes)} routes for {len(lines)} lines")
         tags = json.dumps(list(routes), separators=(",", ":")) if routes is not None else ""
         with self._guard:
-            cursor = await self._append(keys, [data, limits.output_entries, limits.output_bytes, self._ttl, tags])
+            cursor = await self._append(keys, [data, limits.output_entries, limits.output_bytes, self._ttl, tags,
+                                               *answered])
         if cursor is None:
             raise UnknownConnection(connection_id)
         return str(cursor.decode())
@@ -496,16 +525,19 @@ class RedisStore(FleetStore):
             raise CursorOutOfWindow(after)
         return _until_end(connection_id, raw)
 
-    async def end_output(self, connection_id: str, reason: str) -> bool:
+    async def end_output(self, connection_id: str, reason: str, *, fail_pending: bool = False) -> bool:
         """Mark the end of the connection's output (once: a second mark changes nothing).
 
         See [`FleetStore.end_output`][acp_fast.fleet.FleetStore.end_output]; the marker is an
-        entry of its own, so a blocked reader wakes for it.
+        entry of its own, so a blocked reader wakes for it; the error responses and the marker
+        are one script (two fronts that find the host dead at once fail each request once).
         """
         keys = self._known_keys(connection_id)
         if keys is None:
             return False
         with self._guard:
+            if fail_pending:
+                return bool(await self._fail(keys[:2], [json.dumps(reason), reason]))
             return bool(await self._end(keys[:2], [reason, "ended", "out_seq", "o", "out_bytes"]))
 
     async def _wait(self, key: str, after: str, count: int,
@@ -523,7 +555,7 @@ class RedisStore(FleetStore):
 
     # --- client -> agent: the input queue ------------------------------------------------
 
-    async def push_input(self, connection_id: str, lines: Sequence[bytes]) -> str:
+    async def push_input(self, connection_id: str, lines: Sequence[bytes], requests: Sequence[str] = ()) -> str:
         """Queue one batch of client lines for the agent, as ONE entry, within the bounds.
 
         See [`FleetStore.push_input`][acp_fast.fleet.FleetStore.push_input]. The bound check
@@ -535,7 +567,7 @@ class RedisStore(FleetStore):
         if len(data) > limits.input_bytes:
             raise ValueError(f"a batch of {len(data)} bytes is larger than the input queue ({limits.input_bytes})")
         with self._guard:
-            cursor = await self._push(keys, [data, limits.input_entries, limits.input_bytes, self._ttl])
+            cursor = await self._push(keys, [data, limits.input_entries, limits.input_bytes, self._ttl, *requests])
         if cursor is None:
             raise UnknownConnection(connection_id)
         if cursor == 0:

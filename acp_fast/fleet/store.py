@@ -328,13 +328,15 @@ class FleetStore(Protocol):
     # --- agent -> client: the output stream ----------------------------------------------
 
     async def append_output(self, connection_id: str, lines: Sequence[bytes],
-                            routes: Sequence[str | None] | None = None) -> str:
+                            routes: Sequence[str | None] | None = None, answered: Sequence[str] = ()) -> str:
         """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
 
         Args:
             connection_id: the connection.
             lines: one or more lines, without newlines.
             routes: each line's route (as many as `lines`), or `None`.
+            answered: the JSON ids of the client requests these lines answer (no longer in
+                flight, see [`push_input`][acp_fast.fleet.FleetStore.push_input]).
 
         Returns:
             the new entry's cursor.
@@ -362,8 +364,12 @@ class FleetStore(Protocol):
         """
         ...
 
-    async def end_output(self, connection_id: str, reason: str) -> bool:
+    async def end_output(self, connection_id: str, reason: str, *, fail_pending: bool = False) -> bool:
         """Mark the end of the connection's output: readers raise `ConnectionEnded` after it.
+
+        With `fail_pending` (the connection's host is gone), every client request still in
+        flight gets an error response (-32603, `reason` as its message) in one entry before
+        the marker, so that nothing waits for an answer that cannot come.
 
         Returns:
             False when the connection is unknown (nothing to mark).
@@ -372,12 +378,14 @@ class FleetStore(Protocol):
 
     # --- client -> agent: the input queue ------------------------------------------------
 
-    async def push_input(self, connection_id: str, lines: Sequence[bytes]) -> str:
+    async def push_input(self, connection_id: str, lines: Sequence[bytes], requests: Sequence[str] = ()) -> str:
         """Queue one batch of client lines for the agent, as ONE entry, within the bounds.
 
         Args:
             connection_id: the connection.
             lines: one or more lines, without newlines.
+            requests: the JSON ids of the requests among them: in flight until an append
+                names them answered.
 
         Returns:
             the entry's cursor.
