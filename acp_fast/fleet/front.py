@@ -47,18 +47,15 @@ from .. import _kinds
 from .. import engine as _default_engine
 from ..engine import encode_error
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
-from ..protocol.facts import INITIALIZE
-from ..remote._asgi import Receive, Scope, Send, deny, endpoint_path, error_body, lower_headers, respond
+from ..remote._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
 from ..remote._wire import (
     CONNECTION_ID_HEADER,
-    CONTENT_TYPE_JSON,
     CONTENT_TYPE_SSE,
     DEFAULT_PATH,
-    HEALTH_PATH,
     one_line,
 )
 from ..remote.policy import AccessGuard, ServerPolicy
-from ..remote._requests import checked, disconnected, malformed_reply, read_body
+from ..remote._requests import SSE_HEAD, checked_body, disconnected, initialize_frame, malformed_reply, post_line
 from .store import (
     INIT_ROUTE,
     STREAM_START,
@@ -87,7 +84,7 @@ class NoFreeSlot(Exception):
     """No live host has a free slot (or none is alive): a new connection gets 503."""
 
 
-class FleetFront:
+class FleetFront(Endpoint):
     """A front of the fleet, as an ASGI 3 application (see the module docstring).
 
     Args:
@@ -114,30 +111,12 @@ class FleetFront:
         self.init_timeout = init_timeout
         self.push_timeout = push_timeout
         self.host_check = host_check
-        self._guarded = AccessGuard(self._dispatch, self.policy, paths=(self.path,))
+        self._guarded = AccessGuard(self.dispatch, self.policy, paths=(self.path,))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._guarded(scope, receive, send)
 
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        path = endpoint_path(scope)
-        headers = lower_headers(scope)
-        if kind == "websocket":
-            await self._websocket(scope, headers, path, receive, send)
-            return
-        if kind != "http":
-            return
-        method = scope["method"]
-        if path == HEALTH_PATH.rstrip("/") and method in ("GET", "HEAD"):
-            await respond(send, 200, b'{"status":"ok"}')
-            return
-        if path != self.path:
-            await respond(send, 404, error_body(404, "not found"))
-            return
+    async def http(self, method: str, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
         try:
             if method == "POST":
                 await self._post(headers, receive, send)
@@ -151,16 +130,10 @@ class FleetFront:
             logger.warning("fleet front: %s", exc)
             await respond(send, 503, error_body(503, "the fleet store is unavailable; try again later"))
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                with contextlib.suppress(StoreError):
-                    await self.store.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    async def aclose(self) -> None:
+        """Close the store's network connections (at lifespan shutdown)."""
+        with contextlib.suppress(StoreError):
+            await self.store.close()
 
     # connections ------------------------------------------------------------------------
 
@@ -215,15 +188,9 @@ class FleetFront:
     # POST -------------------------------------------------------------------------------
 
     async def _post(self, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
-        ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
-        if ctype != CONTENT_TYPE_JSON.encode():
-            await respond(send, 415, error_body(415, f"Content-Type must be {CONTENT_TYPE_JSON}"))
+        line = await post_line(headers, receive, send, self.policy.max_body)
+        if line is None:
             return
-        body = await read_body(headers, receive, self.policy.max_body)
-        if body is None:
-            await respond(send, 413, error_body(413, f"body over {self.policy.max_body} bytes"))
-            return
-        line = one_line(body)
         raw_cid = headers.get(_CID)
         if raw_cid is None:
             await self._initialize(line, send)
@@ -239,26 +206,13 @@ class FleetFront:
             return
         raw_session = headers.get(b"acp-session-id")
         session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
-        batch = frame.kind == _kinds.BATCH
-        parts: list[bytes] = []
-        requests: list[str] = []
-        rewritten = False
-        for entry in (list(frame) if batch else [frame]):
-            if entry.kind == _kinds.MALFORMED:  # the agent answers it, in its place
-                parts.append(entry.raw)
-                continue
-            verdict = checked(entry, session, self.engine)
-            if isinstance(verdict, str):
-                await respond(send, 400, error_body(400, verdict, INVALID_PARAMS))
-                return
-            line_out = verdict[1]
-            if entry.kind == _kinds.REQUEST:
-                requests.append(json.dumps(entry.id))
-            rewritten = rewritten or line_out is not None
-            parts.append(entry.raw if line_out is None else line_out)
-        out = frame.raw if not rewritten else (b"[" + b",".join(parts) + b"]" if batch else parts[0])
+        verdict = checked_body(frame, session, self.engine)
+        if isinstance(verdict, str):
+            await respond(send, 400, error_body(400, verdict, INVALID_PARAMS))
+            return
+        out, _, requests = verdict
         try:
-            await self._push(cid, [out], requests)
+            await self._push(cid, [out], [json.dumps(entry.id) for entry, _ in requests])
         except UnknownConnection:
             await respond(send, 404, error_body(404, f"unknown {CONNECTION_ID_HEADER}: closed or expired"))
             return
@@ -268,14 +222,8 @@ class FleetFront:
         await respond(send, 202, b"")
 
     async def _initialize(self, line: bytes, send: Send) -> None:
-        frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
-        frame = frames[0] if frames else None
-        if frame is not None and frame.kind == _kinds.MALFORMED:
-            await respond(send, 400, malformed_reply(self.engine, frame))
-            return
-        if frame is None or frame.kind != _kinds.REQUEST or frame.method != INITIALIZE:
-            await respond(send, 400, error_body(
-                400, f"a POST without {CONNECTION_ID_HEADER} must be an initialize request"))
+        frame = await initialize_frame(line, self.engine, self.policy.max_body, send)
+        if frame is None:
             return
         try:
             cid = await self._open()
@@ -334,8 +282,7 @@ class FleetFront:
         except CursorOutOfWindow:
             await respond(send, 409, error_body(409, "cannot resume from that Last-Event-ID"))
             return
-        head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
-                (b"x-accel-buffering", b"no")]
+        head = list(SSE_HEAD)
         await send({"type": "http.response.start", "status": 200, "headers": head})
         gone = asyncio.ensure_future(disconnected(receive))
         watch = _Watch(self, cid)
@@ -378,8 +325,8 @@ class FleetFront:
 
     # WebSocket --------------------------------------------------------------------------
 
-    async def _websocket(self, scope: Scope, headers: Mapping[bytes, bytes], path: str, receive: Receive,
-                         send: Send) -> None:
+    async def websocket(self, scope: Scope, headers: Mapping[bytes, bytes], path: str, receive: Receive,
+                        send: Send) -> None:
         first = await receive()
         if first["type"] != "websocket.connect":
             return
