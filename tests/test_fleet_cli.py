@@ -18,7 +18,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 import peer_rule  # noqa: E402
 import redis_server  # noqa: E402
+from redis_server import server  # noqa: E402,F401  (the module fixture)
 
 peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
 
@@ -41,13 +41,6 @@ CLI = [sys.executable, "-m", "acp_fast.cli.main"]
 READY = 20.0
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[redis_server.RedisServer]:
-    running = redis_server.RedisServer().start()
-    try:
-        yield running
-    finally:
-        running.kill()
 
 
 def start(args: list[str], ready: str) -> tuple[subprocess.Popen[bytes], str]:

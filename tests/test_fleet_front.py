@@ -26,7 +26,7 @@ import json
 import re
 import secrets
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 import peer_rule  # noqa: E402
 import haproxy_lb  # noqa: E402
 import redis_server  # noqa: E402
+from redis_server import server  # noqa: E402,F401  (the module fixture)
 
 peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
 
@@ -58,13 +59,6 @@ INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolV
 NEW = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[redis_server.RedisServer]:
-    running = redis_server.RedisServer().start()
-    try:
-        yield running
-    finally:
-        running.kill()
 
 
 def run(body: Callable[[], Awaitable[None]], bound: float = BOUND) -> None:

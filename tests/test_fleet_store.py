@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 import peer_rule  # noqa: E402
 import redis_server  # noqa: E402
+from redis_server import server  # noqa: E402,F401  (the module fixture)
 
 redis_asyncio = peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
 
@@ -61,13 +62,6 @@ BOUND = 10.0
 SOCKET_TIMEOUT = 0.5
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[redis_server.RedisServer]:
-    running = redis_server.RedisServer().start()
-    try:
-        yield running
-    finally:
-        running.kill()
 
 
 @pytest.fixture
