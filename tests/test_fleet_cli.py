@@ -30,6 +30,10 @@ from redis_server import server  # noqa: E402,F401  (the module fixture)
 
 peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
 
+# Run once in CI, with the compiled twin: the fleet's code is the same on both twins (deselected
+# with --no-c-extensions / ACP_FAST_NO_EXTENSIONS=1).
+pytestmark = pytest.mark.c_extension
+
 from acp_fast import Client, JsonRpcError  # noqa: E402
 from acp_fast.fleet import RedisStore  # noqa: E402
 from acp_fast.fleet.front import FleetFront  # noqa: E402
