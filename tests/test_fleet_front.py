@@ -188,6 +188,19 @@ def test_a_turn_through_a_front_and_a_host(server: redis_server.RedisServer, wir
     run(body)
 
 
+@pytest.mark.parametrize("wire", ["http", "ws"])
+def test_a_turn_many_times_the_replay_window_arrives_whole(server: redis_server.RedisServer, wire: str) -> None:
+    """The host paces its agent by what the readers have read: a turn of about 30 windows
+    (a window of 16 KiB and 64 entries) arrives whole, in order, over SSE and WebSocket."""
+
+    async def body() -> None:
+        async with fleet(server.url, limits=StoreLimits(output_entries=64, output_bytes=16 * 1024)) as f:
+            url = f.fronts[0] if wire == "http" else f.fronts[0].replace("http://", "ws://")
+            await one_turn(url, 3000)
+
+    run(body)
+
+
 # --- any front, any request ------------------------------------------------------------------
 
 

@@ -42,6 +42,7 @@ from redis_server import server  # noqa: E402,F401  (the module fixture)
 redis_asyncio = peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
 
 from acp_fast.fleet import (  # noqa: E402
+    ALL_STREAMS,
     STREAM_START,
     ConnectionEnded,
     CursorOutOfWindow,
@@ -647,6 +648,31 @@ def test_the_end_of_the_input_wakes_the_host_and_refuses_later_pushes(server: re
             await waiting
         assert time.monotonic() - start < 2.0 and first == "1-0"
         assert not await store.end_input("no-such-connection", "x")
+        await store.close()
+
+    run(body)
+
+
+def test_read_marks_move_forward_and_the_backlog_is_the_slowest_readers(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        cid = await store.create_connection("h")
+        cursors = [await store.append_output(cid, [b"x" * n]) for n in (10, 20, 30)]
+        assert await store.output_backlog(cid, [None, "s1"]) == (3, 60)
+        await store.mark_read(cid, cursors[1], None)
+        assert await store.output_backlog(cid, [None]) == (1, 30)
+        assert await store.output_backlog(cid, [None, "s1"]) == (3, 60)  # s1's reader read nothing
+        await store.mark_read(cid, cursors[0], "s1")
+        assert await store.output_backlog(cid, [None, "s1"]) == (2, 50)
+        await store.mark_read(cid, cursors[0], None)  # never back
+        assert await store.output_backlog(cid, [None]) == (1, 30)
+        await store.mark_read(cid, "bogus", None)
+        await store.mark_read(cid, "9-0", None)  # no such entry: nothing
+        await store.mark_read(cid, cursors[2], ALL_STREAMS)  # a reader of every line
+        assert await store.output_backlog(cid, [None, "s1"]) == (0, 0)
+        assert await store.output_backlog(cid, []) == (0, 0)
+        with pytest.raises(UnknownConnection):
+            await store.output_backlog("no-such-connection", [None])
         await store.close()
 
     run(body)

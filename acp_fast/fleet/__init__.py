@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .redis_store import DEFAULT_PREFIX, RedisStore
 from .store import (
+    ALL_STREAMS,
     INIT_ROUTE,
     STREAM_START,
     ConnectionEnded,
@@ -26,6 +27,7 @@ from .store import (
 )
 
 __all__ = [
+    "ALL_STREAMS",
     "DEFAULT_PREFIX",
     "INIT_ROUTE",
     "STREAM_START",

@@ -295,6 +295,8 @@ class FleetFront(Endpoint):
                     skip = 0
                     if chunk:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    with contextlib.suppress(StoreError):  # the next read says what is wrong
+                        await self.store.mark_read(cid, after, key)
                 try:
                     entries = await _unless(gone, watch.read(after))
                 except (ConnectionEnded, UnknownConnection, CursorOutOfWindow, StoreUnavailable) as exc:
@@ -403,6 +405,9 @@ class FleetFront(Endpoint):
                     for line in entry.lines:
                         await send({"type": "websocket.send", "text": line.decode("utf-8", "replace")})
                     after = entry.cursor
+                if entries:
+                    with contextlib.suppress(StoreError):  # the next read says what is wrong
+                        await self.store.mark_read(cid, after)
             await send({"type": "websocket.close", "code": 1011, "reason": reason})
         except Exception:  # noqa: BLE001 - the client went away; the receiver ends the connection
             pass

@@ -15,7 +15,10 @@ agent with its *opener* (a child process from a command under the child-process 
   output stream as ONE entry (no round trip per message), each line with its route (the
   stream a front carries it on: the session it belongs to, the connection's stream, or the
   `initialize` reply, answered in the POST body); reading from the agent pauses while more
-  than `HIGH_WATER` bytes wait;
+  than `HIGH_WATER` bytes wait, and while what its readers have not read (after the read
+  mark, [`output_backlog`][acp_fast.fleet.FleetStore.output_backlog]) is over half the replay
+  window, until it is down to a quarter: a reader that keeps reading never falls out of the
+  window, and one that stops reading pauses the agent (nothing is dropped);
 * the end: when the agent exits, the host appends what is left, marks the end of the output
   ([`end_output`][acp_fast.fleet.FleetStore.end_output]) and releases the slot (the record
   stays for readers until its TTL); when the client ends the connection (the end of its input,
@@ -63,6 +66,8 @@ HIGH_WATER = 1024 * 1024
 _POLL = 1.0
 #: Seconds between retries while the store is unavailable.
 _RETRY = 0.5
+#: Seconds between looks at the readers' progress while the agent is paused for them.
+_PACE = 0.02
 
 
 class AgentHost:
@@ -215,6 +220,9 @@ class _Link:
         self.answered: list[str] = []  # the JSON ids of client requests answered since the last append
         self.pending = 0
         self.paused = False
+        self.unchecked = (0, 0)  # entries and bytes appended since the readers' progress was looked at
+        #: the streams (routes) written to, whose readers the agent waits for
+        self.unread: set[str | None] = set()
         self.eof = False
         self.wake = asyncio.Event()
         self.writable = asyncio.Event()
@@ -299,8 +307,8 @@ class _Link:
         store = self.store
         while True:
             if self.lines:
-                lines, routes, answered = self.lines, self.routes, self.answered
-                self.lines, self.routes, self.answered = [], [], []
+                lines, routes, answered = self._take()
+                self.unread.update(route for route in routes if route != INIT_ROUTE)
                 try:
                     await store.append_output(self.cid, lines, routes, answered)
                 except UnknownConnection:
@@ -308,10 +316,23 @@ class _Link:
                 except StoreUnavailable as exc:
                     logger.error("connection %s: agent output lost, the store is unavailable: %s", self.cid[:8], exc)
                     return
-                self.pending -= sum(map(len, lines))
+                size = sum(map(len, lines))
+                self.pending -= size
                 if self.paused and self.pending <= HIGH_WATER // 4:
                     self.paused = False
                     self.stream.resume_reading()
+                entries, written = self.unchecked
+                self.unchecked = (entries + 1, written + size)
+                limits = store.limits
+                if 4 * (entries + 1) >= limits.output_entries or 4 * (written + size) >= limits.output_bytes:
+                    try:
+                        await self._pace()
+                    except UnknownConnection:
+                        return
+                    except StoreUnavailable as exc:
+                        logger.error("connection %s: agent output lost, the store is unavailable: %s",
+                                     self.cid[:8], exc)
+                        return
                 continue
             if self.eof:
                 with contextlib.suppress(StoreError):
@@ -319,6 +340,46 @@ class _Link:
                 return
             self.wake.clear()
             await self.wake.wait()
+
+    def _take(self) -> tuple[list[bytes], list[str | None], list[str]]:
+        """The lines of the next entry, their routes and the requests answered: all that wait,
+        up to an eighth of the replay window's bytes (one line at least), so that pacing in
+        quarters of the window holds."""
+        budget = self.store.limits.output_bytes // 8
+        size = 0
+        n = 0
+        for line in self.lines:
+            size += len(line)
+            if n and size > budget:
+                break
+            n += 1
+        if n == len(self.lines):
+            lines, routes, answered = self.lines, self.routes, self.answered
+            self.lines, self.routes, self.answered = [], [], []
+            return lines, routes, answered
+        lines, routes = self.lines[:n], self.routes[:n]
+        del self.lines[:n], self.routes[:n]
+        return lines, routes, []  # the answers are named with the last part: in flight until it is written
+
+    async def _pace(self) -> None:
+        """Pause the agent while the readers' backlog is over half the replay window, until
+        it is down to a quarter (see the module docstring)."""
+        limits = self.store.limits
+        entries, size = await self.store.output_backlog(self.cid, list(self.unread))
+        if 2 * entries <= limits.output_entries and 2 * size <= limits.output_bytes:
+            self.unchecked = (entries, size)
+            return
+        self.stream.pause_reading()
+        try:
+            while 4 * entries > limits.output_entries or 4 * size > limits.output_bytes:
+                if self.ended_by_client:
+                    return
+                await asyncio.sleep(_PACE)
+                entries, size = await self.store.output_backlog(self.cid, list(self.unread))
+        finally:
+            if not self.paused:
+                self.stream.resume_reading()
+        self.unchecked = (entries, size)
 
     # store -> agent ----------------------------------------------------------------------
 

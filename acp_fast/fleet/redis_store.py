@@ -45,6 +45,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..remote import MissingExtraError
 from .store import (
+    ALL_STREAMS,
     ConnectionEnded,
     CursorOutOfWindow,
     Entry,
@@ -167,6 +168,38 @@ redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], ARGV[4], redis.call('HGET
 return 1
 """
 
+# KEYS: conn, out. ARGV: the number of the entry a reader has read, its stream's mark name.
+# Moves that stream's read mark (rd:<name>: the entry number, rdb:<name>: the bytes through
+# it) forward, never back.
+_MARK = """
+local cur = tonumber(redis.call('HGET', KEYS[1], 'rd:' .. ARGV[2]) or 0)
+if tonumber(ARGV[1]) <= cur then return 0 end
+local e = redis.call('XRANGE', KEYS[2], ARGV[1] .. '-0', ARGV[1] .. '-0')[1]
+if not e then return 0 end
+local size = 0
+if e[2][1] == 'd' then size = string.len(e[2][2]) end
+redis.call('HSET', KEYS[1], 'rd:' .. ARGV[2], ARGV[1], 'rdb:' .. ARGV[2], tonumber(e[2][4]) + size)
+return 1
+"""
+
+# KEYS: conn. ARGV: mark names. The largest backlog (entries, bytes) after those streams'
+# marks, each mark at least the '*' one (a reader of every stream); false when unknown.
+_BACKLOG = """
+local v = redis.call('HMGET', KEYS[1], 'out_seq', 'out_bytes', 'rd:*', 'rdb:*')
+if not v[1] then return false end
+local seq, size = tonumber(v[1]), tonumber(v[2] or 0)
+local all, all_bytes = tonumber(v[3] or 0), tonumber(v[4] or 0)
+local entries, bytes = 0, 0
+for i = 1, #ARGV do
+  local m = redis.call('HMGET', KEYS[1], 'rd:' .. ARGV[i], 'rdb:' .. ARGV[i])
+  local mark, mark_bytes = tonumber(m[1] or 0), tonumber(m[2] or 0)
+  if all > mark then mark, mark_bytes = all, all_bytes end
+  if seq - mark > entries then entries = seq - mark end
+  if size - mark_bytes > bytes then bytes = size - mark_bytes end
+end
+return {entries, bytes}
+"""
+
 # KEYS: conn, out. ARGV: the reason as a JSON string, the reason. The end marker (once), after
 # one entry of error responses (-32603, the reason) to every request still in flight.
 _FAIL = """
@@ -235,6 +268,13 @@ def _safe_url(url: str) -> str:
     user = parts.username or ""
     netloc = f"{user}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _mark_name(stream: str | None) -> str:
+    """The name of a stream's read mark: `-` the connection's, `s:<id>` a session's, `*` all."""
+    if stream is None:
+        return "-"
+    return "*" if stream == ALL_STREAMS else "s:" + stream
 
 
 def _seq(cursor: str) -> int | None:
@@ -334,6 +374,8 @@ class RedisStore(FleetStore):
         self._consumed: AsyncScript = script(_CONSUMED)
         self._end: AsyncScript = script(_END)
         self._fail: AsyncScript = script(_FAIL)
+        self._mark: AsyncScript = script(_MARK)
+        self._backlog: AsyncScript = script(_BACKLOG)
         self._ttl = _ms(self._limits.connection_ttl)
 
     @property
@@ -539,6 +581,32 @@ class RedisStore(FleetStore):
             if fail_pending:
                 return bool(await self._fail(keys[:2], [json.dumps(reason), reason]))
             return bool(await self._end(keys[:2], [reason, "ended", "out_seq", "o", "out_bytes"]))
+
+    async def mark_read(self, connection_id: str, cursor: str, stream: str | None = ALL_STREAMS) -> None:
+        """Note that a reader of `stream` has read through `cursor` (marks move forward only).
+
+        See [`FleetStore.mark_read`][acp_fast.fleet.FleetStore.mark_read].
+        """
+        keys = self._known_keys(connection_id)
+        seq = _seq(cursor)
+        if keys is None or seq is None:
+            return
+        with self._guard:
+            await self._mark(keys[:2], [seq, _mark_name(stream)])
+
+    async def output_backlog(self, connection_id: str, streams: Sequence[str | None]) -> tuple[int, int]:
+        """The largest backlog, in entries and bytes, after the read marks of `streams`.
+
+        See [`FleetStore.output_backlog`][acp_fast.fleet.FleetStore.output_backlog].
+        """
+        keys = self._conn_keys(connection_id)
+        if not streams:
+            return 0, 0
+        with self._guard:
+            got = await self._backlog(keys[:1], [_mark_name(s) for s in streams])
+        if got is None:
+            raise UnknownConnection(connection_id)
+        return int(got[0]), int(got[1])
 
     async def _wait(self, key: str, after: str, count: int,
                     block: float | None) -> list[tuple[bytes, dict[bytes, bytes]]]:

@@ -45,6 +45,7 @@ from typing import NamedTuple, Protocol
 from ..errors import AcpFastError
 
 __all__ = [
+    "ALL_STREAMS",
     "INIT_ROUTE",
     "STREAM_START",
     "ConnectionEnded",
@@ -64,6 +65,9 @@ STREAM_START = "0-0"
 
 #: The route of the agent's reply to ``initialize``: answered in the POST body, on no stream.
 INIT_ROUTE = ""
+
+#: The read mark of a reader of every line (a WebSocket), whatever their routes.
+ALL_STREAMS = "*"
 
 
 class StoreError(AcpFastError):
@@ -360,6 +364,23 @@ class FleetStore(Protocol):
             CursorOutOfWindow: an entry after `after` was trimmed, or `after` is not a
                 cursor of this stream.
             ConnectionEnded: nothing follows `after` but the end marker.
+            UnknownConnection: the connection is unknown.
+        """
+        ...
+
+    async def mark_read(self, connection_id: str, cursor: str, stream: str | None = ALL_STREAMS) -> None:
+        """Note that a reader of `stream` (a route: `None` the connection's stream, a session
+        id; [`ALL_STREAMS`][acp_fast.fleet.ALL_STREAMS] a reader of every line, a WebSocket)
+        has sent its client everything through `cursor`: that stream's read mark moves
+        forward to it, never back. Nothing for an unknown connection or cursor."""
+        ...
+
+    async def output_backlog(self, connection_id: str, streams: Sequence[str | None]) -> tuple[int, int]:
+        """The largest backlog, in entries and bytes of the output stream, after the read
+        marks of `streams` (each mark at least the `ALL_STREAMS` one): what the host may
+        write before the slowest of those readers falls out of the replay window.
+
+        Raises:
             UnknownConnection: the connection is unknown.
         """
         ...
