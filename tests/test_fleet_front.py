@@ -201,6 +201,32 @@ def test_a_turn_many_times_the_replay_window_arrives_whole(server: redis_server.
     run(body)
 
 
+def test_an_agent_waits_for_a_reader_that_comes_late(server: redis_server.RedisServer) -> None:
+    """Nobody reads the session's stream while a turn of about 20 windows streams: the host
+    pauses the agent within the window, and the reader that comes later gets every update
+    from the start, then the reply (nothing trimmed, nothing lost)."""
+
+    async def body() -> None:
+        async with fleet(server.url, limits=StoreLimits(output_entries=64, output_bytes=16 * 1024)) as f, \
+                httpx.AsyncClient(timeout=10.0) as http:
+            url = f.fronts[0]
+            r = await http.post(url, json=INIT)
+            cid = r.headers[CONNECTION_ID_HEADER]
+            head = {CONNECTION_ID_HEADER: cid, "accept": "text/event-stream"}
+            assert (await http.post(url, json=NEW, headers={CONNECTION_ID_HEADER: cid})).status_code == 202
+            (created,), _ = await _events(http, url, head, 1)
+            sid = created["result"]["sessionId"]
+            prompt = {"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                      "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "stream 2000 chunks"}]}}
+            assert (await http.post(url, json=prompt, headers={CONNECTION_ID_HEADER: cid})).status_code == 202
+            await asyncio.sleep(0.5)  # the turn would be over by now, were the agent not paused
+            got, _ = await _events(http, url, {**head, "acp-session-id": sid}, 2001)
+            texts = [m["params"]["update"]["content"]["text"] for m in got if m.get("method") == "session/update"]
+            assert numbers(texts) == list(range(2000)) and got[-1]["id"] == 2
+
+    run(body)
+
+
 # --- any front, any request ------------------------------------------------------------------
 
 

@@ -658,21 +658,24 @@ def test_read_marks_move_forward_and_the_backlog_is_the_slowest_readers(server: 
         store = make(server.url)
         cid = await store.create_connection("h")
         cursors = [await store.append_output(cid, [b"x" * n]) for n in (10, 20, 30)]
-        assert await store.output_backlog(cid, [None, "s1"]) == (3, 60)
+        both = {None: cursors[2], "s1": cursors[2]}  # both streams have lines in the last entry
+        assert await store.output_backlog(cid, both) == (3, 60)
         await store.mark_read(cid, cursors[1], None)
-        assert await store.output_backlog(cid, [None]) == (1, 30)
-        assert await store.output_backlog(cid, [None, "s1"]) == (3, 60)  # s1's reader read nothing
+        assert await store.output_backlog(cid, {None: cursors[2]}) == (1, 30)
+        assert await store.output_backlog(cid, both) == (3, 60)  # s1's reader read nothing
         await store.mark_read(cid, cursors[0], "s1")
-        assert await store.output_backlog(cid, [None, "s1"]) == (2, 50)
+        assert await store.output_backlog(cid, both) == (2, 50)
+        # s1's last lines were in entry 1, which its reader has: it waits for nothing
+        assert await store.output_backlog(cid, {None: cursors[2], "s1": cursors[0]}) == (1, 30)
         await store.mark_read(cid, cursors[0], None)  # never back
-        assert await store.output_backlog(cid, [None]) == (1, 30)
+        assert await store.output_backlog(cid, {None: cursors[2]}) == (1, 30)
         await store.mark_read(cid, "bogus", None)
         await store.mark_read(cid, "9-0", None)  # no such entry: nothing
         await store.mark_read(cid, cursors[2], ALL_STREAMS)  # a reader of every line
-        assert await store.output_backlog(cid, [None, "s1"]) == (0, 0)
-        assert await store.output_backlog(cid, []) == (0, 0)
+        assert await store.output_backlog(cid, both) == (0, 0)
+        assert await store.output_backlog(cid, {}) == (0, 0)
         with pytest.raises(UnknownConnection):
-            await store.output_backlog("no-such-connection", [None])
+            await store.output_backlog("no-such-connection", both)
         await store.close()
 
     run(body)

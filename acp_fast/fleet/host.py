@@ -221,8 +221,8 @@ class _Link:
         self.pending = 0
         self.paused = False
         self.unchecked = (0, 0)  # entries and bytes appended since the readers' progress was looked at
-        #: the streams (routes) written to, whose readers the agent waits for
-        self.unread: set[str | None] = set()
+        #: the streams (routes) written to, each with its last entry: whose readers the agent waits for
+        self.unread: dict[str | None, str] = {}
         self.eof = False
         self.wake = asyncio.Event()
         self.writable = asyncio.Event()
@@ -308,9 +308,8 @@ class _Link:
         while True:
             if self.lines:
                 lines, routes, answered = self._take()
-                self.unread.update(route for route in routes if route != INIT_ROUTE)
                 try:
-                    await store.append_output(self.cid, lines, routes, answered)
+                    cursor = await store.append_output(self.cid, lines, routes, answered)
                 except UnknownConnection:
                     return  # deleted or expired: nobody reads it
                 except StoreUnavailable as exc:
@@ -318,6 +317,7 @@ class _Link:
                     return
                 size = sum(map(len, lines))
                 self.pending -= size
+                self.unread.update((route, cursor) for route in routes if route != INIT_ROUTE)
                 if self.paused and self.pending <= HIGH_WATER // 4:
                     self.paused = False
                     self.stream.resume_reading()
@@ -365,7 +365,7 @@ class _Link:
         """Pause the agent while the readers' backlog is over half the replay window, until
         it is down to a quarter (see the module docstring)."""
         limits = self.store.limits
-        entries, size = await self.store.output_backlog(self.cid, list(self.unread))
+        entries, size = await self.store.output_backlog(self.cid, self.unread)
         if 2 * entries <= limits.output_entries and 2 * size <= limits.output_bytes:
             self.unchecked = (entries, size)
             return
@@ -375,7 +375,7 @@ class _Link:
                 if self.ended_by_client:
                     return
                 await asyncio.sleep(_PACE)
-                entries, size = await self.store.output_backlog(self.cid, list(self.unread))
+                entries, size = await self.store.output_backlog(self.cid, self.unread)
         finally:
             if not self.paused:
                 self.stream.resume_reading()

@@ -38,7 +38,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -182,20 +182,24 @@ redis.call('HSET', KEYS[1], 'rd:' .. ARGV[2], ARGV[1], 'rdb:' .. ARGV[2], tonumb
 return 1
 """
 
-# KEYS: conn. ARGV: mark names. The largest backlog (entries, bytes) after those streams'
-# marks, each mark at least the '*' one (a reader of every stream); false when unknown.
+# KEYS: conn. ARGV: pairs of a mark name and the number of the last entry with lines for that
+# stream. The largest backlog (entries, bytes) after the marks of the streams whose reader has
+# not read their last entry, each mark at least the '*' one (a reader of every stream); false
+# when unknown.
 _BACKLOG = """
 local v = redis.call('HMGET', KEYS[1], 'out_seq', 'out_bytes', 'rd:*', 'rdb:*')
 if not v[1] then return false end
 local seq, size = tonumber(v[1]), tonumber(v[2] or 0)
 local all, all_bytes = tonumber(v[3] or 0), tonumber(v[4] or 0)
 local entries, bytes = 0, 0
-for i = 1, #ARGV do
+for i = 1, #ARGV, 2 do
   local m = redis.call('HMGET', KEYS[1], 'rd:' .. ARGV[i], 'rdb:' .. ARGV[i])
   local mark, mark_bytes = tonumber(m[1] or 0), tonumber(m[2] or 0)
   if all > mark then mark, mark_bytes = all, all_bytes end
-  if seq - mark > entries then entries = seq - mark end
-  if size - mark_bytes > bytes then bytes = size - mark_bytes end
+  if mark < tonumber(ARGV[i + 1]) then
+    if seq - mark > entries then entries = seq - mark end
+    if size - mark_bytes > bytes then bytes = size - mark_bytes end
+  end
 end
 return {entries, bytes}
 """
@@ -594,7 +598,7 @@ class RedisStore(FleetStore):
         with self._guard:
             await self._mark(keys[:2], [seq, _mark_name(stream)])
 
-    async def output_backlog(self, connection_id: str, streams: Sequence[str | None]) -> tuple[int, int]:
+    async def output_backlog(self, connection_id: str, streams: Mapping[str | None, str]) -> tuple[int, int]:
         """The largest backlog, in entries and bytes, after the read marks of `streams`.
 
         See [`FleetStore.output_backlog`][acp_fast.fleet.FleetStore.output_backlog].
@@ -603,7 +607,8 @@ class RedisStore(FleetStore):
         if not streams:
             return 0, 0
         with self._guard:
-            got = await self._backlog(keys[:1], [_mark_name(s) for s in streams])
+            got = await self._backlog(keys[:1], [v for s, last in streams.items()
+                                                 for v in (_mark_name(s), _seq(last) or 0)])
         if got is None:
             raise UnknownConnection(connection_id)
         return int(got[0]), int(got[1])

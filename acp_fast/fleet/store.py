@@ -38,7 +38,7 @@ interface is small so that another engine could be added.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -375,10 +375,11 @@ class FleetStore(Protocol):
         forward to it, never back. Nothing for an unknown connection or cursor."""
         ...
 
-    async def output_backlog(self, connection_id: str, streams: Sequence[str | None]) -> tuple[int, int]:
+    async def output_backlog(self, connection_id: str, streams: Mapping[str | None, str]) -> tuple[int, int]:
         """The largest backlog, in entries and bytes of the output stream, after the read
-        marks of `streams` (each mark at least the `ALL_STREAMS` one): what the host may
-        write before the slowest of those readers falls out of the replay window.
+        marks of `streams` (each mark at least the `ALL_STREAMS` one) whose reader has not
+        read the stream's last entry (the cursor each maps to): what the host may write
+        before the slowest reader with something to read falls out of the replay window.
 
         Raises:
             UnknownConnection: the connection is unknown.
