@@ -37,11 +37,14 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 import peer_rule  # noqa: E402
 import redis_server  # noqa: E402
+from redis_server import server  # noqa: E402,F401  (the module fixture)
 
 redis_asyncio = peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
 
 from acp_fast.fleet import (  # noqa: E402
+    ALL_STREAMS,
     STREAM_START,
+    ConnectionEnded,
     CursorOutOfWindow,
     HostState,
     InputQueueFull,
@@ -60,13 +63,6 @@ BOUND = 10.0
 SOCKET_TIMEOUT = 0.5
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[redis_server.RedisServer]:
-    running = redis_server.RedisServer().start()
-    try:
-        yield running
-    finally:
-        running.kill()
 
 
 @pytest.fixture
@@ -554,3 +550,132 @@ def test_without_redis_py_the_store_names_the_extra(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
     with pytest.raises(MissingExtraError, match=r"acp-fast\[fleet\]"):
         RedisStore("redis://127.0.0.1:1/0")
+
+
+# --- what fronts and hosts add: the host inbox, routes, the end marker ---------------------
+
+
+def test_a_host_learns_of_its_connections_from_its_inbox(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        await store.register_host("h1", 4, 5.0)
+        await store.register_host("h2", 4, 5.0)
+        assert await store.read_assigned("h1", STREAM_START) == []
+        mine = [await store.create_connection("h1") for _ in range(2)]
+        other = await store.create_connection("h2")
+        got = await store.read_assigned("h1", STREAM_START)
+        assert [cid for _, cid in got] == mine
+        assert [cid for _, cid in await store.read_assigned("h2", STREAM_START)] == [other]
+        assert await store.read_assigned("h1", got[-1][0]) == []
+        # a blocking read wakes on the next connection, and times out without one
+        start = time.monotonic()
+        assert await store.read_assigned("h1", got[-1][0], block=0.2) == []
+        assert time.monotonic() - start >= 0.15
+        waiting = asyncio.ensure_future(store.read_assigned("h1", got[-1][0], block=5.0))
+        await asyncio.sleep(0.05)
+        late = await store.create_connection("h1")
+        assert [cid for _, cid in await waiting] == [late]
+        # registering again is a new life: the inbox of the old one is gone
+        await store.register_host("h1", 4, 5.0)
+        assert await store.read_assigned("h1", STREAM_START) == []
+        await store.close()
+
+    run(body)
+
+
+def test_output_entries_keep_their_routes(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        cid = await store.create_connection("h")
+        await store.append_output(cid, [b"a", b"b", b"c"], [None, "s1", ""])
+        await store.append_output(cid, [b"d"])
+        first, second = await store.read_output(cid, STREAM_START)
+        assert first.routes == [None, "s1", ""] and first.lines == [b"a", b"b", b"c"]
+        assert second.routes is None
+        with pytest.raises(ValueError):
+            await store.append_output(cid, [b"a", b"b"], ["s1"])
+        await store.close()
+
+    run(body)
+
+
+def test_readers_learn_the_end_of_the_output_after_every_entry_before_it(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        cid = await store.create_connection("h")
+        last = await store.append_output(cid, [b"1"])
+        waiting = asyncio.ensure_future(store.read_output(cid, last, block=5.0))
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        assert await store.end_output(cid, "the agent exited (code 3)")
+        with pytest.raises(ConnectionEnded) as ended:
+            await waiting
+        assert time.monotonic() - start < 2.0 and "code 3" in ended.value.reason
+        # a reader behind the marker gets what precedes it first, then the end
+        assert [e.lines for e in await store.read_output(cid, STREAM_START)] == [[b"1"]]
+        with pytest.raises(ConnectionEnded):
+            await store.read_output(cid, last)
+        assert await store.end_output(cid, "again")  # once: a second mark changes nothing
+        with pytest.raises(ConnectionEnded) as ended:
+            await store.read_output(cid, last)
+        assert "code 3" in ended.value.reason
+        assert not await store.end_output("no-such-connection", "x")
+        await store.close()
+
+    run(body)
+
+
+def test_the_end_of_the_input_wakes_the_host_and_refuses_later_pushes(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url, input_entries=2)
+        cid = await store.create_connection("h")
+        first = await store.push_input(cid, [b"a"])
+        await store.push_input(cid, [b"b"])  # the queue is full now: the marker still goes in
+        assert await store.end_input(cid, "the client ended the connection")
+        with pytest.raises(UnknownConnection):
+            await store.push_input(cid, [b"c"])
+        assert [e.lines for e in await store.read_input(cid, STREAM_START)] == [[b"a"], [b"b"]]
+        with pytest.raises(ConnectionEnded) as ended:
+            await store.read_input(cid, "2-0")
+        assert ended.value.reason == "the client ended the connection"
+        # a blocked host read wakes for the marker
+        other = await store.create_connection("h")
+        waiting = asyncio.ensure_future(store.read_input(other, STREAM_START, block=5.0))
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        await store.end_input(other, "bye")
+        with pytest.raises(ConnectionEnded):
+            await waiting
+        assert time.monotonic() - start < 2.0 and first == "1-0"
+        assert not await store.end_input("no-such-connection", "x")
+        await store.close()
+
+    run(body)
+
+
+def test_read_marks_move_forward_and_the_backlog_is_the_slowest_readers(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        cid = await store.create_connection("h")
+        cursors = [await store.append_output(cid, [b"x" * n]) for n in (10, 20, 30)]
+        both = {None: cursors[2], "s1": cursors[2]}  # both streams have lines in the last entry
+        assert await store.output_backlog(cid, both) == (3, 60)
+        await store.mark_read(cid, cursors[1], None)
+        assert await store.output_backlog(cid, {None: cursors[2]}) == (1, 30)
+        assert await store.output_backlog(cid, both) == (3, 60)  # s1's reader read nothing
+        await store.mark_read(cid, cursors[0], "s1")
+        assert await store.output_backlog(cid, both) == (2, 50)
+        # s1's last lines were in entry 1, which its reader has: it waits for nothing
+        assert await store.output_backlog(cid, {None: cursors[2], "s1": cursors[0]}) == (1, 30)
+        await store.mark_read(cid, cursors[0], None)  # never back
+        assert await store.output_backlog(cid, {None: cursors[2]}) == (1, 30)
+        await store.mark_read(cid, "bogus", None)
+        await store.mark_read(cid, "9-0", None)  # no such entry: nothing
+        await store.mark_read(cid, cursors[2], ALL_STREAMS)  # a reader of every line
+        assert await store.output_backlog(cid, both) == (0, 0)
+        assert await store.output_backlog(cid, {}) == (0, 0)
+        with pytest.raises(UnknownConnection):
+            await store.output_backlog("no-such-connection", both)
+        await store.close()
+
+    run(body)

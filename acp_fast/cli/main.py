@@ -9,6 +9,7 @@ return value is the exit status):
 * `bench` - `acp_fast.cli.bench`, imported lazily and only if it exists (owned by
   the benchmark tooling; nothing here depends on it);
 * `conductor` - `acp_fast.cli.conductor`, runs a proxy chain ([`acp_fast.conductor`][acp_fast.conductor]);
+* `host` - `acp_fast.cli.host`, an agent host of a fleet ([`acp_fast.fleet`][acp_fast.fleet]);
 * `trace` - `acp_fast.cli.trace`, `view` (HTML page) and `summary` of a conductor trace.
 
 Run as `acp-fast ...` or `python -m acp_fast.cli.main ...`.
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 #: optional subcommand modules: registered when importable, silently absent otherwise
-OPTIONAL_SUBCOMMANDS = ("acp_fast.cli.bench", "acp_fast.cli.conductor", "acp_fast.cli.serve", "acp_fast.cli.trace")
+OPTIONAL_SUBCOMMANDS = ("acp_fast.cli.bench", "acp_fast.cli.conductor", "acp_fast.cli.host", "acp_fast.cli.serve",
+                        "acp_fast.cli.trace")
 
 
 def _version(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from .loops import LOOPS, run
 
 if TYPE_CHECKING:
     from ..jsontypes import JsonObject
+    from ..remote._asgi import ASGIApp
     from . import Subparsers
 
 __all__ = ["add_parser", "main"]
@@ -54,6 +55,10 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--keyfile", help="TLS private key")
     parser.add_argument("--workers", type=int, default=1,
                         help="worker processes (uvicorn only); Streamable HTTP then needs sticky routing on Acp-Connection-Id")
+    parser.add_argument("--redis", metavar="URL",
+                        help="run a front of a fleet instead: no agent here, connections go to the agent hosts "
+                             "(acp-fast host --redis URL) registered in this Redis; any front serves any request")
+    parser.add_argument("--prefix", default=None, help="with --redis: the fleet's key prefix (default: acp-fast:)")
     parser.add_argument("--testy", action="store_true", help="serve Testy in-process instead of a command")
     parser.add_argument("--versions", default="1,2", help="with --testy: protocol versions (default: 1,2)")
     parser.add_argument("--engine", choices=("auto", "c", "py"), default="auto", help="engine twin for --testy")
@@ -85,7 +90,12 @@ def main(args: argparse.Namespace) -> int:
     command = list(args.agent)
     if command and command[0] == "--":
         command = command[1:]
-    if bool(command) == bool(args.testy):
+    if args.redis is not None:
+        if command or args.testy or args.workers > 1:
+            print("acp-fast serve: --redis runs a front: the agents run on the hosts (acp-fast host), so no "
+                  "command, --testy or --workers here", file=sys.stderr)
+            return 2
+    elif bool(command) == bool(args.testy):
         print("acp-fast serve: give an agent command after -- or --testy (one of them)", file=sys.stderr)
         return 2
     logging.basicConfig(level=str(args.log_level).upper(), format="acp-fast serve: %(levelname)s %(message)s")
@@ -110,7 +120,17 @@ def main(args: argparse.Namespace) -> int:
               "address can drive the agent", file=sys.stderr)
     if args.workers > 1:
         return _workers(args, cfg)
-    if args.testy:
+    if args.redis is not None:
+        from ..fleet import DEFAULT_PREFIX, RedisStore
+        from ..fleet.front import FleetFront
+
+        try:
+            app: ASGIApp = FleetFront(RedisStore(args.redis, prefix=args.prefix or DEFAULT_PREFIX), path=args.path,
+                                      policy=policy)
+        except (MissingExtraError, ValueError) as exc:
+            print(f"acp-fast serve: {exc}", file=sys.stderr)
+            return 2
+    elif args.testy:
         app = testy_app(versions=args.versions, path=args.path, policy=policy,
                         engine=None if args.engine == "auto" else args.engine)
     else:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from .redis_store import DEFAULT_PREFIX, RedisStore
 from .store import (
+    ALL_STREAMS,
+    INIT_ROUTE,
     STREAM_START,
+    ConnectionEnded,
     CursorOutOfWindow,
     Entry,
     FleetStore,
@@ -24,8 +27,11 @@ from .store import (
 )
 
 __all__ = [
+    "ALL_STREAMS",
     "DEFAULT_PREFIX",
+    "INIT_ROUTE",
     "STREAM_START",
+    "ConnectionEnded",
     "CursorOutOfWindow",
     "Entry",
     "FleetStore",

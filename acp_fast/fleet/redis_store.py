@@ -3,10 +3,14 @@
 Keys, under a prefix (`"acp-fast:"` by default, so that several fleets can share a Redis):
 
 * `hosts`: the set of registered host ids; `host:<id>`: a hash `slots`, `used`;
-  `host:<id>:alive`: the heartbeat key, with the host's TTL;
-* `{<connection id>}:conn`: the connection's hash: `host`, and the counters of its streams;
+  `host:<id>:alive`: the heartbeat key, with the host's TTL; `host:<id>:inbox`: a stream of
+  the connections created for the host (field `c`), emptied when it registers;
+* `{<connection id>}:conn`: the connection's hash: `host`, the counters of its streams, and
+  a field `p:<id>` per client request in flight (its JSON id; see `fail_pending`);
   `{<connection id>}:out`: its output stream; `{<connection id>}:in`: its input queue. The
-  three share the TTL, refreshed on every write and on `touch_connection`.
+  three share the TTL, refreshed on every write and on `touch_connection`. An output entry
+  has `d` (the lines), `o` (see `_APPEND`) and, when the host routed its lines, `r` (their
+  routes as a JSON list); the end marker is an entry with `x` (the reason) and no lines.
 
 Every check-and-write is one Lua script, so it is atomic: a slot claim never takes a host above
 its slots, a push never takes a queue above its bounds, a trim never cuts the newest entry.
@@ -30,16 +34,19 @@ primary with replicas), not Redis Cluster: the host registry's scripts touch key
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..remote import MissingExtraError
 from .store import (
+    ALL_STREAMS,
+    ConnectionEnded,
     CursorOutOfWindow,
     Entry,
     FleetStore,
@@ -65,8 +72,9 @@ _CURSOR = re.compile(r"(0|[1-9][0-9]{0,17})-0")
 
 # --- the scripts ----------------------------------------------------------------------------
 
-# KEYS: host hash, alive key, hosts set. ARGV: host id, slots, ttl (ms)
+# KEYS: host hash, alive key, hosts set, inbox. ARGV: host id, slots, ttl (ms)
 _REGISTER = """
+redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[1], 'slots', ARGV[2], 'used', 0)
 redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[1])
@@ -116,8 +124,9 @@ redis.call('PEXPIRE', KEYS[3], ARGV[1])
 return 1
 """
 
-# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms).
-# Each entry: d (the lines), o (the stream's byte count before it). The window keeps
+# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms), routes ('' for none),
+# then the JSON ids of the client requests it answers.
+# Each entry: d (the lines), o (the stream's byte count before it), r (routes, when given). The window keeps
 # `max bytes` of data at most: the oldest entries leave (the newest stays), found one by one
 # from the head (as many reads as entries leave), then trimmed exactly.
 _APPEND = """
@@ -126,7 +135,12 @@ local size = string.len(ARGV[1])
 local seq = redis.call('HINCRBY', KEYS[1], 'out_seq', 1)
 local total = redis.call('HINCRBY', KEYS[1], 'out_bytes', size)
 local id = seq .. '-0'
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size)
+if ARGV[5] == '' then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size)
+else
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size, 'r', ARGV[5])
+end
+for i = 6, #ARGV do redis.call('HDEL', KEYS[1], 'p:' .. ARGV[i]) end
 local floor = total - tonumber(ARGV[3])
 if floor > 0 then
   local from = '-'
@@ -143,12 +157,82 @@ redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return id
 """
 
-# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms).
+# KEYS: conn, stream. ARGV: reason, the record's end field, its seq field, the entries' byte
+# field, the record's byte count field. The end marker: an entry with x (the reason), once;
+# its byte field repeats the count (nothing added), as the scripts that read it expect.
+_END = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[1]) == 0 then return 1 end
+local seq = redis.call('HINCRBY', KEYS[1], ARGV[3], 1)
+redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], ARGV[4], redis.call('HGET', KEYS[1], ARGV[5]) or 0)
+return 1
+"""
+
+# KEYS: conn, out. ARGV: the number of the entry a reader has read, its stream's mark name.
+# Moves that stream's read mark (rd:<name>: the entry number, rdb:<name>: the bytes through
+# it) forward, never back.
+_MARK = """
+local cur = tonumber(redis.call('HGET', KEYS[1], 'rd:' .. ARGV[2]) or 0)
+if tonumber(ARGV[1]) <= cur then return 0 end
+local e = redis.call('XRANGE', KEYS[2], ARGV[1] .. '-0', ARGV[1] .. '-0')[1]
+if not e then return 0 end
+local size = 0
+if e[2][1] == 'd' then size = string.len(e[2][2]) end
+redis.call('HSET', KEYS[1], 'rd:' .. ARGV[2], ARGV[1], 'rdb:' .. ARGV[2], tonumber(e[2][4]) + size)
+return 1
+"""
+
+# KEYS: conn. ARGV: pairs of a mark name and the number of the last entry with lines for that
+# stream. The largest backlog (entries, bytes) after the marks of the streams whose reader has
+# not read their last entry, each mark at least the '*' one (a reader of every stream); false
+# when unknown.
+_BACKLOG = """
+local v = redis.call('HMGET', KEYS[1], 'out_seq', 'out_bytes', 'rd:*', 'rdb:*')
+if not v[1] then return false end
+local seq, size = tonumber(v[1]), tonumber(v[2] or 0)
+local all, all_bytes = tonumber(v[3] or 0), tonumber(v[4] or 0)
+local entries, bytes = 0, 0
+for i = 1, #ARGV, 2 do
+  local m = redis.call('HMGET', KEYS[1], 'rd:' .. ARGV[i], 'rdb:' .. ARGV[i])
+  local mark, mark_bytes = tonumber(m[1] or 0), tonumber(m[2] or 0)
+  if all > mark then mark, mark_bytes = all, all_bytes end
+  if mark < tonumber(ARGV[i + 1]) then
+    if seq - mark > entries then entries = seq - mark end
+    if size - mark_bytes > bytes then bytes = size - mark_bytes end
+  end
+end
+return {entries, bytes}
+"""
+
+# KEYS: conn, out. ARGV: the reason as a JSON string, the reason. The end marker (once), after
+# one entry of error responses (-32603, the reason) to every request still in flight.
+_FAIL = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HSETNX', KEYS[1], 'ended', ARGV[2]) == 0 then return 1 end
+local lines = {}
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(f, 1, 2) == 'p:' then
+    lines[#lines + 1] = '{"jsonrpc":"2.0","id":' .. string.sub(f, 3) .. ',"error":{"code":-32603,"message":'
+      .. ARGV[1] .. '}}'
+  end
+end
+local bytes = tonumber(redis.call('HGET', KEYS[1], 'out_bytes') or 0)
+if #lines > 0 then
+  local data = table.concat(lines, '\\n')
+  redis.call('XADD', KEYS[2], redis.call('HINCRBY', KEYS[1], 'out_seq', 1) .. '-0', 'd', data, 'o', bytes)
+  bytes = redis.call('HINCRBY', KEYS[1], 'out_bytes', string.len(data))
+end
+redis.call('XADD', KEYS[2], redis.call('HINCRBY', KEYS[1], 'out_seq', 1) .. '-0', 'x', ARGV[2], 'o', bytes)
+return 1
+"""
+
+# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms), then the JSON ids of
+# the requests in it (in flight until an append names them).
 # Each entry: d (the lines), e (the queue's byte count after it). Unconsumed: in_seq - in_done
 # entries, in_bytes - in_done_bytes bytes. Returns the id, 0 when full, false when unknown.
 _PUSH = """
-local v = redis.call('HMGET', KEYS[1], 'host', 'in_seq', 'in_done', 'in_bytes', 'in_done_bytes')
-if not v[1] then return false end
+local v = redis.call('HMGET', KEYS[1], 'host', 'in_seq', 'in_done', 'in_bytes', 'in_done_bytes', 'in_ended')
+if not v[1] or v[6] then return false end
 local size = string.len(ARGV[1])
 local seq, bytes = tonumber(v[2] or 0), tonumber(v[4] or 0)
 if seq - tonumber(v[3] or 0) >= tonumber(ARGV[2])
@@ -160,6 +244,7 @@ bytes = bytes + size
 redis.call('HSET', KEYS[1], 'in_seq', seq, 'in_bytes', bytes)
 local id = seq .. '-0'
 redis.call('XADD', KEYS[3], id, 'd', ARGV[1], 'e', bytes)
+for i = 5, #ARGV do redis.call('HSET', KEYS[1], 'p:' .. ARGV[i], 1) end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
@@ -189,6 +274,13 @@ def _safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+def _mark_name(stream: str | None) -> str:
+    """The name of a stream's read mark: `-` the connection's, `s:<id>` a session's, `*` all."""
+    if stream is None:
+        return "-"
+    return "*" if stream == ALL_STREAMS else "s:" + stream
+
+
 def _seq(cursor: str) -> int | None:
     """The entry number of a cursor, or None when it is not one."""
     return int(cursor[:-2]) if _CURSOR.fullmatch(cursor) else None
@@ -200,8 +292,18 @@ def _batch(lines: Sequence[bytes]) -> bytes:
     return b"\n".join(lines)
 
 
-def _entries(raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
-    return [Entry(eid.decode(), fields[b"d"].split(b"\n")) for eid, fields in raw]
+def _until_end(connection_id: str, raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
+    """Entries up to the end marker; `ConnectionEnded` when the marker comes first."""
+    out: list[Entry] = []
+    for eid, fields in raw:
+        reason = fields.get(b"x")
+        if reason is not None:
+            if not out:
+                raise ConnectionEnded(connection_id, reason.decode("utf-8", "replace"))
+            break
+        routes = fields.get(b"r")
+        out.append(Entry(eid.decode(), fields[b"d"].split(b"\n"), json.loads(routes) if routes else None))
+    return out
 
 
 class _Unavailable:
@@ -274,6 +376,10 @@ class RedisStore(FleetStore):
         self._append: AsyncScript = script(_APPEND)
         self._push: AsyncScript = script(_PUSH)
         self._consumed: AsyncScript = script(_CONSUMED)
+        self._end: AsyncScript = script(_END)
+        self._fail: AsyncScript = script(_FAIL)
+        self._mark: AsyncScript = script(_MARK)
+        self._backlog: AsyncScript = script(_BACKLOG)
         self._ttl = _ms(self._limits.connection_ttl)
 
     @property
@@ -299,7 +405,7 @@ class RedisStore(FleetStore):
         if not _ID.fullmatch(host_id):
             raise ValueError(f"a host id is 1-64 characters of A-Z a-z 0-9 _ -: {host_id!r}")
         key = f"{self._prefix}host:{host_id}"
-        return [key, key + ":alive"]
+        return [key, key + ":alive", key + ":inbox"]
 
     def _known_keys(self, connection_id: str) -> list[str] | None:
         """The connection's keys (record, output, input), or None for an id of another shape."""
@@ -319,7 +425,8 @@ class RedisStore(FleetStore):
     async def register_host(self, host_id: str, slots: int, ttl: float) -> None:
         if slots < 1 or ttl <= 0:
             raise ValueError("slots must be >= 1 and ttl positive")
-        keys = [*self._host_keys(host_id), self._prefix + "hosts"]
+        keys = self._host_keys(host_id)
+        keys[2:] = [self._prefix + "hosts", keys[0] + ":inbox"]
         with self._guard:
             await self._register(keys, [host_id, slots, _ms(ttl)])
 
@@ -349,7 +456,7 @@ class RedisStore(FleetStore):
     async def claim_slot(self, host_id: str) -> bool:
         keys = self._host_keys(host_id)
         with self._guard:
-            return bool(await self._claim(keys))
+            return bool(await self._claim(keys[:2]))
 
     async def release_slot(self, host_id: str) -> None:
         keys = self._host_keys(host_id)[:1]
@@ -359,15 +466,31 @@ class RedisStore(FleetStore):
     # --- connection registry -------------------------------------------------------------
 
     async def create_connection(self, host_id: str) -> str:
-        self._host_keys(host_id)  # the same rule as everywhere
+        inbox = self._host_keys(host_id)[2]
         connection_id = secrets.token_urlsafe(24)
         conn = self._conn_keys(connection_id)[0]
         with self._guard:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.hset(conn, mapping={"host": host_id, "out_seq": 0})
                 pipe.pexpire(conn, self._ttl)
+                pipe.xadd(inbox, {"c": connection_id}, maxlen=_INBOX_LENGTH, approximate=True)
                 await pipe.execute()
         return connection_id
+
+    async def read_assigned(self, host_id: str, after: str, *, block: float | None = None) -> list[tuple[str, str]]:
+        """The connections created for a host after inbox cursor `after`, in order.
+
+        See [`FleetStore.read_assigned`][acp_fast.fleet.FleetStore.read_assigned]: `XREAD`
+        of the host's inbox, blocking in slices shorter than the socket timeout.
+        """
+        inbox = self._host_keys(host_id)[2]
+        count = self._limits.read_count
+        with self._guard:
+            raw: list[tuple[bytes, dict[bytes, bytes]]] = list(
+                await self._redis.xrange(inbox, f"({after}", "+", count=count))  # type: ignore[arg-type]
+            if not raw:
+                raw = await self._wait(inbox, after, count, block)
+        return [(eid.decode(), fields[b"c"].decode()) for eid, fields in raw]
 
     async def connection_host(self, connection_id: str) -> str | None:
         keys = self._known_keys(connection_id)
@@ -400,7 +523,8 @@ class RedisStore(FleetStore):
 
     # --- agent -> client: the output stream ----------------------------------------------
 
-    async def append_output(self, connection_id: str, lines: Sequence[bytes]) -> str:
+    async def append_output(self, connection_id: str, lines: Sequence[bytes],
+                            routes: Sequence[str | None] | None = None, answered: Sequence[str] = ()) -> str:
         """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
 
         See [`FleetStore.append_output`][acp_fast.fleet.FleetStore.append_output]. The entry
@@ -410,8 +534,12 @@ class RedisStore(FleetStore):
         keys = self._conn_keys(connection_id)
         limits = self._limits
         data = _batch(lines)
+        if routes is not None and len(routes) != len(lines):
+            raise ValueError(f"{len(routes)} routes for {len(lines)} lines")
+        tags = json.dumps(list(routes), separators=(",", ":")) if routes is not None else ""
         with self._guard:
-            cursor = await self._append(keys, [data, limits.output_entries, limits.output_bytes, self._ttl])
+            cursor = await self._append(keys, [data, limits.output_entries, limits.output_bytes, self._ttl, tags,
+                                               *answered])
         if cursor is None:
             raise UnknownConnection(connection_id)
         return str(cursor.decode())
@@ -441,7 +569,49 @@ class RedisStore(FleetStore):
                 raw = await self._wait(out, after, count, block)
         if raw and _seq(raw[0][0].decode()) != seq + 1:
             raise CursorOutOfWindow(after)
-        return _entries(raw)
+        return _until_end(connection_id, raw)
+
+    async def end_output(self, connection_id: str, reason: str, *, fail_pending: bool = False) -> bool:
+        """Mark the end of the connection's output (once: a second mark changes nothing).
+
+        See [`FleetStore.end_output`][acp_fast.fleet.FleetStore.end_output]; the marker is an
+        entry of its own, so a blocked reader wakes for it; the error responses and the marker
+        are one script (two fronts that find the host dead at once fail each request once).
+        """
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            return False
+        with self._guard:
+            if fail_pending:
+                return bool(await self._fail(keys[:2], [json.dumps(reason), reason]))
+            return bool(await self._end(keys[:2], [reason, "ended", "out_seq", "o", "out_bytes"]))
+
+    async def mark_read(self, connection_id: str, cursor: str, stream: str | None = ALL_STREAMS) -> None:
+        """Note that a reader of `stream` has read through `cursor` (marks move forward only).
+
+        See [`FleetStore.mark_read`][acp_fast.fleet.FleetStore.mark_read].
+        """
+        keys = self._known_keys(connection_id)
+        seq = _seq(cursor)
+        if keys is None or seq is None:
+            return
+        with self._guard:
+            await self._mark(keys[:2], [seq, _mark_name(stream)])
+
+    async def output_backlog(self, connection_id: str, streams: Mapping[str | None, str]) -> tuple[int, int]:
+        """The largest backlog, in entries and bytes, after the read marks of `streams`.
+
+        See [`FleetStore.output_backlog`][acp_fast.fleet.FleetStore.output_backlog].
+        """
+        keys = self._conn_keys(connection_id)
+        if not streams:
+            return 0, 0
+        with self._guard:
+            got = await self._backlog(keys[:1], [v for s, last in streams.items()
+                                                 for v in (_mark_name(s), _seq(last) or 0)])
+        if got is None:
+            raise UnknownConnection(connection_id)
+        return int(got[0]), int(got[1])
 
     async def _wait(self, key: str, after: str, count: int,
                     block: float | None) -> list[tuple[bytes, dict[bytes, bytes]]]:
@@ -458,7 +628,7 @@ class RedisStore(FleetStore):
 
     # --- client -> agent: the input queue ------------------------------------------------
 
-    async def push_input(self, connection_id: str, lines: Sequence[bytes]) -> str:
+    async def push_input(self, connection_id: str, lines: Sequence[bytes], requests: Sequence[str] = ()) -> str:
         """Queue one batch of client lines for the agent, as ONE entry, within the bounds.
 
         See [`FleetStore.push_input`][acp_fast.fleet.FleetStore.push_input]. The bound check
@@ -470,7 +640,7 @@ class RedisStore(FleetStore):
         if len(data) > limits.input_bytes:
             raise ValueError(f"a batch of {len(data)} bytes is larger than the input queue ({limits.input_bytes})")
         with self._guard:
-            cursor = await self._push(keys, [data, limits.input_entries, limits.input_bytes, self._ttl])
+            cursor = await self._push(keys, [data, limits.input_entries, limits.input_bytes, self._ttl, *requests])
         if cursor is None:
             raise UnknownConnection(connection_id)
         if cursor == 0:
@@ -497,7 +667,23 @@ class RedisStore(FleetStore):
                 raise UnknownConnection(connection_id)
             if not raw:
                 raw = await self._wait(keys[2], after, count, block)
-        return _entries(raw)
+        return _until_end(connection_id, raw)
+
+    async def end_input(self, connection_id: str, reason: str) -> bool:
+        """Mark the end of the connection's input queue (once); later pushes find it unknown.
+
+        See [`FleetStore.end_input`][acp_fast.fleet.FleetStore.end_input]; the marker is an
+        entry of its own (outside the queue's bounds), so the host's blocked read wakes for it.
+        """
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            return False
+        with self._guard:
+            return bool(await self._end([keys[0], keys[2]], [reason, "in_ended", "in_seq", "e", "in_bytes"]))
+
+
+#: Entries a host inbox keeps at most (approximately): a host takes them as they come.
+_INBOX_LENGTH = 1024
 
 
 def _ms(seconds: float) -> int:

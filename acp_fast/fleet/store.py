@@ -14,7 +14,18 @@ and a host share goes through the primitives of [`FleetStore`][acp_fast.fleet.Fl
   bounded in entries and bytes, and a reader whose cursor fell out of it is told so;
 * **input queue** (client to agent), per connection: bounded in entries and bytes; a push
   beyond the bound raises [`InputQueueFull`][acp_fast.fleet.InputQueueFull] (backpressure,
-  never a silent drop); the host consumes it in order.
+  never a silent drop); the host consumes it in order;
+* **host inbox**, per host: each connection created for a host is announced there, so the
+  host learns of it with one blocking read for all of them;
+* **end markers**: the host marks a connection's output as ended (its agent exited), a front
+  its input (the client ended it); readers of that stream learn it
+  ([`ConnectionEnded`][acp_fast.fleet.ConnectionEnded]) once they have read every entry before
+  it, instead of waiting for the TTL.
+
+An output entry may carry each line's *route*: the stream of the front that carries it, as the
+host found it (`None`: the connection's stream; a session id: that session's stream;
+[`INIT_ROUTE`][acp_fast.fleet.INIT_ROUTE]: the reply to `initialize`, which the front answers
+in the POST body and no stream carries).
 
 Cursors are entry ids of the form `"<n>-0"`, `n` counting the entries of that stream from 1;
 [`STREAM_START`][acp_fast.fleet.STREAM_START] (`"0-0"`) is the cursor before the first entry.
@@ -27,14 +38,17 @@ interface is small so that another engine could be added.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from ..errors import AcpFastError
 
 __all__ = [
+    "ALL_STREAMS",
+    "INIT_ROUTE",
     "STREAM_START",
+    "ConnectionEnded",
     "CursorOutOfWindow",
     "Entry",
     "FleetStore",
@@ -48,6 +62,12 @@ __all__ = [
 
 #: The cursor before a stream's first entry: reading after it starts at entry 1.
 STREAM_START = "0-0"
+
+#: The route of the agent's reply to ``initialize``: answered in the POST body, on no stream.
+INIT_ROUTE = ""
+
+#: The read mark of a reader of every line (a WebSocket), whatever their routes.
+ALL_STREAMS = "*"
 
 
 class StoreError(AcpFastError):
@@ -93,6 +113,22 @@ class CursorOutOfWindow(StoreError):
     def __init__(self, cursor: str) -> None:
         super().__init__(f"cursor {cursor!r} is outside the replay window")
         self.cursor = cursor
+
+
+class ConnectionEnded(StoreError):
+    """The connection's output ended (its agent exited, or its host ended it): nothing follows.
+
+    Raised by a read of the output stream once every entry before the end marker was read.
+
+    Attributes:
+        connection_id: the connection.
+        reason: why it ended, as the host said it.
+    """
+
+    def __init__(self, connection_id: str, reason: str) -> None:
+        super().__init__(f"connection {connection_id!r} ended: {reason}")
+        self.connection_id = connection_id
+        self.reason = reason
 
 
 class InputQueueFull(StoreError):
@@ -166,10 +202,13 @@ class Entry(NamedTuple):
     Attributes:
         cursor: the entry id, `"<n>-0"`.
         lines: the lines written in one batch, in order, without newlines.
+        routes: each line's route when the writer gave them (output entries of a host), else
+            `None` (see the module docstring).
     """
 
     cursor: str
     lines: list[bytes]
+    routes: list[str | None] | None = None
 
 
 class FleetStore(Protocol):
@@ -251,7 +290,8 @@ class FleetStore(Protocol):
     # --- connection registry -----------------------------------------------------------
 
     async def create_connection(self, host_id: str) -> str:
-        """Create a connection record naming the host that runs its agent.
+        """Create a connection record naming the host that runs its agent, and announce it in
+        the host's inbox ([`read_assigned`][acp_fast.fleet.FleetStore.read_assigned]).
 
         The record and its streams expire after `limits.connection_ttl` seconds without
         activity (a write to a stream or [`touch_connection`][acp_fast.fleet.FleetStore.touch_connection]).
@@ -273,14 +313,34 @@ class FleetStore(Protocol):
         """Delete the connection's record and both its streams; False when it was unknown."""
         ...
 
+    async def read_assigned(self, host_id: str, after: str, *, block: float | None = None) -> list[tuple[str, str]]:
+        """The connections created for a host after inbox cursor `after`, in order.
+
+        A host reads its inbox from [`STREAM_START`][acp_fast.fleet.STREAM_START] after it
+        registered (registering empties it: a new life takes no connection of an old one).
+
+        Args:
+            host_id: the host.
+            after: the inbox cursor of the last connection taken.
+            block: when none is there, wait up to this many seconds (`None`: do not wait).
+
+        Returns:
+            `(cursor, connection id)` pairs; empty when the wait ran out.
+        """
+        ...
+
     # --- agent -> client: the output stream ----------------------------------------------
 
-    async def append_output(self, connection_id: str, lines: Sequence[bytes]) -> str:
+    async def append_output(self, connection_id: str, lines: Sequence[bytes],
+                            routes: Sequence[str | None] | None = None, answered: Sequence[str] = ()) -> str:
         """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
 
         Args:
             connection_id: the connection.
             lines: one or more lines, without newlines.
+            routes: each line's route (as many as `lines`), or `None`.
+            answered: the JSON ids of the client requests these lines answer (no longer in
+                flight, see [`push_input`][acp_fast.fleet.FleetStore.push_input]).
 
         Returns:
             the new entry's cursor.
@@ -303,18 +363,51 @@ class FleetStore(Protocol):
         Raises:
             CursorOutOfWindow: an entry after `after` was trimmed, or `after` is not a
                 cursor of this stream.
+            ConnectionEnded: nothing follows `after` but the end marker.
             UnknownConnection: the connection is unknown.
+        """
+        ...
+
+    async def mark_read(self, connection_id: str, cursor: str, stream: str | None = ALL_STREAMS) -> None:
+        """Note that a reader of `stream` (a route: `None` the connection's stream, a session
+        id; [`ALL_STREAMS`][acp_fast.fleet.ALL_STREAMS] a reader of every line, a WebSocket)
+        has sent its client everything through `cursor`: that stream's read mark moves
+        forward to it, never back. Nothing for an unknown connection or cursor."""
+        ...
+
+    async def output_backlog(self, connection_id: str, streams: Mapping[str | None, str]) -> tuple[int, int]:
+        """The largest backlog, in entries and bytes of the output stream, after the read
+        marks of `streams` (each mark at least the `ALL_STREAMS` one) whose reader has not
+        read the stream's last entry (the cursor each maps to): what the host may write
+        before the slowest reader with something to read falls out of the replay window.
+
+        Raises:
+            UnknownConnection: the connection is unknown.
+        """
+        ...
+
+    async def end_output(self, connection_id: str, reason: str, *, fail_pending: bool = False) -> bool:
+        """Mark the end of the connection's output: readers raise `ConnectionEnded` after it.
+
+        With `fail_pending` (the connection's host is gone), every client request still in
+        flight gets an error response (-32603, `reason` as its message) in one entry before
+        the marker, so that nothing waits for an answer that cannot come.
+
+        Returns:
+            False when the connection is unknown (nothing to mark).
         """
         ...
 
     # --- client -> agent: the input queue ------------------------------------------------
 
-    async def push_input(self, connection_id: str, lines: Sequence[bytes]) -> str:
+    async def push_input(self, connection_id: str, lines: Sequence[bytes], requests: Sequence[str] = ()) -> str:
         """Queue one batch of client lines for the agent, as ONE entry, within the bounds.
 
         Args:
             connection_id: the connection.
             lines: one or more lines, without newlines.
+            requests: the JSON ids of the requests among them: in flight until an append
+                names them answered.
 
         Returns:
             the entry's cursor.
@@ -340,6 +433,18 @@ class FleetStore(Protocol):
                 An empty list means the wait ran out.
 
         Raises:
+            ConnectionEnded: nothing follows `after` but the end marker (the client ended
+                the connection: [`end_input`][acp_fast.fleet.FleetStore.end_input]).
             UnknownConnection: the connection is unknown.
+        """
+        ...
+
+    async def end_input(self, connection_id: str, reason: str) -> bool:
+        """Mark the end of the connection's input (the client ended it): the host's read
+        raises `ConnectionEnded` after the entries before it, and later pushes raise
+        `UnknownConnection`.
+
+        Returns:
+            False when the connection is unknown (nothing to mark).
         """
         ...

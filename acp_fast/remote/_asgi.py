@@ -11,6 +11,7 @@ from typing import Any
 
 from ..engine import encode_error
 from ..errors import INVALID_REQUEST
+from ._wire import HEALTH_PATH
 
 #: An ASGI connection scope, and the receive and send callables of ASGI 3.
 Scope = dict[str, Any]
@@ -62,3 +63,59 @@ async def deny(scope: Scope, send: Send, status: int, message: str) -> None:
         await send({"type": "websocket.http.response.body", "body": body})
     else:
         await send({"type": "websocket.close", "code": 1008})
+
+
+class Endpoint:
+    """The ASGI skeleton of an ACP endpoint, shared by the server and a fleet's front.
+
+    Lifespan (shutdown calls :meth:`aclose`), ``GET /health`` (200), 404 off :attr:`path`, a
+    WebSocket to :meth:`websocket`, an HTTP request on :attr:`path` to :meth:`http`. Access
+    rules are the subclass's business (it puts an ``AccessGuard`` in front of :meth:`dispatch`).
+    """
+
+    #: the endpoint path, without a trailing slash (``/`` alone stays)
+    path: str
+
+    async def aclose(self) -> None:
+        """Release what the endpoint holds (at lifespan shutdown)."""
+
+    async def websocket(self, scope: Scope, headers: Mapping[bytes, bytes], path: str, receive: Receive,
+                        send: Send) -> None:
+        """Serve one WebSocket (any path: a subclass refuses the others)."""
+        raise NotImplementedError
+
+    async def http(self, method: str, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
+        """Serve one HTTP request on :attr:`path`."""
+        raise NotImplementedError
+
+    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Route one ASGI scope (see the class docstring)."""
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        path = endpoint_path(scope)
+        headers = lower_headers(scope)
+        if kind == "websocket":
+            await self.websocket(scope, headers, path, receive, send)
+            return
+        if kind != "http":
+            return
+        method = scope["method"]
+        if path == HEALTH_PATH.rstrip("/") and method in ("GET", "HEAD"):
+            await respond(send, 200, b'{"status":"ok"}')
+            return
+        if path != self.path:
+            await respond(send, 404, error_body(404, "not found"))
+            return
+        await self.http(method, headers, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return

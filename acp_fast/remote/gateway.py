@@ -16,9 +16,9 @@ from ..transport.child import spawn
 from ..transport.stream import Stream
 from ._wire import DEFAULT_PATH
 from .policy import ServerPolicy
-from .server import AcpApp
+from .server import AcpApp, StreamOpener
 
-__all__ = ["gateway_app"]
+__all__ = ["command_opener", "gateway_app"]
 
 logger = logging.getLogger("acp_fast.remote")
 
@@ -36,6 +36,15 @@ def gateway_app(command: str | Sequence[str], *, path: str = DEFAULT_PATH, polic
         cwd: the child's working directory.
     """
 
+    opener = command_opener(command, env=env, inherit_env=inherit_env, cwd=cwd)
+    return AcpApp(opener, path=path, policy=policy)
+
+
+def command_opener(command: str | Sequence[str], *, env: Mapping[str, str] | None = None,
+                   inherit_env: bool = True, cwd: str | None = None) -> StreamOpener:
+    """The opener that starts ``command`` as a child under the child-process policy per call
+    (what :func:`gateway_app` serves; an agent host too). Arguments as :func:`gateway_app`."""
+
     def log_stderr(chunk: bytes) -> None:
         for line in chunk.decode("utf-8", "replace").splitlines():
             logger.debug("agent stderr: %s", line)
@@ -43,4 +52,4 @@ def gateway_app(command: str | Sequence[str], *, path: str = DEFAULT_PATH, polic
     async def opener() -> Stream:
         return await spawn(command, env=env, inherit_env=inherit_env, cwd=cwd, on_stderr=log_stderr)
 
-    return AcpApp(opener, path=path, policy=policy)
+    return opener

@@ -276,7 +276,7 @@ async def _stop_granian(srv: Any, stop: asyncio.Event) -> None:
     srv.stop()
 
 
-async def serve_app(app: AcpApp, *, server: ServerName = DEFAULT_SERVER, host: str = "127.0.0.1", port: int = 8000,
+async def serve_app(app: ASGIApp, *, server: ServerName = DEFAULT_SERVER, host: str = "127.0.0.1", port: int = 8000,
                     certfile: str | None = None, keyfile: str | None = None, log_level: str = "info",
                     on_ready: Callable[[Served], None] | None = None) -> None:
     """Serve `app` until SIGINT or SIGTERM (or cancellation); `on_ready` gets the address."""

@@ -49,25 +49,24 @@ from .. import _kinds
 from .. import engine as _default_engine
 from ..engine import encode_error
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
-from ..protocol.facts import INITIALIZE
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
-from ._asgi import Receive, Scope, Send, deny, endpoint_path, error_body, lower_headers, respond
+from ._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
 from ._outlet import Outlet, sse_chunk, ws_frames
 from ._wire import (
     BATCH_FRAMES_HEADER,
     CONNECTION_ID_HEADER,
-    CONTENT_TYPE_JSON,
     CONTENT_TYPE_SSE,
     DEFAULT_MAX_BODY,
     DEFAULT_PATH,
-    HEALTH_PATH,
     KEEPALIVE_SECONDS,
-    SESSION_SCOPED_METHODS,
-    SUCCESSOR_METHODS,
     id_key,
     one_line,
 )
+from ._requests import SSE_HEAD, initialize_frame, post_line
+from ._requests import checked_body
+from ._requests import disconnected as _disconnected
+from ._requests import malformed_reply as _malformed_reply
 from .policy import AccessGuard, ServerPolicy
 
 if TYPE_CHECKING:
@@ -78,6 +77,7 @@ __all__ = [
     "StreamOpener",
     "Servable",
     "asgi_app",
+    "servable_opener",
 ]
 
 logger = logging.getLogger("acp_fast.remote")
@@ -380,7 +380,7 @@ class _Connection:
 # -- the application ----------------------------------------------------------------------------
 
 
-class AcpApp:
+class AcpApp(Endpoint):
     """An ASGI 3 application serving ACP over Streamable HTTP and WebSocket.
 
     Args:
@@ -408,7 +408,7 @@ class AcpApp:
         self._conns: dict[str, _Connection] = {}
         self._opening = 0
         self._reaper: asyncio.Task[None] | None = None
-        self._guarded = AccessGuard(self._dispatch, self.policy, paths=(self.path,))
+        self._guarded = AccessGuard(self.dispatch, self.policy, paths=(self.path,))
 
     @property
     def connections(self) -> int:
@@ -469,26 +469,8 @@ class AcpApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._guarded(scope, receive, send)
 
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # behind the access guard: what reaches here on self.path passed the policy's rules
-        kind = scope["type"]
-        if kind == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        path = endpoint_path(scope)
-        headers = lower_headers(scope)
-        if kind == "websocket":
-            await self._websocket(scope, headers, path, receive, send)
-            return
-        if kind != "http":
-            return
-        method = scope["method"]
-        if path == HEALTH_PATH.rstrip("/") and method in ("GET", "HEAD"):
-            await respond(send, 200, b'{"status":"ok"}')
-            return
-        if path != self.path:
-            await respond(send, 404, error_body(404, "not found"))
-            return
+    async def http(self, method: str, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
+        # behind the access guard (dispatch): what reaches here passed the policy's rules
         if method == "POST":
             await self._post(headers, receive, send)
         elif method == "GET":
@@ -501,16 +483,6 @@ class AcpApp:
         else:
             await respond(send, 405, error_body(405, "method not allowed"),
                            extra=[(b"allow", b"GET, POST, DELETE")])
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.aclose()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def _named(self, headers: Mapping[bytes, bytes], send: Send, *,
                      streamable: bool = False) -> _Connection | None:
@@ -534,15 +506,9 @@ class AcpApp:
     # POST -----------------------------------------------------------------------------------
 
     async def _post(self, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
-        ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
-        if ctype != CONTENT_TYPE_JSON.encode():
-            await respond(send, 415, error_body(415, f"Content-Type must be {CONTENT_TYPE_JSON}"))
+        line = await post_line(headers, receive, send, self.policy.max_body)
+        if line is None:
             return
-        body = await _read_body(headers, receive, self.policy.max_body)
-        if body is None:
-            await respond(send, 413, error_body(413, f"body over {self.policy.max_body} bytes"))
-            return
-        line = one_line(body)
         cid = headers.get(CONNECTION_ID_HEADER.lower().encode())
         if cid is None:
             await self._initialize(line, send)
@@ -561,32 +527,13 @@ class AcpApp:
             return
         raw_session = headers.get(b"acp-session-id")
         session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
-        batch = frame.kind == _kinds.BATCH
-        entries = list(frame) if batch else [frame]
-        parts: list[bytes] = []
-        rewritten = False
-        for entry in entries:
-            if entry.kind == _kinds.MALFORMED:  # the agent answers it, in its place
-                parts.append(entry.raw)
-                continue
-            checked = _checked(entry, session, self.engine)
-            if isinstance(checked, str):
-                await respond(send, 400, error_body(400, checked, INVALID_PARAMS))
-                return
-            route, line_out = checked
-            if entry.kind == _kinds.REQUEST:
-                conn.routes[id_key(entry.id)] = (route, entry.method)
-            if line_out is not None:
-                rewritten = True
-                parts.append(line_out)
-            else:
-                parts.append(entry.raw)
-        if not rewritten:
-            out = frame.raw
-        elif batch:
-            out = b"[" + b",".join(parts) + b"]"
-        else:
-            out = parts[0]
+        checked = checked_body(frame, session, self.engine)
+        if isinstance(checked, str):
+            await respond(send, 400, error_body(400, checked, INVALID_PARAMS))
+            return
+        out, rewritten, requests = checked
+        for entry, route in requests:
+            conn.routes[id_key(entry.id)] = (route, entry.method)
         if sink is not None and not rewritten and len(out) <= sink.max_line_size:
             await conn.write((out, b"\n"), (frames, sink))  # the agent's decoder would make these
         else:
@@ -616,14 +563,8 @@ class AcpApp:
         return engine.Decoder(lazy=True, max_line_size=limit), None
 
     async def _initialize(self, line: bytes, send: Send) -> None:
-        frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
-        frame = frames[0] if frames else None
-        if frame is not None and frame.kind == _kinds.MALFORMED:
-            await respond(send, 400, _malformed_reply(self.engine, frame))
-            return
-        if frame is None or frame.kind != _kinds.REQUEST or frame.method != INITIALIZE:
-            await respond(send, 400, error_body(
-                400, f"a POST without {CONNECTION_ID_HEADER} must be an initialize request"))
+        frame = await initialize_frame(line, self.engine, self.policy.max_body, send)
+        if frame is None:
             return
         conn = await self._open(websocket=False)
         if conn is None:
@@ -692,8 +633,7 @@ class AcpApp:
 
     async def _stream(self, conn: _Connection, events: Outlet, token: object, receive: Receive,
                       send: Send, batches: bool) -> None:
-        head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
-                (b"x-accel-buffering", b"no")]
+        head = list(SSE_HEAD)
         if batches:
             head.append((BATCH_FRAMES_HEADER.lower().encode(), b"1"))
         await send({"type": "http.response.start", "status": 200, "headers": head})
@@ -728,8 +668,8 @@ class AcpApp:
 
     # WebSocket ------------------------------------------------------------------------------
 
-    async def _websocket(self, scope: Scope, headers: Mapping[bytes, bytes], path: str, receive: Receive,
-                         send: Send) -> None:
+    async def websocket(self, scope: Scope, headers: Mapping[bytes, bytes], path: str, receive: Receive,
+                        send: Send) -> None:
         first = await receive()
         if first["type"] != "websocket.connect":
             return
@@ -797,78 +737,6 @@ class AcpApp:
             pass
 
 
-def _checked(entry: Any, session: str | None, engine: types.ModuleType) -> tuple[str | None, bytes | None] | str:
-    """The route of one client message and its rewritten line (or ``None``), or why it is refused."""
-    kind = entry.kind
-    if kind == _kinds.RESPONSE:
-        return None, None
-    method: str = entry.method
-    if method.startswith("$/") or (method in SUCCESSOR_METHODS and _inner_is_dollar(entry.params)):
-        return None, None  # connection-scoped: never takes the session header
-    scoped = method in SESSION_SCOPED_METHODS
-    if session is None and not scoped:
-        return None, None
-    params = entry.params
-    if isinstance(params, list):
-        return "params must be an object for a session-scoped message"
-    sid = params.get("sessionId") if isinstance(params, dict) else None
-    if session is None:
-        if not isinstance(sid, str):
-            return f"{method} needs Acp-Session-Id or params.sessionId"
-        return sid, None
-    if sid is None:
-        filled = dict(params) if isinstance(params, dict) else {}
-        filled["sessionId"] = session
-        if kind == _kinds.REQUEST:
-            return session, engine.encode_request(entry.id, method, filled).rstrip(b"\n")
-        return session, engine.encode_notification(method, filled).rstrip(b"\n")
-    if sid != session:
-        return "Acp-Session-Id and params.sessionId differ"
-    return session, None
-
-
-def _malformed_reply(engine: types.ModuleType, frame: Any) -> bytes:
-    """The answer to a malformed POST body: what the engine answers the same line with on
-    stdio (-32700 echoing the line, -32600 with the reason, id ``null``); a malformed
-    response, which stdio leaves unanswered, still gets its code and reason with its 400."""
-    reply: bytes | None = engine.error_reply(frame)
-    return reply if reply is not None else encode_error(None, frame.code, None, frame.reason)
-
-
-def _inner_is_dollar(params: Any) -> bool:
-    """Whether a successor envelope (``{"method", "params"}``) wraps a ``$/`` method."""
-    m = params.get("method") if isinstance(params, dict) else None
-    return isinstance(m, str) and m.startswith("$/")
-
-
-async def _read_body(headers: Mapping[bytes, bytes], receive: Receive, limit: int) -> bytes | None:
-    length = headers.get(b"content-length")
-    if length is not None:
-        try:
-            if int(length) > limit:
-                return None
-        except ValueError:
-            return None
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b""
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
 # -- building apps --------------------------------------------------------------------------------
 
 
@@ -897,6 +765,18 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
         from acp_fast.remote import asgi_app
         app = asgi_app(agent)          # uvicorn module:app
     """
+    opener, twin = servable_opener(target, engine)
+    return AcpApp(opener, path=path, policy=policy, engine=twin)
+
+
+def servable_opener(target: Target, engine: EngineChoice = None) -> tuple[StreamOpener, types.ModuleType | None]:
+    """The opener that runs ``target`` in-process on a new in-memory stream pair per call, and
+    the engine twin it serves with (what :func:`asgi_app` serves; an agent host too).
+
+    Raises:
+        ValueError: ``engine`` is not an engine choice.
+        TypeError: ``target`` is neither something with ``serve`` nor a function.
+    """
     from ..roles.streams import resolve_engine  # the roles load with what they serve, not before
 
     twin = resolve_engine(engine)
@@ -920,7 +800,7 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
         task.add_done_callback(tasks.discard)
         return server_side
 
-    return AcpApp(opener, path=path, policy=policy, engine=twin)
+    return opener, twin
 
 
 async def _serve_logged(run: Callable[[Stream], Awaitable[None]], stream: Stream) -> None:

@@ -16,8 +16,10 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import pytest
 from peer_rule import missing
 
 #: Seconds the server may take to answer its first PING.
@@ -103,3 +105,13 @@ class RedisServer:
         """``SIGCONT`` after :meth:`freeze`."""
         assert self.process is not None
         os.kill(self.process.pid, signal.SIGCONT)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    """A server for the test module (import this fixture into it); killed at its end."""
+    running = RedisServer().start()
+    try:
+        yield running
+    finally:
+        running.kill()

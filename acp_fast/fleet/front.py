@@ -1,0 +1,504 @@
+"""A front of the fleet: an ASGI app that serves ACP connections it keeps no state of.
+
+Every request of a connection may land on any front: everything a connection has is in the
+store ([`FleetStore`][acp_fast.fleet.FleetStore]) and its agent runs on an agent host
+([`AgentHost`][acp_fast.fleet.host.AgentHost]). The wire is the single-process server's
+([`AcpApp`][acp_fast.remote.AcpApp]), behind the same access rules
+([`AccessGuard`][acp_fast.remote.policy.AccessGuard] of a
+[`ServerPolicy`][acp_fast.remote.ServerPolicy]):
+
+* `POST` `initialize` (no `Acp-Connection-Id`): claims a slot on a live host with free slots,
+  creates the connection, queues the line for its agent and answers 200 with the agent's
+  reply and the new `Acp-Connection-Id`; 503 with a clear body when every host is full, none
+  is alive, or the store is unreachable;
+* a later `POST`: checked and rewritten as the single-process server does (its session
+  header), queued on the connection's input queue, 202; a full queue holds the POST until
+  there is room (backpressure) and answers 503 after `push_timeout`, never a silent drop;
+* `GET` SSE: the connection's output stream from `Last-Event-ID` (entry ids are the cursors;
+  409 outside the replay window), the lines the host routed to this stream (the connection's,
+  or the `Acp-Session-Id` session's); the response ends when the connection ends;
+* `DELETE`: marks the end of the output (readers on every front end) and of the input (its
+  host closes the agent, deletes the connection and frees the slot);
+* WebSocket: a connection for the socket's lifetime, bridged both ways through the store.
+
+A reader (an SSE stream, a WebSocket) that waits looks at the connection's host every
+`host_check` seconds: once its heartbeat has expired, every client request in flight gets an
+error response naming the host, and the connection ends
+([`end_output`][acp_fast.fleet.FleetStore.end_output] with `fail_pending`).
+
+Every SSE event has its own cursor: the last line of an entry that goes on a stream carries
+the entry id (`"<n>-0"`), a line before it `"<n>-0.<k>"` (the `k`-th line of that entry on
+that stream, from 0), so a reader that drops inside an entry resumes after exactly the line
+it saw last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import types
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
+
+from .. import _kinds
+from .. import engine as _default_engine
+from ..engine import encode_error
+from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from ..remote._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
+from ..remote._wire import (
+    CONNECTION_ID_HEADER,
+    CONTENT_TYPE_SSE,
+    DEFAULT_PATH,
+    one_line,
+)
+from ..remote.policy import AccessGuard, ServerPolicy
+from ..remote._requests import SSE_HEAD, checked_body, disconnected, initialize_frame, malformed_reply, post_line
+from .store import (
+    INIT_ROUTE,
+    STREAM_START,
+    ConnectionEnded,
+    CursorOutOfWindow,
+    Entry,
+    FleetStore,
+    InputQueueFull,
+    StoreError,
+    StoreUnavailable,
+    UnknownConnection,
+)
+
+__all__ = ["FleetFront", "NoFreeSlot"]
+
+logger = logging.getLogger("acp_fast.fleet")
+
+T = TypeVar("T")
+
+_CID = CONNECTION_ID_HEADER.lower().encode()
+#: Seconds between retries of a push into a full input queue.
+_PUSH_RETRY = 0.01
+
+
+class NoFreeSlot(Exception):
+    """No live host has a free slot (or none is alive): a new connection gets 503."""
+
+
+class FleetFront(Endpoint):
+    """A front of the fleet, as an ASGI 3 application (see the module docstring).
+
+    Args:
+        store: the fleet store.
+        path: the endpoint path (``/acp``); ``/health`` answers beside it.
+        policy: limits and access rules (the single-process server's; ``max_connections``
+            and ``idle_timeout`` are the hosts' and the store's business here).
+        engine: the engine twin that decodes POST bodies.
+        init_timeout: seconds an ``initialize`` POST waits for the agent's reply.
+        push_timeout: seconds a POST or a WebSocket frame waits for room in a full input
+            queue before it is refused (503; the socket closes with 1013).
+        host_check: seconds between looks at a waiting connection's host.
+    """
+
+    def __init__(self, store: FleetStore, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
+                 engine: types.ModuleType | None = None, init_timeout: float = 30.0,
+                 push_timeout: float = 30.0, host_check: float = 1.0) -> None:
+        if not path.startswith("/"):
+            raise ValueError(f"path must start with '/': {path!r}")
+        self.store = store
+        self.path = path.rstrip("/") or "/"
+        self.policy = policy if policy is not None else ServerPolicy()
+        self.engine: types.ModuleType = engine if engine is not None else _default_engine
+        self.init_timeout = init_timeout
+        self.push_timeout = push_timeout
+        self.host_check = host_check
+        self._guarded = AccessGuard(self.dispatch, self.policy, paths=(self.path,))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._guarded(scope, receive, send)
+
+    async def http(self, method: str, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
+        try:
+            if method == "POST":
+                await self._post(headers, receive, send)
+            elif method == "GET":
+                await self._get(headers, receive, send)
+            elif method == "DELETE":
+                await self._delete(headers, send)
+            else:
+                await respond(send, 405, error_body(405, "method not allowed"), extra=[(b"allow", b"GET, POST, DELETE")])
+        except StoreUnavailable as exc:  # before any response: a clear 503
+            logger.warning("fleet front: %s", exc)
+            await respond(send, 503, error_body(503, "the fleet store is unavailable; try again later"))
+
+    async def aclose(self) -> None:
+        """Close the store's network connections (at lifespan shutdown)."""
+        with contextlib.suppress(StoreError):
+            await self.store.close()
+
+    # connections ------------------------------------------------------------------------
+
+    async def _claim(self) -> str:
+        """A slot on a live host, the freest first; the host's id.
+
+        Raises:
+            NoFreeSlot: every live host is full, or none is alive.
+        """
+        hosts = sorted(await self.store.live_hosts(), key=lambda h: -h.free)
+        for host in hosts:
+            if host.free > 0 and await self.store.claim_slot(host.host_id):
+                return host.host_id
+        raise NoFreeSlot("no agent host is alive" if not hosts else "every agent host is full")
+
+    async def _open(self) -> str:
+        """A new connection on a host with a free slot (raises as :meth:`_claim`)."""
+        host = await self._claim()
+        try:
+            return await self.store.create_connection(host)
+        except BaseException:
+            with contextlib.suppress(StoreError):
+                await self.store.release_slot(host)
+            raise
+
+    async def _push(self, cid: str, lines: list[bytes], requests: list[str]) -> None:
+        """Queue lines for the agent, waiting for room up to ``push_timeout``.
+
+        Raises:
+            InputQueueFull: still full after ``push_timeout``.
+        """
+        deadline = time.monotonic() + self.push_timeout
+        while True:
+            try:
+                await self.store.push_input(cid, lines, requests)
+                return
+            except InputQueueFull:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(_PUSH_RETRY)
+
+    async def _end(self, cid: str, reason: str) -> bool:
+        """End a connection for its client: the end of its output and of its input; False
+        when it is unknown."""
+        await self.store.end_output(cid, reason)
+        return await self.store.end_input(cid, reason)
+
+    async def _end_quietly(self, cid: str, reason: str) -> None:
+        with contextlib.suppress(StoreError):
+            await self._end(cid, reason)
+
+    # POST -------------------------------------------------------------------------------
+
+    async def _post(self, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
+        line = await post_line(headers, receive, send, self.policy.max_body)
+        if line is None:
+            return
+        raw_cid = headers.get(_CID)
+        if raw_cid is None:
+            await self._initialize(line, send)
+            return
+        cid = raw_cid.decode("latin-1")
+        frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
+        if len(frames) != 1:
+            await respond(send, 400, error_body(400, "empty body", INVALID_REQUEST))
+            return
+        frame = frames[0]
+        if frame.kind == _kinds.MALFORMED:
+            await respond(send, 400, malformed_reply(self.engine, frame))
+            return
+        raw_session = headers.get(b"acp-session-id")
+        session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
+        verdict = checked_body(frame, session, self.engine)
+        if isinstance(verdict, str):
+            await respond(send, 400, error_body(400, verdict, INVALID_PARAMS))
+            return
+        out, _, requests = verdict
+        try:
+            await self._push(cid, [out], [json.dumps(entry.id) for entry, _ in requests])
+        except UnknownConnection:
+            await respond(send, 404, error_body(404, f"unknown {CONNECTION_ID_HEADER}: closed or expired"))
+            return
+        except InputQueueFull:
+            await respond(send, 503, error_body(503, "the agent is not reading: its input queue is full"))
+            return
+        await respond(send, 202, b"")
+
+    async def _initialize(self, line: bytes, send: Send) -> None:
+        frame = await initialize_frame(line, self.engine, self.policy.max_body, send)
+        if frame is None:
+            return
+        try:
+            cid = await self._open()
+        except NoFreeSlot as exc:
+            await respond(send, 503, error_body(503, f"{exc}; try again later"))
+            return
+        try:
+            await self.store.push_input(cid, [line], [json.dumps(frame.id)])
+            reply = await asyncio.wait_for(self._init_reply(cid), self.init_timeout)
+        except ConnectionEnded:
+            await self._end_quietly(cid, "initialize failed")
+            await respond(send, 200, encode_error(frame.id, INTERNAL_ERROR, "the agent closed before answering"))
+            return
+        except asyncio.TimeoutError:
+            await self._end_quietly(cid, "initialize timed out")
+            await respond(send, 504, error_body(504, f"the agent did not answer initialize in {self.init_timeout} s"))
+            return
+        except BaseException:
+            await self._end_quietly(cid, "initialize failed")
+            raise
+        if b'"error"' in reply and self.engine.Decoder(lazy=True).feed(reply + b"\n")[0].error is not None:
+            await self._end_quietly(cid, "initialize refused")
+            await respond(send, 200, reply + b"\n")
+            return
+        await respond(send, 200, reply + b"\n", extra=[(_CID, cid.encode())])
+
+    async def _init_reply(self, cid: str) -> bytes:
+        """The agent's reply to initialize: the first line the host routed as such."""
+        after = STREAM_START
+        while True:
+            for entry in await self.store.read_output(cid, after, block=1.0):
+                after = entry.cursor
+                if entry.routes is not None and INIT_ROUTE in entry.routes:
+                    return entry.lines[entry.routes.index(INIT_ROUTE)]
+
+    # GET (SSE) --------------------------------------------------------------------------
+
+    async def _get(self, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
+        if CONTENT_TYPE_SSE.encode() not in headers.get(b"accept", b""):
+            await respond(send, 406, error_body(406, f"Accept must include {CONTENT_TYPE_SSE}"))
+            return
+        raw_cid = headers.get(_CID)
+        if raw_cid is None:
+            await respond(send, 400, error_body(400, f"missing {CONNECTION_ID_HEADER} header"))
+            return
+        cid = raw_cid.decode("latin-1")
+        raw_session = headers.get(b"acp-session-id")
+        key = raw_session.decode("utf-8", "replace") if raw_session is not None else None
+        last = headers.get(b"last-event-id")
+        after, skip = _resume_point(last.decode("latin-1") if last is not None else None)
+        try:
+            first = await self.store.read_output(cid, after)
+        except (UnknownConnection, ConnectionEnded):
+            await respond(send, 404, error_body(404, f"unknown {CONNECTION_ID_HEADER}: closed or expired"))
+            return
+        except CursorOutOfWindow:
+            await respond(send, 409, error_body(409, "cannot resume from that Last-Event-ID"))
+            return
+        head = list(SSE_HEAD)
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        gone = asyncio.ensure_future(disconnected(receive))
+        watch = _Watch(self, cid)
+        try:
+            entries: list[Entry] | None = first
+            while True:
+                if entries:
+                    after = entries[-1].cursor
+                    chunk = _sse_chunk(entries, key, skip)
+                    skip = 0
+                    if chunk:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    with contextlib.suppress(StoreError):  # the next read says what is wrong
+                        await self.store.mark_read(cid, after, key)
+                try:
+                    entries = await _unless(gone, watch.read(after))
+                except (ConnectionEnded, UnknownConnection, CursorOutOfWindow, StoreUnavailable) as exc:
+                    logger.debug("fleet front: SSE stream of %s ends: %s", cid[:8], exc)
+                    break
+                if entries is None:
+                    return  # the client went away
+                if not entries and watch.quiet():
+                    await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass
+        finally:
+            gone.cancel()
+
+    # DELETE -----------------------------------------------------------------------------
+
+    async def _delete(self, headers: Mapping[bytes, bytes], send: Send) -> None:
+        raw_cid = headers.get(_CID)
+        if raw_cid is None:
+            await respond(send, 400, error_body(400, f"missing {CONNECTION_ID_HEADER} header"))
+            return
+        cid = raw_cid.decode("latin-1")
+        if not await self._end(cid, "the client ended the connection"):
+            await respond(send, 404, error_body(404, f"unknown {CONNECTION_ID_HEADER}: closed or expired"))
+            return
+        await respond(send, 202, b"")
+
+    # WebSocket --------------------------------------------------------------------------
+
+    async def websocket(self, scope: Scope, headers: Mapping[bytes, bytes], path: str, receive: Receive,
+                        send: Send) -> None:
+        first = await receive()
+        if first["type"] != "websocket.connect":
+            return
+        if path != self.path:
+            await deny(scope, send, 404, "not found")
+            return
+        try:
+            cid = await self._open()
+        except NoFreeSlot as exc:
+            await deny(scope, send, 503, f"{exc}; try again later")
+            return
+        except StoreUnavailable:
+            await deny(scope, send, 503, "the fleet store is unavailable; try again later")
+            return
+        await send({"type": "websocket.accept", "headers": [(_CID, cid.encode())]})
+        sender = asyncio.ensure_future(self._ws_send(cid, send))
+        code = 1000
+        decoder = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1)
+        try:
+            limit = self.policy.max_body
+            while True:
+                message = await _unless(sender, receive())
+                if message is None:
+                    break  # the connection ended: the sender closed the socket
+                t = message["type"]
+                if t == "websocket.receive":
+                    text = message.get("text")
+                    data = text.encode("utf-8", "surrogatepass") if text is not None else message.get("bytes") or b""
+                    if len(data) > limit:
+                        code = 1009
+                        break
+                    if text is None:
+                        continue  # binary frames carry no ACP message: ignored
+                    line = one_line(data)
+                    try:
+                        await self._push(cid, [line], _requests(decoder.feed(line + b"\n")))
+                    except InputQueueFull:
+                        code = 1013
+                        break
+                    except StoreError:
+                        code = 1011
+                        break
+                elif t == "websocket.disconnect":
+                    break
+        finally:
+            await self._end_quietly(cid, "the WebSocket closed")
+            if not sender.done():
+                sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+            if code != 1000:
+                with contextlib.suppress(Exception):
+                    await send({"type": "websocket.close", "code": code})
+
+    async def _ws_send(self, cid: str, send: Send) -> None:
+        """Every line of the connection's output, one text frame each, until it ends."""
+        after = STREAM_START
+        reason = "agent closed"
+        watch = _Watch(self, cid)
+        try:
+            while True:
+                try:
+                    entries = await watch.read(after)
+                except ConnectionEnded as exc:
+                    reason = exc.reason[:120]  # a close reason holds 123 bytes
+                    break
+                except UnknownConnection:
+                    break
+                except StoreError as exc:
+                    reason = "the fleet store failed"
+                    logger.warning("fleet front: WebSocket of %s: %s", cid[:8], exc)
+                    break
+                for entry in entries:
+                    for line in entry.lines:
+                        await send({"type": "websocket.send", "text": line.decode("utf-8", "replace")})
+                    after = entry.cursor
+                if entries:
+                    with contextlib.suppress(StoreError):  # the next read says what is wrong
+                        await self.store.mark_read(cid, after)
+            await send({"type": "websocket.close", "code": 1011, "reason": reason})
+        except Exception:  # noqa: BLE001 - the client went away; the receiver ends the connection
+            pass
+
+
+class _Watch:
+    """A reader's reads of a connection's output, which look at its host while they wait."""
+
+    def __init__(self, front: FleetFront, cid: str) -> None:
+        self.front = front
+        self.store = front.store
+        self.cid = cid
+        self.host: str | None = None
+        self.since = time.monotonic()  # the last thing sent (for the keep-alive)
+
+    async def read(self, after: str) -> list[Entry]:
+        """The entries after ``after``, waiting up to ``host_check`` seconds; on an empty
+        read, a host found dead fails the requests in flight and ends the connection."""
+        entries = await self.store.read_output(self.cid, after, block=self.front.host_check)
+        if entries:
+            self.since = time.monotonic()
+            return entries
+        if self.host is None:
+            self.host = await self.store.connection_host(self.cid)
+        if self.host is not None and not await self.store.host_alive(self.host):
+            reason = f"the agent host {self.host} of this connection is gone"
+            logger.warning("fleet front: connection %s: %s", self.cid[:8], reason)
+            await self.store.end_output(self.cid, reason, fail_pending=True)
+        return []
+
+    def quiet(self) -> bool:
+        """Whether a keep-alive is due (nothing sent for ``policy.keepalive`` seconds)."""
+        now = time.monotonic()
+        if now - self.since < self.front.policy.keepalive:
+            return False
+        self.since = now
+        return True
+
+
+def _requests(frames: list[Any]) -> list[str]:
+    """The JSON ids of the requests among decoded frames (a batch's entries too)."""
+    out = []
+    for frame in frames:
+        for entry in (list(frame) if frame.kind == _kinds.BATCH else [frame]):
+            if entry.kind == _kinds.REQUEST:
+                out.append(json.dumps(entry.id))
+    return out
+
+
+def _resume_point(last: str | None) -> tuple[str, int]:
+    """Where a reader resumes: the cursor to read after, and how many of the next entry's
+    lines on its stream it has already (see the module docstring)."""
+    if last is None or last == "0":
+        return STREAM_START, 0
+    cursor, dot, line = last.partition(".")
+    if not dot:
+        return last, 0
+    number = cursor[:-2] if cursor.endswith("-0") else ""
+    if not (number.isdigit() and line.isdigit()) or int(number) < 1:
+        return last, 0  # not one of ours: the store says so (409)
+    return f"{int(number) - 1}-0", int(line) + 1
+
+
+def _sse_chunk(entries: list[Entry], key: str | None, skip: int) -> bytes:
+    """The SSE events of the lines routed to stream ``key``, each with its cursor, without
+    the first ``skip`` lines of the first entry (the reader has them)."""
+    out: list[bytes] = []
+    for entry in entries:
+        routes = entry.routes
+        lines = entry.lines if routes is None and key is None else [
+            line for line, route in zip(entry.lines, routes or ()) if route == key]
+        if not lines:
+            continue
+        cursor = entry.cursor.encode()
+        last = len(lines) - 1
+        for k in range(skip, last):
+            out.append(b"id: %s.%d\ndata: %s\n\n" % (cursor, k, lines[k]))
+        if skip <= last:
+            out.append(b"id: %s\ndata: %s\n\n" % (cursor, lines[last]))
+        skip = 0
+    chunk = b"".join(out)
+    return chunk if b"\r" not in chunk else chunk.replace(b"\r", b"\t")
+
+
+async def _unless(other: asyncio.Future[Any], work: Awaitable[T]) -> T | None:
+    """``work``'s result, or ``None`` (``work`` cancelled) when ``other`` is done first."""
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    return None

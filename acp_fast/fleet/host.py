@@ -1,0 +1,427 @@
+"""An agent host: runs one agent per fleet connection and moves its lines through the store.
+
+A host registers with a number of slots and keeps its heartbeat key alive; fronts claim its
+slots and create connections for it, which it learns of from its inbox
+([`FleetStore.read_assigned`][acp_fast.fleet.FleetStore.read_assigned]). For each it opens an
+agent with its *opener* (a child process from a command under the child-process policy,
+[`command_opener`][acp_fast.remote.gateway.command_opener]; or a builder, router or
+`Conductor` in-process on a memory stream pair,
+[`servable_opener`][acp_fast.remote.server.servable_opener]), then:
+
+* client lines: it consumes the connection's input queue in order and writes each entry's
+  lines to the agent at once, waiting while the agent does not read (backpressure: the queue
+  fills, and fronts hold their POSTs);
+* agent lines: whatever the agent wrote while the previous append was in flight goes to the
+  output stream as ONE entry (no round trip per message), each line with its route (the
+  stream a front carries it on: the session it belongs to, the connection's stream, or the
+  `initialize` reply, answered in the POST body); reading from the agent pauses while more
+  than `HIGH_WATER` bytes wait, and while what its readers have not read (after the read
+  mark, [`output_backlog`][acp_fast.fleet.FleetStore.output_backlog]) is over half the replay
+  window, until it is down to a quarter: a reader that keeps reading never falls out of the
+  window, and one that stops reading pauses the agent (nothing is dropped);
+* the end: when the agent exits, the host appends what is left, marks the end of the output
+  ([`end_output`][acp_fast.fleet.FleetStore.end_output]) and releases the slot (the record
+  stays for readers until its TTL); when the client ends the connection (the end of its input,
+  [`end_input`][acp_fast.fleet.FleetStore.end_input]) the host closes the agent, deletes the
+  connection and releases the slot; when the connection expires, it closes the agent.
+
+Routing follows the single-process server's rules: a call of the agent goes to its
+`params.sessionId`'s stream; a response to the stream of its request's session once the agent
+has named that session, else to the connection's stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import types
+from typing import Any
+
+from .. import _kinds
+from .. import engine as _default_engine
+from ..protocol.facts import INITIALIZE
+from ..remote._wire import id_key
+from ..remote.server import StreamOpener
+from ..transport.stream import Stream
+from .store import (
+    INIT_ROUTE,
+    STREAM_START,
+    ConnectionEnded,
+    FleetStore,
+    StoreError,
+    StoreUnavailable,
+    UnknownConnection,
+)
+
+__all__ = ["HIGH_WATER", "AgentHost"]
+
+logger = logging.getLogger("acp_fast.fleet")
+
+#: Bytes of agent output waiting for the store above which the agent's stream is paused.
+HIGH_WATER = 1024 * 1024
+#: Seconds a blocking read of the store waits before it looks at the host's state again.
+_POLL = 1.0
+#: Seconds between retries while the store is unavailable.
+_RETRY = 0.5
+#: Seconds between looks at the readers' progress while the agent is paused for them.
+_PACE = 0.02
+
+
+class AgentHost:
+    """An agent host of a fleet (see the module docstring).
+
+    Args:
+        store: the fleet store.
+        opener: opens the agent of each new connection.
+        slots: connections run at once at most.
+        host_id: the host's id in the fleet (unguessable by default).
+        ttl: seconds the host counts as alive without a heartbeat (fronts and readers treat
+            it as dead after that).
+        heartbeat: seconds between heartbeats (less than `ttl`).
+        engine: the engine twin that decodes the lines it routes.
+
+    Example::
+
+        host = AgentHost(RedisStore("redis://127.0.0.1:6379/0"), servable_opener(agent)[0], slots=8)
+        await host.run()
+    """
+
+    def __init__(self, store: FleetStore, opener: StreamOpener, *, slots: int = 16, host_id: str | None = None,
+                 ttl: float = 5.0, heartbeat: float | None = None, engine: types.ModuleType | None = None) -> None:
+        if slots < 1 or ttl <= 0:
+            raise ValueError("slots must be >= 1 and ttl positive")
+        self.store = store
+        self.opener = opener
+        self.slots = slots
+        self.host_id = host_id if host_id is not None else secrets.token_urlsafe(9)
+        self.ttl = ttl
+        self.heartbeat = heartbeat if heartbeat is not None else ttl / 3
+        if not 0 < self.heartbeat < ttl:
+            raise ValueError("heartbeat must be positive and less than ttl")
+        self.engine: types.ModuleType = engine if engine is not None else _default_engine
+        self._links: dict[str, _Link] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._registered = asyncio.Event()
+
+    @property
+    def connections(self) -> int:
+        """How many connections (agents) run now."""
+        return len(self._links)
+
+    async def wait_registered(self) -> None:
+        """Wait until the host is registered and takes connections."""
+        await self._registered.wait()
+
+    async def run(self) -> None:
+        """Register, then take connections until cancelled; ends every agent and unregisters."""
+        beat = asyncio.ensure_future(self._beat())
+        try:
+            await self._take()
+        finally:
+            beat.cancel()
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """End every agent and leave the registry (best effort when the store is unavailable)."""
+        for link in list(self._links.values()):
+            link.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5.0)
+        with contextlib.suppress(StoreError):
+            await self.store.unregister_host(self.host_id)
+
+    async def _register(self) -> None:
+        while True:
+            try:
+                await self.store.register_host(self.host_id, self.slots, self.ttl)
+            except StoreUnavailable as exc:
+                logger.warning("host %s: cannot register: %s", self.host_id, exc)
+                await asyncio.sleep(_RETRY)
+                continue
+            self._registered.set()
+            return
+
+    async def _beat(self) -> None:
+        await self._registered.wait()
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            try:
+                alive = await self.store.heartbeat(self.host_id, self.ttl)
+            except StoreUnavailable as exc:
+                logger.warning("host %s: heartbeat failed: %s", self.host_id, exc)
+                continue
+            if not alive:  # declared dead: its connections are lost; a new life starts
+                logger.error("host %s: its heartbeat expired; ending %d connections and registering again",
+                             self.host_id, len(self._links))
+                for link in list(self._links.values()):
+                    link.close()
+                self._registered.clear()
+                await self._register()
+
+    async def _take(self) -> None:
+        await self._register()
+        after = STREAM_START
+        while True:
+            await self._registered.wait()
+            try:
+                assigned = await self.store.read_assigned(self.host_id, after, block=_POLL)
+            except StoreUnavailable as exc:
+                logger.warning("host %s: cannot read its inbox: %s", self.host_id, exc)
+                await asyncio.sleep(_RETRY)
+                continue
+            if not self._registered.is_set():
+                after = STREAM_START  # a new life: its inbox started again
+                continue
+            for cursor, cid in assigned:
+                after = cursor
+                task = asyncio.ensure_future(self._serve(cid))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, cid: str) -> None:
+        """Run one connection's agent until it exits or the connection is gone."""
+        try:
+            stream = await self.opener()
+        except Exception as exc:  # noqa: BLE001 - the agent could not start: the connection ends
+            logger.error("host %s: connection %s: the agent did not start: %r", self.host_id, cid[:8], exc)
+            with contextlib.suppress(StoreError):
+                await self.store.end_output(cid, f"the agent of host {self.host_id} did not start")
+                await self.store.release_slot(self.host_id)
+            return
+        link = self._links[cid] = _Link(self, cid, stream)
+        try:
+            await link.run()
+        finally:
+            self._links.pop(cid, None)
+            link.close()
+            with contextlib.suppress(StoreError):
+                if link.ended_by_client:
+                    await self.store.delete_connection(cid)
+                await self.store.release_slot(self.host_id)
+
+
+class _Link:
+    """One connection on a host: its agent's stream and the two pumps through the store."""
+
+    def __init__(self, host: AgentHost, cid: str, stream: Stream) -> None:
+        self.host = host
+        self.store = host.store
+        self.cid = cid
+        self.stream = stream
+        self.decoder = host.engine.Decoder(lazy=True)
+        self.inspect = host.engine.Decoder(lazy=True)
+        self.lines: list[bytes] = []
+        self.routes: list[str | None] = []
+        self.answered: list[str] = []  # the JSON ids of client requests answered since the last append
+        self.pending = 0
+        self.paused = False
+        self.unchecked = (0, 0)  # entries and bytes appended since the readers' progress was looked at
+        #: the streams (routes) written to, each with its last entry: whose readers the agent waits for
+        self.unread: dict[str | None, str] = {}
+        self.eof = False
+        self.wake = asyncio.Event()
+        self.writable = asyncio.Event()
+        self.writable.set()
+        # routing state: the session of each request in flight, the sessions the agent named
+        self.requests: dict[tuple[bool, object], str | None] = {}
+        self.sessions: set[str] = set()
+        self.init_id: tuple[bool, object] | None = None
+        self.init_seen = False
+        #: the client ended the connection (the end of its input)
+        self.ended_by_client = False
+        stream.attach(self._on_data, self._on_eof, self._on_writable)
+
+    def close(self) -> None:
+        self.stream.close()
+
+    async def run(self) -> None:
+        reader = asyncio.ensure_future(self._to_agent())
+        try:
+            await self._from_agent()
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    # agent -> store ----------------------------------------------------------------------
+
+    def _on_writable(self, ok: bool) -> None:
+        if ok:
+            self.writable.set()
+        else:
+            self.writable.clear()
+
+    def _on_eof(self, exc: BaseException | None) -> None:
+        self.eof = True
+        self.writable.set()
+        self.wake.set()
+
+    def _on_data(self, data: bytes) -> None:
+        size = 0
+        for frame in self.decoder.feed(data):
+            line = frame.raw
+            if not line:  # over the size limit: never buffered
+                logger.warning("connection %s: an agent line over %d bytes dropped", self.cid[:8],
+                               self.decoder.max_line_size)
+                continue
+            self.lines.append(line)
+            self.routes.append(self._route(frame))
+            size += len(line)
+        if size:
+            self.pending += size
+            self.wake.set()
+            if not self.paused and self.pending > HIGH_WATER:
+                self.paused = True
+                self.stream.pause_reading()
+
+    def _route(self, frame: Any) -> str | None:
+        """The route of one agent line (see the module docstring)."""
+        kind = frame.kind
+        if kind == _kinds.RESPONSE:
+            self.answered.append(json.dumps(frame.id))
+            key = id_key(frame.id)
+            if key == self.init_id:
+                self.init_id = None
+                return INIT_ROUTE
+            route = self.requests.pop(key, None)
+            if frame.error is None and b'"sessionId"' in frame.raw:
+                result = frame.result
+                if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
+                    self.sessions.add(result["sessionId"])
+            return route if route in self.sessions else None
+        if kind in (_kinds.REQUEST, _kinds.NOTIFICATION) and b'"sessionId"' in frame.raw:
+            params = frame.params
+            sid = params.get("sessionId") if isinstance(params, dict) else None
+            if isinstance(sid, str):
+                self.sessions.add(sid)
+                return sid
+        return None
+
+    async def _from_agent(self) -> None:
+        """Append what the agent wrote as one entry per round trip; the end when it exits."""
+        store = self.store
+        while True:
+            if self.lines:
+                lines, routes, answered = self._take()
+                try:
+                    cursor = await store.append_output(self.cid, lines, routes, answered)
+                except UnknownConnection:
+                    return  # deleted or expired: nobody reads it
+                except StoreUnavailable as exc:
+                    logger.error("connection %s: agent output lost, the store is unavailable: %s", self.cid[:8], exc)
+                    return
+                size = sum(map(len, lines))
+                self.pending -= size
+                self.unread.update((route, cursor) for route in routes if route != INIT_ROUTE)
+                if self.paused and self.pending <= HIGH_WATER // 4:
+                    self.paused = False
+                    self.stream.resume_reading()
+                entries, written = self.unchecked
+                self.unchecked = (entries + 1, written + size)
+                limits = store.limits
+                if 4 * (entries + 1) >= limits.output_entries or 4 * (written + size) >= limits.output_bytes:
+                    try:
+                        await self._pace()
+                    except UnknownConnection:
+                        return
+                    except StoreUnavailable as exc:
+                        logger.error("connection %s: agent output lost, the store is unavailable: %s",
+                                     self.cid[:8], exc)
+                        return
+                continue
+            if self.eof:
+                with contextlib.suppress(StoreError):
+                    await store.end_output(self.cid, f"the agent exited (host {self.host.host_id})")
+                return
+            self.wake.clear()
+            await self.wake.wait()
+
+    def _take(self) -> tuple[list[bytes], list[str | None], list[str]]:
+        """The lines of the next entry, their routes and the requests answered: all that wait,
+        up to an eighth of the replay window's bytes (one line at least), so that pacing in
+        quarters of the window holds."""
+        budget = self.store.limits.output_bytes // 8
+        size = 0
+        n = 0
+        for line in self.lines:
+            size += len(line)
+            if n and size > budget:
+                break
+            n += 1
+        if n == len(self.lines):
+            lines, routes, answered = self.lines, self.routes, self.answered
+            self.lines, self.routes, self.answered = [], [], []
+            return lines, routes, answered
+        lines, routes = self.lines[:n], self.routes[:n]
+        del self.lines[:n], self.routes[:n]
+        return lines, routes, []  # the answers are named with the last part: in flight until it is written
+
+    async def _pace(self) -> None:
+        """Pause the agent while the readers' backlog is over half the replay window, until
+        it is down to a quarter (see the module docstring)."""
+        limits = self.store.limits
+        entries, size = await self.store.output_backlog(self.cid, self.unread)
+        if 2 * entries <= limits.output_entries and 2 * size <= limits.output_bytes:
+            self.unchecked = (entries, size)
+            return
+        self.stream.pause_reading()
+        try:
+            while 4 * entries > limits.output_entries or 4 * size > limits.output_bytes:
+                if self.ended_by_client:
+                    return
+                await asyncio.sleep(_PACE)
+                entries, size = await self.store.output_backlog(self.cid, self.unread)
+        finally:
+            if not self.paused:
+                self.stream.resume_reading()
+        self.unchecked = (entries, size)
+
+    # store -> agent ----------------------------------------------------------------------
+
+    async def _to_agent(self) -> None:
+        """Consume the input queue in order, each entry's lines to the agent at once."""
+        after = STREAM_START
+        while not self.eof:
+            try:
+                entries = await self.store.read_input(self.cid, after, block=_POLL)
+            except ConnectionEnded:
+                self.ended_by_client = True
+                self.close()
+                return
+            except UnknownConnection:
+                logger.info("connection %s: deleted or expired; its agent is closed", self.cid[:8])
+                self.close()
+                return
+            except StoreUnavailable as exc:
+                logger.warning("connection %s: cannot read its input: %s", self.cid[:8], exc)
+                await asyncio.sleep(_RETRY)
+                continue
+            for entry in entries:
+                for line in entry.lines:
+                    if b'"method"' in line and b'"id"' in line:
+                        self._note_request(line)
+                self.stream.write(b"\n".join(entry.lines) + b"\n")
+                after = entry.cursor
+                if not self.writable.is_set():
+                    await self.writable.wait()
+
+    def _note_request(self, line: bytes) -> None:
+        """Remember the session of a client request (its reply's route), and initialize's id."""
+        for frame in self.inspect.feed(line + b"\n"):
+            entries = list(frame) if frame.kind == _kinds.BATCH else [frame]
+            for entry in entries:
+                if entry.kind != _kinds.REQUEST:
+                    continue
+                if entry.method == INITIALIZE and not self.init_seen:  # the front's, first of all
+                    self.init_seen = True
+                    self.init_id = id_key(entry.id)
+                    continue
+                params = entry.params
+                sid = params.get("sessionId") if isinstance(params, dict) else None
+                self.requests[id_key(entry.id)] = sid if isinstance(sid, str) else None
+

@@ -1,0 +1,381 @@
+"""The fleet end to end: fronts and agent hosts through a real Redis, with the acp_fast client.
+
+A ``redis-server`` runs on a free loopback port for the module (``tests/helpers/redis_server.py``;
+missing, the module is skipped on a developer's machine and fails where the peers are required).
+Each test starts its own fleet under a fresh key prefix: agent hosts running Testy in-process
+and fronts (``FleetFront``) served on 127.0.0.1 port 0, in the test's event loop. What is checked:
+
+* a connection through a front to a host: initialize, ``session/new``, a prompt whose streamed
+  updates arrive in order, over Streamable HTTP (SSE) and over WebSocket;
+* any front, any request: two fronts, each request of one connection on a different front
+  (the client's POSTs alternate; its SSE streams are on the other front);
+* an SSE reader that resumes on another front with ``Last-Event-ID`` gets exactly the lines it
+  missed, and 409 outside the window;
+* every host full, and no host alive: a new connection gets 503 with a clear body;
+* DELETE ends the agent and frees the slot; an agent that exits ends the SSE stream.
+
+These run on the compiled twin only (the fleet's own code is twin-independent). Every test body
+is bounded in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import secrets
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+
+import peer_rule  # noqa: E402
+import haproxy_lb  # noqa: E402
+import redis_server  # noqa: E402
+from redis_server import server  # noqa: E402,F401  (the module fixture)
+
+peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
+
+# Run once in CI, with the compiled twin: the fleet's code is the same on both twins (deselected
+# with --no-c-extensions / ACP_FAST_NO_EXTENSIONS=1).
+pytestmark = pytest.mark.c_extension
+
+import httpx  # noqa: E402
+
+from acp_fast import Client  # noqa: E402
+from acp_fast.fleet import RedisStore, StoreLimits  # noqa: E402
+from acp_fast.fleet.front import FleetFront  # noqa: E402
+from acp_fast.fleet.host import AgentHost  # noqa: E402
+from acp_fast.remote import served  # noqa: E402
+from acp_fast.remote._wire import CONNECTION_ID_HEADER, SseParser  # noqa: E402
+from acp_fast.remote.client import connect_url  # noqa: E402
+from acp_fast.remote.server import servable_opener  # noqa: E402
+from acp_fast.testy import build as build_testy  # noqa: E402
+
+#: Seconds any one test body may take: a hang fails the test instead of the run.
+BOUND = 30.0
+INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}
+NEW = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}
+
+
+
+
+def run(body: Callable[[], Awaitable[None]], bound: float = BOUND) -> None:
+    async def bounded() -> None:
+        await asyncio.wait_for(body(), bound)
+
+    asyncio.run(bounded())
+
+
+class Fleet:
+    """Stores, hosts and fronts of one test, under one key prefix."""
+
+    def __init__(self, url: str, limits: StoreLimits | None = None) -> None:
+        self.url = url
+        self.prefix = f"t{secrets.token_hex(4)}:"
+        self.limits = limits
+        self.stores: list[RedisStore] = []
+        self.hosts: list[AgentHost] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.fronts: list[str] = []  # base URLs
+        self.requests: list[int] = []  # the HTTP requests each front was given
+
+    def store(self) -> RedisStore:
+        store = RedisStore(self.url, limits=self.limits, prefix=self.prefix, socket_timeout=2.0, connect_timeout=2.0)
+        self.stores.append(store)
+        return store
+
+    async def host(self, slots: int = 4, ttl: float = 3.0) -> AgentHost:
+        opener, twin = servable_opener(build_testy((1, 2)))
+        host = AgentHost(self.store(), opener, slots=slots, ttl=ttl)
+        self.hosts.append(host)
+        self.tasks.append(asyncio.ensure_future(host.run()))
+        await asyncio.wait_for(host.wait_registered(), 5.0)
+        return host
+
+    async def front(self, stack: contextlib.AsyncExitStack) -> str:
+        app = FleetFront(self.store(), init_timeout=5.0, push_timeout=2.0)
+        index = len(self.requests)
+        self.requests.append(0)
+
+        async def counted(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                self.requests[index] += 1
+            await app(scope, receive, send)
+
+        where = await stack.enter_async_context(served(counted))
+        self.fronts.append(where.http_url)
+        return str(where.http_url)
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        for store in self.stores:
+            with contextlib.suppress(Exception):
+                await store.close()
+
+
+@contextlib.asynccontextmanager
+async def fleet(url: str, hosts: int = 1, fronts: int = 1, slots: int = 4,
+                limits: StoreLimits | None = None) -> AsyncIterator[Fleet]:
+    f = Fleet(url, limits)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            for _ in range(hosts):
+                await f.host(slots)
+            for _ in range(fronts):
+                await f.front(stack)
+            yield f
+    finally:
+        await f.close()
+
+
+async def used(f: Fleet, total: int) -> list[int]:
+    """The used slots of each live host, once they add up to ``total`` (or after 2 s)."""
+    for _ in range(100):
+        slots = [h.used for h in await f.stores[0].live_hosts()]
+        if sum(slots) == total:
+            break
+        await asyncio.sleep(0.02)
+    return slots
+
+
+def chunks(record: list[Any]) -> list[str]:
+    return [u.payload["content"]["text"] for u in record if u.kind == "agent_message_chunk"]
+
+
+def numbers(texts: list[str]) -> list[int]:
+    """The index each Testy chunk starts with, in arrival order."""
+    return [int(re.match(r"\d+", text).group()) for text in texts]  # type: ignore[union-attr]
+
+
+async def one_turn(url: str, n: int = 200) -> None:
+    """initialize, session/new, a prompt of ``n`` streamed chunks: all arrive, in order."""
+    record: list[Any] = []
+    client = Client.builder().on_session_update(lambda u, cx: record.append(u))
+    async with client.connect(connect_url(url)) as cx:
+        init = await cx.initialize()
+        assert init["protocolVersion"] in (1, 2)
+        session = (await cx.build_session("/tmp")).session
+        assert await session.send_prompt(f"stream {n} chunks") == {"stopReason": "end_turn"}
+        got = chunks(record)
+        assert numbers(got) == list(range(n))
+        assert await cx.send_request("_test/echo", {"n": 1}) == {"n": 1}
+
+
+# --- one front, one host ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wire", ["http", "ws"])
+def test_a_turn_through_a_front_and_a_host(server: redis_server.RedisServer, wire: str) -> None:
+    async def body() -> None:
+        async with fleet(server.url) as f:
+            url = f.fronts[0] if wire == "http" else f.fronts[0].replace("http://", "ws://")
+            await one_turn(url)
+            await one_turn(url, 3)  # a second connection
+            # both ended with the client: their agents are gone, their slots free
+            assert await used(f, 0) == [0]
+            assert f.hosts[0].connections == 0
+
+    run(body)
+
+
+@pytest.mark.parametrize("wire", ["http", "ws"])
+def test_a_turn_many_times_the_replay_window_arrives_whole(server: redis_server.RedisServer, wire: str) -> None:
+    """The host paces its agent by what the readers have read: a turn of about 30 windows
+    (a window of 16 KiB and 64 entries) arrives whole, in order, over SSE and WebSocket."""
+
+    async def body() -> None:
+        async with fleet(server.url, limits=StoreLimits(output_entries=64, output_bytes=16 * 1024)) as f:
+            url = f.fronts[0] if wire == "http" else f.fronts[0].replace("http://", "ws://")
+            await one_turn(url, 3000)
+
+    run(body)
+
+
+def test_an_agent_waits_for_a_reader_that_comes_late(server: redis_server.RedisServer) -> None:
+    """Nobody reads the session's stream while a turn of about 20 windows streams: the host
+    pauses the agent within the window, and the reader that comes later gets every update
+    from the start, then the reply (nothing trimmed, nothing lost)."""
+
+    async def body() -> None:
+        async with fleet(server.url, limits=StoreLimits(output_entries=64, output_bytes=16 * 1024)) as f, \
+                httpx.AsyncClient(timeout=10.0) as http:
+            url = f.fronts[0]
+            r = await http.post(url, json=INIT)
+            cid = r.headers[CONNECTION_ID_HEADER]
+            head = {CONNECTION_ID_HEADER: cid, "accept": "text/event-stream"}
+            assert (await http.post(url, json=NEW, headers={CONNECTION_ID_HEADER: cid})).status_code == 202
+            (created,), _ = await _events(http, url, head, 1)
+            sid = created["result"]["sessionId"]
+            prompt = {"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                      "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "stream 2000 chunks"}]}}
+            assert (await http.post(url, json=prompt, headers={CONNECTION_ID_HEADER: cid})).status_code == 202
+            await asyncio.sleep(0.5)  # the turn would be over by now, were the agent not paused
+            got, _ = await _events(http, url, {**head, "acp-session-id": sid}, 2001)
+            texts = [m["params"]["update"]["content"]["text"] for m in got if m.get("method") == "session/update"]
+            assert numbers(texts) == list(range(2000)) and got[-1]["id"] == 2
+
+    run(body)
+
+
+# --- any front, any request ------------------------------------------------------------------
+
+
+def test_each_request_on_another_front(server: redis_server.RedisServer) -> None:
+    """Two fronts behind HAProxy (round robin, each request balanced alone, no stickiness):
+    the requests of one connection land on both fronts in turn, and the turn completes with
+    every update in order."""
+
+    async def body() -> None:
+        async with fleet(server.url, hosts=2, fronts=2) as f:
+            lb = haproxy_lb.HaProxy([int(httpx.URL(u).port or 0) for u in f.fronts]).start()
+            try:
+                await one_turn(f"http://127.0.0.1:{lb.port}/acp", 100)
+            finally:
+                lb.stop()
+            assert all(n >= 2 for n in f.requests)  # both fronts served requests of the connection
+
+    run(body)
+
+
+# --- resuming on another front ----------------------------------------------------------------
+
+
+def test_sse_resumes_on_another_front_with_exactly_the_missed_lines(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        async with fleet(server.url, fronts=2) as f:
+            one, two = f.fronts
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                r = await http.post(one, json=INIT)
+                assert r.status_code == 200 and r.json()["id"] == 0
+                cid = r.headers[CONNECTION_ID_HEADER]
+                head = {CONNECTION_ID_HEADER: cid, "accept": "text/event-stream"}
+                r = await http.post(two, json=NEW, headers={CONNECTION_ID_HEADER: cid})
+                assert r.status_code == 202
+                first, cursor = await _events(http, one, head, 1)  # the session/new reply
+                assert first[0]["id"] == 1 and "sessionId" in first[0]["result"]
+                sid = first[0]["result"]["sessionId"]
+                prompt = {"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                          "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "stream 1000 chunks"}]}}
+                assert (await http.post(one, json=prompt, headers={CONNECTION_ID_HEADER: cid})).status_code == 202
+                # the session's stream, read on front two and dropped after some updates; resumed
+                # on front one: the rest of the updates, then the reply
+                session_head = {**head, "acp-session-id": sid}
+                part, mid = await _events(http, two, session_head, 10)
+                assert 10 <= len(part) < 1001  # dropped mid-turn: the resume has lines to give
+                rest, _ = await _events(http, one, {**session_head, "last-event-id": mid}, 1001 - len(part))
+                updates = [m for m in part + rest if m.get("method") == "session/update"]
+                texts = [m["params"]["update"]["content"]["text"] for m in updates]
+                assert numbers(texts) == list(range(1000))  # none lost, none twice
+                assert (part + rest)[-1] == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}
+                # the connection stream from the start again, on front two: the same reply
+                again, _ = await _events(http, two, {**head, "last-event-id": "0"}, 1)
+                assert again == first
+                r = await http.get(two, headers={**head, "last-event-id": "999-0"})
+                assert r.status_code == 409
+                r = await http.get(two, headers={**head, "last-event-id": "bogus"})
+                assert r.status_code == 409
+                assert (await http.delete(two, headers={CONNECTION_ID_HEADER: cid})).status_code == 202
+                r = await http.get(one, headers=head)
+                assert r.status_code == 404
+
+    run(body)
+
+
+async def _events(http: httpx.AsyncClient, url: str, headers: dict[str, str], n: int) -> tuple[list[Any], str]:
+    """The messages of an SSE stream up to the first body chunk that makes ``n`` or more, and
+    the cursor after the last (a chunk ends with an event that has one); the reader then drops
+    the stream (its response is closed)."""
+    parser = SseParser()
+    got: list[Any] = []
+    async with http.stream("GET", url, headers=headers) as resp:
+        assert resp.status_code == 200, resp.status_code
+        async for chunk in resp.aiter_bytes():
+            for data in parser.feed(chunk):
+                got.append(json.loads(data))
+            if len(got) >= n:
+                break
+    assert len(got) >= n, got
+    assert parser.last_event_id is not None
+    return got, parser.last_event_id
+
+
+# --- slots --------------------------------------------------------------------------------------
+
+
+def test_all_hosts_full_or_none_alive_is_503(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        async with fleet(server.url, hosts=2, slots=1) as f:
+            url = f.fronts[0]
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                ids = []
+                for _ in range(2):
+                    r = await http.post(url, json=INIT)
+                    assert r.status_code == 200
+                    ids.append(r.headers[CONNECTION_ID_HEADER])
+                r = await http.post(url, json=INIT)
+                assert r.status_code == 503 and "every agent host is full" in r.json()["error"]["message"]
+                assert {h.connections for h in f.hosts} == {1}  # one each: never above its slots
+                # a DELETE frees its slot
+                assert (await http.delete(url, headers={CONNECTION_ID_HEADER: ids[0]})).status_code == 202
+                assert sorted(await used(f, 1)) == [0, 1]
+                r = await http.post(url, json=INIT)
+                assert r.status_code == 200
+                # no host alive
+                for task in f.tasks:
+                    task.cancel()
+                await asyncio.gather(*f.tasks, return_exceptions=True)
+                r = await http.post(url, json=INIT)
+                assert r.status_code == 503 and "no agent host is alive" in r.json()["error"]["message"]
+
+    run(body)
+
+
+def test_a_full_input_queue_holds_the_post_then_refuses_it(server: redis_server.RedisServer) -> None:
+    """Backpressure, never a silent drop: a connection whose agent does not read takes POSTs
+    up to its queue's bound; the next waits ``push_timeout`` for room and gets 503; once the
+    host consumed the queue, POSTs are taken again and the agent got every line, in order."""
+
+    async def body() -> None:
+        f = Fleet(server.url, StoreLimits(input_entries=2))
+        store = f.store()
+        try:
+            cid = await store.create_connection("ghost")  # a host that does not read (yet)
+            async with served(FleetFront(store, push_timeout=0.3)) as where, httpx.AsyncClient(timeout=10.0) as http:
+                head = {CONNECTION_ID_HEADER: cid}
+                notes = [{"jsonrpc": "2.0", "method": "_test/note", "params": {"n": n}} for n in range(4)]
+                assert [(await http.post(where.http_url, json=notes[n], headers=head)).status_code
+                        for n in range(2)] == [202, 202]
+                r = await http.post(where.http_url, json=notes[2], headers=head)
+                assert r.status_code == 503 and "input queue is full" in r.json()["error"]["message"]
+                queued = await store.read_input(cid, "0-0")
+                assert [json.loads(e.lines[0])["params"]["n"] for e in queued] == [0, 1]
+                await store.read_input(cid, queued[-1].cursor)  # consumed: room again
+                assert (await http.post(where.http_url, json=notes[3], headers=head)).status_code == 202
+                again = await store.read_input(cid, queued[-1].cursor)
+                assert [json.loads(e.lines[0])["params"]["n"] for e in again] == [3]
+        finally:
+            await f.close()
+
+    run(body)
+
+
+def test_redis_unreachable_is_503_with_a_clear_body() -> None:
+    async def body() -> None:
+        store = RedisStore(f"redis://127.0.0.1:{redis_server.free_port()}/0", socket_timeout=0.5, connect_timeout=0.5)
+        async with served(FleetFront(store)) as where, httpx.AsyncClient(timeout=10.0) as http:
+            r = await http.post(where.http_url, json=INIT)
+            assert r.status_code == 503 and "fleet store is unavailable" in r.json()["error"]["message"]
+            r = await http.post(where.http_url, json=NEW, headers={CONNECTION_ID_HEADER: "abc"})
+            assert r.status_code == 503
+
+    run(body)
