@@ -1,10 +1,10 @@
-"""``acp-fast host``: an agent host of a fleet, running one agent per connection (``--redis``).
+"""`acp-fast host`: an agent host of a fleet, running one agent per connection (`--redis`).
 
-Fronts (``acp-fast serve --redis URL``) create connections on the hosts registered in the same
-Redis; a host runs each one's agent, a child process of the command after ``--`` (under the
-child-process policy) or Testy in-process (``--testy``), and moves its lines through Redis
-(:class:`acp_fast.fleet.host.AgentHost`). Needs the ``fleet`` extra
-(``pip install 'acp-fast[fleet]'``).
+Fronts (`acp-fast serve --redis URL`) create connections on the hosts registered in the same
+Redis; a host runs each one's agent, a child process of the command after `--` (under the
+child-process policy) or Testy in-process (`--testy`), and moves its lines through Redis
+(`acp_fast.fleet.host.AgentHost`). Needs the `fleet` extra
+(`pip install 'acp-fast[fleet]'`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["add_parser", "main"]
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Register ``acp-fast host`` on the ``acp-fast`` parser's subparsers."""
+    """Register `acp-fast host` on the `acp-fast` parser's subparsers."""
     parser = subparsers.add_parser(
         "host", help="run agents for the fronts of a fleet (one per connection), through Redis",
         description=("An agent host of a fleet: registers in Redis with --slots free slots and runs one agent "

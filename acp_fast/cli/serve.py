@@ -1,8 +1,8 @@
-"""``acp-fast serve``: expose a stdio agent (or Testy) over Streamable HTTP and WebSocket.
+"""`acp-fast serve`: expose a stdio agent (or Testy) over Streamable HTTP and WebSocket.
 
 Each remote connection gets its own agent child process (see
-:mod:`acp_fast.remote.gateway`); ``--testy`` serves the test agent in-process.
-Needs the ``remote`` extra (``pip install 'acp-fast[remote]'``).
+`acp_fast.remote.gateway`); `--testy` serves the test agent in-process.
+Needs the `remote` extra (`pip install 'acp-fast[remote]'`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Register ``acp-fast serve`` on the ``acp-fast`` parser's subparsers."""
+    """Register `acp-fast serve` on the `acp-fast` parser's subparsers."""
     parser = subparsers.add_parser(
         "serve", help="serve a stdio agent (or Testy) to remote clients over HTTP and WebSocket",
         description=("Expose a stdio ACP agent over Streamable HTTP (POST/GET-SSE/DELETE) and WebSocket on "

@@ -89,11 +89,11 @@ class FleetFront(Endpoint):
 
     Args:
         store: the fleet store.
-        path: the endpoint path (``/acp``); ``/health`` answers beside it.
-        policy: limits and access rules (the single-process server's; ``max_connections``
-            and ``idle_timeout`` are the hosts' and the store's business here).
+        path: the endpoint path (`/acp`); `/health` answers beside it.
+        policy: limits and access rules (the single-process server's; `max_connections`
+            and `idle_timeout` are the hosts' and the store's business here).
         engine: the engine twin that decodes POST bodies.
-        init_timeout: seconds an ``initialize`` POST waits for the agent's reply.
+        init_timeout: seconds an `initialize` POST waits for the agent's reply.
         push_timeout: seconds a POST or a WebSocket frame waits for room in a full input
             queue before it is refused (503; the socket closes with 1013).
         host_check: seconds between looks at a waiting connection's host.
@@ -150,7 +150,7 @@ class FleetFront(Endpoint):
         raise NoFreeSlot("no agent host is alive" if not hosts else "every agent host is full")
 
     async def _open(self) -> str:
-        """A new connection on a host with a free slot (raises as :meth:`_claim`)."""
+        """A new connection on a host with a free slot (raises as `_claim`)."""
         host = await self._claim()
         try:
             return await self.store.create_connection(host)
@@ -160,10 +160,10 @@ class FleetFront(Endpoint):
             raise
 
     async def _push(self, cid: str, lines: list[bytes], requests: list[str]) -> None:
-        """Queue lines for the agent, waiting for room up to ``push_timeout``.
+        """Queue lines for the agent, waiting for room up to `push_timeout`.
 
         Raises:
-            InputQueueFull: still full after ``push_timeout``.
+            InputQueueFull: still full after `push_timeout`.
         """
         deadline = time.monotonic() + self.push_timeout
         while True:
@@ -424,7 +424,7 @@ class _Watch:
         self.since = time.monotonic()  # the last thing sent (for the keep-alive)
 
     async def read(self, after: str) -> list[Entry]:
-        """The entries after ``after``, waiting up to ``host_check`` seconds; on an empty
+        """The entries after `after`, waiting up to `host_check` seconds; on an empty
         read, a host found dead fails the requests in flight and ends the connection."""
         entries = await self.store.read_output(self.cid, after, block=self.front.host_check)
         if entries:
@@ -439,7 +439,7 @@ class _Watch:
         return []
 
     def quiet(self) -> bool:
-        """Whether a keep-alive is due (nothing sent for ``policy.keepalive`` seconds)."""
+        """Whether a keep-alive is due (nothing sent for `policy.keepalive` seconds)."""
         now = time.monotonic()
         if now - self.since < self.front.policy.keepalive:
             return False
@@ -472,8 +472,8 @@ def _resume_point(last: str | None) -> tuple[str, int]:
 
 
 def _sse_chunk(entries: list[Entry], key: str | None, skip: int) -> bytes:
-    """The SSE events of the lines routed to stream ``key``, each with its cursor, without
-    the first ``skip`` lines of the first entry (the reader has them)."""
+    """The SSE events of the lines routed to stream `key`, each with its cursor, without
+    the first `skip` lines of the first entry (the reader has them)."""
     out: list[bytes] = []
     for entry in entries:
         routes = entry.routes
@@ -493,7 +493,7 @@ def _sse_chunk(entries: list[Entry], key: str | None, skip: int) -> bytes:
 
 
 async def _unless(other: asyncio.Future[Any], work: Awaitable[T]) -> T | None:
-    """``work``'s result, or ``None`` (``work`` cancelled) when ``other`` is done first."""
+    """`work`'s result, or `None` (`work` cancelled) when `other` is done first."""
     task = asyncio.ensure_future(work)
     done, _ = await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
     if task in done:

@@ -83,10 +83,12 @@ class AgentHost:
         heartbeat: seconds between heartbeats (less than `ttl`).
         engine: the engine twin that decodes the lines it routes.
 
-    Example::
+    Example:
 
-        host = AgentHost(RedisStore("redis://127.0.0.1:6379/0"), servable_opener(agent)[0], slots=8)
-        await host.run()
+    ```python
+    host = AgentHost(RedisStore("redis://127.0.0.1:6379/0"), servable_opener(agent)[0], slots=8)
+    await host.run()
+    ```
     """
 
     def __init__(self, store: FleetStore, opener: StreamOpener, *, slots: int = 16, host_id: str | None = None,

@@ -68,9 +68,9 @@ async def deny(scope: Scope, send: Send, status: int, message: str) -> None:
 class Endpoint:
     """The ASGI skeleton of an ACP endpoint, shared by the server and a fleet's front.
 
-    Lifespan (shutdown calls :meth:`aclose`), ``GET /health`` (200), 404 off :attr:`path`, a
-    WebSocket to :meth:`websocket`, an HTTP request on :attr:`path` to :meth:`http`. Access
-    rules are the subclass's business (it puts an ``AccessGuard`` in front of :meth:`dispatch`).
+    Lifespan (shutdown calls `aclose`), `GET /health` (200), 404 off `path`, a
+    WebSocket to `websocket`, an HTTP request on `path` to `http`. Access
+    rules are the subclass's business (it puts an `AccessGuard` in front of `dispatch`).
     """
 
     #: the endpoint path, without a trailing slash (``/`` alone stays)
@@ -85,7 +85,7 @@ class Endpoint:
         raise NotImplementedError
 
     async def http(self, method: str, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
-        """Serve one HTTP request on :attr:`path`."""
+        """Serve one HTTP request on `path`."""
         raise NotImplementedError
 
     async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -1,9 +1,9 @@
 """What the remote server and the fleet's fronts check of a request, the same for both.
 
-The rules of a client message's session scope (:func:`checked`), the answer to a malformed
-POST body (:func:`malformed_reply`), reading a POST's body as one line (:func:`post_line`,
-:func:`read_body`), the check of a first POST (:func:`initialize_frame`), the head of an SSE
-response (:data:`SSE_HEAD`) and waiting for the client to go away (:func:`disconnected`).
+The rules of a client message's session scope (`checked`), the answer to a malformed
+POST body (`malformed_reply`), reading a POST's body as one line (`post_line`,
+`read_body`), the check of a first POST (`initialize_frame`), the head of an SSE
+response (`SSE_HEAD`) and waiting for the client to go away (`disconnected`).
 Nothing here keeps state.
 """
 
@@ -27,8 +27,8 @@ SSE_HEAD = ((b"content-type", b"text/event-stream"), (b"cache-control", b"no-cac
 
 
 async def post_line(headers: Mapping[bytes, bytes], receive: Receive, send: Send, max_body: int) -> bytes | None:
-    """A POST's JSON body as one line, or ``None`` once the refusal is sent (415 for another
-    content type, 413 for a body over ``max_body``)."""
+    """A POST's JSON body as one line, or `None` once the refusal is sent (415 for another
+    content type, 413 for a body over `max_body`)."""
     ctype = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
     if ctype != CONTENT_TYPE_JSON.encode():
         await respond(send, 415, error_body(415, f"Content-Type must be {CONTENT_TYPE_JSON}"))
@@ -41,7 +41,7 @@ async def post_line(headers: Mapping[bytes, bytes], receive: Receive, send: Send
 
 
 async def initialize_frame(line: bytes, engine: types.ModuleType, max_body: int, send: Send) -> Any:
-    """The ``initialize`` request a POST without a connection id must be, decoded, or ``None``
+    """The `initialize` request a POST without a connection id must be, decoded, or `None`
     once the 400 is sent."""
     frames = engine.Decoder(lazy=True, max_line_size=max_body + 1).feed(line + b"\n")
     frame = frames[0] if frames else None
@@ -55,7 +55,7 @@ async def initialize_frame(line: bytes, engine: types.ModuleType, max_body: int,
 
 
 def checked(entry: Any, session: str | None, engine: types.ModuleType) -> tuple[str | None, bytes | None] | str:
-    """The route of one client message and its rewritten line (or ``None``), or why it is refused."""
+    """The route of one client message and its rewritten line (or `None`), or why it is refused."""
     kind = entry.kind
     if kind == _kinds.RESPONSE:
         return None, None
@@ -86,7 +86,7 @@ def checked(entry: Any, session: str | None, engine: types.ModuleType) -> tuple[
 
 def checked_body(frame: Any, session: str | None,
                  engine: types.ModuleType) -> tuple[bytes, bool, list[tuple[Any, str | None]]] | str:
-    """A POST's decoded body checked against its session header (:func:`checked`, each entry
+    """A POST's decoded body checked against its session header (`checked`, each entry
     of a batch): the line to queue for the agent, whether it was rewritten, and each request
     with its route; or why it is refused (400). A malformed entry goes as it is: the agent
     answers it, in its place."""
@@ -116,14 +116,14 @@ def checked_body(frame: Any, session: str | None,
 
 def malformed_reply(engine: types.ModuleType, frame: Any) -> bytes:
     """The answer to a malformed POST body: what the engine answers the same line with on
-    stdio (-32700 echoing the line, -32600 with the reason, id ``null``); a malformed
+    stdio (-32700 echoing the line, -32600 with the reason, id `null`); a malformed
     response, which stdio leaves unanswered, still gets its code and reason with its 400."""
     reply: bytes | None = engine.error_reply(frame)
     return reply if reply is not None else encode_error(None, frame.code, None, frame.reason)
 
 
 def _inner_is_dollar(params: Any) -> bool:
-    """Whether a successor envelope (``{"method", "params"}``) wraps a ``$/`` method."""
+    """Whether a successor envelope (`{"method", "params"}`) wraps a `$/` method."""
     m = params.get("method") if isinstance(params, dict) else None
     return isinstance(m, str) and m.startswith("$/")
 

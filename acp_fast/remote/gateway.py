@@ -42,8 +42,8 @@ def gateway_app(command: str | Sequence[str], *, path: str = DEFAULT_PATH, polic
 
 def command_opener(command: str | Sequence[str], *, env: Mapping[str, str] | None = None,
                    inherit_env: bool = True, cwd: str | None = None) -> StreamOpener:
-    """The opener that starts ``command`` as a child under the child-process policy per call
-    (what :func:`gateway_app` serves; an agent host too). Arguments as :func:`gateway_app`."""
+    """The opener that starts `command` as a child under the child-process policy per call
+    (what [`gateway_app`][acp_fast.remote.gateway.gateway_app] serves; an agent host too). Arguments as [`gateway_app`][acp_fast.remote.gateway.gateway_app]."""
 
     def log_stderr(chunk: bytes) -> None:
         for line in chunk.decode("utf-8", "replace").splitlines():

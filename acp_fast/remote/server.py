@@ -1,35 +1,35 @@
 """The remote ACP server: an ASGI 3 application speaking Streamable HTTP and WebSocket.
 
-One ACP connection per ``Acp-Connection-Id``; each connection gets its own agent side from an
+One ACP connection per `Acp-Connection-Id`; each connection gets its own agent side from an
 *opener* (an in-process builder, router or conductor on an in-memory stream pair, or a child
 process for the gateway) and the server moves JSON lines between that stream and the network:
 
-* ``POST /acp`` carries client→agent messages. The first one, ``initialize`` without a
+* `POST /acp` carries client→agent messages. The first one, `initialize` without a
   connection id, is answered 200 with the response as the body and the new
-  ``Acp-Connection-Id`` header; every later POST names its connection and gets 202 while its
+  `Acp-Connection-Id` header; every later POST names its connection and gets 202 while its
   replies go out on SSE.
-* ``GET /acp`` with ``Accept: text/event-stream`` opens the connection stream, or a session's
-  stream with ``Acp-Session-Id``; events carry ``id:`` cursors and a reader that reconnects
-  with ``Last-Event-ID`` is replayed what it missed, within a bounded window (409 outside).
-* ``DELETE /acp`` ends the connection (its child is killed); a WebSocket upgrade on the same
+* `GET /acp` with `Accept: text/event-stream` opens the connection stream, or a session's
+  stream with `Acp-Session-Id`; events carry `id:` cursors and a reader that reconnects
+  with `Last-Event-ID` is replayed what it missed, within a bounded window (409 outside).
+* `DELETE /acp` ends the connection (its child is killed); a WebSocket upgrade on the same
   path is a connection for the socket's lifetime, one text frame per message or batch.
-* ``GET /health`` answers 200.
+* `GET /health` answers 200.
 
 Every message the server reads from the network goes through the engine's decoder: POST bodies
 here (to route them and check their session), WebSocket frames in the agent connection's own
-engine; malformed input is answered with a JSON-RPC error. An in-process agent (``asgi_app``)
+engine; malformed input is answered with a JSON-RPC error. An in-process agent (`asgi_app`)
 gets a POST's frames as decoded here, not its bytes to decode again, wherever they are what
 its own decoder would make of the line (same twin and limits; a line the server rewrote goes
 as bytes). Lines the agent writes arrive in
 coalesced chunks and leave as one SSE body chunk per stream per turn.
 
-Security defaults (:class:`~acp_fast.remote.policy.ServerPolicy`; the access rules are checked by
-its ASGI middleware, :class:`~acp_fast.remote.policy.AccessGuard`, which every :class:`AcpApp`
-puts in front of itself): only loopback ``Host`` names (421 otherwise, the DNS-rebinding
-guard) and no ``Origin`` (403 for any browser origin not listed), on every request and on the
+Security defaults ([`ServerPolicy`][acp_fast.remote.policy.ServerPolicy]; the access rules are checked by
+its ASGI middleware, [`AccessGuard`][acp_fast.remote.policy.AccessGuard], which every [`AcpApp`][acp_fast.remote.server.AcpApp]
+puts in front of itself): only loopback `Host` names (421 otherwise, the DNS-rebinding
+guard) and no `Origin` (403 for any browser origin not listed), on every request and on the
 upgrade; an optional bearer token (401, compared in constant time); a body
 limit (413); a connection cap (503); bounded queues that pause the agent instead of growing or
-dropping; an idle timeout for HTTP connections nobody reads; ids from :func:`secrets.token_urlsafe`;
+dropping; an idle timeout for HTTP connections nobody reads; ids from `secrets.token_urlsafe`;
 error bodies are fixed texts, never an agent's stderr or a traceback. No CORS headers are sent.
 """
 
@@ -87,10 +87,10 @@ StreamOpener = Callable[[], Awaitable[Stream]]
 
 
 class Servable(Protocol):
-    """Anything that serves one ACP connection on a stream: builders, routers, a ``Conductor``."""
+    """Anything that serves one ACP connection on a stream: builders, routers, a `Conductor`."""
 
     def serve(self, transport: Stream, /) -> Awaitable[None]:
-        """Serve one connection on ``transport`` until it closes."""
+        """Serve one connection on `transport` until it closes."""
         ...
 
 
@@ -104,12 +104,12 @@ _SESSION_FIRST = re.compile(rb'\{"jsonrpc":"2\.0",(?:"id":[^,"]*,|"id":"[^"\\]*"
 
 
 def _params_session(frame: Any, line: bytes) -> tuple[object, bytes | None]:
-    """``params.sessionId`` of a call (``None`` without one), and the line's start up to the
-    end of that value when it was read from the bytes (``None`` when decoded).
+    """`params.sessionId` of a call (`None` without one), and the line's start up to the
+    end of that value when it was read from the bytes (`None` when decoded).
 
-    Read from the line's bytes when the call starts as the engines write it and ``"sessionId"``
+    Read from the line's bytes when the call starts as the engines write it and `"sessionId"`
     occurs in it once (the key itself); anything else is decoded. Any line that starts with
-    the returned prefix and holds ``"sessionId"`` once has the same session."""
+    the returned prefix and holds `"sessionId"` once has the same session."""
     found = _SESSION_FIRST.match(line)
     if found is not None and line.count(b'"sessionId"') == 1:
         return found.group(1).decode("utf-8", "surrogateescape"), found.group(0)
@@ -193,8 +193,8 @@ class _Connection:
 
     def _on_data(self, data: bytes) -> None:
         """Queue the agent's lines on their outlets: over HTTP each message on its stream
-        (:meth:`_route`), over a WebSocket all on the socket's; a notification or a response
-        may share a batch frame with its neighbours (:func:`~acp_fast.remote._outlet.grouped`)."""
+        (`_route`), over a WebSocket all on the socket's; a notification or a response
+        may share a batch frame with its neighbours (`grouped`)."""
         if self.websocket:
             self._ws_data(data)
             return
@@ -219,7 +219,7 @@ class _Connection:
     def _ws_data(self, data: bytes) -> None:
         """Queue the agent's lines on the socket's outlet, one pass per chunk: over batch
         frames each marked batchable by its kind, else each alone, undecoded. A line that is
-        not JSON-RPC is never batchable, so it goes alone (:meth:`_not_jsonrpc`'s rule).
+        not JSON-RPC is never batchable, so it goes alone (`_not_jsonrpc`'s rule).
         A chunk of one line (a round trip's reply) builds no lists."""
         splitter = self.lines
         if splitter is not None:
@@ -243,7 +243,7 @@ class _Connection:
             self._too_long()
 
     def _ws_queue(self, lines: list[bytes], flags: list[bool] | None) -> None:
-        """Queue several lines (``flags``: each one batchable; ``None``: none is) at once."""
+        """Queue several lines (`flags`: each one batchable; `None`: none is) at once."""
         if not lines:
             return
         if not all(lines):  # a line over the size limit: never buffered, nothing to send
@@ -311,18 +311,18 @@ class _Connection:
     # error for a session that does not exist: its stream never could be opened).
 
     def may_open(self, session: str | None) -> bool:
-        """Whether a client may open ``session``'s stream (``None``: the connection stream)."""
+        """Whether a client may open `session`'s stream (`None`: the connection stream)."""
         return session is None or session in self.sessions or any(
             route == session for route, _ in self.routes.values())
 
     def _reply_stream(self, route: str | None) -> Outlet:
-        """The stream of a reply to a request routed to ``route`` (see :meth:`may_open`)."""
+        """The stream of a reply to a request routed to `route` (see `may_open`)."""
         if route is not None and route not in self.sessions and route not in self.streams:
             route = None
         return self._stream_for(route)
 
     def _stream_for(self, session: str | None) -> Outlet:
-        """The stream of ``session`` (made on first use: it queues until a reader opens it).
+        """The stream of `session` (made on first use: it queues until a reader opens it).
 
         Every message of a session goes to that session's stream, so its order is the
         agent's order whenever the reader opens it (a session's messages never split over
@@ -340,7 +340,7 @@ class _Connection:
             self.stream.pause_reading()
 
     def sent(self, size: int) -> None:
-        """``size`` bytes left for the network: resume the agent below the low-water mark."""
+        """`size` bytes left for the network: resume the agent below the low-water mark."""
         self.queued -= size
         self.last_active = time.monotonic()
         if self.paused and self.queued <= self.policy.queue_high // 4:
@@ -352,7 +352,7 @@ class _Connection:
     async def write(self, lines: Iterable[bytes], frames: tuple[list[Any], object] | None = None) -> None:
         """Hand lines to the agent; waits while the agent is not reading (backpressure).
 
-        With ``frames`` (the frames of the lines, and the in-process agent's decoder that
+        With `frames` (the frames of the lines, and the in-process agent's decoder that
         makes them): the agent's connection gets those instead of decoding the bytes again."""
         self.last_active = time.monotonic()
         data = b"".join(lines)
@@ -384,16 +384,16 @@ class AcpApp(Endpoint):
     """An ASGI 3 application serving ACP over Streamable HTTP and WebSocket.
 
     Args:
-        opener: opens the agent side of each new connection (see :func:`asgi_app` for a
-            builder, router or conductor, and :func:`acp_fast.remote.gateway_app`
+        opener: opens the agent side of each new connection (see [`asgi_app`][acp_fast.remote.server.asgi_app] for a
+            builder, router or conductor, and [`acp_fast.remote.gateway_app`][acp_fast.remote.gateway_app]
             for a command).
-        path: the endpoint path (``/acp``); ``/health`` answers beside it.
-        policy: limits and access rules (:class:`ServerPolicy`; secure defaults).
+        path: the endpoint path (`/acp`); `/health` answers beside it.
+        policy: limits and access rules ([`ServerPolicy`][acp_fast.remote.server.ServerPolicy]; secure defaults).
         engine: the engine module that decodes POST bodies and the agent's output (the
             active twin by default; tests pass each twin).
 
-    Mount it in Starlette or FastAPI (``app.mount("/agents", acp)``, then the endpoint is
-    ``/agents/acp``) or serve it directly with uvicorn or hypercorn.
+    Mount it in Starlette or FastAPI (`app.mount("/agents", acp)`, then the endpoint is
+    `/agents/acp`) or serve it directly with uvicorn or hypercorn.
     """
 
     def __init__(self, opener: StreamOpener, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
@@ -486,8 +486,8 @@ class AcpApp(Endpoint):
 
     async def _named(self, headers: Mapping[bytes, bytes], send: Send, *,
                      streamable: bool = False) -> _Connection | None:
-        """The connection a request names, or ``None`` once the refusal is sent (400 without an
-        id, 404 for an unknown one; with ``streamable``, 400 for a WebSocket connection)."""
+        """The connection a request names, or `None` once the refusal is sent (400 without an
+        id, 404 for an unknown one; with `streamable`, 400 for a WebSocket connection)."""
         raw = headers.get(CONNECTION_ID_HEADER.lower().encode())
         if raw is None:
             await respond(send, 400, error_body(400, f"missing {CONNECTION_ID_HEADER} header"))
@@ -542,14 +542,14 @@ class AcpApp(Endpoint):
 
     def _post_decoder(self, conn: _Connection) -> tuple[Any, Any]:
         """The decoder of one POST body, and the in-process agent's decoder that its frames
-        may go to undecoded again (``None``: the agent gets the bytes).
+        may go to undecoded again (`None`: the agent gets the bytes).
 
         Frames go only where they are what the agent's own decoder would make of the line:
-        the agent takes frames (:meth:`Stream.accept_frames`) with a decoder of this twin and
+        the agent takes frames ([`Stream.accept_frames`][acp_fast.transport.Stream.accept_frames]) with a decoder of this twin and
         the same depth and batch limits; the body is then decoded as that decoder decodes
         (eager or lazy); the line limit stays the POST's, and a line over the agent's own
-        goes as bytes (see :meth:`_post`). Found once per connection: should the agent's
-        consumer change later, the stream hands it the bytes (``Stream.write_frames``)."""
+        goes as bytes (see `_post`). Found once per connection: should the agent's
+        consumer change later, the stream hands it the bytes (`Stream.write_frames`)."""
         if conn.frame_sink is not None:
             return conn.post_decoder, conn.frame_sink
         engine = self.engine
@@ -745,37 +745,39 @@ Target = Union[Servable, Callable[[Stream], Awaitable[None]]]
 
 def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
              engine: EngineChoice = None) -> AcpApp:
-    """An ASGI app serving ``target`` to remote clients, one in-process connection each.
+    """An ASGI app serving `target` to remote clients, one in-process connection each.
 
     Args:
-        target: an agent builder (``Agent.v2()…``), a router (``Agent.protocol_router()…``), a
-            ``Conductor``, or a coroutine function ``serve(stream)``; each remote connection
+        target: an agent builder (`Agent.v2()…`), a router (`Agent.protocol_router()…`), a
+            `Conductor`, or a coroutine function `serve(stream)`; each remote connection
             runs it on its own in-memory stream.
         path: the endpoint path.
-        policy: limits and access rules (:class:`ServerPolicy`).
-        engine: the engine twin for builders and routers (``"c"``, ``"py"``, an engine module,
-            or ``None`` for the selected one); the server decodes with the same twin.
+        policy: limits and access rules ([`ServerPolicy`][acp_fast.remote.server.ServerPolicy]).
+        engine: the engine twin for builders and routers (`"c"`, `"py"`, an engine module,
+            or `None` for the selected one); the server decodes with the same twin.
 
     Raises:
-        ValueError: ``engine`` is none of those.
-        TypeError: ``target`` is neither something with ``serve`` nor a function.
+        ValueError: `engine` is none of those.
+        TypeError: `target` is neither something with `serve` nor a function.
 
-    Example::
+    Example:
 
-        from acp_fast.remote import asgi_app
-        app = asgi_app(agent)          # uvicorn module:app
+    ```python
+    from acp_fast.remote import asgi_app
+    app = asgi_app(agent)          # uvicorn module:app
+    ```
     """
     opener, twin = servable_opener(target, engine)
     return AcpApp(opener, path=path, policy=policy, engine=twin)
 
 
 def servable_opener(target: Target, engine: EngineChoice = None) -> tuple[StreamOpener, types.ModuleType | None]:
-    """The opener that runs ``target`` in-process on a new in-memory stream pair per call, and
-    the engine twin it serves with (what :func:`asgi_app` serves; an agent host too).
+    """The opener that runs `target` in-process on a new in-memory stream pair per call, and
+    the engine twin it serves with (what [`asgi_app`][acp_fast.remote.server.asgi_app] serves; an agent host too).
 
     Raises:
-        ValueError: ``engine`` is not an engine choice.
-        TypeError: ``target`` is neither something with ``serve`` nor a function.
+        ValueError: `engine` is not an engine choice.
+        TypeError: `target` is neither something with `serve` nor a function.
     """
     from ..roles.streams import resolve_engine  # the roles load with what they serve, not before
 
