@@ -1,10 +1,11 @@
 """The fleet: ACP connections served by any front, their agents run by agent hosts (the `fleet` extra).
 
-This package holds the fleet's shared state so far: [`FleetStore`][acp_fast.fleet.FleetStore],
-the one interface to it (host registry, connection registry, a bounded output stream and a
-bounded input queue per connection), and its Redis implementation,
-[`RedisStore`][acp_fast.fleet.RedisStore] (`pip install 'acp-fast[fleet]'`; redis-py is
-imported when a store is made).
+| module | what it holds |
+|---|---|
+| `store` | [`FleetStore`][acp_fast.fleet.FleetStore], the one interface to the shared state (host registry, connection registry, a bounded output stream and a bounded input queue per connection) |
+| `redis_store` | [`RedisStore`][acp_fast.fleet.RedisStore], its implementation on Redis >= 7 (`pip install 'acp-fast[fleet]'`; redis-py is imported when a store is made) |
+| `front` | [`FleetFront`][acp_fast.fleet.front.FleetFront], the ASGI app of a front (`acp-fast serve --redis URL`): no connection state of its own |
+| `host` | [`AgentHost`][acp_fast.fleet.host.AgentHost], an agent host (`acp-fast host --redis URL`): one agent per connection |
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ A host registers with a number of slots and keeps its heartbeat key alive; front
 slots and create connections for it, which it learns of from its inbox
 ([`FleetStore.read_assigned`][acp_fast.fleet.FleetStore.read_assigned]). For each it opens an
 agent with its *opener* (a child process from a command under the child-process policy,
-[`command_opener`][acp_fast.remote.gateway.command_opener]; or a builder, router or
+`acp_fast.remote.gateway.command_opener`; or a builder, router or
 `Conductor` in-process on a memory stream pair,
-[`servable_opener`][acp_fast.remote.server.servable_opener]), then:
+`acp_fast.remote.server.servable_opener`), then:
 
 * client lines: it consumes the connection's input queue in order and writes each entry's
   lines to the agent at once, waiting while the agent does not read (backpressure: the queue

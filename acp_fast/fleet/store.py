@@ -28,7 +28,7 @@ host found it (`None`: the connection's stream; a session id: that session's str
 in the POST body and no stream carries).
 
 Cursors are entry ids of the form `"<n>-0"`, `n` counting the entries of that stream from 1;
-[`STREAM_START`][acp_fast.fleet.STREAM_START] (`"0-0"`) is the cursor before the first entry.
+`STREAM_START` (`"0-0"`) is the cursor before the first entry.
 Lines are single lines of JSON, without their newline (a batch is a non-empty sequence of
 them).
 
@@ -316,7 +316,7 @@ class FleetStore(Protocol):
     async def read_assigned(self, host_id: str, after: str, *, block: float | None = None) -> list[tuple[str, str]]:
         """The connections created for a host after inbox cursor `after`, in order.
 
-        A host reads its inbox from [`STREAM_START`][acp_fast.fleet.STREAM_START] after it
+        A host reads its inbox from `STREAM_START` after it
         registered (registering empties it: a new life takes no connection of an old one).
 
         Args:
@@ -355,7 +355,7 @@ class FleetStore(Protocol):
 
         Args:
             connection_id: the connection.
-            after: the last cursor the reader has ([`STREAM_START`][acp_fast.fleet.STREAM_START]
+            after: the last cursor the reader has (`STREAM_START`
                 for everything from the first entry).
             block: when nothing is there yet, wait up to this many seconds for an entry
                 (`None`: do not wait). An empty list means the wait ran out.
@@ -370,7 +370,7 @@ class FleetStore(Protocol):
 
     async def mark_read(self, connection_id: str, cursor: str, stream: str | None = ALL_STREAMS) -> None:
         """Note that a reader of `stream` (a route: `None` the connection's stream, a session
-        id; [`ALL_STREAMS`][acp_fast.fleet.ALL_STREAMS] a reader of every line, a WebSocket)
+        id; `ALL_STREAMS` a reader of every line, a WebSocket)
         has sent its client everything through `cursor`: that stream's read mark moves
         forward to it, never back. Nothing for an unknown connection or cursor."""
         ...
@@ -423,7 +423,7 @@ class FleetStore(Protocol):
         """Consume the queue in order: drop what is up to `after`, return what follows.
 
         The host passes the cursor of the last entry it has handed to the agent
-        ([`STREAM_START`][acp_fast.fleet.STREAM_START] at first); the entries up to it leave
+        (`STREAM_START` at first); the entries up to it leave
         the queue (their room is free for new pushes) and the next ones are returned.
 
         Args:
