@@ -1,52 +1,55 @@
 """MCP-over-ACP (unstable): MCP servers served and called through the ACP connection.
 
 A component that *provides* an MCP server declares it in a session setup request's
-``mcpServers`` with the ACP transport, ``{"type": "acp", "name": …, "serverId": …}``; the
-agent that *consumes* it sends each MCP request as an ``mcp/message`` request
-``{serverId, requestId, method, params?}`` and gets the inner MCP outcome back as
-``{"result": …}`` or ``{"error": {code, message, data?}}`` (outer ACP errors are binding
-failures: -32602 malformed envelope or duplicate active ``(serverId, requestId)``, -32800
+`mcpServers` with the ACP transport, `{"type": "acp", "name": …, "serverId": …}`; the agent
+that *consumes* it sends each MCP request as an `mcp/message` request
+`{serverId, requestId, method, params?}` and gets the inner MCP outcome back as
+`{"result": …}` or `{"error": {code, message, data?}}` (outer ACP errors are binding
+failures: -32602 malformed envelope or duplicate active `(serverId, requestId)`, -32800
 cancelled, -33001 no such server, -33002 backend failed). Request-scoped MCP notifications
-(progress …) travel back as ``mcp/message`` notifications carrying the ``requestId`` of the
+(progress …) travel back as `mcp/message` notifications carrying the `requestId` of the
 request they belong to. The MCP side is the stateless MCP revision 2026-07-28: each request
-carries its version, client info and capabilities in ``params._meta``; there is no
-handshake, so the binding needs no connect/disconnect methods.
+carries its version, client info and capabilities in `params._meta`; there is no handshake,
+so the binding needs no connect/disconnect methods.
 
-The MCP side is the ``mcp`` package (the ``mcp`` extra); nothing here imports it until an
-MCP server is attached or a session is opened. What one ACP connection has of MCP-over-ACP
-(the servers it serves, the MCP sessions open on it) is its :class:`McpState`,
-``connection.mcp``; the ``mcp/message`` handlers are dynamic handlers of the connection, so a
-handler the builder registered for ``mcp/message`` still gets what they do not serve.
+The MCP side is the `mcp` package (the `mcp` extra); nothing here imports it until an MCP
+server is attached or a session is opened. What one ACP connection has of MCP-over-ACP (the
+servers it serves, the MCP sessions open on it) is its `McpState`, `connection.mcp`; the
+`mcp/message` handlers are ordinary dynamic handlers of the side they serve (a proxy's
+successor's side for the servers it serves its successor), so a handler the builder
+registered for `mcp/message` still gets what they do not serve, and a proxy forwards it.
 
-* Provider: :func:`~acp_fast.roles.sessions.build_session` / ``resume_session`` /
-  ``fork_session`` take ``with_mcp_servers=[…]`` (``mcp`` ``Server`` or ``MCPServer``
-  instances, zero-argument factories of one, or :class:`McpServer` to choose the name).
-  Each gets a connection-scoped server id; its route is installed and its runner (the
-  server's ``run`` over an in-memory stream pair) started *before* the setup request is
-  published, and messages sent while the runner starts are queued. A successful setup
-  keeps the attachment for the connection's lifetime; a failed or cancelled one removes it.
-* Proxy: ``Proxy.v2().with_mcp_server(server)`` attaches one server for the connection and
-  adds its declaration to every ``session/new`` / ``session/resume`` / ``session/fork``
-  sent to the successor, touching nothing but ``mcpServers``.
-* Consumer: :func:`open_mcp_session` (in an agent's handler) yields an ``mcp``
-  ``ClientSession`` talking to a declared server over the ACP connection;
-  :func:`acp_mcp_servers` lists the ACP-transport declarations of a setup request.
+- Provider: `acp_fast.roles.sessions.build_session` / `resume_session` / `fork_session` take
+  `with_mcp_servers=[…]` (`mcp` `Server` or `MCPServer` instances, zero-argument factories of
+  one, or `McpServer` to choose the name). Each gets a connection-scoped server id; its route
+  is installed and its runner (the server's `run` over an in-memory stream pair) started
+  *before* the setup request is published, and messages sent while the runner starts are
+  queued. A successful setup keeps the attachment for the connection's lifetime; a failed or
+  cancelled one removes it.
+- Proxy: `Proxy.v2().with_mcp_server(server)` attaches one server for the connection and adds
+  its declaration to every `session/new` / `session/resume` / `session/fork` sent to the
+  successor, touching nothing but `mcpServers`.
+- Consumer: `open_mcp_session` (in an agent's handler) yields an `mcp` `ClientSession` talking
+  to a declared server over the ACP connection; `acp_mcp_servers` lists the ACP-transport
+  declarations of a setup request.
 
-Example (client side, then agent side)::
+Example (client side, then agent side):
 
-    from mcp.server.mcpserver import MCPServer
+```python
+from mcp.server.mcpserver import MCPServer
 
-    tools = MCPServer("tools")
+tools = MCPServer("tools")
 
-    @tools.tool()
-    def add(a: int, b: int) -> int:
-        return a + b
+@tools.tool()
+def add(a: int, b: int) -> int:
+    return a + b
 
-    opened = await conn.build_session("/work", with_mcp_servers=[tools])
+opened = await conn.build_session("/work", with_mcp_servers=[tools])
 
-    # in the agent, with the declaration received in session/new:
-    async with open_mcp_session(cx.connection, declaration) as mcp:
-        result = await mcp.call_tool("add", {"a": 1, "b": 2})
+# in the agent, with the declaration received in session/new:
+async with open_mcp_session(cx.connection, declaration) as mcp:
+    result = await mcp.call_tool("add", {"a": 1, "b": 2})
+```
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from ..errors import INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
 from ..jsontypes import Json, JsonObject
 from ..protocol.facts import MCP_MESSAGE, SETUP_METHODS
-from .context import Peer, SentRequest, SuccessorPeer
+from .context import Peer, SentRequest
 from .table import NOT_HANDLED
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,7 +80,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._hot import Context
     from .context import Request
     from .dispatch import DynamicHandler
-    from .table import Handler, HandlerTable
+    from .table import Handler
 
 __all__ = [
     "ACP_TRANSPORT",
@@ -86,6 +89,7 @@ __all__ = [
     "SERVER_UNAVAILABLE",
     "McpAttachment",
     "McpCalls",
+    "McpPeer",
     "McpRoutes",
     "McpServer",
     "McpServerHost",
@@ -120,26 +124,36 @@ def _token_hex(nbytes: int) -> str:
 
 
 
-class McpConnection(Peer, Protocol):
-    """What the MCP-over-ACP binding needs of a connection (every ``AcpConnection`` is one):
-    a :class:`~acp_fast.roles.context.Peer` with its MCP state, its handler table, run-time
-    handlers and its closing."""
+class McpPeer(Protocol):
+    """The peer an `McpRoutes` serves its MCP servers to: the servers' notifications are sent
+    to it, and its `mcp/message` requests come through a handler added to it.
+
+    A connection is the peer of its own peer's messages; a proxy's successor is reached through
+    the proxy (`ProxyConnection.serve_mcp_server` serves it).
+    """
+
+    def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
+        """Send a notification to the peer; returns False when it was dropped."""
+
+    def add_dynamic_handler(self, method: str, fn: Handler, *, kind: str = "request") -> DynamicHandler:
+        """Add a handler of the peer's `method` messages while the connection runs."""
+
+
+class McpConnection(Peer, McpPeer, Protocol):
+    """What the MCP-over-ACP binding needs of a connection (every `AcpConnection` is one): a
+    `Peer` with its MCP state, run-time handlers and its closing."""
 
     @property
     def mcp(self) -> McpState:
         """The connection's MCP-over-ACP state."""
 
-    @property
-    def table(self) -> HandlerTable:
-        """The builder's handler table."""
 
-    def add_dynamic_handler(self, method: str, fn: Handler, *, kind: str = "request") -> DynamicHandler:
-        """Add a handler of ``method`` while the connection runs."""
+class McpProxyConnection(McpConnection, Protocol):
+    """A proxy's connection as the MCP binding sees it (a `ProxyConnection`): an
+    `McpConnection` that serves MCP servers to its successor."""
 
-
-class McpProxyConnection(McpConnection, SuccessorPeer, Protocol):
-    """A proxy's connection as the MCP binding sees it (a ``ProxyConnection``): an
-    :class:`McpConnection` that also sends to its successor."""
+    def serve_mcp_server(self, server: McpServerLike) -> McpServerHost:
+        """Serve `server` to the successor under one connection-scoped server id."""
 
 
 class McpServer:
@@ -369,22 +383,31 @@ class McpServerHost:
 
 
 class McpRoutes:
-    """The MCP servers one ACP connection serves, by server id (connection-scoped).
+    """The MCP servers one ACP connection serves to one peer, by server id (connection-scoped).
 
-    Its ``mcp/message`` handler is a dynamic handler of the connection
-    (:meth:`~acp_fast.roles.AcpConnection.add_dynamic_handler`): a request for a server id it
-    does not serve (or not an ``mcp/message`` envelope at all) goes on to the connection's own
-    ``mcp/message`` handler when the builder registered one, else is answered -33001 (-32602).
-    A proxy's routes (``towards_successor``) serve the requests of its successor
-    (:func:`successor_request`) and register nothing.
+    Its `mcp/message` handler is a dynamic handler of the peer's messages
+    (`AcpConnection.add_dynamic_handler`, added with the first server): a request for a
+    server id it does not serve (or not an `mcp/message` envelope at all) goes on when
+    something else takes it (the builder's own `mcp/message` handler, a proxy's forwarding),
+    else is answered -33001 (-32602).
+
+    Args:
+        connection: the connection.
+        peer: the peer the servers are served to (default: the connection's own peer; a
+            proxy's successor for `ProxyConnection.serve_mcp_server`).
+
+    Attributes:
+        connection: the connection.
+        peer: the peer the servers are served to.
+        hosts: server id -> the server's `McpServerHost`.
     """
 
-    def __init__(self, connection: McpConnection, *, towards_successor: bool = False) -> None:
+    def __init__(self, connection: McpConnection, peer: McpPeer | None = None) -> None:
         self.connection = connection
+        self.peer: McpPeer = peer if peer is not None else connection
         self.hosts: dict[str, McpServerHost] = {}
         self._used: set[str] = set()
-        self._towards_successor = towards_successor
-        self._installed = False
+        self._handler: DynamicHandler | None = None
         connection.closed.add_done_callback(lambda _f: self.close())
 
     def new_id(self) -> str:
@@ -396,17 +419,14 @@ class McpRoutes:
                 return server_id
 
     def _notify(self, params: JsonObject) -> bool:
-        if self._towards_successor:  # a proxy's routes (see install_proxy_server)
-            return cast("McpProxyConnection", self.connection).notify_successor(MCP_MESSAGE, params)
-        return self.connection.send_notification(MCP_MESSAGE, params)
+        return self.peer.send_notification(MCP_MESSAGE, params)
 
     def add(self, spec: McpServer) -> McpServerHost:
         """Serve ``spec`` under a new server id (its runner started now); returns its host."""
         host = McpServerHost(spec, self.new_id(), self._notify)
         self.hosts[host.server_id] = host
-        if not self._installed and not self._towards_successor:
-            self._installed = True
-            self.connection.add_dynamic_handler(MCP_MESSAGE, self.on_request)
+        if self._handler is None:
+            self._handler = self.peer.add_dynamic_handler(MCP_MESSAGE, self.on_request)
         host.start()
         return host
 
@@ -427,14 +447,15 @@ class McpRoutes:
 
     def on_request(self, params: Json, cx: Context) -> RequestResult:
         """The ``mcp/message`` request handler (``(params, cx)``, a dynamic handler)."""
+        passes_on = self._handler is not None and self._handler.passes_on
         try:
             host, request_id, method, inner = self.route(params)
         except JsonRpcError:
-            if MCP_MESSAGE in self.connection.table.requests:
+            if passes_on:
                 return NOT_HANDLED
             raise
         if host is None:
-            if MCP_MESSAGE in self.connection.table.requests:
+            if passes_on:
                 return NOT_HANDLED
             raise _error(SERVER_UNAVAILABLE, f"no MCP server registered for serverId {params.get('serverId')!r}")
         return host.handle(cast("RequestContext", cx.request), request_id, method, inner)  # a request's cx
@@ -463,11 +484,11 @@ class McpState:
         self.routes: McpRoutes | None = None
         self.calls: McpCalls | None = None
 
-    def serve(self, *, towards_successor: bool = False) -> McpRoutes:
-        """The connection's :class:`McpRoutes` (made on first use, ``towards_successor``
-        deciding where its servers' notifications go and who their requests come from)."""
+    def serve(self, peer: McpPeer | None = None) -> McpRoutes:
+        """The connection's `McpRoutes` (made on first use, serving `peer`: by default the
+        connection's own peer)."""
         if self.routes is None:
-            self.routes = McpRoutes(self.connection, towards_successor=towards_successor)
+            self.routes = McpRoutes(self.connection, peer)
         return self.routes
 
     def consume(self) -> McpCalls:
@@ -574,25 +595,17 @@ def attachments(connection: McpConnection) -> dict[str, McpServerHost]:
 
 
 def install_proxy_server(connection: McpProxyConnection, server: McpServerLike) -> McpServerHost:
-    """Serve ``server`` on a v2 proxy connection under one connection-scoped id.
+    """Serve `server` on a v2 proxy connection under one connection-scoped id: the same as
+    `ProxyConnection.serve_mcp_server`.
 
-    Its declaration is added to the ``mcpServers`` of every setup request the proxy sends
-    to its successor; ``mcp/message`` requests from the successor for that id are served,
-    others are forwarded as usual.
+    Its declaration is added to the `mcpServers` of every setup request the proxy sends to its
+    successor; `mcp/message` requests from the successor for that id are served, others are
+    forwarded as usual.
+
+    Returns:
+        The server's `McpServerHost`.
     """
-    routes = connection.mcp.serve(towards_successor=True)
-    return routes.add(McpServer.of(server))
-
-
-def successor_request(connection: McpProxyConnection, rctx: RequestContext, params: Json) -> RequestResult:
-    """A proxy's ``mcp/message`` request from its successor: served when the server id is
-    one of this proxy's, else ``NotImplemented`` (forward it)."""
-    routes = connection.mcp.routes
-    if routes is None or type(params) is not dict or params.get("serverId") not in routes.hosts:
-        return NotImplemented
-    host, request_id, method, inner = routes.route(params)
-    assert host is not None
-    return host.handle(rctx, request_id, method, inner)
+    return connection.serve_mcp_server(server)
 
 
 def with_declaration(method: str, params: Json, declaration: Mapping[str, Json]) -> Json:
