@@ -32,7 +32,7 @@ initialize spellings (the raw `protocolVersion` is inspected), the agent's
 `initialize` answer (version check), `$/cancel_request` (re-issued per hop, never
 forwarded), misplaced successor envelopes, envelopes outside the scanner's simple case
 (escaped keys or inner method, repeated or other members: read by the proxies' own reader,
-``acp_fast.protocol.envelope``, which answers a malformed one -32602), batches (kept as frames), malformed lines, and the rest of any chunk after such a
+`acp_fast.protocol.envelope`, which answers a malformed one -32602), batches (kept as frames), malformed lines, and the rest of any chunk after such a
 claim (so every hop's output keeps its order). It sees everything before the chain is ready,
 after upstream EOF, and when tracing (`--trace` decodes every message).
 
