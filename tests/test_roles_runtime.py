@@ -135,6 +135,172 @@ def test_dynamic_session_update_handler_sees_gated_updates_per_session(engine: M
 
 
 # ---------------------------------------------------------------------------------------
+# the successor side of a proxy: the same dispatch, its own handlers and before
+# ---------------------------------------------------------------------------------------
+
+
+def _wrapped(method: str, params: Any, rid: Any = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": "_proxy/successor", "params": {"method": method, "params": params}}
+    if rid is not None:
+        msg["id"] = rid
+    return msg
+
+
+def test_dynamic_handlers_on_a_proxys_successor_side(engine: ModuleType) -> None:
+    """``add_dynamic_handler(..., from_successor=True)`` reaches what the successor sends
+    (unwrapped): asked before the builder's ``on_successor_request`` handler, passing on with
+    NOT_HANDLED to it and then to the forwarding; a handler of the predecessor's side never
+    sees the successor's messages, nor the other way round; removed, the message is forwarded."""
+    from acp_fast.roles import Proxy
+
+    async def body() -> None:
+        seen: list[Any] = []
+        added: list[Any] = []
+        proxy = Proxy.v2().on_successor_request("_x/ask", lambda p, cx: {"from": "builder"})
+
+        @proxy.on_request("_x/install")
+        def install(params: Any, cx: Any) -> Any:
+            conn = cx.connection
+            added.append(conn.add_dynamic_handler(
+                "_x/ask", lambda p, cx: {"from": "dynamic", "method": cx.method, "id": cx.id} if p.get("mine")
+                else NOT_HANDLED, from_successor=True))
+            added.append(conn.add_dynamic_handler("_x/only", lambda p, cx: {"dynamic": p["n"]}, from_successor=True))
+            added.append(conn.add_dynamic_handler(
+                "_x/note", lambda p, cx: NOT_HANDLED if seen.append((cx.method, p)) or p["pass"] else None,
+                kind="notification", from_successor=True))
+            return {}
+
+        conductor = RawPeer(serve_in_memory(proxy, engine))
+        await _proxy_ready(conductor)
+        assert (await conductor.request(1, "_x/install", {}))["result"] == {}
+        conductor.send(_wrapped("_x/ask", {"mine": True}, rid=20))
+        assert await conductor.recv() == {"jsonrpc": "2.0", "id": 20,
+                                          "result": {"from": "dynamic", "method": "_x/ask", "id": 20}}
+        conductor.send(_wrapped("_x/ask", {}, rid=21))  # passed on to the builder's handler
+        assert await conductor.recv() == {"jsonrpc": "2.0", "id": 21, "result": {"from": "builder"}}
+        conductor.send(_wrapped("_x/only", {"n": 3}, rid=22))
+        assert await conductor.recv() == {"jsonrpc": "2.0", "id": 22, "result": {"dynamic": 3}}
+        conductor.send(_wrapped("_x/note", {"pass": False}))  # taken: nothing goes out
+        conductor.send(_wrapped("_x/note", {"pass": True}))  # passed on: forwarded to the predecessor
+        assert await conductor.recv() == {"jsonrpc": "2.0", "method": "_x/note", "params": {"pass": True}}
+        assert seen == [("_x/note", {"pass": False}), ("_x/note", {"pass": True})]
+        # the predecessor's _x/only is not the successor's: forwarded to the successor, wrapped
+        conductor.send({"jsonrpc": "2.0", "id": 23, "method": "_x/only", "params": {"n": 4}})
+        out = await conductor.recv()
+        assert out["method"] == "_proxy/successor" and out["params"] == {"method": "_x/only", "params": {"n": 4}}
+        conductor.send({"jsonrpc": "2.0", "id": out["id"], "result": "downstream"})
+        assert await conductor.recv() == {"jsonrpc": "2.0", "id": 23, "result": "downstream"}
+        for handler in added:
+            handler.remove()
+        conductor.send(_wrapped("_x/only", {"n": 5}, rid=24))  # no handler left: forwarded plain
+        out = await conductor.recv()
+        assert out["method"] == "_x/only" and out["params"] == {"n": 5} and out["id"] != 24
+        conductor.send({"jsonrpc": "2.0", "id": out["id"], "result": "upstream"})
+        assert await conductor.recv() == {"jsonrpc": "2.0", "id": 24, "result": "upstream"}
+
+    run(body)
+
+
+def test_only_a_proxy_has_a_successor_side_and_it_takes_what_a_client_receives(engine: ModuleType) -> None:
+    from acp_fast.roles import Proxy
+
+    async def body() -> None:
+        a, b = memory_pair()
+        agent = Agent.v2().bind(Connection(a, engine=engine))
+        with pytest.raises(ValueError, match="successor side"):
+            agent.add_dynamic_handler("_x/any", lambda p, cx: None, from_successor=True)
+        c, d = memory_pair()
+        proxy = Proxy.v2().bind(Connection(c, engine=engine, lazy=True))
+        with pytest.raises(ValueError, match="from its successor"):  # an agent-side method
+            proxy.add_dynamic_handler("session/prompt", lambda p, cx: None, from_successor=True)
+        with pytest.raises(ValueError, match="initialization guard"):
+            proxy.add_dynamic_handler("_proxy/initialize", lambda p, cx: None, from_successor=True)
+        proxy.add_dynamic_handler("session/request_permission", lambda p, cx: None, from_successor=True).remove()
+        for conn in (agent, proxy):
+            conn.close()
+        for stream in (b, d):
+            stream.close()
+
+    run(body)
+
+
+def test_a_dynamic_handler_of_the_successor_side_sees_routes_settled_by_its_before(engine: ModuleType) -> None:
+    """The successor side's ``before`` (a proxy settling the routes of answered session
+    setups) runs ahead of its dynamic handlers too: an update that arrives in the same read
+    as the setup's response finds the route active."""
+    async def body() -> None:
+        record: dict[str, Any] = {}
+        a, b = memory_pair()
+        conn = _session_proxy(record).bind(Connection(a, engine=engine, lazy=True))
+        routes: list[Any] = []
+
+        def update(params: Any, cx: Any) -> Any:
+            route = cx.connection.proxy_sessions.get(params["sessionId"])
+            routes.append((cx.method, route.state if route else None))
+            return None  # taken: the builder's handler does not see it
+
+        conn.add_dynamic_handler("session/update", update, kind="notification", from_successor=True)
+        conductor = RawPeer(b)
+        await _proxy_ready(conductor)
+        conductor.send({"jsonrpc": "2.0", "id": 10, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}})
+        wrapped = await conductor.recv()
+        conductor.stream.write((json.dumps({"jsonrpc": "2.0", "id": wrapped["id"], "result": {"sessionId": "s1"}})
+                                + "\n" + json.dumps(_update("s1")) + "\n").encode())
+        assert await conductor.recv() == {"jsonrpc": "2.0", "id": 10, "result": {"sessionId": "s1"}}
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert routes == [("session/update", "active")]
+        assert record["routes_seen"] == []  # the dynamic handler took it
+        conn.close()
+
+    run(body)
+
+
+def test_a_successor_sides_before_runs_ahead_of_its_handlers_and_not_of_what_it_forwards(engine: ModuleType) -> None:
+    """The successor side is a side of the one dispatch, with its own ``before`` (here a
+    recording one in place of the proxy's): it runs before every handler of that side,
+    builder's or dynamic, requests and notifications, never for what the side forwards, and
+    never for the predecessor's messages."""
+    import dataclasses
+
+    from acp_fast.roles import Proxy
+    from acp_fast.roles.dispatch import Rules
+    from acp_fast.roles.proxy import ProxyConnection
+
+    events: list[Any] = []
+
+    class Recorded(ProxyConnection[int]):
+        def _rules(self) -> Rules:
+            rules = super()._rules()
+            assert rules.successor is not None
+            successor = dataclasses.replace(rules.successor, before=lambda: events.append("before"))
+            return dataclasses.replace(rules, successor=successor)
+
+    async def body() -> None:
+        builder = (Proxy.v2().on_successor_notification("_x/built", lambda p, cx: events.append("built"))
+                   .on_successor_request("_x/ask", lambda p, cx: events.append("ask") or {})
+                   .on_notification("_x/from-predecessor", lambda p, cx: events.append("predecessor")))
+        a, b = memory_pair()
+        conn = Recorded(Connection(a, engine=engine, lazy=True), builder.table())
+        conn.add_dynamic_handler("_x/dyn", lambda p, cx: events.append("dynamic"), kind="notification",
+                                 from_successor=True)
+        conductor = RawPeer(b)
+        await _proxy_ready(conductor)
+        events.clear()
+        conductor.send(_wrapped("_x/built", {}))
+        conductor.send(_wrapped("_x/dyn", {}))
+        conductor.send(_wrapped("_x/forwarded", {"k": 1}))
+        conductor.send({"jsonrpc": "2.0", "method": "_x/from-predecessor", "params": {}})
+        conductor.send(_wrapped("_x/ask", {}, rid=5))
+        assert await conductor.recv() == {"jsonrpc": "2.0", "method": "_x/forwarded", "params": {"k": 1}}
+        assert await conductor.recv() == {"jsonrpc": "2.0", "id": 5, "result": {}}
+        assert events == ["before", "built", "before", "dynamic", "predecessor", "before", "ask"]
+        conn.close()
+
+    run(body)
+
+
+# ---------------------------------------------------------------------------------------
 # nested connections
 # ---------------------------------------------------------------------------------------
 

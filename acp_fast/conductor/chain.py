@@ -31,8 +31,8 @@ Python (the methods below) sees only what a handler claims: `initialize` and the
 initialize spellings (the raw `protocolVersion` is inspected), the agent's
 `initialize` answer (version check), `$/cancel_request` (re-issued per hop, never
 forwarded), misplaced successor envelopes, envelopes outside the scanner's simple case
-(escaped keys or inner method, repeated or invalid members: the full rules below answer
--32602), batches (kept as frames), malformed lines, and the rest of any chunk after such a
+(escaped keys or inner method, repeated or other members: read by the proxies' own reader,
+`acp_fast.protocol.envelope`, which answers a malformed one -32602), batches (kept as frames), malformed lines, and the rest of any chunk after such a
 claim (so every hop's output keeps its order). It sees everything before the chain is ready,
 after upstream EOF, and when tracing (`--trace` decodes every message).
 
@@ -68,22 +68,20 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import engine as _default_engine
-from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
+from ..errors import INTERNAL_ERROR, INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import cancel_target, error_line, invalid_line_reply
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
+from ..protocol.envelope import SuccessorEnvelope
 from ..transport import Stream, memory_pair
 from . import names
 from .debug import DebugLog
 from .selection import Selection, first_version, initialize_params, proxy_mode_version, same_initialize
 from .spec import ComponentSpec, Started, describe, known_versions, start_component, validate
 from .trace import Tracer, decoded
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..engine import Message
 
 __all__ = ["Conductor", "MODES"]
 
@@ -96,7 +94,6 @@ EXPECTED_PROXY_INITIALIZE = "expected `_proxy/initialize` request"
 ONLY_CONDUCTOR = "initialize/proxy requests are only sent by the conductor"
 MISPLACED_SUCCESSOR = "successor envelopes are only accepted from proxies"
 NO_AGENT = "no agent component in list"
-BAD_ENVELOPE = "invalid successor envelope"
 TOO_MANY = "too many requests in flight"
 RESTARTED = "restarted while the chain selected its protocol version"
 
@@ -250,7 +247,8 @@ class Conductor:
         self._collect: dict[_Hop, list[bytes]] | None = None
         self._blocked = 0
         self._backlog: list[Any] = []
-        self._env_decoder = self._eng.Decoder(lazy=True)
+        #: reads the proxies' successor envelopes and writes the ones they get
+        self._envelope = SuccessorEnvelope(self._eng)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._start_task: asyncio.Task[None] | None = None
         self._done: asyncio.Future[None] | None = None
@@ -563,14 +561,14 @@ class Conductor:
                 self._error(hop, msg.id, JsonRpcError(INVALID_REQUEST, data=MISPLACED_SUCCESSOR))
             return
         self._fw.set_successor(hop.fid, msg.method)  # answer it in the spelling it used
-        inner = self._unwrap(msg)
-        if inner is None:
+        try:
+            inner = self._envelope.unwrap(msg)
+        except JsonRpcError as exc:  # a malformed envelope: -32602
             if is_request:
-                self._error(hop, msg.id, JsonRpcError(INVALID_PARAMS, data=BAD_ENVELOPE))
+                self._error(hop, msg.id, exc)
             return
         method = inner.method
-        if method is None:  # pragma: no cover - _unwrap gives notification frames only
-            return
+        assert method is not None  # a request or a notification
         if method == names.CANCEL:  # the wrapped form is accepted and treated the same
             self._cancel(hop, inner.params)
             return
@@ -582,20 +580,6 @@ class Conductor:
             self._deliver(hop, msg, is_request, method, inner.params_raw, self._nproxies - 1, True, None)
         else:
             self._deliver(hop, msg, is_request, method, inner.params_raw, hop.index + 1, False, None)
-
-    def _unwrap(self, msg: Message) -> Message | None:
-        """The envelope's inner message as a lazy frame (its params stay raw), or None."""
-        raw = msg.params_raw
-        if raw is None or raw[:1] != b"{":
-            return None
-        body = bytes(raw[1:]).lstrip()
-        if body[:1] == b"}":
-            return None
-        frames = self._env_decoder.feed(b'{"jsonrpc":"2.0",' + body + b"\n")
-        if len(frames) != 1 or frames[0].kind != self._eng.NOTIFICATION:
-            return None
-        inner: Message = frames[0]
-        return inner
 
     def _deliver(self, src: _Hop, msg: Any, is_request: bool, method: str, params_raw: Any,
                  pos: int, leftward: bool, verbatim: Any) -> None:
@@ -647,11 +631,9 @@ class Conductor:
         if verbatim is not None:
             line = eng.forward(verbatim, id=new) if is_request else eng.forward(verbatim)
         elif wrapped:
-            inner: dict[str, Any] = {"method": method}
-            if params_raw is not None:
-                inner["params"] = params_raw
-            line = (eng.encode_request(new, succ, inner) if is_request
-                    else eng.encode_notification(succ, inner))
+            envelope = self._envelope.wrap(method, params_raw)
+            line = (eng.encode_request(new, succ, envelope) if is_request
+                    else eng.encode_notification(succ, envelope))
         else:
             line = (eng.encode_request(new, method, params_raw) if is_request
                     else eng.encode_notification(method, params_raw))

@@ -48,6 +48,7 @@ from .dispatch import (
     Dispatch,
     DynamicHandler,
     Rules,
+    SideRules,
 )
 from .table import NOT_HANDLED, Handler, HandlerTable
 
@@ -156,8 +157,8 @@ class AcpConnection(Generic[Version]):
     def _rules(self) -> Rules:
         """This role's part of the dispatch (see [`Rules`][acp_fast.roles.dispatch.Rules])."""
         return Rules(context_type=self.context_type, incoming_initialize=self._incoming_initialize,
-                     initializes=self._initializes, tracked_requests=self.tracked_requests,
-                     track=self._track_session_request)
+                     initializes=self._initializes,
+                     peer=SideRules(tracked_requests=self.tracked_requests, track=self._track_session_request))
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         guarded = table.guarded and self.version >= 2
@@ -242,32 +243,45 @@ class AcpConnection(Generic[Version]):
 
     # -- handlers added at run time, nested connections ----------------------------------
 
-    def add_dynamic_handler(self, method: str, fn: Handler, *, kind: str = "request") -> DynamicHandler:
+    def add_dynamic_handler(self, method: str, fn: Handler, *, kind: str = "request",
+                            from_successor: bool = False) -> DynamicHandler:
         """Add a handler of `method` while the connection runs (Rust `add_dynamic_handler`).
 
-        Dynamic handlers are asked first, oldest first; one that returns
-        `NOT_HANDLED` (synchronously) passes the message on, finally to the builder's
-        handler and then the connection's default (-32601, ignored notification, or a
-        proxy's forwarding). They get `(params, cx)` like builder handlers; for
-        `session/update` (`kind="notification"`) on an agent or client they get
-        `(SessionUpdate, cx)` after the read gate and the session-state tracking, before
-        the builder's update handler (a proxy relays updates ungated: `(params, cx)`).
+        Dynamic handlers are asked first, oldest first; one that returns `NOT_HANDLED`
+        (synchronously) passes the message on, finally to the builder's handler and then the
+        side's default (-32601, an ignored notification, or a proxy's forwarding). They get
+        `(params, cx)` like builder handlers; for `session/update` (`kind="notification"`) on
+        an agent or client they get `(SessionUpdate, cx)` after the read gate and the
+        session-state tracking, before the builder's update handler (a proxy relays updates
+        ungated: `(params, cx)`).
+
+        Args:
+            method: the method it handles.
+            fn: the handler, `fn(params, cx)`.
+            kind: `"request"` or `"notification"`.
+            from_successor: a proxy's: handle what its successor sends (unwrapped from
+                `_proxy/successor`, like `ProxyBuilder.on_successor_request`) instead of what
+                its predecessor sends.
 
         Returns:
-            The [`DynamicHandler`][acp_fast.roles.connection.DynamicHandler]; `remove()` it (or use it as a context manager).
+            The [`DynamicHandler`][acp_fast.roles.connection.DynamicHandler]; `remove()` it (or
+            use it as a context manager).
 
         Raises:
-            ValueError: `kind` is neither `"request"` nor `"notification"`,
-                `method` is an initializing request (the guard handles those), or it is
-                not a `kind` this side receives in its version and does not start with
-                `_` (see [`acp_fast.roles.names`][acp_fast.roles.names]).
+            ValueError: `kind` is neither `"request"` nor `"notification"`, `method` is an
+                initializing request (the guard handles those), it is not a `kind` that side
+                receives in its version and does not start with `_` (see
+                [`acp_fast.roles.names`][acp_fast.roles.names]), or `from_successor` on a connection that is not a
+                proxy's.
         """
         if kind not in ("request", "notification"):
             raise ValueError(f"kind must be 'request' or 'notification', not {kind!r}")
         if kind == "request" and method in INITIALIZING:
             raise ValueError(f"{method!r} is handled by the initialization guard")
-        check_handler_method(method, version=self.version, role=self.role, kind=kind)
-        return self.dispatch.add_dynamic(kind, method, fn)
+        if from_successor and self.dispatch.successor is None:
+            raise ValueError("only a proxy's connection has a successor side")
+        check_handler_method(method, version=self.version, role=self.role, kind=kind, from_successor=from_successor)
+        return self.dispatch.add_dynamic(kind, method, fn, from_successor=from_successor)
 
     async def spawn_connection(self, builder: ConnectionBuilder[_C], transport: Transport, *,
                                engine: EngineChoice = None) -> _C:

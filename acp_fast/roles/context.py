@@ -1,15 +1,15 @@
 """The lowest layer of the builder API: request handles and what a handler's peer offers.
 
-What a handler sees, ``Context`` and ``SessionUpdate``, lives in :mod:`acp_fast.roles._hot_py`
-(the hot path's one source, compiled as ``_hot_c`` when built); this module holds the types
+What a handler sees, `Context` and `SessionUpdate`, lives in `acp_fast.roles._hot_py`
+(the hot path's one source, compiled as `_hot_c` when built); this module holds the types
 they refer to, so that nothing here imports the connection:
 
-* :class:`Peer`: the connection surface a ``Context`` and the session helpers use (an
-  :class:`~acp_fast.roles.AcpConnection` is one);
-* one request handle: every ``send_request`` returns an object of the :class:`Request`
-protocol (``id``, ``method``, ``done()``, ``cancel()``, ``detach()``, ``await``), either the
-connection's :class:`~acp_fast.jsonrpc.PendingRequest` or a :class:`SentRequest` (a request
-  whose result is checked or mapped: ``initialize``, session set-up).
+* [`Peer`][acp_fast.roles.context.Peer]: the connection surface a `Context` and the session helpers use (an
+  [`AcpConnection`][acp_fast.roles.AcpConnection] is one);
+* one request handle: every `send_request` returns an object of the [`Request`][acp_fast.roles.context.Request]
+protocol (`id`, `method`, `done()`, `cancel()`, `detach()`, `await`), either the
+connection's [`PendingRequest`][acp_fast.jsonrpc.PendingRequest] or a [`SentRequest`][acp_fast.roles.context.SentRequest] (a request
+  whose result is checked or mapped: `initialize`, session set-up).
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ Version = TypeVar("Version", bound=int, covariant=True)
 
 @runtime_checkable
 class Request(Protocol[_T_co]):
-    """The one request-handle surface (``PendingRequest`` and ``SentRequest`` both have it).
+    """The one request-handle surface (`PendingRequest` and `SentRequest` both have it).
 
-    ``await`` it for the result; ``cancel()`` sends ``$/cancel_request`` once (the handle
-    still resolves with the peer's answer); ``detach()`` forgets the request.
+    `await` it for the result; `cancel()` sends `$/cancel_request` once (the handle
+    still resolves with the peer's answer); `detach()` forgets the request.
     """
 
     @property
     def id(self) -> RequestId | None:
-        """The request's id (``None`` for a locally answered request)."""
+        """The request's id (`None` for a locally answered request)."""
 
     @property
     def method(self) -> str:
@@ -56,26 +56,26 @@ class Request(Protocol[_T_co]):
         """True once the request is answered, failed, timed out or detached."""
 
     def cancel(self) -> bool:
-        """Ask the peer to cancel (``$/cancel_request``, sent once); the handle still resolves.
+        """Ask the peer to cancel (`$/cancel_request`, sent once); the handle still resolves.
 
         Returns:
             False when nothing was sent (already answered, detached or cancelled).
         """
 
     def detach(self) -> None:
-        """Forget the request: no ``$/cancel_request``; awaiting it raises ``CancelledError``."""
+        """Forget the request: no `$/cancel_request`; awaiting it raises `CancelledError`."""
 
     def __await__(self) -> Generator[Any, None, _T_co]: ...
 
 
 class Deferred(Generic[_T]):
     """What a request handler returns when the request is answered later, through the
-    :class:`~acp_fast.jsonrpc.Responder` of ``cx.defer()`` (``AgentSession.prompt`` returns
+    [`Responder`][acp_fast.jsonrpc.Responder] of `cx.defer()` (`AgentSession.prompt` returns
     one): the connection sends nothing for it.
 
     Generic in the result the answer carries, so that a handler registered with a typed
-    method descriptor type-checks: ``AgentSession.prompt`` gives a
-    ``Deferred[PromptResponse]`` for a ``session/prompt`` handler. Returning one without
+    method descriptor type-checks: `AgentSession.prompt` gives a
+    `Deferred[PromptResponse]` for a `session/prompt` handler. Returning one without
     having deferred the request is a bug (the request would never be answered by it).
     """
 
@@ -93,12 +93,12 @@ def _consume(task: asyncio.Future[Any]) -> None:
 class SentRequest(Generic[_T]):
     """A sent request whose result is checked or mapped (initialize, session set-up).
 
-    ``await`` it for the mapped result. The check runs even if nobody awaits (so the
+    `await` it for the mapped result. The check runs even if nobody awaits (so the
     initialization guard always learns the outcome). Cancelling the awaiting task sends
-    ``$/cancel_request`` once, like :class:`~acp_fast.jsonrpc.PendingRequest`.
+    `$/cancel_request` once, like [`PendingRequest`][acp_fast.jsonrpc.PendingRequest].
 
     Attributes:
-        pending: the underlying request handle (``None`` for a locally answered request).
+        pending: the underlying request handle (`None` for a locally answered request).
         method: the request's method.
     """
 
@@ -113,7 +113,7 @@ class SentRequest(Generic[_T]):
 
     @property
     def id(self) -> int | None:
-        """The id we allocated (``None`` for a locally answered request)."""
+        """The id we allocated (`None` for a locally answered request)."""
         return None if self.pending is None else self.pending.id
 
     def done(self) -> bool:
@@ -121,11 +121,11 @@ class SentRequest(Generic[_T]):
         return self._task.done()
 
     def cancel(self) -> bool:
-        """Ask the peer to cancel (``$/cancel_request``); the handle still resolves."""
+        """Ask the peer to cancel (`$/cancel_request`); the handle still resolves."""
         return False if self.pending is None else self.pending.cancel()
 
     def detach(self) -> None:
-        """Forget the request: no ``$/cancel_request``; awaiting raises ``CancelledError``."""
+        """Forget the request: no `$/cancel_request`; awaiting raises `CancelledError`."""
         if self.pending is not None:
             self.pending.detach()
         self._task.cancel()
@@ -146,16 +146,16 @@ class SentRequest(Generic[_T]):
 
 
 class SessionUpdateSender(Protocol):
-    """``send_session_update(session_id, update, *, passthrough=False, **fields)`` of a
-    connection: sends ``session/update`` ``{"sessionId", "update", …fields}`` through the
-    write guard; returns False when it was dropped (see ``AcpConnection.send_session_update``)."""
+    """`send_session_update(session_id, update, *, passthrough=False, **fields)` of a
+    connection: sends `session/update` `{"sessionId", "update", …fields}` through the
+    write guard; returns False when it was dropped (see `AcpConnection.send_session_update`)."""
 
     def __call__(self, session_id: str, update: JsonObject, passthrough: bool = False, **fields: Json) -> bool:
-        """Send one ``session/update``."""
+        """Send one `session/update`."""
 
 
 class Peer(Protocol):
-    """What a handler's ``cx.connection`` offers (an ``AcpConnection`` or ``ProxyConnection``)."""
+    """What a handler's `cx.connection` offers (an `AcpConnection` or `ProxyConnection`)."""
 
     @property
     def version(self) -> int:
@@ -167,41 +167,41 @@ class Peer(Protocol):
 
     @property
     def guard(self) -> InitializationGuard:
-        """The connection's :class:`~acp_fast.protocol.guard.InitializationGuard`."""
+        """The connection's [`InitializationGuard`][acp_fast.protocol.guard.InitializationGuard]."""
 
     @property
     def manages_initialize(self) -> bool:
-        """True when this side answers ``initialize`` itself (negotiation applies)."""
+        """True when this side answers `initialize` itself (negotiation applies)."""
 
     def initializes(self, method: str) -> bool:
-        """Whether ``method`` is the request that initializes this side (``initialize``;
-        for a proxy ``_proxy/initialize`` in either spelling)."""
+        """Whether `method` is the request that initializes this side (`initialize`;
+        for a proxy `_proxy/initialize` in either spelling)."""
 
     def send_request(self, method: str, params: Json = None, *, passthrough: bool = False,
                      timeout: float | None = None) -> Request[Json]:
-        """Send a request through the guards; returns its handle (``await`` it for the result)."""
+        """Send a request through the guards; returns its handle (`await` it for the result)."""
 
     def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
         """Send a notification through the guards; returns False when it was dropped."""
 
     @property
     def send_session_update(self) -> SessionUpdateSender:
-        """Send ``session/update`` ``{"sessionId", "update", …fields}`` through the write guard."""
+        """Send `session/update` `{"sessionId", "update", …fields}` through the write guard."""
 
     async def drain(self) -> None:
         """Write what is queued and wait while the peer is not reading (backpressure)."""
 
     def start_task(self, coro: Coroutine[object, object, _T]) -> asyncio.Task[_T]:
-        """Run ``coro`` in the background, owned by the connection (cancelled when it closes)."""
+        """Run `coro` in the background, owned by the connection (cancelled when it closes)."""
 
 
 class SuccessorPeer(Peer, Protocol):
-    """What a proxy's handler reaches through ``cx.proxy`` (a ``ProxyConnection``): a
-    :class:`Peer` that also sends to its successor."""
+    """What a proxy's handler reaches through `cx.proxy` (a `ProxyConnection`): a
+    [`Peer`][acp_fast.roles.context.Peer] that also sends to its successor."""
 
     def send_to_successor(self, method: str, params: Json = None, *, passthrough: bool = False,
                           timeout: float | None = None) -> Request[Json]:
-        """Send a request to the successor (wrapped in ``_proxy/successor``)."""
+        """Send a request to the successor (wrapped in `_proxy/successor`)."""
 
     def notify_successor(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
-        """Send a notification to the successor (wrapped in ``_proxy/successor``)."""
+        """Send a notification to the successor (wrapped in `_proxy/successor`)."""

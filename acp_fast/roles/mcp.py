@@ -1,52 +1,55 @@
 """MCP-over-ACP (unstable): MCP servers served and called through the ACP connection.
 
 A component that *provides* an MCP server declares it in a session setup request's
-``mcpServers`` with the ACP transport, ``{"type": "acp", "name": …, "serverId": …}``; the
-agent that *consumes* it sends each MCP request as an ``mcp/message`` request
-``{serverId, requestId, method, params?}`` and gets the inner MCP outcome back as
-``{"result": …}`` or ``{"error": {code, message, data?}}`` (outer ACP errors are binding
-failures: -32602 malformed envelope or duplicate active ``(serverId, requestId)``, -32800
+`mcpServers` with the ACP transport, `{"type": "acp", "name": …, "serverId": …}`; the agent
+that *consumes* it sends each MCP request as an `mcp/message` request
+`{serverId, requestId, method, params?}` and gets the inner MCP outcome back as
+`{"result": …}` or `{"error": {code, message, data?}}` (outer ACP errors are binding
+failures: -32602 malformed envelope or duplicate active `(serverId, requestId)`, -32800
 cancelled, -33001 no such server, -33002 backend failed). Request-scoped MCP notifications
-(progress …) travel back as ``mcp/message`` notifications carrying the ``requestId`` of the
+(progress …) travel back as `mcp/message` notifications carrying the `requestId` of the
 request they belong to. The MCP side is the stateless MCP revision 2026-07-28: each request
-carries its version, client info and capabilities in ``params._meta``; there is no
-handshake, so the binding needs no connect/disconnect methods.
+carries its version, client info and capabilities in `params._meta`; there is no handshake,
+so the binding needs no connect/disconnect methods.
 
-The MCP side is the ``mcp`` package (the ``mcp`` extra); nothing here imports it until an
-MCP server is attached or a session is opened. What one ACP connection has of MCP-over-ACP
-(the servers it serves, the MCP sessions open on it) is its :class:`McpState`,
-``connection.mcp``; the ``mcp/message`` handlers are dynamic handlers of the connection, so a
-handler the builder registered for ``mcp/message`` still gets what they do not serve.
+The MCP side is the `mcp` package (the `mcp` extra); nothing here imports it until an MCP
+server is attached or a session is opened. What one ACP connection has of MCP-over-ACP (the
+servers it serves, the MCP sessions open on it) is its `McpState`, `connection.mcp`; the
+`mcp/message` handlers are ordinary dynamic handlers of the side they serve (a proxy's
+successor's side for the servers it serves its successor), so a handler the builder
+registered for `mcp/message` still gets what they do not serve, and a proxy forwards it.
 
-* Provider: :func:`~acp_fast.roles.sessions.build_session` / ``resume_session`` /
-  ``fork_session`` take ``with_mcp_servers=[…]`` (``mcp`` ``Server`` or ``MCPServer``
-  instances, zero-argument factories of one, or :class:`McpServer` to choose the name).
-  Each gets a connection-scoped server id; its route is installed and its runner (the
-  server's ``run`` over an in-memory stream pair) started *before* the setup request is
-  published, and messages sent while the runner starts are queued. A successful setup
-  keeps the attachment for the connection's lifetime; a failed or cancelled one removes it.
-* Proxy: ``Proxy.v2().with_mcp_server(server)`` attaches one server for the connection and
-  adds its declaration to every ``session/new`` / ``session/resume`` / ``session/fork``
-  sent to the successor, touching nothing but ``mcpServers``.
-* Consumer: :func:`open_mcp_session` (in an agent's handler) yields an ``mcp``
-  ``ClientSession`` talking to a declared server over the ACP connection;
-  :func:`acp_mcp_servers` lists the ACP-transport declarations of a setup request.
+- Provider: `acp_fast.roles.sessions.build_session` / `resume_session` / `fork_session` take
+  `with_mcp_servers=[…]` (`mcp` `Server` or `MCPServer` instances, zero-argument factories of
+  one, or `McpServer` to choose the name). Each gets a connection-scoped server id; its route
+  is installed and its runner (the server's `run` over an in-memory stream pair) started
+  *before* the setup request is published, and messages sent while the runner starts are
+  queued. A successful setup keeps the attachment for the connection's lifetime; a failed or
+  cancelled one removes it.
+- Proxy: `Proxy.v2().with_mcp_server(server)` attaches one server for the connection and adds
+  its declaration to every `session/new` / `session/resume` / `session/fork` sent to the
+  successor, touching nothing but `mcpServers`.
+- Consumer: `open_mcp_session` (in an agent's handler) yields an `mcp` `ClientSession` talking
+  to a declared server over the ACP connection; `acp_mcp_servers` lists the ACP-transport
+  declarations of a setup request.
 
-Example (client side, then agent side)::
+Example (client side, then agent side):
 
-    from mcp.server.mcpserver import MCPServer
+```python
+from mcp.server.mcpserver import MCPServer
 
-    tools = MCPServer("tools")
+tools = MCPServer("tools")
 
-    @tools.tool()
-    def add(a: int, b: int) -> int:
-        return a + b
+@tools.tool()
+def add(a: int, b: int) -> int:
+    return a + b
 
-    opened = await conn.build_session("/work", with_mcp_servers=[tools])
+opened = await conn.build_session("/work", with_mcp_servers=[tools])
 
-    # in the agent, with the declaration received in session/new:
-    async with open_mcp_session(cx.connection, declaration) as mcp:
-        result = await mcp.call_tool("add", {"a": 1, "b": 2})
+# in the agent, with the declaration received in session/new:
+async with open_mcp_session(cx.connection, declaration) as mcp:
+    result = await mcp.call_tool("add", {"a": 1, "b": 2})
+```
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from ..errors import INVALID_PARAMS, REQUEST_CANCELLED, JsonRpcError
 from ..jsontypes import Json, JsonObject
 from ..protocol.facts import MCP_MESSAGE, SETUP_METHODS
-from .context import Peer, SentRequest, SuccessorPeer
+from .context import Peer, SentRequest
 from .table import NOT_HANDLED
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,7 +80,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._hot import Context
     from .context import Request
     from .dispatch import DynamicHandler
-    from .table import Handler, HandlerTable
+    from .table import Handler
 
 __all__ = [
     "ACP_TRANSPORT",
@@ -86,6 +89,7 @@ __all__ = [
     "SERVER_UNAVAILABLE",
     "McpAttachment",
     "McpCalls",
+    "McpPeer",
     "McpRoutes",
     "McpServer",
     "McpServerHost",
@@ -120,35 +124,45 @@ def _token_hex(nbytes: int) -> str:
 
 
 
-class McpConnection(Peer, Protocol):
-    """What the MCP-over-ACP binding needs of a connection (every ``AcpConnection`` is one):
-    a :class:`~acp_fast.roles.context.Peer` with its MCP state, its handler table, run-time
-    handlers and its closing."""
+class McpPeer(Protocol):
+    """The peer an `McpRoutes` serves its MCP servers to: the servers' notifications are sent
+    to it, and its `mcp/message` requests come through a handler added to it.
+
+    A connection is the peer of its own peer's messages; a proxy's successor is reached through
+    the proxy (`ProxyConnection.serve_mcp_server` serves it).
+    """
+
+    def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
+        """Send a notification to the peer; returns False when it was dropped."""
+
+    def add_dynamic_handler(self, method: str, fn: Handler, *, kind: str = "request") -> DynamicHandler:
+        """Add a handler of the peer's `method` messages while the connection runs."""
+
+
+class McpConnection(Peer, McpPeer, Protocol):
+    """What the MCP-over-ACP binding needs of a connection (every `AcpConnection` is one): a
+    `Peer` with its MCP state, run-time handlers and its closing."""
 
     @property
     def mcp(self) -> McpState:
         """The connection's MCP-over-ACP state."""
 
-    @property
-    def table(self) -> HandlerTable:
-        """The builder's handler table."""
 
-    def add_dynamic_handler(self, method: str, fn: Handler, *, kind: str = "request") -> DynamicHandler:
-        """Add a handler of ``method`` while the connection runs."""
+class McpProxyConnection(McpConnection, Protocol):
+    """A proxy's connection as the MCP binding sees it (a `ProxyConnection`): an
+    `McpConnection` that serves MCP servers to its successor."""
 
-
-class McpProxyConnection(McpConnection, SuccessorPeer, Protocol):
-    """A proxy's connection as the MCP binding sees it (a ``ProxyConnection``): an
-    :class:`McpConnection` that also sends to its successor."""
+    def serve_mcp_server(self, server: McpServerLike) -> McpServerHost:
+        """Serve `server` to the successor under one connection-scoped server id."""
 
 
 class McpServer:
     """An MCP server to attach, with the name it is declared under.
 
     Args:
-        server: an ``mcp`` ``Server`` / ``MCPServer``, or a zero-argument factory of one
+        server: an `mcp` `Server` / `MCPServer`, or a zero-argument factory of one
             (called when the runner starts).
-        name: the declaration's ``name`` (default: the server's ``name``, else ``"mcp"``).
+        name: the declaration's `name` (default: the server's `name`, else `"mcp"`).
     """
 
     __slots__ = ("name", "server")
@@ -159,11 +173,11 @@ class McpServer:
 
     @classmethod
     def of(cls, value: McpServerLike) -> McpServer:
-        """``value`` when it is an :class:`McpServer`, else ``McpServer(value)`` (its own name)."""
+        """`value` when it is an [`McpServer`][acp_fast.roles.mcp.McpServer], else `McpServer(value)` (its own name)."""
         return value if isinstance(value, McpServer) else cls(value)
 
     def check(self) -> None:
-        """Raise ``TypeError`` unless ``server`` is an ``mcp`` server or a callable."""
+        """Raise `TypeError` unless `server` is an `mcp` server or a callable."""
         from mcp.server.lowlevel import Server
         from mcp.server.mcpserver import MCPServer
 
@@ -171,7 +185,7 @@ class McpServer:
             raise TypeError(f"not an mcp Server, MCPServer or a factory of one: {self.server!r}")
 
     def resolve(self) -> tuple[Server, str]:
-        """The low-level ``mcp`` server to run and the declared name."""
+        """The low-level `mcp` server to run and the declared name."""
         from mcp.server.lowlevel import Server
         from mcp.server.mcpserver import MCPServer
 
@@ -226,11 +240,11 @@ def _check_envelope(params: Json) -> tuple[str, str, str, JsonObject | None]:
 
 
 class McpServerHost:
-    """One MCP server served on one ACP connection under ``server_id`` (the runner).
+    """One MCP server served on one ACP connection under `server_id` (the runner).
 
-    The server runs over an in-memory stream pair (its ``run``), started by :meth:`start`;
-    requests arriving before it is up are queued in the stream. ``notify(params)`` sends an
-    ``mcp/message`` notification towards the consumer.
+    The server runs over an in-memory stream pair (its `run`), started by `start`;
+    requests arriving before it is up are queued in the stream. `notify(params)` sends an
+    `mcp/message` notification towards the consumer.
     """
 
     def __init__(self, spec: McpServer, server_id: str, notify: Callable[[JsonObject], object]) -> None:
@@ -250,7 +264,7 @@ class McpServerHost:
 
     @property
     def declaration(self) -> JsonObject:
-        """The ``mcpServers`` entry: ``{"type": "acp", "name": …, "serverId": …}``."""
+        """The `mcpServers` entry: `{"type": "acp", "name": …, "serverId": …}`."""
         return {"type": ACP_TRANSPORT, "name": self.name, "serverId": self.server_id}
 
     @property
@@ -317,7 +331,7 @@ class McpServerHost:
 
     async def handle(self, rctx: RequestContext, request_id: str, method: str,
                      params: JsonObject | None) -> JsonObject:
-        """Serve one ``mcp/message`` request; returns the outcome carrier."""
+        """Serve one `mcp/message` request; returns the outcome carrier."""
         from mcp.types import JSONRPCNotification, JSONRPCRequest
 
         if self._closed:
@@ -369,26 +383,35 @@ class McpServerHost:
 
 
 class McpRoutes:
-    """The MCP servers one ACP connection serves, by server id (connection-scoped).
+    """The MCP servers one ACP connection serves to one peer, by server id (connection-scoped).
 
-    Its ``mcp/message`` handler is a dynamic handler of the connection
-    (:meth:`~acp_fast.roles.AcpConnection.add_dynamic_handler`): a request for a server id it
-    does not serve (or not an ``mcp/message`` envelope at all) goes on to the connection's own
-    ``mcp/message`` handler when the builder registered one, else is answered -33001 (-32602).
-    A proxy's routes (``towards_successor``) serve the requests of its successor
-    (:func:`successor_request`) and register nothing.
+    Its `mcp/message` handler is a dynamic handler of the peer's messages
+    (`AcpConnection.add_dynamic_handler`, added with the first server): a request for a
+    server id it does not serve (or not an `mcp/message` envelope at all) goes on when
+    something else takes it (the builder's own `mcp/message` handler, a proxy's forwarding),
+    else is answered -33001 (-32602).
+
+    Args:
+        connection: the connection.
+        peer: the peer the servers are served to (default: the connection's own peer; a
+            proxy's successor for `ProxyConnection.serve_mcp_server`).
+
+    Attributes:
+        connection: the connection.
+        peer: the peer the servers are served to.
+        hosts: server id -> the server's `McpServerHost`.
     """
 
-    def __init__(self, connection: McpConnection, *, towards_successor: bool = False) -> None:
+    def __init__(self, connection: McpConnection, peer: McpPeer | None = None) -> None:
         self.connection = connection
+        self.peer: McpPeer = peer if peer is not None else connection
         self.hosts: dict[str, McpServerHost] = {}
         self._used: set[str] = set()
-        self._towards_successor = towards_successor
-        self._installed = False
+        self._handler: DynamicHandler | None = None
         connection.closed.add_done_callback(lambda _f: self.close())
 
     def new_id(self) -> str:
-        """A server id not used on this connection before (``acp-fast-mcp-<16 hex>``)."""
+        """A server id not used on this connection before (`acp-fast-mcp-<16 hex>`)."""
         while True:
             server_id = "acp-fast-mcp-" + _token_hex(8)
             if server_id not in self._used:
@@ -396,45 +419,43 @@ class McpRoutes:
                 return server_id
 
     def _notify(self, params: JsonObject) -> bool:
-        if self._towards_successor:  # a proxy's routes (see install_proxy_server)
-            return cast("McpProxyConnection", self.connection).notify_successor(MCP_MESSAGE, params)
-        return self.connection.send_notification(MCP_MESSAGE, params)
+        return self.peer.send_notification(MCP_MESSAGE, params)
 
     def add(self, spec: McpServer) -> McpServerHost:
-        """Serve ``spec`` under a new server id (its runner started now); returns its host."""
+        """Serve `spec` under a new server id (its runner started now); returns its host."""
         host = McpServerHost(spec, self.new_id(), self._notify)
         self.hosts[host.server_id] = host
-        if not self._installed and not self._towards_successor:
-            self._installed = True
-            self.connection.add_dynamic_handler(MCP_MESSAGE, self.on_request)
+        if self._handler is None:
+            self._handler = self.peer.add_dynamic_handler(MCP_MESSAGE, self.on_request)
         host.start()
         return host
 
     def remove(self, host: McpServerHost) -> None:
-        """Stop serving ``host`` (its active and later requests fail with -33001)."""
+        """Stop serving `host` (its active and later requests fail with -33001)."""
         if self.hosts.get(host.server_id) is host:
             del self.hosts[host.server_id]
         host.close()
 
     def route(self, params: Json) -> tuple[McpServerHost | None, str, str, JsonObject | None]:
-        """``(host or None, requestId, method, inner params)`` of an ``mcp/message`` envelope.
+        """`(host or None, requestId, method, inner params)` of an `mcp/message` envelope.
 
         Raises:
-            JsonRpcError: -32602 when ``params`` is not an ``mcp/message`` envelope.
+            JsonRpcError: -32602 when `params` is not an `mcp/message` envelope.
         """
         server_id, request_id, method, inner = _check_envelope(params)
         return self.hosts.get(server_id), request_id, method, inner
 
     def on_request(self, params: Json, cx: Context) -> RequestResult:
-        """The ``mcp/message`` request handler (``(params, cx)``, a dynamic handler)."""
+        """The `mcp/message` request handler (`(params, cx)`, a dynamic handler)."""
+        passes_on = self._handler is not None and self._handler.passes_on
         try:
             host, request_id, method, inner = self.route(params)
         except JsonRpcError:
-            if MCP_MESSAGE in self.connection.table.requests:
+            if passes_on:
                 return NOT_HANDLED
             raise
         if host is None:
-            if MCP_MESSAGE in self.connection.table.requests:
+            if passes_on:
                 return NOT_HANDLED
             raise _error(SERVER_UNAVAILABLE, f"no MCP server registered for serverId {params.get('serverId')!r}")
         return host.handle(cast("RequestContext", cx.request), request_id, method, inner)  # a request's cx
@@ -447,13 +468,13 @@ class McpRoutes:
 
 
 class McpState:
-    """The MCP-over-ACP state of one ACP connection: its :attr:`~acp_fast.roles.AcpConnection.mcp`.
+    """The MCP-over-ACP state of one ACP connection: its [`mcp`][acp_fast.roles.AcpConnection.mcp].
 
     Attributes:
         connection: the connection.
-        routes: the MCP servers it serves (:class:`McpRoutes`), ``None`` until one is attached.
-        calls: the routing of ``mcp/message`` notifications to the MCP sessions open on it
-            (:class:`McpCalls`), ``None`` until :func:`open_mcp_session` opens one.
+        routes: the MCP servers it serves (`McpRoutes`), `None` until one is attached.
+        calls: the routing of `mcp/message` notifications to the MCP sessions open on it
+            (`McpCalls`), `None` until [`open_mcp_session`][acp_fast.roles.mcp.open_mcp_session] opens one.
     """
 
     __slots__ = ("calls", "connection", "routes")
@@ -463,15 +484,15 @@ class McpState:
         self.routes: McpRoutes | None = None
         self.calls: McpCalls | None = None
 
-    def serve(self, *, towards_successor: bool = False) -> McpRoutes:
-        """The connection's :class:`McpRoutes` (made on first use, ``towards_successor``
-        deciding where its servers' notifications go and who their requests come from)."""
+    def serve(self, peer: McpPeer | None = None) -> McpRoutes:
+        """The connection's `McpRoutes` (made on first use, serving `peer`: by default the
+        connection's own peer)."""
         if self.routes is None:
-            self.routes = McpRoutes(self.connection, towards_successor=towards_successor)
+            self.routes = McpRoutes(self.connection, peer)
         return self.routes
 
     def consume(self) -> McpCalls:
-        """The connection's :class:`McpCalls` (made on first use)."""
+        """The connection's `McpCalls` (made on first use)."""
         if self.calls is None:
             self.calls = McpCalls(self.connection)
         return self.calls
@@ -481,9 +502,9 @@ class McpAttachment:
     """The MCP servers attached to one session setup request (pending until it succeeds).
 
     Attributes:
-        hosts: the attached servers (their ``server_id`` and ``declaration``).
-        state: ``"pending"``, ``"attached"`` (kept for the connection's lifetime) or
-            ``"removed"`` (the setup failed or was cancelled).
+        hosts: the attached servers (their `server_id` and `declaration`).
+        state: `"pending"`, `"attached"` (kept for the connection's lifetime) or
+            `"removed"` (the setup failed or was cancelled).
     """
 
     def __init__(self, routes: McpRoutes, hosts: list[McpServerHost]) -> None:
@@ -493,16 +514,16 @@ class McpAttachment:
 
     @property
     def declarations(self) -> list[JsonObject]:
-        """The ``mcpServers`` entries of the attached servers, in order."""
+        """The `mcpServers` entries of the attached servers, in order."""
         return [host.declaration for host in self.hosts]
 
     def promote(self) -> None:
-        """The setup succeeded: a pending attachment becomes ``"attached"``."""
+        """The setup succeeded: a pending attachment becomes `"attached"`."""
         if self.state == "pending":
             self.state = "attached"
 
     def remove(self) -> None:
-        """The setup failed or was cancelled: stop serving the servers (once); ``"removed"``."""
+        """The setup failed or was cancelled: stop serving the servers (once); `"removed"`."""
         if self.state != "removed":
             self.state = "removed"
             for host in self.hosts:
@@ -513,7 +534,7 @@ class McpSetupRequest(SentRequest[_T]):
     """A session setup request with MCP servers attached.
 
     Attributes:
-        mcp: the :class:`McpAttachment` (pending until the setup succeeds).
+        mcp: the `McpAttachment` (pending until the setup succeeds).
     """
 
     __slots__ = ("mcp",)
@@ -530,14 +551,14 @@ def attach_for_setup(
     mcp_servers: Sequence[Mapping[str, Json]] | None,
     publish: Callable[[list[Mapping[str, Json]]], SentRequest[_T]],
 ) -> McpSetupRequest[_T]:
-    """Attach ``servers`` for one setup request, then ``publish(mcp_servers + declarations)``.
+    """Attach `servers` for one setup request, then `publish(mcp_servers + declarations)`.
 
-    Routes are installed and runners started before ``publish`` runs; the returned request
+    Routes are installed and runners started before `publish` runs; the returned request
     resolves like the published one, and promotes the attachment on success or removes it
     on any failure (error response, cancellation, closed connection).
 
     Raises:
-        TypeError: ``connection`` does not speak v2.
+        TypeError: `connection` does not speak v2.
     """
     if connection.version < 2:
         raise TypeError("MCP-over-ACP session attachments need a v2 connection (Client.v2())")
@@ -565,7 +586,7 @@ def attach_for_setup(
 
 
 def attachments(connection: McpConnection) -> dict[str, McpServerHost]:
-    """The MCP servers ``connection`` currently serves, by server id (for inspection)."""
+    """The MCP servers `connection` currently serves, by server id (for inspection)."""
     routes = connection.mcp.routes
     return dict(routes.hosts) if routes is not None else {}
 
@@ -574,30 +595,22 @@ def attachments(connection: McpConnection) -> dict[str, McpServerHost]:
 
 
 def install_proxy_server(connection: McpProxyConnection, server: McpServerLike) -> McpServerHost:
-    """Serve ``server`` on a v2 proxy connection under one connection-scoped id.
+    """Serve `server` on a v2 proxy connection under one connection-scoped id: the same as
+    `ProxyConnection.serve_mcp_server`.
 
-    Its declaration is added to the ``mcpServers`` of every setup request the proxy sends
-    to its successor; ``mcp/message`` requests from the successor for that id are served,
-    others are forwarded as usual.
+    Its declaration is added to the `mcpServers` of every setup request the proxy sends to its
+    successor; `mcp/message` requests from the successor for that id are served, others are
+    forwarded as usual.
+
+    Returns:
+        The server's `McpServerHost`.
     """
-    routes = connection.mcp.serve(towards_successor=True)
-    return routes.add(McpServer.of(server))
-
-
-def successor_request(connection: McpProxyConnection, rctx: RequestContext, params: Json) -> RequestResult:
-    """A proxy's ``mcp/message`` request from its successor: served when the server id is
-    one of this proxy's, else ``NotImplemented`` (forward it)."""
-    routes = connection.mcp.routes
-    if routes is None or type(params) is not dict or params.get("serverId") not in routes.hosts:
-        return NotImplemented
-    host, request_id, method, inner = routes.route(params)
-    assert host is not None
-    return host.handle(rctx, request_id, method, inner)
+    return connection.serve_mcp_server(server)
 
 
 def with_declaration(method: str, params: Json, declaration: Mapping[str, Json]) -> Json:
-    """The params of a ``method`` request a proxy sends to its successor: for a session
-    setup request, with ``declaration`` appended to ``mcpServers`` (nothing else changed)."""
+    """The params of a `method` request a proxy sends to its successor: for a session
+    setup request, with `declaration` appended to `mcpServers` (nothing else changed)."""
     if method not in SETUP_METHODS or type(params) is not dict:
         return params
     servers = params.get("mcpServers")
@@ -610,7 +623,7 @@ def with_declaration(method: str, params: Json, declaration: Mapping[str, Json])
 
 
 def acp_mcp_servers(params: Json) -> list[JsonObject]:
-    """The ACP-transport declarations in a setup request's ``mcpServers``."""
+    """The ACP-transport declarations in a setup request's `mcpServers`."""
     servers = params.get("mcpServers") if type(params) is dict else None
     if type(servers) is not list:
         return []
@@ -619,7 +632,7 @@ def acp_mcp_servers(params: Json) -> list[JsonObject]:
 
 
 class McpCalls:
-    """Routes incoming ``mcp/message`` notifications to the open MCP session owning the
+    """Routes incoming `mcp/message` notifications to the open MCP session owning the
     request (a dynamic notification handler of the connection; a notification no open session
     owns goes on to the connection's own handler, if any)."""
 
@@ -628,7 +641,7 @@ class McpCalls:
         connection.add_dynamic_handler(MCP_MESSAGE, self.on_notification, kind="notification")
 
     def on_notification(self, params: Json, cx: Context) -> object:
-        """The ``mcp/message`` notification handler (``(params, cx)``, a dynamic handler)."""
+        """The `mcp/message` notification handler (`(params, cx)`, a dynamic handler)."""
         if type(params) is not dict:
             return NOT_HANDLED
         owner = self.owners.get((params.get("serverId"), params.get("requestId")))  # type: ignore[arg-type]
@@ -644,15 +657,15 @@ _SESSION_IDS = itertools.count(1)
 @contextlib.asynccontextmanager
 async def open_mcp_session(connection: Peer, server: Mapping[str, Json] | str, *,
                            discover: bool = True, **session_kwargs: object) -> AsyncIterator[ClientSession]:
-    """An ``mcp`` ``ClientSession`` to a server declared with the ACP transport.
+    """An `mcp` `ClientSession` to a server declared with the ACP transport.
 
-    Each MCP request becomes an ``mcp/message`` request on ``connection`` (an agent's
-    connection: ``cx.connection``); its cancellation sends ``$/cancel_request``.
+    Each MCP request becomes an `mcp/message` request on `connection` (an agent's
+    connection: `cx.connection`); its cancellation sends `$/cancel_request`.
 
     Args:
-        server: the declaration (``{"type": "acp", "serverId": …}``) or the server id.
-        discover: probe ``server/discover`` first (adopting the stateless MCP revision).
-        **session_kwargs: passed to ``ClientSession`` (``client_info``, callbacks …).
+        server: the declaration (`{"type": "acp", "serverId": …}`) or the server id.
+        discover: probe `server/discover` first (adopting the stateless MCP revision).
+        **session_kwargs: passed to `ClientSession` (`client_info`, callbacks …).
     """
     import anyio
     from mcp.client.session import ClientSession

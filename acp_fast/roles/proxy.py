@@ -1,36 +1,43 @@
-"""A proxy's connection to its predecessor: :class:`ProxyConnection` (protocol.md §6.7, §8).
+"""A proxy's connection to its predecessor: `ProxyConnection` (protocol.md §6.7, §8).
 
-A proxy is initialized by ``_proxy/initialize`` (exact version match), talks to its
-successor through ``_proxy/successor`` envelopes on the same connection, and forwards
-whatever it does not handle: requests and notifications from the predecessor go to the
-successor, and vice versa. ``$/cancel_request`` is hop-local and never forwarded; a
-forwarded request is cancelled downstream when the upstream caller cancels it.
+A proxy is initialized by `_proxy/initialize` (exact version match), talks to its successor
+through `_proxy/successor` envelopes on the same connection, and forwards whatever it does
+not handle: requests and notifications from the predecessor go to the successor, and vice
+versa. `$/cancel_request` is hop-local and never forwarded; a forwarded request is
+cancelled downstream when the upstream caller cancels it.
+
+Both directions go through the connection's one `Dispatch` (`acp_fast.roles.dispatch`): the
+predecessor's messages on its predecessor side, the successor's on its successor side, each
+with the builder's handlers of that side (`on_request`, `on_successor_request`, …), the
+handlers added at run time (`add_dynamic_handler(..., from_successor=True)` for the
+successor's) and this module's rules: settle the routes of answered session setups before a
+handler runs, forward what no handler takes.
 
 The pass-through path (what no handler claims) never decodes what it only forwards. A
-proxy's JSON-RPC connection decodes lazily (``Decoder(lazy=True)``: the envelope only). A
-message from the predecessor is wrapped by splicing its ``params`` bytes into a new
-``{"method":…,"params":…}`` envelope; a ``_proxy/successor`` envelope from the successor is
-unwrapped by re-reading its params bytes as a lazy message (``{"jsonrpc":"2.0",`` in place
-of their ``{``), whose ``params`` bytes are then sent on; a forwarded request's result comes
-back as bytes too (``raw=True``) and is answered verbatim. Envelope members other than
-``method``/``params`` (its ``_meta``: hop-local) are dropped; the inner ``params`` (with
-their ``_meta``) and results pass byte for byte, whatever their spacing or escapes.
+proxy's JSON-RPC connection decodes lazily (`Decoder(lazy=True)`: the envelope only), and the
+successor envelope is read and written by `acp_fast.protocol.envelope`, the conductor's
+reader too: a message from the predecessor is wrapped by splicing its `params` bytes into a
+new `{"method":…,"params":…}` envelope; an envelope from the successor is unwrapped by
+re-reading its params bytes as a lazy message, whose `params` bytes are then sent on; a
+forwarded request's result comes back as bytes too (`raw=True`) and is answered verbatim.
+Envelope members other than `method`/`params` (its `_meta`: hop-local) are dropped; the inner
+`params` (with their `_meta`) and results pass byte for byte, whatever their spacing or
+escapes.
 
 What a pass-through forward validates: every line is fully validated by the decoder before
-anything is forwarded (UTF-8, strict JSON syntax, nesting depth, the JSON-RPC envelope
-rules), and the inner message of an envelope again by the re-read (a string ``method``;
-``params`` an object, an array, null or absent); ``$/cancel_request`` is consumed (plain
-or wrapped) and re-issued per hop; an ``initialize`` from the successor is refused
-(-32600). The proxy's initialization guard is unchecked, as before: it refuses a plain
-``initialize`` (-32600) and lets everything else through. What it does not validate:
-``params`` and results against the ACP schema or the wire surface of the version (a proxy
-relays, its endpoints check; ``session/update`` is not read-gated). Envelopes the re-read
-does not take (a malformed one, or an odd valid one with an ``id``/``jsonrpc``/``result``/
-``error`` member or a repeated ``method``/``params``) take the decoded path: -32602 for a
-malformed request envelope, a dropped notification, the same value forwarded otherwise.
-Handlers (``on_request``, ``on_successor_notification``, …) get decoded params;
-``initialize`` and, with ``with_mcp_server``, the session setup requests are forwarded
-decoded (the version is pinned, the MCP declaration added).
+anything is forwarded (UTF-8, strict JSON syntax, nesting depth, the JSON-RPC envelope rules),
+and the inner message of an envelope again by the re-read (a string `method`; `params` an
+object, an array, null or absent); `$/cancel_request` is consumed (plain or wrapped) and
+re-issued per hop; an `initialize` from the successor is refused (-32600). The proxy's
+initialization guard is unchecked, as before: it refuses a plain `initialize` (-32600) and
+lets everything else through. What it does not validate: `params` and results against the
+ACP schema or the wire surface of the version (a proxy relays, its endpoints check;
+`session/update` is not read-gated). An envelope the re-read does not take is read from its
+decoded params: -32602 for a malformed request envelope, a dropped notification, the same
+value forwarded for an odd but valid one (an `id`, `jsonrpc`, `result` or `error` member, a
+repeated `method`/`params`). Handlers get decoded params; `initialize` and, with
+`with_mcp_server`, the session setup requests are forwarded decoded (the version is pinned,
+the MCP declaration added).
 """
 
 from __future__ import annotations
@@ -40,20 +47,20 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._rawjson import RawJson
-from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, REQUEST_CANCELLED, JsonRpcError
-from ..jsonrpc import CANCEL_METHOD, Connection, PendingRequest, RequestContext, RequestResult, Responder
+from ..errors import INTERNAL_ERROR, INVALID_REQUEST, REQUEST_CANCELLED, JsonRpcError
+from ..jsonrpc import Connection, PendingRequest, RequestContext, RequestResult, Responder
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
-from ..protocol.guard import PROXY_DATA, InitializationGuard
-from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC, SESSION_UPDATE, AcpConnection
-from .dispatch import Rules
-from ._hot import ProxyContext
-from .context import Request, SentRequest, Version
-from ..protocol.facts import MCP_MESSAGE, SETUP_METHODS
+from ..protocol.envelope import SuccessorEnvelope, successor_for
+from ..protocol.facts import INITIALIZING_METHODS, SETUP_METHODS
 from ..protocol.facts import PROXY_SUCCESSOR as SUCCESSOR
 from ..protocol.facts import PROXY_SUCCESSOR_SPEC as SUCCESSOR_SPEC
-from .mcp import McpServerHost, install_proxy_server, successor_request, with_declaration
+from ..protocol.guard import PROXY_DATA, InitializationGuard
+from ._hot import ProxyContext
+from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC, SESSION_UPDATE, AcpConnection
+from .context import Request, SentRequest, Version
+from .dispatch import DynamicHandler, Rules, SideRules
+from .mcp import McpServer, McpServerHost, with_declaration
 from .sessions import OpenedSession, SessionSetup, SessionStates, V2Session
 from .table import Handler, HandlerTable
 
@@ -66,42 +73,25 @@ __all__ = ["SUCCESSOR", "SUCCESSOR_SPEC", "ProxyConnection", "ProxySessionRoute"
 logger = logging.getLogger("acp_fast.roles")
 _T = TypeVar("_T")
 
-#: both spellings of the successor envelope (``SUCCESSOR_SPEC`` is used towards a predecessor
-#: that initialized this proxy with ``proxy/initialize``), in a fixed order
-_SUCCESSORS = (SUCCESSOR, SUCCESSOR_SPEC)
-#: the envelope params re-read as a message: this head replaces their ``{``
-_INNER_HEAD = b'{"jsonrpc":"2.0",'
-#: params at least this long are joined in one copy (shorter ones: concatenation is quicker)
-_JOIN_AT = 2048
-#: the most method names whose encoded envelope head is cached per connection
-_MAX_HEADS = 256
 _PROXY_SEND_DATA = (
     "proxy initialization must be sent as a logical `initialize` message to the successor; "
     "`_proxy/successor` wrapping is applied by connection routing"
 )
 
 
-def _unwrap(params: Json) -> tuple[str, Json]:
-    method = params.get("method") if type(params) is dict else None
-    inner = params.get("params") if type(params) is dict else None
-    if type(method) is not str or (inner is not None and type(inner) not in (dict, list)):
-        raise JsonRpcError(INVALID_PARAMS, data="invalid `_proxy/successor` envelope")
-    return method, inner
-
-
 class ProxySessionRoute:
-    """A proxy's route of one session started through ``on_proxy_session_start``.
+    """A proxy's route of one session started through `on_proxy_session_start`.
 
     Installed before later inbound traffic of the session is dispatched (for resume, before
-    the downstream request is published: ``state == "pending"`` until it succeeds); kept
+    the downstream request is published: `state == "pending"` until it succeeds); kept
     for the connection's lifetime once the setup succeeded; dropped when it failed or was
-    cancelled. Per-session attachments (e.g. MCP servers) hang on :attr:`attachments`.
+    cancelled. Per-session attachments (e.g. MCP servers) hang on `attachments`.
 
     Attributes:
         session_id: the session (fork: the new id from the response).
-        operation: ``"new"``, ``"resume"`` or ``"fork"``.
-        state: ``"pending"`` or ``"active"``.
-        response: the complete setup response (``None`` while pending).
+        operation: `"new"`, `"resume"` or `"fork"`.
+        state: `"pending"` or `"active"`.
+        response: the complete setup response (`None` while pending).
         attachments: per-session things that live as long as the route.
     """
 
@@ -119,8 +109,9 @@ class ProxySessionRoute:
 
 
 class _SuccessorPeer:
-    """The successor seen as a session peer: a :class:`V2Session` made by a proxy's
-    ``on_proxy_session_start`` sends its commands downstream."""
+    """The successor seen as a peer: a `V2Session` made by a proxy's `on_proxy_session_start`
+    sends its commands downstream, and the MCP servers a proxy serves its successor
+    (`serve_mcp_server`) take the requests it sends."""
 
     __slots__ = ("proxy",)
 
@@ -143,6 +134,9 @@ class _SuccessorPeer:
 
     def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
         return self.proxy.notify_successor(method, params, passthrough=passthrough)
+
+    def add_dynamic_handler(self, method: str, fn: Handler, *, kind: str = "request") -> DynamicHandler:
+        return self.proxy.add_dynamic_handler(method, fn, kind=kind, from_successor=True)
 
     def mapped_request(self, method: str, params: Json, fn: Callable[[Json], _T], *,
                        settle: bool = False) -> SentRequest[_T]:
@@ -188,12 +182,14 @@ def _done_result(pending: Request[Json]) -> Json:
 
 
 class ProxyConnection(AcpConnection[Version]):
-    """The connection of a built proxy (``Proxy.builder()`` / ``Proxy.v2()``).
+    """The connection of a built proxy (`Proxy.builder()` / `Proxy.v2()`).
 
-    Unhandled requests and notifications from the predecessor are forwarded to the
-    successor, and those from the successor (inside ``_proxy/successor``) to the
-    predecessor. Handlers registered with ``on_successor_request`` /
-    ``on_successor_notification`` see the successor's messages unwrapped.
+    Unhandled requests and notifications from the predecessor are forwarded to the successor,
+    and those from the successor (inside `_proxy/successor`) to the predecessor. Handlers of
+    the successor's messages (`on_successor_request` / `on_successor_notification`, and
+    `add_dynamic_handler(..., from_successor=True)`) see them unwrapped: `cx.message` is the
+    inner message (`cx.method` its method), and a request is answered through the envelope's
+    request (`cx.id` is the envelope's id).
     """
 
     role = "proxy"
@@ -212,22 +208,16 @@ class ProxyConnection(AcpConnection[Version]):
         #: session id -> route of the sessions started with ``on_proxy_session_start``
         self.proxy_sessions: dict[str, ProxySessionRoute] = {}
         self._pending_setups: list[_PendingSetup] = []
-        eng: Any = conn.engine
-        #: re-reads envelope params as a lazy message (see :meth:`_inner`)
-        self._inner_decoder = eng.Decoder(lazy=True)
-        self._inner_kind: int = eng.NOTIFICATION
-        self._encode_value: Callable[[Any], bytes] = eng.encode_value
-        #: method -> encoded envelope head ``{"method":"…"`` (bounded)
-        self._heads: dict[str, bytes] = {}
-        self._successor_notifications = table.successor_notifications
-        self._splice_in_dict = getattr(eng, "IMPLEMENTATION", "") == "c"
+        #: reads the successor's envelopes and writes ours (`acp_fast.protocol.envelope`)
+        self._envelope = SuccessorEnvelope(conn.engine)
+        self._successor_peer = _SuccessorPeer(self)
         super().__init__(conn, table)
 
     # -- on_proxy_session_start (seed 000) -------------------------------------------------
 
     def start_proxy_session(self, setup: SessionSetup, cx: ProxyContext,
                             callback: Callable[[OpenedSession[V2Session]], Coroutine[object, object, None] | None]) -> None:
-        """See :meth:`~acp_fast.roles.sessions.SessionSetup.on_proxy_session_start`."""
+        """See [`on_proxy_session_start`][acp_fast.roles.SessionSetup.on_proxy_session_start]."""
         if self.version < 2:
             raise TypeError("on_proxy_session_start is a v2 proxy helper (Proxy.v2())")
         responder = cx.defer()
@@ -306,24 +296,28 @@ class ProxyConnection(AcpConnection[Version]):
         if route is None:
             logger.warning("%s response without a session id: no route installed", entry.setup.method)
             return
-        outcome = callback(OpenedSession(V2Session(route.session_id, _SuccessorPeer(self)), result))
+        outcome = callback(OpenedSession(V2Session(route.session_id, self._successor_peer), result))
         if asyncio.iscoroutine(outcome):
             self.start_task(outcome)  # outside the ordering barrier
 
     def _settle_arrived(self) -> None:
-        """Before every inbound message (the dispatch's ``before``): settle the setups whose
-        downstream response has arrived, so a route exists for traffic after its response."""
+        """Before every inbound message of either side (the sides' `before`): settle the
+        setups whose downstream response has arrived, so a route exists for traffic after its
+        response."""
         if self._pending_setups:
             self._install_ready_routes()
 
     def _rules(self) -> Rules:
-        entries = dict.fromkeys(_SUCCESSORS, self._from_successor_request)
-        notifications = dict.fromkeys(_SUCCESSORS, self._from_successor_notification)
+        # both sides relay session/update ungated and forward what no handler takes
         return Rules(context_type=self.context_type, incoming_initialize=self._incoming_initialize,
-                     initializes=self._initializes, gated_updates=False,  # a proxy relays session/update
-                     before=self._settle_arrived, unhandled_request=self._unhandled_request,
-                     unhandled_notification=self._unhandled_notification,
-                     requests=entries, notifications=notifications)
+                     initializes=self._initializes,
+                     peer=SideRules(before=self._settle_arrived, gated_updates=False,
+                                    unhandled_request=self._to_successor_request,
+                                    forward_notification=self._notify_successor_raw),
+                     successor=SideRules(before=self._settle_arrived, gated_updates=False,
+                                         unhandled_request=self._to_predecessor_request,
+                                         forward_notification=self._notify,
+                                         envelope=self._envelope))
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         return InitializationGuard(self.version, "unchecked", proxy=table.guarded)
@@ -334,7 +328,7 @@ class ProxyConnection(AcpConnection[Version]):
     def _initializes(self, method: str) -> bool:
         if not self.initializes(method):
             return False
-        self._successor = SUCCESSOR_SPEC if method == PROXY_INITIALIZE_SPEC else SUCCESSOR
+        self._successor = successor_for(method)
         return True
 
     def _init_handler(self, method: str) -> Handler | None:
@@ -359,39 +353,52 @@ class ProxyConnection(AcpConnection[Version]):
     def _default_initialize(self, seen: Json) -> RequestResult:
         return self.send_to_successor(INITIALIZE, dict(seen))
 
-    def _unhandled_request(self, rctx: RequestContext, method: str) -> RequestResult:
-        if method in _SUCCESSORS:
-            return self._from_successor_request(rctx)
+    def _to_successor_request(self, rctx: RequestContext) -> RequestResult:
+        """What the predecessor's side does with a request no handler takes: forward it."""
+        message = rctx.message
+        method = message.method
         if method == INITIALIZE or (self.mcp_declaration is not None and method in SETUP_METHODS):
             # decoded: initialize gets its version pinned, a setup request the MCP declaration
-            return self._forward_request(rctx, method, rctx.message.params, to_successor=True)
-        pending = self.raw.request(self._successor, self._wrap(method, rctx.message.params_raw), raw=True)
+            return self._forward_request(rctx, method, message.params)
+        pending = self.raw.request(self._successor, self._envelope.wrap(method, message.params_raw), raw=True)
         return self._forward_raw(rctx, pending)
 
-    def _unhandled_notification(self, msg: Message, method: str) -> object:
-        if method == CANCEL_METHOD:  # hop-local
-            return None
-        if method in _SUCCESSORS:
-            return self._from_successor_notification(msg)
-        self.raw.notify(self._successor, self._wrap(method, msg.params_raw))
-        return None
+    def _notify_successor_raw(self, method: str, params_raw: Json) -> bool:
+        """Where the predecessor's side forwards a notification no handler takes: to the
+        successor, wrapped (its params bytes as they came)."""
+        return self._notify(self._successor, self._envelope.wrap(method, params_raw))
+
+    # -- incoming from the successor (unwrapped by the dispatch's successor side) --------
+
+    def _to_predecessor_request(self, rctx: RequestContext) -> RequestResult:
+        """What the successor's side does with a request no handler takes: forward it; an
+        initializing request is refused (-32600)."""
+        message = rctx.message
+        method = message.method
+        if method in INITIALIZING_METHODS:
+            raise JsonRpcError(INVALID_REQUEST, data=PROXY_DATA)
+        return self._forward_raw(rctx, self.raw.request(method, message.params_raw, raw=True))
+
 
     # -- an MCP server for the successor (MCP-over-ACP) ----------------------------------
 
     def serve_mcp_server(self, server: McpServerLike) -> McpServerHost:
-        """Serve ``server`` to the successor under one connection-scoped server id.
+        """Serve `server` to the successor under one connection-scoped server id.
 
-        What ``Proxy.v2().with_mcp_server`` does for every connection: from now on its
-        declaration (:attr:`mcp_declaration`) is added to the ``mcpServers`` of every
-        ``session/new``, ``session/resume`` and ``session/fork`` sent to the successor, and
-        the successor's ``mcp/message`` requests for its id are served here (others are
-        forwarded as usual). ``server``: an ``mcp`` ``Server`` / ``MCPServer``, a factory of
-        one, or an :class:`~acp_fast.roles.mcp.McpServer`.
+        What `Proxy.v2().with_mcp_server` does for every connection: from now on its
+        declaration (`mcp_declaration`) is added to the `mcpServers` of every `session/new`,
+        `session/resume` and `session/fork` sent to the successor, and the successor's
+        `mcp/message` requests for its id are served here by a dynamic handler of the
+        successor's side (others are forwarded as usual).
+
+        Args:
+            server: an `mcp` `Server` / `MCPServer`, a factory of one, or an
+                `acp_fast.roles.mcp.McpServer`.
 
         Returns:
-            The server's :class:`~acp_fast.roles.mcp.McpServerHost`.
+            The server's `acp_fast.roles.mcp.McpServerHost`.
         """
-        host = install_proxy_server(self, server)
+        host = self.mcp.serve(self._successor_peer).add(McpServer.of(server))
         self.mcp_declaration = host.declaration
         return host
 
@@ -402,23 +409,29 @@ class ProxyConnection(AcpConnection[Version]):
 
     def send_to_successor(self, method: str, params: Json = None, *, passthrough: bool = False,
                           timeout: float | None = None) -> Request[Json]:
-        """Send a request to the successor, wrapped in ``_proxy/successor``.
+        """Send a request to the successor, wrapped in `_proxy/successor`.
 
-        ``initialize`` gets ``protocolVersion`` pinned to this proxy's version and the
-        successor's answer must carry the same version.
+        `initialize` gets `protocolVersion` pinned to this proxy's version and the successor's
+        answer must carry the same version.
+
+        Args:
+            method: the inner method.
+            params: the inner params (`None`: none).
+            passthrough: skip the write guard (forwarding what was received).
+            timeout: seconds until the handle fails with `asyncio.TimeoutError`.
+
+        Returns:
+            The request's handle.
 
         Raises:
-            WireSurfaceError: the version does not define ``method`` (unless ``passthrough``).
+            WireSurfaceError: the version does not define `method` (unless `passthrough`).
         """
         self.surface.check_outgoing_method(method, "request", passthrough=passthrough)
         if self.mcp_declaration is not None:
             params = with_declaration(method, params, self.mcp_declaration)
-        inner: JsonObject = {"method": method}
         if method == INITIALIZE:
             params = dict(params or {}, protocolVersion=self.version)
-        if params is not None:
-            inner["params"] = params
-        pending = self.raw.request(self._successor, inner, timeout=timeout)
+        pending = self.raw.request(self._successor, self._envelope.wrap(method, params), timeout=timeout)
         if method != INITIALIZE:
             return pending
 
@@ -430,125 +443,37 @@ class ProxyConnection(AcpConnection[Version]):
         return SentRequest(pending, checked())
 
     def notify_successor(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
-        """Send a notification to the successor, wrapped in ``_proxy/successor``.
+        """Send a notification to the successor, wrapped in `_proxy/successor`.
+
+        Args:
+            method: the inner method.
+            params: the inner params (`None`: none).
+            passthrough: skip the write guard (forwarding what was received).
+
+        Returns:
+            False when it was dropped (the connection closed).
 
         Raises:
-            WireSurfaceError: the version does not define ``method`` or the update variant
-                (unless ``passthrough``).
+            WireSurfaceError: the version does not define `method` or the update variant
+                (unless `passthrough`).
         """
         self.surface.check_outgoing_method(method, "notification", passthrough=passthrough)
         if method == SESSION_UPDATE and not passthrough and type(params) is dict:
             self._check_update_out(params.get("update"))
-        inner: JsonObject = {"method": method}
-        if params is not None:
-            inner["params"] = params
-        return self.raw.notify(self._successor, inner)
+        return self.raw.notify(self._successor, self._envelope.wrap(method, params))
 
-    # -- incoming from the successor -----------------------------------------------------
-
-    def _inner(self, msg: Message) -> Message | None:
-        """The inner message of a successor envelope as a lazy notification frame (its
-        ``params`` stay raw bytes), or ``None`` when the envelope is not exactly
-        ``{"method": str, "params"?: object | array | null, …other members}``.
-
-        The envelope's params bytes are re-read as a message: ``{"jsonrpc":"2.0",`` replaces
-        their ``{``. A ``None`` sends the caller to the decoded path, which answers or drops
-        a malformed envelope as before (and unwraps odd but valid ones: an envelope member
-        named ``id``, ``jsonrpc``, ``result`` or ``error``, a repeated ``method``/``params``).
-        """
-        raw = msg.params_raw
-        if raw is None or raw[0] != 0x7B:  # not an object
-            return None
-        # one complete line in, so exactly one frame out (a Malformed one when not a message)
-        inner = self._inner_decoder.feed(_INNER_HEAD + raw[1:] + b"\n" if len(raw) < _JOIN_AT
-                                         else b"".join((_INNER_HEAD, memoryview(raw)[1:], b"\n")))[0]
-        return inner if inner.kind == self._inner_kind else None
-
-    def _wrap(self, method: str, params_raw: bytes | None) -> JsonObject | RawJson:
-        """The envelope params ``{"method":…,"params":…}`` around raw inner params (no
-        ``_meta``: the envelope's is hop-local): a dict holding the ``RawJson`` for the
-        compiled encoder (it splices it in one copy), the spliced bytes for the pure one."""
-        if self._splice_in_dict:
-            return {"method": method} if params_raw is None else {"method": method, "params": params_raw}
-        head = self._heads.get(method)
-        if head is None:
-            head = b'{"method":' + self._encode_value(method)
-            if len(self._heads) < _MAX_HEADS:
-                self._heads[method] = head
-        if params_raw is None:
-            return RawJson(head + b"}")
-        return RawJson(b"".join((head, b',"params":', params_raw, b"}")))
-
-    def _from_successor_request(self, rctx: RequestContext) -> RequestResult:
-        if self._pending_setups:
-            self._install_ready_routes()
-        inner = self._inner(rctx.message)
-        if inner is None:
-            method, params = _unwrap(rctx.message.params)
-        else:
-            method = inner.method or ""  # set: _inner returns notification frames only
-        if method in (INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC):
-            raise JsonRpcError(INVALID_REQUEST, data=PROXY_DATA)
-        if self.mcp_declaration is not None and method == MCP_MESSAGE:
-            served = successor_request(self, rctx, params if inner is None else inner.params)
-            if served is not NotImplemented:
-                return served
-        fn = self.table.successor_requests.get(method)
-        if fn is not None:
-            return fn(params if inner is None else inner.params, ProxyContext(self, rctx, rctx.message))
-        if inner is None:
-            return self._forward_request(rctx, method, params, to_successor=False)
-        return self._forward_raw(rctx, self.raw.request(method, inner.params_raw, raw=True))
-
-    def _from_successor_notification(self, msg: Message) -> object:
-        # the streaming hot path (an agent's session/update): _inner inlined
-        if self._pending_setups:
-            self._install_ready_routes()
-        raw = msg.params_raw
-        if raw is None or raw[0] != 0x7B:
-            return self._from_successor_notification_decoded(msg)
-        inner = self._inner_decoder.feed(_INNER_HEAD + raw[1:] + b"\n" if len(raw) < _JOIN_AT
-                                         else b"".join((_INNER_HEAD, memoryview(raw)[1:], b"\n")))[0]
-        if inner.kind != self._inner_kind:
-            return self._from_successor_notification_decoded(msg)
-        method = inner.method
-        if method == CANCEL_METHOD:  # hop-local; never forwarded
-            return None
-        fn = self._successor_notifications.get(method)
-        if fn is not None:
-            return fn(inner.params, ProxyContext(self, None, msg))
-        self._notify(method, inner.params_raw)
-        return None
-
-    def _from_successor_notification_decoded(self, msg: Message) -> object:
-        try:
-            method, params = _unwrap(msg.params)
-        except JsonRpcError:
-            logger.warning("malformed %s notification dropped", SUCCESSOR)
-            return None
-        if method == CANCEL_METHOD:  # hop-local; never forwarded
-            return None
-        fn = self.table.successor_notifications.get(method)
-        if fn is not None:
-            return fn(params, ProxyContext(self, None, msg))
-        self.raw.notify(method, params)
-        return None
-
-    async def _forward_request(self, rctx: RequestContext, method: str, params: Json, *,
-                               to_successor: bool) -> Json:
-        if to_successor:
-            pending = self.send_to_successor(method, params, passthrough=True)
-        else:
-            pending = self.raw.request(method, params)
+    async def _forward_request(self, rctx: RequestContext, method: str, params: Json) -> Json:
+        """Forward a request to the successor decoded (`send_to_successor`) and answer it."""
+        pending = self.send_to_successor(method, params, passthrough=True)
         rctx.add_cancel_callback(pending.cancel)
         return await pending
 
     @staticmethod
     def _forward_raw(rctx: RequestContext, pending: PendingRequest) -> None:
-        """Answer ``rctx`` with the answer to the forwarded ``pending`` (sent ``raw=True``):
+        """Answer `rctx` with the answer to the forwarded `pending` (sent `raw=True`):
         its result bytes verbatim (never decoded), an error as it came (code, message,
         data), -32800 if the forwarded request was detached. The peer's cancellation of
-        ``rctx`` is passed on as ``pending.cancel()`` (``$/cancel_request`` on the next
+        `rctx` is passed on as `pending.cancel()` (`$/cancel_request` on the next
         hop). Callbacks only: no task per forwarded request."""
         responder = rctx.defer()
         rctx.add_cancel_callback(pending.cancel)

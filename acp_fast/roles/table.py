@@ -1,5 +1,5 @@
 """The frozen handler table a builder hands to each connection it serves, and the
-:data:`NOT_HANDLED` a dynamic handler returns to pass a message on."""
+`NOT_HANDLED` a dynamic handler returns to pass a message on."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ Main = Callable[["Peer"], Awaitable[object]]
 
 
 class _NotHandled:
-    """The type of :data:`NOT_HANDLED`."""
+    """The type of `NOT_HANDLED`."""
 
     __slots__ = ()
 
@@ -51,14 +51,14 @@ class HandlerTable:
 
     Attributes:
         version: the implementation's ACP version (1 or 2).
-        role: ``"agent"``, ``"client"`` or ``"proxy"``.
+        role: `"agent"`, `"client"` or `"proxy"`.
         guarded: negotiation and the initialization guard apply.
-        info: the ``Implementation`` object sent as ``info``/``clientInfo``/``agentInfo``.
+        info: the `Implementation` object sent as `info`/`clientInfo`/`agentInfo`.
         requests / notifications: method -> handler.
-        on_update: the ``session/update`` handler (read-gated), if any.
+        on_update: the `session/update` handler (read-gated), if any.
         successor_requests / successor_notifications: proxies: handlers of messages that
             arrive from the successor.
-        main: a client connector's ``main``.
+        main: a client connector's `main`.
     """
 
     version: int
