@@ -350,7 +350,7 @@ class RedisStore(FleetStore):
             import redis.asyncio
             import redis.exceptions
             from redis.backoff import NoBackoff
-            from redis.retry import Retry
+            from redis.asyncio.retry import Retry
         except ImportError as exc:
             raise MissingExtraError(
                 f"the fleet store needs redis-py, which is not installed: pip install 'acp-fast[fleet]' ({exc})"
