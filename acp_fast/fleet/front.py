@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 from .. import _kinds
 from .. import engine as _default_engine
 from ..engine import encode_error
-from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from ..errors import INTERNAL_ERROR
 from ..remote._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
 from ..remote._wire import (
     CONNECTION_ID_HEADER,
@@ -55,7 +55,7 @@ from ..remote._wire import (
     one_line,
 )
 from ..remote.policy import AccessGuard, ServerPolicy
-from ..remote._requests import SSE_HEAD, checked_body, disconnected, initialize_frame, malformed_reply, post_line
+from ..remote._requests import SSE_HEAD, checked_post, disconnected, initialize_frame, post_line
 from .store import (
     INIT_ROUTE,
     STREAM_START,
@@ -197,18 +197,8 @@ class FleetFront(Endpoint):
             return
         cid = raw_cid.decode("latin-1")
         frames = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1).feed(line + b"\n")
-        if len(frames) != 1:
-            await respond(send, 400, error_body(400, "empty body", INVALID_REQUEST))
-            return
-        frame = frames[0]
-        if frame.kind == _kinds.MALFORMED:
-            await respond(send, 400, malformed_reply(self.engine, frame))
-            return
-        raw_session = headers.get(b"acp-session-id")
-        session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
-        verdict = checked_body(frame, session, self.engine)
-        if isinstance(verdict, str):
-            await respond(send, 400, error_body(400, verdict, INVALID_PARAMS))
+        verdict = await checked_post(frames, headers, self.engine, send)
+        if verdict is None:
             return
         out, _, requests = verdict
         try:

@@ -1,6 +1,7 @@
 """What the remote server and the fleet's fronts check of a request, the same for both.
 
-The rules of a client message's session scope (`checked`), the answer to a malformed
+The rules of a client message's session scope (`checked`, `checked_body`; a later POST's
+checks as a whole: `checked_post`), the answer to a malformed
 POST body (`malformed_reply`), reading a POST's body as one line (`post_line`,
 `read_body`), the check of a first POST (`initialize_frame`), the head of an SSE
 response (`SSE_HEAD`) and waiting for the client to go away (`disconnected`).
@@ -15,11 +16,12 @@ from typing import Any
 
 from .. import _kinds
 from ..engine import encode_error
+from ..errors import INVALID_PARAMS, INVALID_REQUEST
 from ..protocol.facts import INITIALIZE
 from ._asgi import Receive, Send, error_body, respond
 from ._wire import CONNECTION_ID_HEADER, CONTENT_TYPE_JSON, SESSION_SCOPED_METHODS, SUCCESSOR_METHODS, one_line
 
-__all__ = ["SSE_HEAD", "checked", "checked_body", "disconnected", "initialize_frame", "malformed_reply", "post_line", "read_body"]
+__all__ = ["SSE_HEAD", "checked", "checked_body", "checked_post", "disconnected", "initialize_frame", "malformed_reply", "post_line", "read_body"]
 
 #: The head of an SSE response (no caching, no proxy buffering).
 SSE_HEAD = ((b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
@@ -82,6 +84,27 @@ def checked(entry: Any, session: str | None, engine: types.ModuleType) -> tuple[
     if sid != session:
         return "Acp-Session-Id and params.sessionId differ"
     return session, None
+
+
+async def checked_post(frames: list[Any], headers: Mapping[bytes, bytes], engine: types.ModuleType,
+                       send: Send) -> tuple[bytes, bool, list[tuple[Any, str | None]]] | None:
+    """The checks of a later POST once its body is decoded: one message (or batch), JSON-RPC,
+    and `checked_body` against its `Acp-Session-Id`. Returns `checked_body`'s result, or
+    `None` once the POST was answered 400 (the engine's JSON-RPC error for a malformed body)."""
+    if len(frames) != 1:
+        await respond(send, 400, error_body(400, "empty body", INVALID_REQUEST))
+        return None
+    frame = frames[0]
+    if frame.kind == _kinds.MALFORMED:
+        await respond(send, 400, malformed_reply(engine, frame))
+        return None
+    raw_session = headers.get(b"acp-session-id")
+    session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
+    verdict = checked_body(frame, session, engine)
+    if isinstance(verdict, str):
+        await respond(send, 400, error_body(400, verdict, INVALID_PARAMS))
+        return None
+    return verdict
 
 
 def checked_body(frame: Any, session: str | None,

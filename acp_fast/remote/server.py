@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 from .. import _kinds
 from .. import engine as _default_engine
 from ..engine import encode_error
-from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from ..errors import INTERNAL_ERROR
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
 from ._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
@@ -63,10 +63,8 @@ from ._wire import (
     id_key,
     one_line,
 )
-from ._requests import SSE_HEAD, initialize_frame, post_line
-from ._requests import checked_body
+from ._requests import SSE_HEAD, checked_post, initialize_frame, post_line
 from ._requests import disconnected as _disconnected
-from ._requests import malformed_reply as _malformed_reply
 from .policy import AccessGuard, ServerPolicy
 
 if TYPE_CHECKING:
@@ -518,18 +516,8 @@ class AcpApp(Endpoint):
             return
         decoder, sink = self._post_decoder(conn)
         frames = decoder.feed(line + b"\n")
-        if len(frames) != 1:
-            await respond(send, 400, error_body(400, "empty body", INVALID_REQUEST))
-            return
-        frame = frames[0]
-        if frame.kind == _kinds.MALFORMED:
-            await respond(send, 400, _malformed_reply(self.engine, frame))
-            return
-        raw_session = headers.get(b"acp-session-id")
-        session = raw_session.decode("utf-8", "replace") if raw_session is not None else None
-        checked = checked_body(frame, session, self.engine)
-        if isinstance(checked, str):
-            await respond(send, 400, error_body(400, checked, INVALID_PARAMS))
+        checked = await checked_post(frames, headers, self.engine, send)
+        if checked is None:
             return
         out, rewritten, requests = checked
         for entry, route in requests:
