@@ -14,6 +14,12 @@ Pairs (server + client, each a public-API program doing what a user's would):
   `remote_client.mjs`);
 * `gateway`: `acp-fast serve -- acp-fast testy` (a stdio child per connection) with the
   acp_fast client, against `direct`: the same client spawning `acp-fast testy` on stdio;
+* `fleet`: the same client against a fleet of one front (`acp-fast serve --redis URL`), one
+  agent host (`acp-fast host --redis URL --testy`: Testy in-process on the host) and a
+  `redis-server` on a free loopback port (Redis >= 7 on `PATH`, the `fleet` extra): what the
+  store between front and agent costs against the `acp_fast` pair (its stream rate, and the
+  latency a round trip adds); its server CPU per message is the front's, the host's and
+  Redis's together, each also in the `parts` of the JSON;
 * `floor`: over `tcp`, a minimal TCP ping-pong (`tcp_floor`: 100-byte echo, no HTTP,
   WebSocket or JSON) on the same loop, what any remote round trip costs at least on this
   machine; over `ws`, a dozen-line ASGI echo app on the same ASGI server as `acp-fast serve`
@@ -109,6 +115,8 @@ class RemoteResult:
     server: str | None = None  #: the ASGI server of an acp_fast server process (None: the row has none)
     runs: list[float] = field(default_factory=list)
     server_us: list[float] = field(default_factory=list)
+    #: the fleet rows: the server CPU per message of each of its processes (front, host, redis)
+    parts: dict[str, list[float]] = field(default_factory=dict)
     client_us: list[float] = field(default_factory=list)
     error: str | None = None
     ran: str | None = None  #: what the acp_fast processes reported they ran (:func:`.runtime.summary`)
@@ -141,7 +149,13 @@ GOALS = (
     Goal("SDK agent on the drop-in, HTTP (SSE) streaming vs the SDK's server", ("pysdk-dropin", "http", "stream"),
          ("pysdk", "http", "stream"), 3.0),
     Goal("gateway (WebSocket) vs the direct stdio pair", ("gateway", "ws", "stream"), ("direct", "stdio", "stream"), 0.5),
+    Goal("fleet (1 front + 1 host + Redis), WebSocket streaming vs single-process serve", ("fleet", "ws", "stream"),
+         ("acp_fast", "ws", "stream"), 0.5),
+    Goal("fleet (1 front + 1 host + Redis), HTTP (SSE) streaming vs single-process serve",
+         ("fleet", "http", "stream"), ("acp_fast", "http", "stream"), 0.5),
 )
+#: The fleet's round trips: the latency they add to single-process serve's, at most (ms, median).
+FLEET_ADDED_LATENCY_MS = 0.5
 #: The connection row's bound: server RSS growth per connection, KiB.
 RSS_PER_CONNECTION_KIB = 200.0
 
@@ -150,9 +164,11 @@ RSS_PER_CONNECTION_KIB = 200.0
 
 
 class _Server:
-    """A server process; its port is read from its first line (stdout or stderr)."""
+    """A server process; its port is read from its first line (stdout or stderr) that has
+    one (and `ready`, when given; `port`: known already, wait for `ready` only)."""
 
-    def __init__(self, argv: list[str], *, port_on_stderr: bool, env: dict[str, str] | None = None) -> None:
+    def __init__(self, argv: list[str], *, port_on_stderr: bool, env: dict[str, str] | None = None,
+                 ready: str | None = None, port: int | None = None) -> None:
         # Output goes to files, never to a pipe nobody drains (a full pipe would stall the server).
         self.out = tempfile.TemporaryFile("w+")
         self.err = tempfile.TemporaryFile("w+")
@@ -165,9 +181,10 @@ class _Server:
             time.sleep(0.05)
             watched.seek(0)
             for line in watched.read().splitlines():
-                found = re.search(r"(?::|^)(\d{2,5})(?:/|\s*$)", line.strip())
-                if found:
+                found = re.search(r"(?::|^)(\d{2,5})(?:/|\s*$)", line.strip() if port is None else f":{port}")
+                if found and (ready is None or ready in line):
                     break
+                found = None
         if not found:
             self.stop()
             self.err.seek(0)
@@ -244,6 +261,8 @@ def _server_argv(pair: str, loop: str, cfg: RemoteConfig, transport: str = "ws",
     if pair == "gateway":
         return [*launch("server", "acp_fast.cli.main", "serve", "--port", "0", "--loop", loop, "--server", server,
                         "--", *_testy(loop))], True
+    if pair == "fleet":
+        raise ValueError("the fleet's processes are started by _Fleet")
     if pair in ("pysdk", "pysdk-dropin"):
         dropin = ["--dropin"] if pair == "pysdk-dropin" else []
         return [sys.executable, str(cfg.peers / "pysdk" / "remote_server.py"), "--port", "0", "--loop", loop,
@@ -261,7 +280,7 @@ _FLOORS = {"tcp": "acp_fast.benchmark.tcp_floor", "ws": "acp_fast.benchmark.ws_f
 
 
 def _client_argv(pair: str, url: str, workload: str, n: int, loop: str, cfg: RemoteConfig) -> list[str]:
-    if pair in ("acp_fast", "gateway", "direct"):
+    if pair in ("acp_fast", "gateway", "direct", "fleet"):
         return [*launch("client", "acp_fast.benchmark.remote_client", url, workload, str(n),
                         "--warmup", str(cfg.warmup), "--loop", loop)]
     if pair in ("pysdk", "pysdk-dropin"):
@@ -294,12 +313,14 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"), ("floor", "ws", "roundtrips"),
     ("floor", "tcp", "roundtrips"),
     ("gateway", "ws", "stream"), ("direct", "stdio", "stream"),
+    ("fleet", "ws", "stream"), ("fleet", "http", "stream"), ("fleet", "ws", "roundtrips"),
+    ("fleet", "http", "roundtrips"),
 )
 
 
 #: The rows served by an ASGI server of acp_fast's: measured on each server of ``--servers``.
 def _on_asgi(pair: str, transport: str) -> bool:
-    return pair in ("acp_fast", "gateway") or (pair == "floor" and transport == "ws")
+    return pair in ("acp_fast", "gateway", "fleet") or (pair == "floor" and transport == "ws")
 
 
 #: The acp_fast processes of each pair's rows (the connection row: the acp_fast server), checked after
@@ -307,6 +328,7 @@ def _on_asgi(pair: str, transport: str) -> bool:
 PROCESSES: dict[str, tuple[Process, ...]] = {
     "acp_fast": (Process("client"), Process("server")),
     "gateway": (Process("client"), Process("server"), Process("agent")),
+    "fleet": (Process("client"), Process("server"), Process("agent")),
     "direct": (Process("client"), Process("agent")),
     "floor": (Process("client"), Process("server")),
 }
@@ -335,22 +357,34 @@ def _invalidate(row: RemoteResult, exc: RuntimeMismatch) -> None:
 def _one(pair: str, transport: str, workload: str, loop: str, cfg: RemoteConfig, row: RemoteResult) -> None:
     n = cfg.n if workload == "stream" else cfg.m
     server: _Server | None = None
+    fleet: _Fleet | None = None
     fd, report = tempfile.mkstemp(prefix="acp-fast-bench-", suffix=".jsonl")
     os.close(fd)
     env = _env(report)
     try:
         if pair == "direct":
             target = shlex.join(_testy(loop))
+        elif pair == "fleet":
+            fleet = _Fleet(loop, row.server or DEFAULT_SERVER, env)
+            server = fleet.front
+            assert server is not None
+            target = f"{transport}://127.0.0.1:{server.port}/acp"
         else:
             argv, on_stderr = _server_argv(pair, loop, cfg, transport, row.server or DEFAULT_SERVER)
             server = _Server(argv, port_on_stderr=on_stderr, env=env)
             target = f"{transport}://127.0.0.1:{server.port}/acp"
         cpu0 = server.cpu() if server else 0.0
+        parts0 = fleet.cpu() if fleet else {}
         result, client_cpu = _client(_client_argv(pair, target, workload, n, loop, cfg), cfg.timeout, env)
         server_cpu = (server.cpu() - cpu0) if server else None
+        parts = {k: v - parts0[k] for k, v in fleet.cpu().items()} if fleet else {}
         _checked(row, report, PROCESSES.get(pair, ()), result)
         row.runs.append(round(_rate(result, workload, n), 1))
         row.client_us.append(round(client_cpu / n * 1e6, 2))
+        if parts:
+            server_cpu = sum(parts.values())
+            for name, cpu in parts.items():
+                row.parts.setdefault(name, []).append(round(cpu / n * 1e6, 2))
         if server_cpu is not None:
             row.server_us.append(round(server_cpu / n * 1e6, 2))
     except RuntimeMismatch as exc:
@@ -358,9 +392,52 @@ def _one(pair: str, transport: str, workload: str, loop: str, cfg: RemoteConfig,
     except Exception as exc:  # a failed run is reported in its row, the others go on
         row.error = f"{type(exc).__name__}: {exc}"[:300]
     finally:
-        if server is not None:
+        if fleet is not None:
+            fleet.stop()
+        elif server is not None:
             server.stop()
         os.unlink(report)
+
+
+class _Fleet:
+    """The fleet rows' processes: a `redis-server` on a free loopback port, one agent host
+    (Testy in-process, reporting as the row's agent) and one front (the row's server)."""
+
+    def __init__(self, loop: str, server: str, env: dict[str, str]) -> None:
+        import shutil
+        import socket
+
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server (Redis >= 7) is not on PATH")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        url = f"redis://127.0.0.1:{port}/0"
+        self.redis = _Server([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                              "--daemonize", "no", "--loglevel", "notice"], port_on_stderr=False,
+                             ready="Ready to accept", port=port)
+        self.host: _Server | None = None
+        self.front: _Server | None = None
+        try:
+            self.host = _Server([*launch("agent", "acp_fast.cli.main", "host", "--redis", url, "--testy",
+                                         "--versions", "1", "--slots", "4", "--loop", loop)],
+                                port_on_stderr=True, env=env, ready="registered at")
+            self.front = _Server([*launch("server", "acp_fast.cli.main", "serve", "--redis", url, "--port", "0",
+                                          "--loop", loop, "--server", server)], port_on_stderr=True, env=env)
+        except BaseException:
+            self.stop()
+            raise
+
+    def cpu(self) -> dict[str, float]:
+        """The CPU seconds of the front, the host and redis-server so far."""
+        assert self.front is not None and self.host is not None
+        return {"front": self.front.cpu(), "host": self.host.cpu(), "redis": self.redis.cpu()}
+
+    def stop(self) -> None:
+        for proc in (self.front, self.host, self.redis):
+            if proc is not None:
+                proc.stop()
 
 
 def _connections(loop: str, cfg: RemoteConfig, row: RemoteResult) -> None:

@@ -48,7 +48,9 @@ from .. import engine as _default_engine
 from ..engine import encode_error
 from ..errors import INTERNAL_ERROR
 from ..remote._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
+from ..remote._outlet import grouped
 from ..remote._wire import (
+    BATCH_FRAMES_HEADER,
     CONNECTION_ID_HEADER,
     CONTENT_TYPE_SSE,
     DEFAULT_PATH,
@@ -57,6 +59,7 @@ from ..remote._wire import (
 from ..remote.policy import AccessGuard, ServerPolicy
 from ..remote._requests import SSE_HEAD, checked_post, disconnected, initialize_frame, post_line
 from .store import (
+    ALL_STREAMS,
     INIT_ROUTE,
     STREAM_START,
     ConnectionEnded,
@@ -76,6 +79,7 @@ logger = logging.getLogger("acp_fast.fleet")
 T = TypeVar("T")
 
 _CID = CONNECTION_ID_HEADER.lower().encode()
+_BATCHES = BATCH_FRAMES_HEADER.lower().encode()
 #: Seconds between retries of a push into a full input queue.
 _PUSH_RETRY = 0.01
 
@@ -244,7 +248,7 @@ class FleetFront(Endpoint):
         """The agent's reply to initialize: the first line the host routed as such."""
         after = STREAM_START
         while True:
-            for entry in await self.store.read_output(cid, after, block=1.0):
+            for entry in await self.store.follow_output(cid, after, block=1.0):
                 after = entry.cursor
                 if entry.routes is not None and INIT_ROUTE in entry.routes:
                     return entry.lines[entry.routes.index(INIT_ROUTE)]
@@ -273,22 +277,25 @@ class FleetFront(Endpoint):
             await respond(send, 409, error_body(409, "cannot resume from that Last-Event-ID"))
             return
         head = list(SSE_HEAD)
+        batches = headers.get(_BATCHES) == b"1"
+        if batches:
+            head.append((_BATCHES, b"1"))
         await send({"type": "http.response.start", "status": 200, "headers": head})
         gone = asyncio.ensure_future(disconnected(receive))
         watch = _Watch(self, cid)
         try:
             entries: list[Entry] | None = first
             while True:
+                mark = None
                 if entries:
                     after = entries[-1].cursor
-                    chunk = _sse_chunk(entries, key, skip)
+                    chunk = _sse_chunk(entries, key, skip, batches)
                     skip = 0
                     if chunk:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    with contextlib.suppress(StoreError):  # the next read says what is wrong
-                        await self.store.mark_read(cid, after, key)
+                    mark = (key, after)  # moved by the next read, in its round trip
                 try:
-                    entries = await _unless(gone, watch.read(after))
+                    entries = await _unless(gone, watch.read(after, mark))
                 except (ConnectionEnded, UnknownConnection, CursorOutOfWindow, StoreUnavailable) as exc:
                     logger.debug("fleet front: SSE stream of %s ends: %s", cid[:8], exc)
                     break
@@ -333,8 +340,12 @@ class FleetFront(Endpoint):
         except StoreUnavailable:
             await deny(scope, send, 503, "the fleet store is unavailable; try again later")
             return
-        await send({"type": "websocket.accept", "headers": [(_CID, cid.encode())]})
-        sender = asyncio.ensure_future(self._ws_send(cid, send))
+        accept = [(_CID, cid.encode())]
+        batches = headers.get(_BATCHES) == b"1"
+        if batches:
+            accept.append((_BATCHES, b"1"))
+        await send({"type": "websocket.accept", "headers": accept})
+        sender = asyncio.ensure_future(self._ws_send(cid, send, batches))
         code = 1000
         decoder = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1)
         try:
@@ -373,15 +384,17 @@ class FleetFront(Endpoint):
                 with contextlib.suppress(Exception):
                     await send({"type": "websocket.close", "code": code})
 
-    async def _ws_send(self, cid: str, send: Send) -> None:
-        """Every line of the connection's output, one text frame each, until it ends."""
+    async def _ws_send(self, cid: str, send: Send, batches: bool) -> None:
+        """Every line of the connection's output until it ends: one text frame each, or
+        (`batches`) one per group of the single-process server's batch rule."""
         after = STREAM_START
         reason = "agent closed"
         watch = _Watch(self, cid)
+        mark: tuple[str | None, str] | None = None
         try:
             while True:
                 try:
-                    entries = await watch.read(after)
+                    entries = await watch.read(after, mark)
                 except ConnectionEnded as exc:
                     reason = exc.reason[:120]  # a close reason holds 123 bytes
                     break
@@ -391,13 +404,15 @@ class FleetFront(Endpoint):
                     reason = "the fleet store failed"
                     logger.warning("fleet front: WebSocket of %s: %s", cid[:8], exc)
                     break
-                for entry in entries:
-                    for line in entry.lines:
-                        await send({"type": "websocket.send", "text": line.decode("utf-8", "replace")})
-                    after = entry.cursor
-                if entries:
-                    with contextlib.suppress(StoreError):  # the next read says what is wrong
-                        await self.store.mark_read(cid, after)
+                mark = None
+                if not entries:
+                    continue
+                lines = [line for entry in entries for line in entry.lines]
+                texts = [data for _, data in grouped(_items(lines))] if batches else lines
+                for text in texts:
+                    await send({"type": "websocket.send", "text": text.decode("utf-8", "replace")})
+                after = entries[-1].cursor
+                mark = (ALL_STREAMS, after)  # moved by the next read, in its round trip
             await send({"type": "websocket.close", "code": 1011, "reason": reason})
         except Exception:  # noqa: BLE001 - the client went away; the receiver ends the connection
             pass
@@ -413,10 +428,12 @@ class _Watch:
         self.host: str | None = None
         self.since = time.monotonic()  # the last thing sent (for the keep-alive)
 
-    async def read(self, after: str) -> list[Entry]:
-        """The entries after `after`, waiting up to `host_check` seconds; on an empty
-        read, a host found dead fails the requests in flight and ends the connection."""
-        entries = await self.store.read_output(self.cid, after, block=self.front.host_check)
+    async def read(self, after: str, mark: tuple[str | None, str] | None = None) -> list[Entry]:
+        """The entries after `after`, waiting up to `host_check` seconds, the read mark
+        moved first (one round trip: [`follow_output`][acp_fast.fleet.FleetStore.follow_output]);
+        on an empty read, a host found dead fails the requests in flight and ends the
+        connection."""
+        entries = await self.store.follow_output(self.cid, after, block=self.front.host_check, mark=mark)
         if entries:
             self.since = time.monotonic()
             return entries
@@ -461,9 +478,10 @@ def _resume_point(last: str | None) -> tuple[str, int]:
     return f"{int(number) - 1}-0", int(line) + 1
 
 
-def _sse_chunk(entries: list[Entry], key: str | None, skip: int) -> bytes:
+def _sse_chunk(entries: list[Entry], key: str | None, skip: int, batches: bool = False) -> bytes:
     """The SSE events of the lines routed to stream `key`, each with its cursor, without
-    the first `skip` lines of the first entry (the reader has them)."""
+    the first `skip` lines of the first entry (the reader has them); with `batches`, one
+    event per group of the batch rule within an entry, with the cursor of its last line."""
     out: list[bytes] = []
     for entry in entries:
         routes = entry.routes
@@ -473,6 +491,14 @@ def _sse_chunk(entries: list[Entry], key: str | None, skip: int) -> bytes:
             continue
         cursor = entry.cursor.encode()
         last = len(lines) - 1
+        if batches and skip <= last:
+            for k, data in grouped(_items(lines[skip:], skip)):
+                if k == last:
+                    out.append(b"id: %s\ndata: %s\n\n" % (cursor, data))
+                else:
+                    out.append(b"id: %s.%d\ndata: %s\n\n" % (cursor, k, data))
+            skip = 0
+            continue
         for k in range(skip, last):
             out.append(b"id: %s.%d\ndata: %s\n\n" % (cursor, k, lines[k]))
         if skip <= last:
@@ -480,6 +506,13 @@ def _sse_chunk(entries: list[Entry], key: str | None, skip: int) -> bytes:
         skip = 0
     chunk = b"".join(out)
     return chunk if b"\r" not in chunk else chunk.replace(b"\r", b"\t")
+
+
+def _items(lines: list[bytes], first: int = 0) -> list[tuple[int, bytes, bool]]:
+    """Lines as the batch rule's items: numbered from `first`, batchable unless they may be
+    a request (a line with both `"method"` and `"id"`) or are a batch of the agent's own."""
+    return [(first + k, line, line[:1] == b"{" and not (b'"method"' in line and b'"id"' in line))
+            for k, line in enumerate(lines)]
 
 
 async def _unless(other: asyncio.Future[Any], work: Awaitable[T]) -> T | None:

@@ -17,8 +17,10 @@ agent with its *opener* (a child process from a command under the child-process 
   `initialize` reply, answered in the POST body); reading from the agent pauses while more
   than `HIGH_WATER` bytes wait, and while what its readers have not read (after the read
   mark, [`output_backlog`][acp_fast.fleet.FleetStore.output_backlog]) is over half the replay
-  window, until it is down to a quarter: a reader that keeps reading never falls out of the
-  window, and one that stops reading pauses the agent (nothing is dropped);
+  window, until it is down to a quarter (it waits for the readers' marks to move,
+  [`wait_read`][acp_fast.fleet.FleetStore.wait_read], no polling): a reader that keeps
+  reading never falls out of the window, and one that stops reading pauses the agent
+  (nothing is dropped);
 * the end: when the agent exits, the host appends what is left, marks the end of the output
   ([`end_output`][acp_fast.fleet.FleetStore.end_output]) and releases the slot (the record
   stays for readers until its TTL); when the client ends the connection (the end of its input,
@@ -66,8 +68,6 @@ HIGH_WATER = 1024 * 1024
 _POLL = 1.0
 #: Seconds between retries while the store is unavailable.
 _RETRY = 0.5
-#: Seconds between looks at the readers' progress while the agent is paused for them.
-_PACE = 0.02
 
 
 class AgentHost:
@@ -372,11 +372,12 @@ class _Link:
             self.unchecked = (entries, size)
             return
         self.stream.pause_reading()
+        notice = STREAM_START
         try:
             while 4 * entries > limits.output_entries or 4 * size > limits.output_bytes:
                 if self.ended_by_client:
                     return
-                await asyncio.sleep(_PACE)
+                notice = await self.store.wait_read(self.cid, notice, block=_POLL)  # a reader moved
                 entries, size = await self.store.output_backlog(self.cid, self.unread)
         finally:
             if not self.paused:

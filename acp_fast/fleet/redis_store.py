@@ -8,7 +8,9 @@ Keys, under a prefix (`"acp-fast:"` by default, so that several fleets can share
 * `{<connection id>}:conn`: the connection's hash: `host`, the counters of its streams, and
   a field `p:<id>` per client request in flight (its JSON id; see `fail_pending`);
   `{<connection id>}:out`: its output stream; `{<connection id>}:in`: its input queue. The
-  three share the TTL, refreshed on every write and on `touch_connection`. An output entry
+  three share the TTL, refreshed on every write and on `touch_connection`;
+  `{<connection id>}:rd`: one entry noting the last move of a read mark (what a host paused for
+  its readers waits on), with the record's TTL. An output entry
   has `d` (the lines), `o` (see `_APPEND`) and, when the host routed its lines, `r` (their
   routes as a JSON list); the end marker is an entry with `x` (the reason) and no lines.
 
@@ -168,9 +170,10 @@ redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], ARGV[4], redis.call('HGET
 return 1
 """
 
-# KEYS: conn, out. ARGV: the number of the entry a reader has read, its stream's mark name.
+# KEYS: conn, out, marks. ARGV: the number of the entry a reader has read, its stream's mark name.
 # Moves that stream's read mark (rd:<name>: the entry number, rdb:<name>: the bytes through
-# it) forward, never back.
+# it) forward, never back, and notes the move on the marks stream (one entry kept), which a
+# host paused for its readers waits on (wait_read).
 _MARK = """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'rd:' .. ARGV[2]) or 0)
 if tonumber(ARGV[1]) <= cur then return 0 end
@@ -179,6 +182,8 @@ if not e then return 0 end
 local size = 0
 if e[2][1] == 'd' then size = string.len(e[2][2]) end
 redis.call('HSET', KEYS[1], 'rd:' .. ARGV[2], ARGV[1], 'rdb:' .. ARGV[2], tonumber(e[2][4]) + size)
+redis.call('XADD', KEYS[3], 'MAXLEN', 1, '*', 'm', ARGV[1])
+redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
 return 1
 """
 
@@ -408,11 +413,12 @@ class RedisStore(FleetStore):
         return [key, key + ":alive", key + ":inbox"]
 
     def _known_keys(self, connection_id: str) -> list[str] | None:
-        """The connection's keys (record, output, input), or None for an id of another shape."""
+        """The connection's keys (record, output, input, read marks' notices), or None for an id
+        of another shape."""
         if not _ID.fullmatch(connection_id):
             return None
         key = f"{self._prefix}{{{connection_id}}}:"
-        return [key + "conn", key + "out", key + "in"]
+        return [key + "conn", key + "out", key + "in", key + "rd"]
 
     def _conn_keys(self, connection_id: str) -> list[str]:
         keys = self._known_keys(connection_id)
@@ -508,7 +514,7 @@ class RedisStore(FleetStore):
         if keys is None:
             return False
         with self._guard:
-            return bool(await self._touch(keys, [self._ttl]))
+            return bool(await self._touch(keys[:3], [self._ttl]))
 
     async def delete_connection(self, connection_id: str) -> bool:
         keys = self._known_keys(connection_id)
@@ -538,7 +544,7 @@ class RedisStore(FleetStore):
             raise ValueError(f"{len(routes)} routes for {len(lines)} lines")
         tags = json.dumps(list(routes), separators=(",", ":")) if routes is not None else ""
         with self._guard:
-            cursor = await self._append(keys, [data, limits.output_entries, limits.output_bytes, self._ttl, tags,
+            cursor = await self._append(keys[:3], [data, limits.output_entries, limits.output_bytes, self._ttl, tags,
                                                *answered])
         if cursor is None:
             raise UnknownConnection(connection_id)
@@ -551,7 +557,7 @@ class RedisStore(FleetStore):
         when entries are there; waiting is `XREAD BLOCK`, in slices shorter than the socket
         timeout.
         """
-        conn, out, _ = self._conn_keys(connection_id)
+        conn, out = self._conn_keys(connection_id)[:2]
         seq = _seq(after)
         if seq is None:
             raise CursorOutOfWindow(after)
@@ -570,6 +576,54 @@ class RedisStore(FleetStore):
         if raw and _seq(raw[0][0].decode()) != seq + 1:
             raise CursorOutOfWindow(after)
         return _until_end(connection_id, raw)
+
+    async def follow_output(self, connection_id: str, after: str, *, block: float,
+                            mark: tuple[str | None, str] | None = None) -> list[Entry]:
+        """The entries after `after`, a cursor this stream gave, waiting up to `block` seconds.
+
+        See [`FleetStore.follow_output`][acp_fast.fleet.FleetStore.follow_output]: the read
+        mark's move, the check and `XREAD BLOCK` are one pipeline (one round trip, whether
+        entries are there or it waits; a wait longer than the slice is waited in slices).
+        """
+        keys = self._conn_keys(connection_id)
+        seq = _seq(after)
+        if seq is None:
+            raise CursorOutOfWindow(after)
+        marked = _seq(mark[1]) if mark is not None else None
+        count = self._limits.read_count
+        deadline = time.monotonic() + block
+        with self._guard:
+            while True:
+                left = deadline - time.monotonic()
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    if mark is not None and marked is not None:
+                        await self._mark([keys[0], keys[1], keys[3]], [marked, _mark_name(mark[0])], client=pipe)
+                        mark = None
+                    pipe.hget(keys[0], "out_seq")
+                    pipe.xread({keys[1]: after}, count=count, block=max(1, round(min(max(left, 0), self._slice) * 1000)))
+                    *_, last, got = await pipe.execute()
+                if last is None:
+                    raise UnknownConnection(connection_id)
+                if got:
+                    raw = list(got[0][1])
+                    if _seq(raw[0][0].decode()) != seq + 1:
+                        raise CursorOutOfWindow(after)
+                    return _until_end(connection_id, raw)
+                if seq != int(last):  # beyond the end, or what followed it is gone
+                    raise CursorOutOfWindow(after)
+                if deadline - time.monotonic() <= 0:
+                    return []
+
+    async def wait_read(self, connection_id: str, after: str, *, block: float) -> str:
+        """Wait up to `block` seconds for a read mark to move after notice `after`.
+
+        See [`FleetStore.wait_read`][acp_fast.fleet.FleetStore.wait_read]: `XREAD BLOCK` of
+        the connection's marks stream, where `mark_read` leaves one entry per move.
+        """
+        key = self._conn_keys(connection_id)[3]
+        with self._guard:
+            raw = await self._wait(key, after, 1, block)
+        return raw[-1][0].decode() if raw else after
 
     async def end_output(self, connection_id: str, reason: str, *, fail_pending: bool = False) -> bool:
         """Mark the end of the connection's output (once: a second mark changes nothing).
@@ -596,7 +650,7 @@ class RedisStore(FleetStore):
         if keys is None or seq is None:
             return
         with self._guard:
-            await self._mark(keys[:2], [seq, _mark_name(stream)])
+            await self._mark([keys[0], keys[1], keys[3]], [seq, _mark_name(stream)])
 
     async def output_backlog(self, connection_id: str, streams: Mapping[str | None, str]) -> tuple[int, int]:
         """The largest backlog, in entries and bytes, after the read marks of `streams`.
@@ -640,7 +694,7 @@ class RedisStore(FleetStore):
         if len(data) > limits.input_bytes:
             raise ValueError(f"a batch of {len(data)} bytes is larger than the input queue ({limits.input_bytes})")
         with self._guard:
-            cursor = await self._push(keys, [data, limits.input_entries, limits.input_bytes, self._ttl, *requests])
+            cursor = await self._push(keys[:3], [data, limits.input_entries, limits.input_bytes, self._ttl, *requests])
         if cursor is None:
             raise UnknownConnection(connection_id)
         if cursor == 0:
@@ -651,22 +705,28 @@ class RedisStore(FleetStore):
         """Consume the queue in order: drop what is up to `after`, return what follows.
 
         See [`FleetStore.read_input`][acp_fast.fleet.FleetStore.read_input]. Freeing and
-        reading are one round trip when entries are there.
+        reading (`XREAD BLOCK` when it may wait) are one round trip.
         """
         keys = self._conn_keys(connection_id)
         seq = _seq(after)
         if seq is None:
             raise ValueError(f"not a cursor of an input queue: {after!r}")
         count = self._limits.read_count
+        wait = block is not None and block > 0
         with self._guard:
             async with self._redis.pipeline(transaction=False) as pipe:
                 await self._consumed([keys[0], keys[2]], [after, seq], client=pipe)  # queued
-                pipe.xrange(keys[2], f"({after}", "+", count=count)
+                if wait:  # one round trip, whether entries are there or it waits
+                    pipe.xread({keys[2]: after}, count=count, block=_ms(min(block or 0, self._slice)))
+                else:
+                    pipe.xrange(keys[2], f"({after}", "+", count=count)
                 known, raw = await pipe.execute()
             if not known:
                 raise UnknownConnection(connection_id)
-            if not raw:
-                raw = await self._wait(keys[2], after, count, block)
+            if wait:
+                raw = list(raw[0][1]) if raw else []
+                if not raw and block is not None and block > self._slice:
+                    raw = await self._wait(keys[2], after, count, block - self._slice)
         return _until_end(connection_id, raw)
 
     async def end_input(self, connection_id: str, reason: str) -> bool:

@@ -368,6 +368,38 @@ class FleetStore(Protocol):
         """
         ...
 
+    async def follow_output(self, connection_id: str, after: str, *, block: float,
+                            mark: tuple[str | None, str] | None = None) -> list[Entry]:
+        """A reader's steady loop: the entries after `after`, a cursor this stream gave it,
+        waiting up to `block` seconds, in one round trip whether entries are there or not.
+
+        As [`read_output`][acp_fast.fleet.FleetStore.read_output] (the same errors), but a
+        cursor beyond the stream's end is found only once the wait is over; a client's cursor
+        (`Last-Event-ID`) goes to `read_output` first.
+
+        Args:
+            connection_id: the connection.
+            after: the last cursor the reader has.
+            block: seconds to wait for an entry (an empty list: the wait ran out).
+            mark: `(stream, cursor)`: first move that stream's read mark, as
+                [`mark_read`][acp_fast.fleet.FleetStore.mark_read] does (in the same round trip).
+        """
+        ...
+
+    async def wait_read(self, connection_id: str, after: str, *, block: float) -> str:
+        """Wait up to `block` seconds until a read mark of the connection moves (a
+        [`mark_read`][acp_fast.fleet.FleetStore.mark_read] after notice `after`); no polling.
+
+        Args:
+            connection_id: the connection.
+            after: the last notice seen (`STREAM_START` at first: the
+                latest move, if any, returns at once).
+
+        Returns:
+            the latest notice (`after` when the wait ran out); pass it to the next wait.
+        """
+        ...
+
     async def mark_read(self, connection_id: str, cursor: str, stream: str | None = ALL_STREAMS) -> None:
         """Note that a reader of `stream` (a route: `None` the connection's stream, a session
         id; `ALL_STREAMS` a reader of every line, a WebSocket)
