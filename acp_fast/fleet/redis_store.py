@@ -27,6 +27,9 @@ from the stream (it would still need trimming, plus a pending-entries list per e
 Redelivery, the point of a group, has no use here: a host that dies takes its agent with it.
 So the host's next read trims what it consumed and reads what follows, in one round trip.
 
+A script in a pipeline is sent whole (`EVAL`: Redis finds it compiled by its hash): redis-py
+would first ask whether its hash is loaded (`SCRIPT EXISTS`), a round trip more per pipeline.
+
 Every network error (refused, reset, a reply slower than the socket timeout) becomes
 [`StoreUnavailable`][acp_fast.fleet.StoreUnavailable] naming the URL; redis-py's own retries
 are off (a retried script could run twice). A blocking read waits in slices shorter than the
@@ -597,7 +600,7 @@ class RedisStore(FleetStore):
                 left = deadline - time.monotonic()
                 async with self._redis.pipeline(transaction=False) as pipe:
                     if mark is not None and marked is not None:
-                        await self._mark([keys[0], keys[1], keys[3]], [marked, _mark_name(mark[0])], client=pipe)
+                        pipe.eval(_MARK, 3, keys[0], keys[1], keys[3], marked, _mark_name(mark[0]))
                         mark = None
                     pipe.hget(keys[0], "out_seq")
                     pipe.xread({keys[1]: after}, count=count, block=max(1, round(min(max(left, 0), self._slice) * 1000)))
@@ -715,7 +718,7 @@ class RedisStore(FleetStore):
         wait = block is not None and block > 0
         with self._guard:
             async with self._redis.pipeline(transaction=False) as pipe:
-                await self._consumed([keys[0], keys[2]], [after, seq], client=pipe)  # queued
+                pipe.eval(_CONSUMED, 2, keys[0], keys[2], after, seq)
                 if wait:  # one round trip, whether entries are there or it waits
                     pipe.xread({keys[2]: after}, count=count, block=_ms(min(block or 0, self._slice)))
                 else:
