@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 import peer_rule  # noqa: E402
 import redis_server  # noqa: E402
+from fleet_processes import CLI, start, stop  # noqa: E402
 from redis_server import server  # noqa: E402,F401  (the module fixture)
 
 peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
@@ -39,40 +40,6 @@ from acp_fast.fleet import RedisStore  # noqa: E402
 from acp_fast.fleet.front import FleetFront  # noqa: E402
 from acp_fast.remote import served  # noqa: E402
 from acp_fast.remote.client import connect_url  # noqa: E402
-
-CLI = [sys.executable, "-m", "acp_fast.cli.main"]
-#: Seconds a process may take to say it is ready.
-READY = 20.0
-
-
-
-
-def start(args: list[str], ready: str) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``acp-fast ARGS``; the process and the first stderr line that matches ``ready``."""
-    proc = subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stderr is not None
-    deadline = time.monotonic() + READY
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline().decode(errors="replace")
-        if not line and proc.poll() is not None:
-            break
-        if re.search(ready, line):
-            return proc, line
-    proc.kill()
-    raise AssertionError(f"acp-fast {' '.join(args)} did not get ready (exit {proc.poll()})")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-    if proc.stderr is not None:
-        proc.stderr.close()
-
 
 async def turns(url: str, count: int) -> None:
     for _ in range(count):

@@ -47,7 +47,7 @@ compression is not offered: a compressed read could inflate to far more than its
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from ...transport.stream import Stream
@@ -92,7 +92,7 @@ def resolve_url(url: str) -> tuple[str, str]:
 
 async def connect_url(url: str, *, headers: Mapping[str, str] | None = None, token: str | None = None,
                       http2: bool = True, max_message_size: int = DEFAULT_MAX_BODY,
-                      connect_timeout: float = 10.0) -> Stream:
+                      connect_timeout: float = 10.0, failover: Sequence[str] = ()) -> Stream:
     """Open an ACP client transport to a remote agent; returns the stream to connect on.
 
     Args:
@@ -105,6 +105,15 @@ async def connect_url(url: str, *, headers: Mapping[str, str] | None = None, tok
             response body, a WebSocket frame, an outgoing line).
         connect_timeout: seconds to establish a network connection (the WebSocket
             handshake included); once connected, reads have no timeout.
+        failover: other endpoints serving the same connections (the fronts of a fleet,
+            `acp-fast serve --redis`), of the same scheme as `url`, tried in turn when the
+            one in use cannot be reached (refused, unroutable): Streamable HTTP resumes its SSE
+            streams there with `Last-Event-ID` and sends its later requests there; a WebSocket
+            opened with failover asks the server for resume points (the `Acp-Fast-Resume`
+            header, acp_fast's own: see `RESUME_HEADER`) and, when the socket fails, opens
+            a new one on the next endpoint that takes the connection up where it was. Nothing
+            is lost or repeated while the server's replay window holds what was missed; a
+            request that was on its way when the endpoint died fails as before.
 
     A WebSocket is opened before this returns. Streamable HTTP does no I/O until the
     connection sends `initialize`, its first message: an HTTP refusal of it (401, 404,
@@ -118,6 +127,9 @@ async def connect_url(url: str, *, headers: Mapping[str, str] | None = None, tok
             handshake answered with an HTTP status).
     """
     kind, target = resolve_url(url)
+    others = tuple(resolve_url(u) for u in failover)
+    if any(k != kind for k, _ in others):
+        raise ValueError(f"failover endpoints must be of the same kind as {url!r} (all ws/wss or all http/https)")
     if max_message_size <= 0:
         raise ValueError("max_message_size must be positive")
     hdrs = dict(headers or {})
@@ -130,4 +142,4 @@ async def connect_url(url: str, *, headers: Mapping[str, str] | None = None, tok
             return await ProxiedWebSocketBridge.open(target, hdrs, max_message_size, connect_timeout)
         return await WebSocketLink.open(target, hdrs, max_message_size, connect_timeout)
     require_extra("httpx", "h11", *(("h2",) if http2 else ()))
-    return HttpBridge(target, hdrs, http2, max_message_size, connect_timeout).start()
+    return HttpBridge(target, hdrs, http2, max_message_size, connect_timeout, tuple(u for _, u in others)).start()

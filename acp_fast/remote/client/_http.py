@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from ...engine import Message
     from ...jsontypes import RequestId
-    from .._plainhttp import Reply, StreamedReply
+    from .._plainhttp import PlainHttp, Reply, StreamedReply
 
 __all__ = ["BODY_QUOTE", "MAX_ROUTES", "MAX_SESSION_STREAMS", "RESUME_DELAYS", "RESUME_STABLE", "RESUME_TIMEOUT",
            "START_CURSOR", "HttpBridge"]
@@ -75,11 +75,11 @@ class HttpBridge(Bridge):
     """
 
     def __init__(self, url: str, headers: dict[str, str], http2: bool, max_message_size: int,
-                 connect_timeout: float) -> None:
+                 connect_timeout: float, failover: tuple[str, ...] = ()) -> None:
         import h11
         import httpx
 
-        from .._plainhttp import PlainHttp, Reply, plain_http_applies
+        from .._plainhttp import Reply
 
         super().__init__("http", url, max_message_size)
         self._httpx = httpx
@@ -93,9 +93,12 @@ class HttpBridge(Bridge):
         self._headers = headers
         #: POSTs and DELETEs go over lean keep-alive HTTP/1.1 connections where httpx would
         #: speak HTTP/1.1 directly anyway (see :mod:`._plainhttp`); SSE GETs stay on httpx.
-        self._plain = PlainHttp(url, self._client.cookies, connect_timeout=connect_timeout,
-                                max_body=max_message_size, user_agent=f"acp-fast/{_version.__version__}"
-                                ) if plain_http_applies(url, http2) else None
+        self._http2 = http2
+        self._connect_timeout = connect_timeout
+        #: the endpoints in turn (`url`, then `failover`): a front that cannot be reached is left
+        #: for the next (see `_fail_over`)
+        self._endpoints = (url, *failover)
+        self._plain = self._plain_for(url)
         self._out = Decoder(lazy=True, max_line_size=max_message_size)
         self._inspect = Decoder(lazy=True, max_line_size=max_message_size + 1)
         self._calls: Lane[Any] = Lane()
@@ -109,6 +112,28 @@ class HttpBridge(Bridge):
         self._routes: collections.OrderedDict[tuple[bool, Any], str] = collections.OrderedDict()
         self._spawn(self._drain(self._calls, self._post))
         self._spawn(self._drain(self._answers, self._post))
+
+    def _plain_for(self, url: str) -> PlainHttp | None:
+        from .._plainhttp import PlainHttp, plain_http_applies
+
+        if not plain_http_applies(url, self._http2):
+            return None
+        return PlainHttp(url, self._client.cookies, connect_timeout=self._connect_timeout, max_body=self._max,
+                         user_agent=f"acp-fast/{_version.__version__}")
+
+    def _fail_over(self, failed: str) -> bool:
+        """The endpoint `failed` could not be reached: move to the next one (unless another
+        stream did already); False when there is no other endpoint."""
+        if len(self._endpoints) < 2:
+            return False
+        if self._url == failed:
+            following = self._endpoints[(self._endpoints.index(failed) + 1) % len(self._endpoints)]
+            logger.warning("remote transport: %s cannot be reached; moving to %s", failed, following)
+            self._url = following
+            if self._plain is not None:
+                self._plain.close()
+                self._plain = self._plain_for(following)
+        return True
 
     # -- outgoing -----------------------------------------------------------------------
 
@@ -184,12 +209,24 @@ class HttpBridge(Bridge):
 
     async def _exchange(self, method: str, headers: dict[str, str], content: bytes | None = None
                         ) -> tuple[Reply, bytes]:
-        """One request; the response and its body (at most `max_message_size` bytes).
+        """One request; the response and its body (at most `max_message_size` bytes). An
+        endpoint that cannot be reached is left for the next one (`failover`), each at most once.
 
         Raises:
             httpx.HTTPError: the request failed.
             ValueError: the body is over `max_message_size`.
         """
+        for _ in range(len(self._endpoints) - 1):
+            endpoint = self._url
+            try:
+                return await self._exchange_once(method, headers, content)
+            except (self._httpx.HTTPError, OSError, asyncio.TimeoutError) as exc:
+                if not (_unreachable(exc, self._httpx) and self._fail_over(endpoint)):
+                    raise
+        return await self._exchange_once(method, headers, content)
+
+    async def _exchange_once(self, method: str, headers: dict[str, str], content: bytes | None
+                             ) -> tuple[Reply, bytes]:
         if self._plain is not None:
             return await self._plain.request(method, headers, content or b"")
         async with self._client.stream(method, self._url, headers=headers, content=content) as response:
@@ -280,10 +317,14 @@ class HttpBridge(Bridge):
         ended = False  # the stream ended for good without a failure
         gone: str | None = None  # the server closed the connection: it ends without a failure
         clean = False  # the last attempt ended with the end of its response
+        hops = 0  # endpoints left for the next since this stream last made progress
+        hop = False  # the last attempt could not reach its endpoint: the next one, at once
         try:
             while True:
-                if attempts:
+                if attempts and not hop:
                     await asyncio.sleep(RESUME_DELAYS[attempts - 1])
+                hop = False
+                if attempts:
                     if self._closer is not None:
                         return
                     assert cursor is not None
@@ -293,6 +334,7 @@ class HttpBridge(Bridge):
                 parser = SseParser(self._max)
                 opened: float | None = None
                 was_clean, clean = clean, False
+                endpoint = self._url
                 try:
                     sending = self._open_sse(headers)
                     response = await (asyncio.wait_for(sending, RESUME_TIMEOUT) if attempts else sending)
@@ -336,10 +378,15 @@ class HttpBridge(Bridge):
                     return
                 except (self._httpx.HTTPError, OSError, asyncio.TimeoutError, self._h11.ProtocolError) as exc:
                     why = repr(exc)
+                    if (attempts and opened is None and _unreachable(exc, self._httpx)
+                            and hops < len(self._endpoints) - 1 and self._fail_over(endpoint)):
+                        hops += 1
+                        hop = True
+                        continue  # the next endpoint at once, the same attempt
                 # The stream ended or dropped while the connection is open: resume it.
                 seen = parser.last_event_id
                 if seen is not None and seen != cursor:
-                    attempts = 0  # it delivered events: progress
+                    attempts = hops = 0  # it delivered events: progress
                     cursor = seen or None  # an empty id resets the cursor (the SSE rules)
                     self._cursored = True
                 elif opened is not None and loop.time() - opened >= RESUME_STABLE:
@@ -469,6 +516,13 @@ class HttpBridge(Bridge):
             if self._plain is not None:
                 self._plain.close()
             await self._client.aclose()
+
+
+def _unreachable(exc: BaseException, httpx: Any) -> bool:
+    """Whether `exc` says the endpoint could not be reached at all (refused, unroutable, a
+    connect that timed out): nothing was sent, another endpoint may serve the request."""
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, ConnectionRefusedError, asyncio.TimeoutError)) \
+        or (isinstance(exc, OSError) and not isinstance(exc, (ConnectionResetError, BrokenPipeError)))
 
 
 async def _head_of(response: httpx.Response | StreamedReply) -> bytes:
