@@ -51,7 +51,7 @@ KILL_AT = 100
 BOUND = 60.0
 
 
-@pytest.mark.parametrize("wire", ["http"])
+@pytest.mark.parametrize("wire", ["http", "ws"])
 def test_a_front_killed_mid_stream_loses_nothing(server: redis_server.RedisServer, wire: str) -> None:
     prefix = f"failover{os.getpid()}{wire}:"
     fronts = [start(["serve", "--redis", server.url, "--prefix", prefix, "--port", "0"], r"listening on http://")

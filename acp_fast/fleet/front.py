@@ -19,7 +19,13 @@ store ([`FleetStore`][acp_fast.fleet.FleetStore]) and its agent runs on an agent
   or the `Acp-Session-Id` session's); the response ends when the connection ends;
 * `DELETE`: marks the end of the output (readers on every front end) and of the input (its
   host closes the agent, deletes the connection and frees the slot);
-* WebSocket: a connection for the socket's lifetime, bridged both ways through the store.
+* WebSocket: a connection for the socket's lifetime, bridged both ways through the store;
+  with acp_fast's resume header ([`RESUME_HEADER`][acp_fast.remote.client.RESUME_HEADER],
+  sent by the acp_fast client given `failover` endpoints) the socket is resumable: each
+  entry's frames are followed by a binary frame holding its cursor, a socket that drops
+  without a close frame leaves the connection open (until its TTL), and an upgrade naming
+  the connection, a cursor and the frames received after it goes on from there on any front
+  (404 unknown, 409 outside the replay window).
 
 A reader (an SSE stream, a WebSocket) that waits looks at the connection's host every
 `host_check` seconds: once its heartbeat has expired, every client request in flight gets an
@@ -56,6 +62,7 @@ from ..remote._wire import (
     DEFAULT_PATH,
     one_line,
 )
+from ..remote.client import RESUME_HEADER
 from ..remote.policy import AccessGuard, ServerPolicy
 from ..remote._requests import SSE_HEAD, checked_post, disconnected, initialize_frame, post_line
 from .store import (
@@ -80,6 +87,7 @@ T = TypeVar("T")
 
 _CID = CONNECTION_ID_HEADER.lower().encode()
 _BATCHES = BATCH_FRAMES_HEADER.lower().encode()
+_RESUME = RESUME_HEADER.lower().encode()
 #: Seconds between retries of a push into a full input queue.
 _PUSH_RETRY = 0.01
 
@@ -332,10 +340,26 @@ class FleetFront(Endpoint):
         if path != self.path:
             await deny(scope, send, 404, "not found")
             return
+        resume = headers.get(_RESUME)
+        point = _WsPoint()
         try:
-            cid = await self._open()
+            if resume is None or resume == b"new":
+                cid = await self._open()
+            else:
+                asked = _ws_resume_point(resume.decode("latin-1"))
+                if asked is None:
+                    await deny(scope, send, 400, f"{RESUME_HEADER} must be 'new' or '<connection id> <cursor> <frames>'")
+                    return
+                cid, point.after, point.skip = asked
+                point.first = await self.store.read_output(cid, point.after)
         except NoFreeSlot as exc:
             await deny(scope, send, 503, f"{exc}; try again later")
+            return
+        except (UnknownConnection, ConnectionEnded):
+            await deny(scope, send, 404, f"unknown {CONNECTION_ID_HEADER}: closed or expired")
+            return
+        except CursorOutOfWindow:
+            await deny(scope, send, 409, f"cannot resume from that {RESUME_HEADER}")
             return
         except StoreUnavailable:
             await deny(scope, send, 503, "the fleet store is unavailable; try again later")
@@ -345,8 +369,9 @@ class FleetFront(Endpoint):
         if batches:
             accept.append((_BATCHES, b"1"))
         await send({"type": "websocket.accept", "headers": accept})
-        sender = asyncio.ensure_future(self._ws_send(cid, send, batches))
+        sender = asyncio.ensure_future(self._ws_send(cid, send, batches, point if resume is not None else None))
         code = 1000
+        kept = False  # a resumable socket that dropped without a close frame: the connection stays
         decoder = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1)
         try:
             limit = self.policy.max_body
@@ -373,9 +398,14 @@ class FleetFront(Endpoint):
                         code = 1011
                         break
                 elif t == "websocket.disconnect":
+                    kept = resume is not None and message.get("code", 1000) not in (1000, 1001)
                     break
         finally:
-            await self._end_quietly(cid, "the WebSocket closed")
+            if kept:
+                logger.info("fleet front: the resumable WebSocket of %s dropped; the connection stays for a resume",
+                            cid[:8])
+            else:
+                await self._end_quietly(cid, "the WebSocket closed")
             if not sender.done():
                 sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -384,17 +414,24 @@ class FleetFront(Endpoint):
                 with contextlib.suppress(Exception):
                     await send({"type": "websocket.close", "code": code})
 
-    async def _ws_send(self, cid: str, send: Send, batches: bool) -> None:
+    async def _ws_send(self, cid: str, send: Send, batches: bool, point: _WsPoint | None) -> None:
         """Every line of the connection's output until it ends: one text frame each, or
-        (`batches`) one per group of the single-process server's batch rule."""
-        after = STREAM_START
+        (`batches`) one per group of the single-process server's batch rule. For a resumable
+        socket (`point`), the groups never span entries and each entry's frames are followed
+        by a binary frame holding its cursor; a resumed socket starts at `point`."""
+        after = point.after if point is not None else STREAM_START
+        first = point.first if point is not None else None
+        skip = point.skip if point is not None else 0
         reason = "agent closed"
         watch = _Watch(self, cid)
         mark: tuple[str | None, str] | None = None
         try:
             while True:
                 try:
-                    entries = await watch.read(after, mark)
+                    if first is not None:
+                        entries, first = first, None
+                    else:
+                        entries = await watch.read(after, mark)
                 except ConnectionEnded as exc:
                     reason = exc.reason[:120]  # a close reason holds 123 bytes
                     break
@@ -407,10 +444,16 @@ class FleetFront(Endpoint):
                 mark = None
                 if not entries:
                     continue
-                lines = [line for entry in entries for line in entry.lines]
-                texts = [data for _, data in grouped(_items(lines))] if batches else lines
-                for text in texts:
-                    await send({"type": "websocket.send", "text": text.decode("utf-8", "replace")})
+                if point is not None:
+                    for entry in entries:
+                        texts = _frames(entry.lines, batches)[skip:]
+                        skip = 0
+                        for text in texts:
+                            await send({"type": "websocket.send", "text": text.decode("utf-8", "replace")})
+                        await send({"type": "websocket.send", "bytes": entry.cursor.encode()})
+                else:
+                    for text in _frames([line for entry in entries for line in entry.lines], batches):
+                        await send({"type": "websocket.send", "text": text.decode("utf-8", "replace")})
                 after = entries[-1].cursor
                 mark = (ALL_STREAMS, after)  # moved by the next read, in its round trip
             await send({"type": "websocket.close", "code": 1011, "reason": reason})
@@ -506,6 +549,31 @@ def _sse_chunk(entries: list[Entry], key: str | None, skip: int, batches: bool =
         skip = 0
     chunk = b"".join(out)
     return chunk if b"\r" not in chunk else chunk.replace(b"\r", b"\t")
+
+
+class _WsPoint:
+    """Where a resumable WebSocket starts: after cursor `after`, without the first `skip`
+    frames of the next entry; `first`: the entries already read from there."""
+
+    __slots__ = ("after", "skip", "first")
+
+    def __init__(self) -> None:
+        self.after = STREAM_START
+        self.skip = 0
+        self.first: list[Entry] | None = None
+
+
+def _ws_resume_point(value: str) -> tuple[str, str, int] | None:
+    """`(connection id, cursor, frames)` of a resume header's value, or None."""
+    parts = value.split()
+    if len(parts) != 3 or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2])
+
+
+def _frames(lines: list[bytes], batches: bool) -> list[bytes]:
+    """The text frames of lines: one each, or (`batches`) one per group of the batch rule."""
+    return [data for _, data in grouped(_items(lines))] if batches else lines
 
 
 def _items(lines: list[bytes], first: int = 0) -> list[tuple[int, bytes, bool]]:

@@ -54,11 +54,12 @@ from ...transport.stream import Stream
 from .._wire import BATCH_FRAMES_HEADER, DEFAULT_MAX_BODY, DEFAULT_PATH, require_extra
 from ._bridge import CLOSE_TIMEOUT, SEND_HIGH_WATER, SEND_LOW_WATER, RemoteConnectError, RemoteConnectionLost
 from ._http import RESUME_DELAYS, RESUME_STABLE, RESUME_TIMEOUT, START_CURSOR, HttpBridge
-from ._websocket import ProxiedWebSocketBridge, WebSocketLink, ws_proxied
+from ._websocket import RESUME_HEADER, ProxiedWebSocketBridge, WebSocketLink, ws_proxied
 
 __all__ = [
     "CLOSE_TIMEOUT",
     "RESUME_DELAYS",
+    "RESUME_HEADER",
     "RESUME_STABLE",
     "RESUME_TIMEOUT",
     "SEND_HIGH_WATER",
@@ -111,7 +112,8 @@ async def connect_url(url: str, *, headers: Mapping[str, str] | None = None, tok
             streams there with `Last-Event-ID` and sends its later requests there; a WebSocket
             opened with failover asks the server for resume points (the `Acp-Fast-Resume`
             header, acp_fast's own: see `RESUME_HEADER`) and, when the socket fails, opens
-            a new one on the next endpoint that takes the connection up where it was. Nothing
+            a new one on the next endpoint that takes the connection up where it was (not
+            through a proxy named by the environment). Nothing
             is lost or repeated while the server's replay window holds what was missed; a
             request that was on its way when the endpoint died fails as before.
 
@@ -140,6 +142,6 @@ async def connect_url(url: str, *, headers: Mapping[str, str] | None = None, tok
         hdrs = {**hdrs, BATCH_FRAMES_HEADER: "1"}
         if ws_proxied(target):
             return await ProxiedWebSocketBridge.open(target, hdrs, max_message_size, connect_timeout)
-        return await WebSocketLink.open(target, hdrs, max_message_size, connect_timeout)
+        return await WebSocketLink.open(target, hdrs, max_message_size, connect_timeout, tuple(u for _, u in others))
     require_extra("httpx", "h11", *(("h2",) if http2 else ()))
     return HttpBridge(target, hdrs, http2, max_message_size, connect_timeout, tuple(u for _, u in others)).start()

@@ -21,7 +21,8 @@ from ._bridge import Bridge, Lane, RemoteConnectError, RemoteConnectionLost
 if TYPE_CHECKING:
     from websockets.asyncio.client import ClientConnection
 
-__all__ = ["PING_INTERVAL", "PING_TIMEOUT", "ProxiedWebSocketBridge", "WebSocketLink", "whole_lines", "ws_proxied"]
+__all__ = ["PING_INTERVAL", "PING_TIMEOUT", "RESUME_HEADER", "ProxiedWebSocketBridge", "WebSocketLink", "whole_lines",
+           "ws_proxied"]
 
 logger = logging.getLogger("acp_fast.remote")
 
@@ -41,6 +42,15 @@ def whole_lines(partial: bytes, data: bytes, limit: int) -> tuple[list[bytes], b
         return [x for x in lines if x], b"", f"an outgoing message is over max_message_size ({limit})"
     return [x for x in lines if x], tail, None
 
+
+#: acp_fast's own WebSocket resume header (acp_fast client to acp_fast fleet front; no other peer
+#: sends or reads it). On the upgrade of a new connection, `new`: the server then follows each
+#: agent flush's text frames with a binary frame holding its cursor (an entry of the fleet's
+#: output stream; frames never span two). On the upgrade that resumes a connection whose socket
+#: failed, `<connection id> <cursor> <frames>`: the last cursor received and the text frames
+#: received after it; the server goes on from there (404: the connection is gone; 409: the
+#: cursor left the replay window). Binary frames carry no ACP message: a peer ignores them.
+RESUME_HEADER = "Acp-Fast-Resume"
 
 #: Seconds between the client's pings on a quiet WebSocket, and that a pong may take before
 #: the connection counts as lost (a network path that died silently).
@@ -73,7 +83,8 @@ class WebSocketLink(asyncio.Protocol):
     Closing sends a close frame and waits up to `CLOSE_TIMEOUT` for the server's.
     """
 
-    def __init__(self, url: str, max_message_size: int, headers: dict[str, str], stream: Stream) -> None:
+    def __init__(self, url: str, max_message_size: int, headers: dict[str, str], stream: Stream,
+                 failover: tuple[str, ...] = ()) -> None:
         from websockets.client import ClientProtocol
         from websockets.uri import parse_uri
 
@@ -97,39 +108,43 @@ class WebSocketLink(asyncio.Protocol):
         self._ping: asyncio.TimerHandle | None = None
         self._ping_sent: float | None = None
         self._failure: RemoteConnectionLost | None = None
+        #: the endpoints in turn (`url`, then `failover`); with more than one the socket is
+        #: resumable (`RESUME_HEADER`): the last cursor, the text frames since, the connection
+        self._endpoints = (url, *failover)
+        self._cursor = "0-0"
+        self._since = 0
+        self._conn_id: str | None = None
+        self._resuming: list[bytes] | None = None  # lines written while a new socket is being opened
+        self._timeout = 10.0  # seconds to open a socket (establish's)
+        self._resumer: asyncio.Task[None] | None = None
+        if len(self._endpoints) > 1:
+            headers[RESUME_HEADER] = "new"
 
     @classmethod
     async def open(cls, url: str, headers: dict[str, str], max_message_size: int,
-                   connect_timeout: float) -> Stream:
+                   connect_timeout: float, failover: tuple[str, ...] = ()) -> Stream:
         from websockets.exceptions import InvalidURI
         from websockets.uri import parse_uri
 
-        try:
-            parse_uri(url)
-        except InvalidURI as exc:
-            raise ValueError(f"invalid WebSocket URL {url!r}: {exc}") from exc
+        for each in (url, *failover):
+            try:
+                parse_uri(each)
+            except InvalidURI as exc:
+                raise ValueError(f"invalid WebSocket URL {each!r}: {exc}") from exc
         stream = Stream(asyncio.get_running_loop())
-        await cls(url, max_message_size, headers, stream).establish(connect_timeout)
+        link = cls(url, max_message_size, headers, stream, failover)
+        await link.establish(connect_timeout)
         return stream
 
     async def establish(self, connect_timeout: float) -> None:
         """Connect and shake hands (within `connect_timeout`), then become the stream's
         transport; [`RemoteConnectError`][acp_fast.remote.client._websocket.RemoteConnectError] when either fails."""
-        import ssl
-
         from websockets.exceptions import InvalidHandshake, InvalidStatus
-        from websockets.uri import parse_uri
 
-        url, uri, loop = self._url, parse_uri(self._url), self._loop
-        context = ssl.create_default_context() if uri.secure else None
-
-        async def opening() -> None:
-            await loop.create_connection(lambda: self, uri.host, uri.port, ssl=context,
-                                         server_hostname=uri.host if context is not None else None)
-            await self._handshake
-
+        url = self._url
+        self._timeout = connect_timeout
         try:
-            await asyncio.wait_for(opening(), connect_timeout)
+            await asyncio.wait_for(self._opening(), connect_timeout)
         except InvalidStatus as exc:
             self._abort()
             status = exc.response.status_code
@@ -150,6 +165,60 @@ class WebSocketLink(asyncio.Protocol):
             early, self._early = self._early, []
             self._glue.data_received(b"".join(early))
         self._arm_ping()
+
+    async def _opening(self) -> None:
+        """Connect to `_url` and send the handshake; returns once the server answered it."""
+        import ssl
+
+        from websockets.uri import parse_uri
+
+        uri = parse_uri(self._url)
+        context = ssl.create_default_context() if uri.secure else None
+        await self._loop.create_connection(lambda: self, uri.host, uri.port, ssl=context,
+                                           server_hostname=uri.host if context is not None else None)
+        await self._handshake
+
+    def _resumable(self) -> bool:
+        """Whether a failed socket is opened again on the next endpoint (see `RESUME_HEADER`):
+        failover endpoints were given, the socket was up, nobody closed it, the server sent no
+        close frame, and no failure of ours (a message too big) ended it."""
+        return (len(self._endpoints) > 1 and self._opened and not self._closing and self._failure is None
+                and self._conn_id is not None and self._proto.close_rcvd is None)
+
+    async def _resume(self, why: str) -> None:
+        """Open a socket on each endpoint in turn (the next first) that takes the connection
+        up where the last one left it; the stream ends when none does."""
+        from websockets.client import ClientProtocol
+        from websockets.uri import parse_uri
+
+        start = self._endpoints.index(self._url) if self._url in self._endpoints else 0
+        order = [self._endpoints[(start + i) % len(self._endpoints)] for i in range(1, len(self._endpoints) + 1)]
+        for url in order:
+            self._url = url
+            self._headers[RESUME_HEADER] = f"{self._conn_id} {self._cursor} {self._since}"
+            self._proto = ClientProtocol(parse_uri(url), max_size=self._max)
+            self._handshake = self._loop.create_future()
+            self._socket = None
+            try:
+                await asyncio.wait_for(self._opening(), self._timeout)
+            except Exception as exc:  # noqa: BLE001 - this endpoint failed: the next one
+                self._abort()
+                why = f"{url}: {exc!r}"
+                continue
+            logger.warning("remote ACP connection: the WebSocket resumed on %s after cursor %s", url, self._cursor)
+            waiting, self._resuming = self._resuming or [], None
+            self._resumer = None
+            for line in waiting:
+                self._proto.send_text(line)
+            self._flush()
+            self._arm_ping()
+            return
+        self._resuming = None
+        self._resumer = None
+        self._failure = RemoteConnectionLost(
+            f"the WebSocket failed and could not be resumed on any of {', '.join(self._endpoints)} (last: {why})")
+        logger.error("remote ACP connection: %s", self._failure)
+        self._glue.connection_lost(self._failure)
 
     def _abort(self) -> None:
         if self._socket is not None:
@@ -184,6 +253,7 @@ class WebSocketLink(asyncio.Protocol):
             if opcode is Opcode.TEXT:
                 if frame.fin:
                     self._line(bytes(frame.data), lines)
+                    self._since += 1
                 else:
                     self._fragments = [bytes(frame.data)]
             elif opcode is Opcode.CONT:
@@ -192,8 +262,12 @@ class WebSocketLink(asyncio.Protocol):
                     if frame.fin:
                         self._line(b"".join(self._fragments), lines)
                         self._fragments = None
+                        self._since += 1
             elif opcode is Opcode.BINARY:
-                self._fragments = None  # binary messages carry no ACP messages
+                self._fragments = None  # binary messages carry no ACP messages ...
+                if frame.fin and len(frame.data) <= 64:  # ... but a resume cursor (RESUME_HEADER)
+                    self._cursor = bytes(frame.data).decode("ascii", "replace")
+                    self._since = 0
         self._flush()  # pongs, the answer to a close frame
         if lines:
             lines.append(b"")
@@ -220,6 +294,7 @@ class WebSocketLink(asyncio.Protocol):
             return
         conn_id = response.headers.get(CONNECTION_ID_HEADER)
         if conn_id:
+            self._conn_id = conn_id
             self._stream.set_extra_info("acp_connection_id", conn_id)
         self._handshake.set_result(None)
 
@@ -234,6 +309,14 @@ class WebSocketLink(asyncio.Protocol):
         for timer in (self._ping, self._closer):
             if timer is not None:
                 timer.cancel()
+        if self._resuming is not None:
+            return  # a socket of the resume that failed: _resume tries the next endpoint
+        if self._resumable():
+            self._resuming = []
+            why = repr(exc) if exc is not None else "closed without a close frame"
+            logger.warning("remote ACP connection to %s: the WebSocket failed (%s); resuming", self._url, why)
+            self._resumer = self._loop.create_task(self._resume(why))
+            return
         if exc is not None and self._failure is None:
             self._failure = RemoteConnectionLost(f"the WebSocket to {self._url} failed: {exc!r}")
         frame = self._proto.close_rcvd
@@ -288,6 +371,9 @@ class WebSocketLink(asyncio.Protocol):
 
     def write(self, data: bytes) -> None:
         lines, self._partial, refusal = whole_lines(self._partial, data, self._max)
+        if self._resuming is not None and refusal is None:
+            self._resuming.extend(lines)
+            return
         proto = self._proto
         for line in lines:
             proto.send_text(line)
@@ -329,6 +415,13 @@ class WebSocketLink(asyncio.Protocol):
         if self._closing:
             return
         self._closing = True
+        if self._resumer is not None:  # closed while a new socket was being opened: no more
+            self._resumer.cancel()
+            self._resumer = None
+            self._resuming = None
+            self._abort()
+            self._glue.connection_lost(None)
+            return
         socket = self._socket
         if socket is None or socket.is_closing():
             return
