@@ -48,7 +48,7 @@ pytestmark = pytest.mark.c_extension
 import httpx  # noqa: E402
 
 from acp_fast import Client  # noqa: E402
-from acp_fast.fleet import RedisStore, StoreLimits  # noqa: E402
+from acp_fast.fleet import ConnectionEnded, RedisStore, StoreLimits  # noqa: E402
 from acp_fast.fleet.front import FleetFront  # noqa: E402
 from acp_fast.fleet.host import AgentHost  # noqa: E402
 from acp_fast.remote import served  # noqa: E402
@@ -377,5 +377,53 @@ def test_redis_unreachable_is_503_with_a_clear_body() -> None:
             assert r.status_code == 503 and "fleet store is unavailable" in r.json()["error"]["message"]
             r = await http.post(where.http_url, json=NEW, headers={CONNECTION_ID_HEADER: "abc"})
             assert r.status_code == 503
+
+    run(body)
+
+
+# --- resumable WebSockets (acp_fast's resume header) -------------------------------------------
+
+
+def test_a_resumable_websocket_goes_on_from_its_cursor_and_frames_on_any_front(
+        server: redis_server.RedisServer) -> None:
+    """Entries written straight to the store (no host): a resume upgrade naming a cursor and
+    the frames received after it gets exactly the frames that follow, each entry's followed by
+    its cursor in a binary frame; refusals are 400 (malformed), 404 (unknown), 409 (outside the
+    window). A resumable socket that drops without a close frame leaves the connection open; a
+    clean close ends it."""
+    import websockets
+    from websockets.exceptions import InvalidStatus
+
+    from acp_fast.remote.client import RESUME_HEADER
+
+    async def frames(ws: Any, count: int) -> list[str | bytes]:
+        return [await asyncio.wait_for(ws.recv(), 5.0) for _ in range(count)]
+
+    async def body() -> None:
+        async with fleet(server.url, hosts=0, fronts=2) as f:
+            store = f.store()
+            cid = await store.create_connection("nohost")
+            notes = [b'{"jsonrpc":"2.0","method":"n","params":{"k":%d}}' % k for k in range(4)]
+            await store.append_output(cid, notes[:3])
+            await store.append_output(cid, notes[3:])
+            urls = [u.replace("http://", "ws://") for u in f.fronts]
+            for front in urls:  # either front, the same frames from the same point
+                async with websockets.connect(front, additional_headers={RESUME_HEADER: f"{cid} 0-0 1"}) as ws:
+                    assert await frames(ws, 5) == [notes[1].decode(), notes[2].decode(), b"1-0", notes[3].decode(),
+                                                   b"2-0"]
+                    ws.transport.abort()  # dropped without a close frame: the connection stays
+            await asyncio.sleep(0.2)
+            assert await store.read_output(cid, "2-0") == []  # no end marker: still open
+            async with websockets.connect(urls[1], additional_headers={RESUME_HEADER: f"{cid} 1-0 0"}) as ws:
+                assert await frames(ws, 2) == [notes[3].decode(), b"2-0"]
+            for value, status in ((f"{cid} 9-0 0", 409), ("nope 0-0 0", 404), (f"{cid} 0-0", 400)):
+                with pytest.raises(InvalidStatus) as refused:
+                    async with websockets.connect(urls[0], additional_headers={RESUME_HEADER: value}):
+                        pass
+                assert refused.value.response.status_code == status, value
+            with pytest.raises(ConnectionEnded):  # the clean close above ended it
+                for _ in range(50):
+                    await store.read_output(cid, "2-0")
+                    await asyncio.sleep(0.02)
 
     run(body)
