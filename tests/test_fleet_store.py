@@ -679,3 +679,80 @@ def test_read_marks_move_forward_and_the_backlog_is_the_slowest_readers(server: 
         await store.close()
 
     run(body)
+
+
+def test_a_host_reads_its_inbox_and_many_queues_in_one_read(server: redis_server.RedisServer) -> None:
+    """read_inputs: the inbox and every queue named, one blocking read that wakes for any of
+    them; consumed entries leave their queue (room again); the end marker and an unknown
+    connection are reported per connection."""
+
+    async def body() -> None:
+        store = make(server.url, input_entries=2)
+        await store.register_host("h", 4, 5.0)
+        a, b, c = [await store.create_connection("h") for _ in range(3)]
+        got = await store.read_inputs("h", STREAM_START, {})
+        assert [cid for _, cid in got.assigned] == [a, b, c] and not got.entries and not got.ended
+        inbox = got.assigned[-1][0]
+        await store.push_input(a, [b"a1"])
+        await store.push_input(b, [b"b1", b"b2"])
+        after = {a: STREAM_START, b: STREAM_START, c: STREAM_START}
+        got = await store.read_inputs("h", inbox, after, block=1.0)
+        assert {cid: [e.lines for e in es] for cid, es in got.entries.items()} == {a: [[b"a1"]], b: [[b"b1", b"b2"]]}
+        after.update({cid: es[-1].cursor for cid, es in got.entries.items()})
+        # a blocked read wakes for a push into any of the queues, or a new connection
+        waiting = asyncio.ensure_future(store.read_inputs("h", inbox, after, consumed=(a, b), block=5.0))
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        await store.push_input(c, [b"c1"])
+        got = await waiting
+        assert [e.lines for e in got.entries[c]] == [[b"c1"]] and time.monotonic() - start < 2.0
+        await store.push_input(a, [b"a2"])
+        await store.push_input(a, [b"a3"])  # a1 was consumed: room for two again
+        with pytest.raises(InputQueueFull):
+            await store.push_input(a, [b"a4"])
+        d = await store.create_connection("h")
+        got = await store.read_inputs("h", inbox, {b: after[b]}, block=5.0)
+        assert [cid for _, cid in got.assigned] == [d]
+        # the end of an input, an unknown connection, a connection deleted under the host
+        assert await store.end_input(b, "bye")
+        assert await store.delete_connection(c)
+        got = await store.read_inputs("h", got.assigned[-1][0], {b: after[b], "no-such": STREAM_START, c: "1-0"},
+                                      consumed=(c, "no-such"))
+        assert isinstance(got.ended[b], ConnectionEnded) and got.ended[b].reason == "bye"
+        assert isinstance(got.ended["no-such"], UnknownConnection) and isinstance(got.ended[c], UnknownConnection)
+        await store.close()
+
+    run(body)
+
+
+def test_a_reader_follows_the_output_in_one_round_trip_and_a_paused_host_wakes_for_its_marks(
+        server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url)
+        cid = await store.create_connection("h")
+        first = await store.append_output(cid, [b"1"])
+        got = await store.follow_output(cid, STREAM_START, block=1.0)
+        assert [e.cursor for e in got] == [first]
+        start = time.monotonic()
+        assert await store.follow_output(cid, first, block=0.2, mark=(None, first)) == []
+        assert 0.15 <= time.monotonic() - start < 2.0
+        assert await store.output_backlog(cid, {None: first}) == (0, 0)  # the mark moved with the read
+        notice = await store.wait_read(cid, STREAM_START, block=1.0)  # the latest move, at once
+        assert notice != STREAM_START
+        waiting = asyncio.ensure_future(store.wait_read(cid, notice, block=5.0))
+        second = await store.append_output(cid, [b"2"])
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        start = time.monotonic()
+        got = await store.follow_output(cid, first, block=1.0)
+        await store.follow_output(cid, second, block=0.01, mark=(ALL_STREAMS, second))
+        assert await waiting != notice and time.monotonic() - start < 2.0
+        assert await store.wait_read(cid, await waiting, block=0.1) == await waiting  # the wait ran out
+        for bad in ("9-0", "x"):
+            with pytest.raises(CursorOutOfWindow):
+                await store.follow_output(cid, bad, block=0.05)
+        with pytest.raises(UnknownConnection):
+            await store.follow_output("no-such-connection", STREAM_START, block=0.05)
+        await store.close()
+
+    run(body)

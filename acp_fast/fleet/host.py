@@ -8,9 +8,11 @@ agent with its *opener* (a child process from a command under the child-process 
 `Conductor` in-process on a memory stream pair,
 `acp_fast.remote.server.servable_opener`), then:
 
-* client lines: it consumes the connection's input queue in order and writes each entry's
-  lines to the agent at once, waiting while the agent does not read (backpressure: the queue
-  fills, and fronts hold their POSTs);
+* client lines: one read for the whole host takes its inbox and the input queues of all its
+  connections ([`read_inputs`][acp_fast.fleet.FleetStore.read_inputs]: one blocking read over
+  many streams, not one per connection) and writes each entry's lines to its agent at once; a
+  connection whose agent does not read leaves that read until it reads again (backpressure:
+  its queue fills, and fronts hold their POSTs);
 * agent lines: whatever the agent wrote while the previous append was in flight goes to the
   output stream as ONE entry (no round trip per message), each line with its route (the
   stream a front carries it on: the session it belongs to, the connection's stream, or the
@@ -52,6 +54,7 @@ from .store import (
     INIT_ROUTE,
     STREAM_START,
     ConnectionEnded,
+    Entry,
     FleetStore,
     StoreError,
     StoreUnavailable,
@@ -107,6 +110,8 @@ class AgentHost:
         self._links: dict[str, _Link] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._registered = asyncio.Event()
+        #: set when a connection's queue must join the host's read (its agent started, or reads again)
+        self._poke = asyncio.Event()
 
     @property
     def connections(self) -> int:
@@ -166,24 +171,60 @@ class AgentHost:
                 await self._register()
 
     async def _take(self) -> None:
+        """The host's one reader: its inbox (new connections) and the input queues of all its
+        connections whose agent reads, in one blocking read
+        ([`read_inputs`][acp_fast.fleet.FleetStore.read_inputs]); a connection joins the read
+        when its agent starts, and again when its agent reads again (the read in flight is
+        dropped and made anew: `_poke`)."""
         await self._register()
-        after = STREAM_START
+        inbox = STREAM_START
+        consumed: set[str] = set()
         while True:
             await self._registered.wait()
+            self._poke.clear()
+            after = {cid: link.after for cid, link in self._links.items() if link.reading()}
+            read = asyncio.ensure_future(self.store.read_inputs(self.host_id, inbox, after, consumed=consumed,
+                                                                block=_POLL))
+            poked = asyncio.ensure_future(self._poke.wait())
             try:
-                assigned = await self.store.read_assigned(self.host_id, after, block=_POLL)
+                await asyncio.wait({read, poked}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                poked.cancel()
+                if not read.done():
+                    read.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StoreError):
+                        await read
+            if read.cancelled():
+                continue  # poked: the set of queues changed
+            try:
+                got = read.result()
             except StoreUnavailable as exc:
-                logger.warning("host %s: cannot read its inbox: %s", self.host_id, exc)
+                logger.warning("host %s: cannot read its inbox and input queues: %s", self.host_id, exc)
                 await asyncio.sleep(_RETRY)
                 continue
             if not self._registered.is_set():
-                after = STREAM_START  # a new life: its inbox started again
+                inbox = STREAM_START  # a new life: its inbox started again
+                consumed = set()
                 continue
-            for cursor, cid in assigned:
-                after = cursor
+            for cursor, cid in got.assigned:
+                inbox = cursor
                 task = asyncio.ensure_future(self._serve(cid))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+            consumed = set()
+            for cid, entries in got.entries.items():
+                link = self._links.get(cid)
+                if link is not None:
+                    link.feed(entries)
+                    consumed.add(cid)
+            for cid, over in got.ended.items():
+                link = self._links.get(cid)
+                if link is not None:
+                    link.input_ended(over)
+            if not got.assigned and not got.entries:
+                consumed = set(after)  # a quiet slice: each connection is checked (expired ones end)
+            if got.assigned:
+                await asyncio.sleep(0)  # the new agents that start at once join the next read
 
     async def _serve(self, cid: str) -> None:
         """Run one connection's agent until it exits or the connection is gone."""
@@ -196,6 +237,7 @@ class AgentHost:
                 await self.store.release_slot(self.host_id)
             return
         link = self._links[cid] = _Link(self, cid, stream)
+        self._poke.set()  # the host's read takes its queue in
         try:
             await link.run()
         finally:
@@ -236,25 +278,26 @@ class _Link:
         self.init_seen = False
         #: the client ended the connection (the end of its input)
         self.ended_by_client = False
+        #: the cursor of the last input entry handed to the agent
+        self.after = STREAM_START
         stream.attach(self._on_data, self._on_eof, self._on_writable)
 
     def close(self) -> None:
         self.stream.close()
 
     async def run(self) -> None:
-        reader = asyncio.ensure_future(self._to_agent())
-        try:
-            await self._from_agent()
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+        await self._from_agent()
+
+    def reading(self) -> bool:
+        """Whether the host's read takes this connection's queue: its agent reads."""
+        return not self.eof and self.writable.is_set()
 
     # agent -> store ----------------------------------------------------------------------
 
     def _on_writable(self, ok: bool) -> None:
         if ok:
             self.writable.set()
+            self.host._poke.set()
         else:
             self.writable.clear()
 
@@ -386,32 +429,23 @@ class _Link:
 
     # store -> agent ----------------------------------------------------------------------
 
-    async def _to_agent(self) -> None:
-        """Consume the input queue in order, each entry's lines to the agent at once."""
-        after = STREAM_START
-        while not self.eof:
-            try:
-                entries = await self.store.read_input(self.cid, after, block=_POLL)
-            except ConnectionEnded:
-                self.ended_by_client = True
-                self.close()
-                return
-            except UnknownConnection:
-                logger.info("connection %s: deleted or expired; its agent is closed", self.cid[:8])
-                self.close()
-                return
-            except StoreUnavailable as exc:
-                logger.warning("connection %s: cannot read its input: %s", self.cid[:8], exc)
-                await asyncio.sleep(_RETRY)
-                continue
-            for entry in entries:
-                for line in entry.lines:
-                    if b'"method"' in line and b'"id"' in line:
-                        self._note_request(line)
-                self.stream.write(b"\n".join(entry.lines) + b"\n")
-                after = entry.cursor
-                if not self.writable.is_set():
-                    await self.writable.wait()
+    def feed(self, entries: list[Entry]) -> None:
+        """Hand input entries to the agent in order, each entry's lines in one write (an
+        agent that stops reading leaves the host's read until it reads again)."""
+        for entry in entries:
+            for line in entry.lines:
+                if b'"method"' in line and b'"id"' in line:
+                    self._note_request(line)
+            self.stream.write(b"\n".join(entry.lines) + b"\n")
+            self.after = entry.cursor
+
+    def input_ended(self, exc: StoreError) -> None:
+        """The input queue is over: the client ended the connection, or it is gone."""
+        if isinstance(exc, ConnectionEnded):
+            self.ended_by_client = True
+        else:
+            logger.info("connection %s: deleted or expired; its agent is closed", self.cid[:8])
+        self.close()
 
     def _note_request(self, line: bytes) -> None:
         """Remember the session of a client request (its reply's route), and initialize's id."""

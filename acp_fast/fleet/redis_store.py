@@ -43,7 +43,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -57,6 +57,7 @@ from .store import (
     FleetStore,
     HostState,
     InputQueueFull,
+    InputRead,
     StoreError,
     StoreLimits,
     StoreUnavailable,
@@ -731,6 +732,53 @@ class RedisStore(FleetStore):
                 if not raw and block is not None and block > self._slice:
                     raw = await self._wait(keys[2], after, count, block - self._slice)
         return _until_end(connection_id, raw)
+
+    async def read_inputs(self, host_id: str, inbox: str, after: Mapping[str, str], *,
+                          consumed: Collection[str] = (), block: float | None = None) -> InputRead:
+        """A host's one read of its inbox and many input queues.
+
+        See [`FleetStore.read_inputs`][acp_fast.fleet.FleetStore.read_inputs]: the frees
+        (one script each) and one `XREAD [BLOCK]` over the inbox and every queue, in one
+        pipeline; a wait is at most one slice shorter than the socket timeout.
+        """
+        box = self._host_keys(host_id)[2]
+        queues: dict[str, str] = {}
+        ended: dict[str, StoreError] = {}
+        for cid in after:
+            keys = self._known_keys(cid)
+            if keys is None:
+                ended[cid] = UnknownConnection(cid)
+            else:
+                queues[keys[2]] = cid
+        freed = [cid for cid in consumed if cid in after and cid not in ended]
+        count = self._limits.read_count
+        streams: dict[Any, Any] = {box: inbox, **{key: after[cid] for key, cid in queues.items()}}
+        wait = _ms(min(block, self._slice)) if block is not None and block > 0 else None
+        with self._guard:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for cid in freed:
+                    keys = self._conn_keys(cid)
+                    pipe.eval(_CONSUMED, 2, keys[0], keys[2], after[cid], _seq(after[cid]) or 0)
+                pipe.xread(streams, count=count, block=wait)
+                *known, got = await pipe.execute()
+        for cid, ok in zip(freed, known):
+            if not ok:
+                ended[cid] = UnknownConnection(cid)
+        assigned: list[tuple[str, str]] = []
+        entries: dict[str, list[Entry]] = {}
+        for key, raw in got or ():
+            name = key.decode()
+            if name == box:
+                assigned = [(eid.decode(), fields[b"c"].decode()) for eid, fields in raw]
+                continue
+            owner = queues.get(name)
+            if owner is None or owner in ended:
+                continue
+            try:
+                entries[owner] = _until_end(owner, raw)
+            except ConnectionEnded as exc:
+                ended[owner] = exc
+        return InputRead(assigned, entries, ended)
 
     async def end_input(self, connection_id: str, reason: str) -> bool:
         """Mark the end of the connection's input queue (once); later pushes find it unknown.

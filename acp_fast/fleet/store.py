@@ -38,7 +38,7 @@ interface is small so that another engine could be added.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -54,6 +54,7 @@ __all__ = [
     "FleetStore",
     "HostState",
     "InputQueueFull",
+    "InputRead",
     "StoreError",
     "StoreLimits",
     "StoreUnavailable",
@@ -209,6 +210,23 @@ class Entry(NamedTuple):
     cursor: str
     lines: list[bytes]
     routes: list[str | None] | None = None
+
+
+class InputRead(NamedTuple):
+    """What one [`read_inputs`][acp_fast.fleet.FleetStore.read_inputs] found.
+
+    Attributes:
+        assigned: the connections created for the host after its inbox cursor
+            (`(cursor, connection id)` pairs, in order), as
+            [`read_assigned`][acp_fast.fleet.FleetStore.read_assigned] returns them.
+        entries: the entries read, per connection (only those with some).
+        ended: the connections whose queue is over: `ConnectionEnded` (the end marker came
+            after everything read) or `UnknownConnection` (deleted or expired).
+    """
+
+    assigned: list[tuple[str, str]]
+    entries: dict[str, list[Entry]]
+    ended: dict[str, StoreError]
 
 
 class FleetStore(Protocol):
@@ -468,6 +486,24 @@ class FleetStore(Protocol):
             ConnectionEnded: nothing follows `after` but the end marker (the client ended
                 the connection: [`end_input`][acp_fast.fleet.FleetStore.end_input]).
             UnknownConnection: the connection is unknown.
+        """
+        ...
+
+    async def read_inputs(self, host_id: str, inbox: str, after: Mapping[str, str], *,
+                          consumed: Collection[str] = (), block: float | None = None) -> InputRead:
+        """A host's one read of everything it consumes: its inbox and the input queues of
+        many connections, in one round trip (one blocking read over all of them when it waits).
+
+        Args:
+            host_id: the host.
+            inbox: its inbox cursor (as [`read_assigned`][acp_fast.fleet.FleetStore.read_assigned]).
+            after: each connection's cursor of the last entry handed to its agent: what
+                follows is read.
+            consumed: the connections of `after` whose entries up to their cursor leave the
+                queue now (as [`read_input`][acp_fast.fleet.FleetStore.read_input] frees them);
+                each is also checked: an unknown one is in `ended`.
+            block: when nothing is there, wait up to this many seconds (`None`: do not wait);
+                an implementation may return earlier, empty.
         """
         ...
 
