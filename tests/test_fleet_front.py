@@ -427,3 +427,19 @@ def test_a_resumable_websocket_goes_on_from_its_cursor_and_frames_on_any_front(
                     await asyncio.sleep(0.02)
 
     run(body)
+
+
+def test_a_waiting_reader_keeps_its_connection_alive(server: redis_server.RedisServer) -> None:
+    """A connection TTL of 1.5 s and a WebSocket quiet for 3 s: its reader restarts the TTL as
+    it waits (every `host_check` second), so the connection, its agent and its session live."""
+
+    async def body() -> None:
+        async with fleet(server.url, limits=StoreLimits(connection_ttl=1.5)) as f:
+            client = Client.builder()
+            async with client.connect(connect_url(f.fronts[0].replace("http://", "ws://"))) as cx:
+                await cx.initialize()
+                await asyncio.sleep(3.0)
+                assert await cx.send_request("_test/echo", {"n": 2}) == {"n": 2}
+                assert f.hosts[0].connections == 1
+
+    run(body)

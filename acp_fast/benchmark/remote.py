@@ -540,6 +540,16 @@ def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[JsonObject
                 value = a.median / b.median
             out.append({"goal": g.label, "loop": loop, "target": f">= {g.ratio:g}x", "measured": value,
                         "met": value is not None and value >= g.ratio})
+        for transport in ("ws", "http"):
+            fleet = by.get(("fleet", transport, "roundtrips", loop))
+            single = by.get(("acp_fast", transport, "roundtrips", loop))
+            added = None
+            if fleet and single and fleet.median and single.median:
+                added = (1 / fleet.median - 1 / single.median) * 1000
+            out.append({"goal": f"fleet, {'WebSocket' if transport == 'ws' else 'HTTP'} round trips: latency added "
+                                "to single-process serve (ms)", "loop": loop,
+                        "target": f"<= {FLEET_ADDED_LATENCY_MS:g} ms", "measured": added,
+                        "met": added is not None and added <= FLEET_ADDED_LATENCY_MS})
         c = by.get(("acp_fast", "ws", "connections", loop))
         value = c.median if c else None
         out.append({"goal": f"{cfg.connections} WebSocket connections, server RSS per connection", "loop": loop,
@@ -561,12 +571,19 @@ def render(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> str:
               r.error or ""] for r in rows]
     head = ["pair", "transport", "workload", "loop", "server", "ran†", "median", "unit", "runs", "server µs/msg*",
             "client µs/msg*", "error"]
+    parts = [[r.pair, r.transport, r.workload, r.loop, r.server or "",
+              *(f"{statistics.median(r.parts[k]):.1f}" if r.parts.get(k) else "" for k in ("front", "host", "redis"))]
+             for r in rows if r.parts]
     goals = [[v["goal"], v["loop"], v["target"], "" if v["measured"] is None else f"{v['measured']:.2f}",
               "PASS" if v["met"] else "MISS"] for v in verdicts(rows, cfg)]
     return (tabulate(table, head, disable_numparse=True) + "\n\n* CPU per message of the whole process, "
             "start-up and warm-up included (an upper bound)\n† the engine twin each acp_fast process of the row "
             "reported itself (client, server, agent), each on the row's loop and this acp_fast, checked after every "
             "run (— : SDK processes only)\n\n"
+            + (tabulate(parts, ["pair", "transport", "workload", "loop", "server", "front µs/msg‡", "host µs/msg‡",
+                                "redis µs/msg‡"], disable_numparse=True)
+               + "\n\n‡ CPU per message of each fleet process over the client's run (warm-up included)\n\n"
+               if parts else "")
             + tabulate(goals, ["goal", "loop", "target", "measured", ""], disable_numparse=True))
 
 

@@ -27,8 +27,8 @@ store ([`FleetStore`][acp_fast.fleet.FleetStore]) and its agent runs on an agent
   the connection, a cursor and the frames received after it goes on from there on any front
   (404 unknown, 409 outside the replay window).
 
-A reader (an SSE stream, a WebSocket) that waits looks at the connection's host every
-`host_check` seconds: once its heartbeat has expired, every client request in flight gets an
+A reader (an SSE stream, a WebSocket) that waits restarts the connection's TTL and looks at
+its host every `host_check` seconds: once the host's heartbeat has expired, every client request in flight gets an
 error response naming the host, and the connection ends
 ([`end_output`][acp_fast.fleet.FleetStore.end_output] with `fail_pending`).
 
@@ -480,6 +480,7 @@ class _Watch:
         if entries:
             self.since = time.monotonic()
             return entries
+        await self.store.touch_connection(self.cid)  # a reader that waits keeps its connection alive
         if self.host is None:
             self.host = await self.store.connection_host(self.cid)
         if self.host is not None and not await self.store.host_alive(self.host):
