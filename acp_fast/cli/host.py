@@ -41,6 +41,10 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--ttl", type=float, default=5.0,
                         help="seconds the host counts as alive without a heartbeat (default: 5)")
     parser.add_argument("--prefix", default=None, help="the fleet's key prefix in Redis (default: acp-fast:)")
+    parser.add_argument("--window-bytes", type=int, default=None,
+                        help="bytes of agent output each connection keeps for readers that resume (default: 1 MiB)")
+    parser.add_argument("--window-entries", type=int, default=None,
+                        help="entries (agent flushes) of output each connection keeps (default: 4096)")
     parser.add_argument("--testy", action="store_true", help="run Testy in-process instead of a command")
     parser.add_argument("--versions", default="1,2", help="with --testy: protocol versions (default: 1,2)")
     parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (default: auto, uvloop when installed)")
@@ -59,13 +63,15 @@ def main(args: argparse.Namespace) -> int:
         print("acp-fast host: give an agent command after -- or --testy (one of them)", file=sys.stderr)
         return 2
     logging.basicConfig(level=str(args.log_level).upper(), format="acp-fast host: %(levelname)s %(message)s")
-    from ..fleet import DEFAULT_PREFIX, RedisStore
+    from ..fleet import DEFAULT_PREFIX, RedisStore, StoreLimits
     from ..fleet.host import AgentHost
     from ..remote import MissingExtraError
 
+    window = {k: v for k, v in (("output_bytes", args.window_bytes), ("output_entries", args.window_entries))
+              if v is not None}
     try:
-        store = RedisStore(args.redis, prefix=args.prefix or DEFAULT_PREFIX)
-    except MissingExtraError as exc:
+        store = RedisStore(args.redis, prefix=args.prefix or DEFAULT_PREFIX, limits=StoreLimits(**window))
+    except (MissingExtraError, ValueError) as exc:
         print(f"acp-fast host: {exc}", file=sys.stderr)
         return 2
     if args.testy:
