@@ -42,6 +42,7 @@ import json
 import logging
 import secrets
 import types
+from collections.abc import Callable
 from typing import Any
 
 from .. import _kinds
@@ -236,7 +237,7 @@ class AgentHost:
                 await self.store.end_output(cid, f"the agent of host {self.host_id} did not start")
                 await self.store.release_slot(self.host_id)
             return
-        link = self._links[cid] = _Link(self, cid, stream)
+        link = self._links[cid] = _Link(self, cid, stream, self._poke.set)
         self._poke.set()  # the host's read takes its queue in
         try:
             await link.run()
@@ -252,8 +253,10 @@ class AgentHost:
 class _Link:
     """One connection on a host: its agent's stream and the two pumps through the store."""
 
-    def __init__(self, host: AgentHost, cid: str, stream: Stream) -> None:
+    def __init__(self, host: AgentHost, cid: str, stream: Stream, poke: Callable[[], None]) -> None:
         self.host = host
+        #: called when the agent reads again: the host's read takes the queue in again
+        self.poke = poke
         self.store = host.store
         self.cid = cid
         self.stream = stream
@@ -297,7 +300,7 @@ class _Link:
     def _on_writable(self, ok: bool) -> None:
         if ok:
             self.writable.set()
-            self.host._poke.set()
+            self.poke()
         else:
             self.writable.clear()
 
