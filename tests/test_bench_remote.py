@@ -35,6 +35,19 @@ def test_verdicts_from_medians() -> None:
     assert "MISS" in text and "PASS" in text
 
 
+def test_the_drop_in_goals_show_their_ceiling() -> None:
+    cfg = RemoteConfig(loops=("uvloop",), connections=10)
+    rows = [_row("pysdk", "http", "stream", [10.0]), _row("pysdk-dropin", "http", "stream", [25.0]),
+            _row("pysdk-ceiling", "http", "stream", [28.0])]
+    got = {v["goal"]: v for v in verdicts(rows, cfg)}
+    sse = got["SDK agent on the drop-in, HTTP (SSE) streaming vs the SDK's server"]
+    assert sse["measured"] == pytest.approx(2.5) and not sse["met"]
+    assert sse["ceiling"] == pytest.approx(2.8)
+    assert got["SDK agent on the drop-in, WebSocket streaming vs the SDK's server"]["ceiling"] is None  # no rows
+    assert got["WebSocket streaming vs the Python SDK"]["ceiling"] is None  # no ceiling row named
+    assert "2.80" in render(rows, cfg)
+
+
 def test_goals_read_the_first_servers_rows() -> None:
     """With several ASGI servers the rows served by acp_fast exist once per server (the
     ``server`` column says which) and the goals are read from the first server's rows; the

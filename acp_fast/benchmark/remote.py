@@ -10,6 +10,11 @@ Pairs (server + client, each a public-API program doing what a user's would):
 * `pysdk-dropin`: the same SDK agent and clients, the agent served by
   `acp_fast.compat.acp_sdk.create_asgi_app` instead of the SDK's own app (the server's
   `--dropin`: one import changed; the agent's code is the SDK's);
+* `pysdk-dropin2`: the same, with the SDK clients also on the connection drop-in
+  (`peers/pysdk/dropin.py connection`): an SDK user's two programs, one line each;
+* `pysdk-ceiling`: the SDK's own clients (unchanged) against `acp-fast serve --testy`, an
+  agent that costs next to nothing per update: what any server reaches with the SDK's
+  client, a ceiling for the `pysdk-dropin` goals (shown beside them, never a target);
 * `ts`: the TypeScript SDK's server and clients (`peers/ts/remote_server.mjs`,
   `remote_client.mjs`);
 * `gateway`: `acp-fast serve -- acp-fast testy` (a stdio child per connection) with the
@@ -73,7 +78,7 @@ from ..remote.runner import DEFAULT_SERVER, SERVERS
 from .launch import REPORT_ENV, read_reports
 from .machine import sdk_tracing_note
 from .registry import find_peers
-from .runtime import Process, RuntimeMismatch, check, child_env, launch, summary
+from .runtime import Process, RuntimeMismatch, check, child_env, launch, launch_script, summary
 
 __all__ = ["GOALS", "RemoteConfig", "RemoteResult", "main", "read_json", "run_remote", "write_chart"]
 
@@ -136,6 +141,8 @@ class Goal:
     row: tuple[str, str, str]
     reference: tuple[str, str, str] | None
     ratio: float
+    #: a row whose ratio to `reference` bounds this goal (the other side's own cost): shown beside it
+    ceiling: tuple[str, str, str] | None = None
 
 
 GOALS = (
@@ -145,8 +152,12 @@ GOALS = (
     Goal("WebSocket round trips vs the Python SDK", ("acp_fast", "ws", "roundtrips"), ("pysdk", "ws", "roundtrips"), 2.0),
     Goal("HTTP round trips vs the Python SDK", ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"), 2.0),
     Goal("SDK agent on the drop-in, WebSocket streaming vs the SDK's server", ("pysdk-dropin", "ws", "stream"),
-         ("pysdk", "ws", "stream"), 3.0),
+         ("pysdk", "ws", "stream"), 3.0, ("pysdk-ceiling", "ws", "stream")),
     Goal("SDK agent on the drop-in, HTTP (SSE) streaming vs the SDK's server", ("pysdk-dropin", "http", "stream"),
+         ("pysdk", "http", "stream"), 3.0, ("pysdk-ceiling", "http", "stream")),
+    Goal("SDK agent and clients on the drop-in, WebSocket streaming vs the SDK", ("pysdk-dropin2", "ws", "stream"),
+         ("pysdk", "ws", "stream"), 3.0),
+    Goal("SDK agent and clients on the drop-in, HTTP (SSE) streaming vs the SDK", ("pysdk-dropin2", "http", "stream"),
          ("pysdk", "http", "stream"), 3.0),
     Goal("gateway (WebSocket) vs the direct stdio pair", ("gateway", "ws", "stream"), ("direct", "stdio", "stream"), 0.5),
     Goal("fleet (1 front + 1 host + Redis), WebSocket streaming vs single-process serve", ("fleet", "ws", "stream"),
@@ -263,8 +274,10 @@ def _server_argv(pair: str, loop: str, cfg: RemoteConfig, transport: str = "ws",
                         "--", *_testy(loop))], True
     if pair == "fleet":
         raise ValueError("the fleet's processes are started by _Fleet")
-    if pair in ("pysdk", "pysdk-dropin"):
-        dropin = ["--dropin"] if pair == "pysdk-dropin" else []
+    if pair == "pysdk-ceiling":
+        return _server_argv("acp_fast", loop, cfg, transport, server)
+    if pair in ("pysdk", "pysdk-dropin", "pysdk-dropin2"):
+        dropin = [] if pair == "pysdk" else ["--dropin"]
         return [sys.executable, str(cfg.peers / "pysdk" / "remote_server.py"), "--port", "0", "--loop", loop,
                 *dropin], False
     if pair == "ts":
@@ -283,9 +296,13 @@ def _client_argv(pair: str, url: str, workload: str, n: int, loop: str, cfg: Rem
     if pair in ("acp_fast", "gateway", "direct", "fleet"):
         return [*launch("client", "acp_fast.benchmark.remote_client", url, workload, str(n),
                         "--warmup", str(cfg.warmup), "--loop", loop)]
-    if pair in ("pysdk", "pysdk-dropin"):
-        return [sys.executable, str(cfg.peers / "pysdk" / "remote_client.py"), url, workload, str(n),
-                "--timeout", str(cfg.timeout), "--loop", loop]
+    if pair in ("pysdk", "pysdk-dropin", "pysdk-ceiling", "pysdk-dropin2"):
+        sdk = cfg.peers / "pysdk"
+        args = (url, workload, str(n), "--timeout", str(cfg.timeout), "--loop", loop)
+        if pair == "pysdk-dropin2":  # reported and checked as an acp_fast process
+            return [*launch_script("client", str(sdk / "dropin.py"), "connection", str(sdk / "remote_client.py"),
+                                   *args)]
+        return [sys.executable, str(sdk / "remote_client.py"), *args]
     if pair == "ts":
         return ["node", str(cfg.peers / "ts" / "remote_client.mjs"), url, workload, str(n), "--timeout", str(cfg.timeout)]
     if pair == "floor":
@@ -309,6 +326,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("acp_fast", "ws", "stream"), ("pysdk", "ws", "stream"), ("ts", "ws", "stream"),
     ("acp_fast", "http", "stream"), ("pysdk", "http", "stream"), ("ts", "http", "stream"),
     ("pysdk-dropin", "ws", "stream"), ("pysdk-dropin", "http", "stream"),
+    ("pysdk-dropin2", "ws", "stream"), ("pysdk-dropin2", "http", "stream"),
+    ("pysdk-ceiling", "ws", "stream"), ("pysdk-ceiling", "http", "stream"),
     ("acp_fast", "ws", "roundtrips"), ("pysdk", "ws", "roundtrips"),
     ("acp_fast", "http", "roundtrips"), ("pysdk", "http", "roundtrips"), ("floor", "ws", "roundtrips"),
     ("floor", "tcp", "roundtrips"),
@@ -331,6 +350,8 @@ PROCESSES: dict[str, tuple[Process, ...]] = {
     "fleet": (Process("client"), Process("server"), Process("agent")),
     "direct": (Process("client"), Process("agent")),
     "floor": (Process("client"), Process("server")),
+    "pysdk-ceiling": (Process("server"),),
+    "pysdk-dropin2": (Process("client"),),
 }
 
 
@@ -535,11 +556,14 @@ def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[JsonObject
         for g in GOALS:
             a = by.get((*g.row, loop))
             b = by.get((*g.reference, loop)) if g.reference else None
-            value = None
+            value = ceiling = None
             if a and b and a.median and b.median:
                 value = a.median / b.median
+            top = by.get((*g.ceiling, loop)) if g.ceiling else None
+            if top and b and top.median and b.median:
+                ceiling = top.median / b.median
             out.append({"goal": g.label, "loop": loop, "target": f">= {g.ratio:g}x", "measured": value,
-                        "met": value is not None and value >= g.ratio})
+                        "met": value is not None and value >= g.ratio, "ceiling": ceiling})
         for transport in ("ws", "http"):
             fleet = by.get(("fleet", transport, "roundtrips", loop))
             single = by.get(("acp_fast", transport, "roundtrips", loop))
@@ -549,7 +573,7 @@ def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[JsonObject
             out.append({"goal": f"fleet, {'WebSocket' if transport == 'ws' else 'HTTP'} round trips: latency added "
                                 "to single-process serve (ms)", "loop": loop,
                         "target": f"<= {FLEET_ADDED_LATENCY_MS:g} ms", "measured": added,
-                        "met": added is not None and added <= FLEET_ADDED_LATENCY_MS})
+                        "met": added is not None and added <= FLEET_ADDED_LATENCY_MS, "ceiling": None})
         c = by.get(("acp_fast", "ws", "connections", loop))
         value = c.median if c else None
         out.append({"goal": f"{cfg.connections} WebSocket connections, server RSS per connection", "loop": loop,
@@ -575,16 +599,19 @@ def render(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> str:
               *(f"{statistics.median(r.parts[k]):.1f}" if r.parts.get(k) else "" for k in ("front", "host", "redis"))]
              for r in rows if r.parts]
     goals = [[v["goal"], v["loop"], v["target"], "" if v["measured"] is None else f"{v['measured']:.2f}",
+              "" if v.get("ceiling") is None else f"{v['ceiling']:.2f}",
               "PASS" if v["met"] else "MISS"] for v in verdicts(rows, cfg)]
     return (tabulate(table, head, disable_numparse=True) + "\n\n* CPU per message of the whole process, "
             "start-up and warm-up included (an upper bound)\n† the engine twin each acp_fast process of the row "
             "reported itself (client, server, agent), each on the row's loop and this acp_fast, checked after every "
             "run (— : SDK processes only)\n\n"
-            + (tabulate(parts, ["pair", "transport", "workload", "loop", "server", "front µs/msg‡", "host µs/msg‡",
-                                "redis µs/msg‡"], disable_numparse=True)
-               + "\n\n‡ CPU per message of each fleet process over the client's run (warm-up included)\n\n"
+            + (tabulate(parts, ["pair", "transport", "workload", "loop", "server", "front µs/msg§", "host µs/msg§",
+                                "redis µs/msg§"], disable_numparse=True)
+               + "\n\n§ CPU per message of each fleet process over the client's run (warm-up included)\n\n"
                if parts else "")
-            + tabulate(goals, ["goal", "loop", "target", "measured", ""], disable_numparse=True))
+            + tabulate(goals, ["goal", "loop", "target", "measured", "ceiling‡", ""], disable_numparse=True)
+            + "\n\n‡ the same reference against the ceiling row (`pysdk-ceiling`: the SDK's client against an agent "
+            "that costs next to nothing per update): no server reaches more with that client on this machine")
 
 
 def read_json(path: str | os.PathLike[str]) -> tuple[list[RemoteResult], RemoteConfig, float | None]:

@@ -40,7 +40,7 @@ Options:
                   the default client asks for HTTP/2 but only gets it over TLS
 
 Output fields: ``sdk``, ``sdkVersion``, ``transport`` (``http``/``ws``), ``protocol``,
-``scenario``, ``ok``, ``protocolVersion``, ``agentName``, ``initSeconds``; per scenario
+``scenario``, ``loop`` (the running loop's kind), ``ok``, ``protocolVersion``, ``agentName``, ``initSeconds``; per scenario
 ``updatesAtResponse`` (stream: chunks handled when the prompt call returned),
 ``updatesReceived`` (all chunks, after a short wait), ``inOrder`` (in arrival order), ``stopReason``, ``seconds``, ``updatesPerSec``,
 ``permissionRequests``, ``permissionOutcome``, ``updatesBeforeCancel``, ``m``, ``method``,
@@ -160,6 +160,7 @@ class Run:
             "transport": self.transport_kind,
             "protocol": args.protocol,
             "scenario": scenario,
+            "loop": "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio",
             "ok": False,
         }
         self.conn: acp.ClientSideConnection | None = None
