@@ -47,7 +47,7 @@ pytestmark = pytest.mark.c_extension
 
 import httpx  # noqa: E402
 
-from acp_fast import Client  # noqa: E402
+from acp_fast import Client, JsonRpcError  # noqa: E402
 from acp_fast.fleet import ConnectionEnded, RedisStore, StoreLimits  # noqa: E402
 from acp_fast.fleet.front import FleetFront  # noqa: E402
 from acp_fast.fleet.host import AgentHost  # noqa: E402
@@ -443,3 +443,35 @@ def test_a_waiting_reader_keeps_its_connection_alive(server: redis_server.RedisS
                 assert f.hosts[0].connections == 1
 
     run(body)
+
+
+def test_redis_stopped_and_restarted_fails_open_connections_clearly_and_service_resumes() -> None:
+    """A Redis of the test's own: a WebSocket open when it is killed ends (the client's pending
+    request fails, nothing hangs); new connections get 503 while it is down; once it is back
+    on the same port (empty: no persistence), the host registers again and a new connection
+    runs a whole turn."""
+    own = redis_server.RedisServer().start()
+
+    async def body() -> None:
+        async with fleet(own.url) as f:
+            url = f.fronts[0].replace("http://", "ws://")
+            client = Client.builder()
+            async with client.connect(connect_url(url)) as cx:
+                await cx.initialize()
+                own.kill()
+                with pytest.raises(JsonRpcError):
+                    await asyncio.wait_for(cx.send_request("_test/echo", {"n": 1}), 10.0)
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                r = await http.post(f.fronts[0], json=INIT)
+                assert r.status_code == 503 and "unavailable" in r.json()["error"]["message"]
+            own.start()
+            for _ in range(100):  # the host notices (a failed heartbeat) and registers again
+                if await f.stores[0].live_hosts():
+                    break
+                await asyncio.sleep(0.1)
+            await one_turn(f.fronts[0], 20)
+
+    try:
+        run(body)
+    finally:
+        own.kill()
