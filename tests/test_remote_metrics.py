@@ -329,3 +329,39 @@ def test_buckets_are_checked() -> None:
         ServerMetrics(buckets=())
     with pytest.raises(ValueError):
         ServerMetrics(buckets=(1.0, 1.0))
+
+
+def test_a_response_cut_across_reads_is_still_counted(tmp_path: Path) -> None:
+    """A gateway child writes its answer in pieces (a notification's end and the response's
+    start in one write, the rest later): the response is found whole, answered `ok`."""
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "import sys, json, time\n"
+        "def put(text):\n"
+        "    sys.stdout.write(text); sys.stdout.flush(); time.sleep(0.1)\n"
+        "for line in sys.stdin:\n"
+        "    m = json.loads(line)\n"
+        "    if m.get('method') == 'initialize':\n"
+        "        put(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'protocolVersion': 1}}) + '\\n')\n"
+        "    else:\n"
+        "        note = json.dumps({'jsonrpc': '2.0', 'method': '_note', 'params': {}})\n"
+        "        reply = json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'sessionId': 's'}})\n"
+        "        put(note[:10]); put(note[10:] + '\\n' + reply[:12]); put(reply[12:30]); put(reply[30:] + '\\n')\n")
+    metrics = ServerMetrics()
+    app = gateway_app([sys.executable, str(script)], metrics=metrics)
+
+    async def main() -> None:
+        async with served(app) as where, httpx.AsyncClient() as c:
+            url = where.http_url
+            r = await c.post(url, content=init(), headers=JSON)
+            h = {"acp-connection-id": r.headers["acp-connection-id"]}
+            conn = Lines(c, url, h)
+            assert (await c.post(url, content=NEW, headers={**JSON, **h})).status_code == 202
+            assert (await conn.until(lambda m: m.get("id") == 1))["result"] == {"sessionId": "s"}
+            s = scrape_now(metrics)
+            assert value(s, "acp_fast_requests_total", method="session/new", outcome="ok") == 1
+            assert value(s, "acp_fast_request_duration_seconds_count", method="session/new") == 1
+            assert value(s, "acp_fast_request_duration_seconds_sum", method="session/new") >= 0.3
+            await conn.stop()
+
+    run(main())
