@@ -331,7 +331,8 @@ def test_buckets_are_checked() -> None:
         ServerMetrics(buckets=(1.0, 1.0))
 
 
-def test_a_response_cut_across_reads_is_still_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["http", "websocket"])
+def test_a_response_cut_across_reads_is_still_counted(tmp_path: Path, transport: str) -> None:
     """A gateway child writes its answer in pieces (a notification's end and the response's
     start in one write, the rest later): the response is found whole, answered `ok`."""
     script = tmp_path / "agent.py"
@@ -352,16 +353,24 @@ def test_a_response_cut_across_reads_is_still_counted(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with served(app) as where, httpx.AsyncClient() as c:
-            url = where.http_url
-            r = await c.post(url, content=init(), headers=JSON)
-            h = {"acp-connection-id": r.headers["acp-connection-id"]}
-            conn = Lines(c, url, h)
-            assert (await c.post(url, content=NEW, headers={**JSON, **h})).status_code == 202
-            assert (await conn.until(lambda m: m.get("id") == 1))["result"] == {"sessionId": "s"}
+            if transport == "http":
+                url = where.http_url
+                r = await c.post(url, content=init(), headers=JSON)
+                h = {"acp-connection-id": r.headers["acp-connection-id"]}
+                conn = Lines(c, url, h)
+                assert (await c.post(url, content=NEW, headers={**JSON, **h})).status_code == 202
+                assert (await conn.until(lambda m: m.get("id") == 1))["result"] == {"sessionId": "s"}
+                await conn.stop()
+            else:
+                async with websockets.connect(where.ws_url) as ws:
+                    await ws.send(init().decode())
+                    await ws.recv()
+                    await ws.send(NEW.decode())
+                    while json.loads(await ws.recv()).get("id") != 1:
+                        pass
             s = scrape_now(metrics)
             assert value(s, "acp_fast_requests_total", method="session/new", outcome="ok") == 1
             assert value(s, "acp_fast_request_duration_seconds_count", method="session/new") == 1
             assert value(s, "acp_fast_request_duration_seconds_sum", method="session/new") >= 0.3
-            await conn.stop()
 
     run(main())

@@ -124,6 +124,7 @@ _MALFORMED = _kinds.MALFORMED
 _BATCHABLE = tuple(k in (_kinds.NOTIFICATION, _kinds.RESPONSE) for k in range(_kinds.MALFORMED + 1))
 _ZERO = itertools.repeat(0)
 _ALONE = itertools.repeat(False)
+_NO_ROUTE: tuple[None, None] = (None, None)
 
 
 class _Connection:
@@ -283,7 +284,7 @@ class _Connection:
         if kind == _kinds.BATCH:
             for entry in frame:
                 if entry.kind == _kinds.RESPONSE:
-                    self.routes.pop(id_key(entry.id), None)
+                    self._answered(entry, id_key(entry.id))
             return self.streams[None].put(line)
         if kind == _kinds.RESPONSE:
             k = id_key(frame.id)
@@ -292,7 +293,7 @@ class _Connection:
                 if not self.init_reply.done():
                     self.init_reply.set_result(line)
                 return 0
-            route, method = self.routes.pop(k, (None, None))
+            route, method = self._answered(frame, k)
             if method is not None and method.startswith("session/") and frame.error is None:
                 result = frame.result
                 if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
@@ -309,6 +310,11 @@ class _Connection:
             self.sessions.add(sid)
             return self._stream_for(sid).put(line, notification)
         return self.streams[None].put(line, notification)
+
+    def _answered(self, response: Any, key: tuple[bool, object]) -> tuple[str | None, str | None]:
+        """The route and method of the client's request that `response` (its id `key`)
+        answers, which is forgotten; `(None, None)` for an unknown id."""
+        return self.routes.pop(key, _NO_ROUTE)
 
     # Every reply reaches a stream the client can read: a client may open a session's
     # stream once the agent has named the session or while a request naming it is in
@@ -361,8 +367,9 @@ class _Connection:
         self.paused = False
         self.stream.resume_reading()
 
-    def replied_in_body(self, size: int) -> None:
-        """The agent's answer to `initialize` (`size` bytes) left as a POST's body."""
+    def replied_in_body(self, key: tuple[bool, object], reply: bytes, failed: bool) -> None:
+        """The agent's answer `reply` to `initialize` (id `key`; an error when `failed`) left
+        as a POST's body."""
 
     # network side --------------------------------------------------------------------------
 
@@ -405,10 +412,11 @@ class _MeteredConnection(_Connection):
     integers, read when scraped: [`Metered`][acp_fast.remote.metrics.Metered]).
 
     Messages out are the outlets' own event counters (plus what leaves several at a time on
-    a socket, and the `initialize` answer); a client's request is remembered with its start
-    time when it goes to the agent, and its response found in the agent's output by a scan
-    of each chunk for `"result"` / `"error"` while requests are in flight (only such a
-    chunk's lines are decoded again), so a notification costs no decoding here."""
+    a socket, and the `initialize` answer). A client's request is remembered with its start
+    time as it goes to the agent; its response is found where the server routes it (HTTP),
+    or, on a WebSocket (whose lines are not decoded), in a chunk of the agent's output that
+    holds `"id"` while requests are in flight (a notification has none): only such a
+    chunk's lines are decoded again."""
 
     def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool, metrics: ServerMetrics,
                  on_closed: Callable[[_Connection], None] | None = None, ws_batches: bool = False) -> None:
@@ -420,7 +428,7 @@ class _MeteredConnection(_Connection):
         #: the client's requests in flight: their method and start time, by id
         self.pending: dict[tuple[bool, object], tuple[str, float]] = {}
         self._more = 0  # messages out that no outlet counted (several at once on a socket; initialize's answer)
-        self._carry = b""  # the agent's unfinished line, while requests are in flight
+        self._carry = b""  # the agent's unfinished line on a WebSocket, while requests are in flight
         super().__init__(app, cid, stream, websocket, on_closed, ws_batches)
         self._peek = app.engine.Decoder(lazy=True, max_line_size=self.max_line)
 
@@ -441,25 +449,37 @@ class _MeteredConnection(_Connection):
                         self.pending[id_key(entry.id)] = (entry.method, now)
         await super().write((data,), frames)
 
-    def _on_data(self, data: bytes) -> None:
-        if self.pending:
-            self._answers(data)
-        super()._on_data(data)
+    def _done(self, key: tuple[bool, object], failed: bool) -> None:
+        """The request `key` was answered (with an error when `failed`), if it was pending."""
+        start = self.pending.pop(key, None)
+        if start is not None:
+            self.metrics.request(start[0], "error" if failed else "ok", time.monotonic() - start[1])
 
-    def _answers(self, data: bytes) -> None:
+    def _answered(self, response: Any, key: tuple[bool, object]) -> tuple[str | None, str | None]:
+        self._done(key, response.error is not None)
+        return super()._answered(response, key)
+
+    def replied_in_body(self, key: tuple[bool, object], reply: bytes, failed: bool) -> None:
+        self._more += 1
+        self.out_bytes += len(reply)
+        self._done(key, failed)
+
+    def _ws_data(self, data: bytes) -> None:
+        if self.pending:
+            self._ws_answers(data)
+        super()._ws_data(data)
+
+    def _ws_answers(self, data: bytes) -> None:
         """Record the responses to pending requests among the agent's lines in `data`."""
         if self._carry:
             data = self._carry + data
         end = data.rfind(b"\n") + 1
         self._carry = data[end:] if len(data) - end <= self.max_line else b""
-        if end and (data.find(b'"result"', 0, end) >= 0 or data.find(b'"error"', 0, end) >= 0):
+        if end and data.find(b'"id"', 0, end) >= 0:
             for frame in self._peek.feed(data[:end]):
                 for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
                     if entry.kind == _kinds.RESPONSE:
-                        start = self.pending.pop(id_key(entry.id), None)
-                        if start is not None:
-                            self.metrics.request(start[0], "ok" if entry.error is None else "error",
-                                                 time.monotonic() - start[1])
+                        self._done(id_key(entry.id), entry.error is not None)
         if not self.pending:
             self._carry = b""
 
@@ -470,10 +490,6 @@ class _MeteredConnection(_Connection):
     def sent(self, size: int) -> None:
         self.out_bytes += size
         super().sent(size)
-
-    def replied_in_body(self, size: int) -> None:
-        self._more += 1
-        self.out_bytes += size
 
     def _pause(self) -> None:
         self.pauses += 1
@@ -736,8 +752,9 @@ class AcpApp(Endpoint):
             conn.close("initialize")
             await respond(send, 200, encode_error(frame.id, INTERNAL_ERROR, "the agent closed before answering"))
             return
-        conn.replied_in_body(len(reply))
-        if b'"error"' in reply and self.engine.Decoder(lazy=True).feed(reply + b"\n")[0].error is not None:
+        failed = b'"error"' in reply and self.engine.Decoder(lazy=True).feed(reply + b"\n")[0].error is not None
+        conn.replied_in_body(id_key(frame.id), reply, failed)
+        if failed:
             conn.close("initialize")
             await respond(send, 200, reply + b"\n")
             return
