@@ -125,6 +125,9 @@ _BATCHABLE = tuple(k in (_kinds.NOTIFICATION, _kinds.RESPONSE) for k in range(_k
 _ZERO = itertools.repeat(0)
 _ALONE = itertools.repeat(False)
 _NO_ROUTE: tuple[None, None] = (None, None)
+#: how the engines start a call (a request or a notification), and one after a line's end
+_CALL = b'{"jsonrpc":"2.0","method":'
+_NEXT_CALL = b"\n" + _CALL
 
 
 class _Connection:
@@ -414,9 +417,10 @@ class _MeteredConnection(_Connection):
     Messages out are the outlets' own event counters (plus what leaves several at a time on
     a socket, and the `initialize` answer). A client's request is remembered with its start
     time as it goes to the agent; its response is found where the server routes it (HTTP),
-    or, on a WebSocket (whose lines are not decoded), in a chunk of the agent's output that
-    holds `"id"` while requests are in flight (a notification has none): only such a
-    chunk's lines are decoded again."""
+    or, on a WebSocket (whose lines are not decoded), while requests are in flight, in a
+    chunk of the agent's output where some whole line does not start as the engines start a
+    call (`{"jsonrpc":"2.0","method":`, which no response does): only such a chunk's lines
+    are decoded again, so a turn's notifications cost two counts of bytes per chunk."""
 
     def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool, metrics: ServerMetrics,
                  on_closed: Callable[[_Connection], None] | None = None, ws_batches: bool = False) -> None:
@@ -475,7 +479,9 @@ class _MeteredConnection(_Connection):
             data = self._carry + data
         end = data.rfind(b"\n") + 1
         self._carry = data[end:] if len(data) - end <= self.max_line else b""
-        if end and data.find(b'"id"', 0, end) >= 0:
+        # every whole line a notification or request as the engines write them (the usual
+        # chunk of a streamed turn): no response among them, nothing to decode
+        if end and (data.count(_NEXT_CALL, 0, end) + data.startswith(_CALL)) < data.count(b"\n", 0, end):
             for frame in self._peek.feed(data[:end]):
                 for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
                     if entry.kind == _kinds.RESPONSE:
