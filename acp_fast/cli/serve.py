@@ -73,6 +73,9 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                         help="serve Prometheus metrics at http://METRICS_HOST:PORT/metrics (default: off; "
                              "needs prometheus-client, in the remote extra)")
+    parser.add_argument("--trace", metavar="DIR",
+                        help="write each connection's messages to DIR, one file per connection in the conductor's "
+                             "trace format (acp-fast trace view FILE); decodes every message: for debugging")
     parser.add_argument("--metrics-host", default="127.0.0.1",
                         help="address the metrics port binds (default: 127.0.0.1, this machine only)")
     parser.add_argument("agent", nargs=argparse.REMAINDER, metavar="-- AGENT_CMD...",
@@ -110,10 +113,12 @@ def main(args: argparse.Namespace) -> int:
         print("acp-fast serve: give an agent command after -- or --testy (one of them)", file=sys.stderr)
         return 2
     _logging(args)
-    if args.metrics_port is not None and (args.redis is not None or args.workers > 1):
-        print("acp-fast serve: --metrics-port serves one process's app: not with --redis or --workers yet",
+    if (args.metrics_port is not None or args.trace is not None) and (args.redis is not None or args.workers > 1):
+        print("acp-fast serve: --metrics-port and --trace serve one process's app: not with --redis or --workers yet",
               file=sys.stderr)
         return 2
+    if args.trace is not None:
+        os.makedirs(args.trace, exist_ok=True)
     from ..remote._wire import MissingExtraError, require_extra
 
     try:
@@ -157,9 +162,9 @@ def main(args: argparse.Namespace) -> int:
             return 2
     elif args.testy:
         app = testy_app(versions=args.versions, path=args.path, policy=policy,
-                        engine=None if args.engine == "auto" else args.engine, metrics=metrics)
+                        engine=None if args.engine == "auto" else args.engine, metrics=metrics, trace_dir=args.trace)
     else:
-        app = gateway.gateway_app(command, path=args.path, policy=policy, metrics=metrics)
+        app = gateway.gateway_app(command, path=args.path, policy=policy, metrics=metrics, trace_dir=args.trace)
     from ..remote.runner import Served, serve_app
 
     def ready(where: Served) -> None:

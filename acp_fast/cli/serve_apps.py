@@ -28,10 +28,11 @@ CONFIG_ENV = "ACP_FAST_SERVE_CONFIG"
 
 
 def testy_app(*, versions: str = "1,2", path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-              engine: EngineChoice = None, metrics: ServerMetrics | None = None) -> AcpApp:
+              engine: EngineChoice = None, metrics: ServerMetrics | None = None,
+              trace_dir: str | None = None) -> AcpApp:
     """Testy (the deterministic test agent) served in-process, one instance per connection."""
     endpoint = build(parse_versions(versions))
-    return asgi_app(endpoint, path=path, policy=policy, engine=engine, metrics=metrics)
+    return asgi_app(endpoint, path=path, policy=policy, engine=engine, metrics=metrics, trace_dir=trace_dir)
 
 
 def app_from_env() -> AcpApp:

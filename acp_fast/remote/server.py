@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import re
 import secrets
 import time
@@ -70,6 +71,7 @@ from .logs import EVENTS_LOGGER, short_id
 from .policy import AccessGuard, ServerPolicy
 
 if TYPE_CHECKING:
+    from ..conductor.trace import Tracer
     from ..roles.streams import EngineChoice
     from .metrics import ServerMetrics
 
@@ -141,6 +143,7 @@ class _Connection:
         self.stream = stream
         self.websocket = websocket
         self.policy = app.policy
+        self.engine: types.ModuleType = app.engine
         self.closed = False
         self.agent_gone = False
         #: who ended the connection (see `close`), once it ended
@@ -509,6 +512,47 @@ class _MeteredConnection(_Connection):
         super()._resume()
 
 
+class _TracedConnection(_Connection):
+    """A connection whose messages are written to a trace file in the conductor's format
+    ([`acp_fast.conductor.trace`][acp_fast.conductor.trace]: `Client` and `Agent`), one file
+    per connection; every message is decoded for it, so it costs what the forwarding
+    otherwise avoids (a debugging aid). Combines with the metrics (`_TracedMeteredConnection`)."""
+
+    tracer: Tracer
+    _in_decoder: Any
+    _out_decoder: Any
+
+    def start_trace(self, tracer: Tracer) -> None:
+        """Write this connection's messages with `tracer` from now on."""
+        self.tracer = tracer
+        self._in_decoder = self.engine.Decoder(lazy=True, max_line_size=self.max_line)
+        self._out_decoder = self.engine.Decoder(lazy=True, max_line_size=self.max_line)
+
+    def _traced(self, frames: list[Any], src: str, dst: str) -> None:
+        tracer = self.tracer
+        for frame in frames:
+            for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
+                kind = entry.kind
+                if kind == _kinds.REQUEST or kind == _kinds.NOTIFICATION:
+                    tracer.call(src, dst, entry.id if kind == _kinds.REQUEST else None, entry.method,
+                                entry.params, kind == _kinds.REQUEST)
+                elif kind == _kinds.RESPONSE:
+                    tracer.response(src, dst, entry.id, entry.error, entry.result)
+
+    async def write(self, lines: Iterable[bytes], frames: tuple[list[Any], object] | None = None) -> None:
+        data = b"".join(lines)
+        self._traced(self._in_decoder.feed(data), "Client", "Agent")
+        await super().write((data,), frames)
+
+    def _on_data(self, data: bytes) -> None:
+        self._traced(self._out_decoder.feed(data), "Agent", "Client")
+        super()._on_data(data)
+
+
+class _TracedMeteredConnection(_TracedConnection, _MeteredConnection):
+    """A connection with both a trace and metrics."""
+
+
 # -- the application ----------------------------------------------------------------------------
 
 
@@ -526,6 +570,10 @@ class AcpApp(Endpoint):
         metrics: where to count what the server does
             ([`ServerMetrics`][acp_fast.remote.metrics.ServerMetrics]; `None`, the default,
             counts nothing and costs nothing).
+        trace_dir: a directory where each connection's messages are written, one file per
+            connection (`<opened>-<short id>.jsonl`, UTC), in the conductor's trace format
+            (`acp-fast trace view FILE`); `None` (the default) traces nothing. Every message
+            is then decoded: a debugging aid, not for production load.
 
     Connection events (open, close, refusal, agent exit, resume) are logged on the
     `acp_fast.remote.events` logger at INFO ([`acp_fast.remote.logs`][acp_fast.remote.logs]) when
@@ -536,7 +584,8 @@ class AcpApp(Endpoint):
     """
 
     def __init__(self, opener: StreamOpener, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-                 engine: types.ModuleType | None = None, metrics: ServerMetrics | None = None) -> None:
+                 engine: types.ModuleType | None = None, metrics: ServerMetrics | None = None,
+                 trace_dir: str | os.PathLike[str] | None = None) -> None:
         if not path.startswith("/"):
             raise ValueError(f"path must start with '/': {path!r}")
         self.opener = opener
@@ -549,6 +598,8 @@ class AcpApp(Endpoint):
         self._reaper: asyncio.Task[None] | None = None
         #: where the server counts what it does (`None`: nowhere)
         self.metrics = metrics
+        #: where each connection's trace is written (`None`: nowhere)
+        self.trace_dir = None if trace_dir is None else os.fspath(trace_dir)
         # refusals and agent exits are watched for the metrics or the event log
         self._observed = metrics is not None or _events.isEnabledFor(logging.INFO)
         self._watchers: set[asyncio.Task[None]] = set()
@@ -571,6 +622,8 @@ class AcpApp(Endpoint):
                     conn.metrics.request(method, "unanswered", None)
                 conn.pending.clear()
                 conn.metrics.closed(conn, cause)
+            if isinstance(conn, _TracedConnection):
+                conn.tracer.close()
             _event("close", conn.id, "connection closed", cause=cause)
 
     def _refused(self, status: int, why: str, cid: str | None = None) -> None:
@@ -618,11 +671,18 @@ class AcpApp(Endpoint):
         cid = secrets.token_urlsafe(24)
         conn: _Connection
         if self.metrics is not None:
-            conn = _MeteredConnection(self, cid, stream, websocket, self.metrics, on_closed=self._forget,
-                                      ws_batches=ws_batches)
+            metered = _MeteredConnection if self.trace_dir is None else _TracedMeteredConnection
+            conn = metered(self, cid, stream, websocket, self.metrics, on_closed=self._forget, ws_batches=ws_batches)
             self.metrics.opened(conn)
+        elif self.trace_dir is not None:
+            conn = _TracedConnection(self, cid, stream, websocket, on_closed=self._forget, ws_batches=ws_batches)
         else:
             conn = _Connection(self, cid, stream, websocket, on_closed=self._forget, ws_batches=ws_batches)
+        if isinstance(conn, _TracedConnection):
+            from ..conductor.trace import Tracer
+
+            opened = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            conn.start_trace(Tracer(os.path.join(self.trace_dir or ".", f"{opened}-{short_id(cid)}.jsonl")))
         self._conns[cid] = conn
         if self._observed and isinstance(stream, ChildStream):
             watcher = asyncio.ensure_future(self._watch_child(conn, stream))
@@ -961,7 +1021,8 @@ Target = Union[Servable, Callable[[Stream], Awaitable[None]]]
 
 
 def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-             engine: EngineChoice = None, metrics: ServerMetrics | None = None) -> AcpApp:
+             engine: EngineChoice = None, metrics: ServerMetrics | None = None,
+             trace_dir: str | os.PathLike[str] | None = None) -> AcpApp:
     """An ASGI app serving `target` to remote clients, one in-process connection each.
 
     Args:
@@ -974,6 +1035,7 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
             or `None` for the selected one); the server decodes with the same twin.
         metrics: where to count what the server does (`None`: nowhere; see
             [`ServerMetrics`][acp_fast.remote.metrics.ServerMetrics]).
+        trace_dir: where to write each connection's trace (see [`AcpApp`][acp_fast.remote.server.AcpApp]).
 
     Raises:
         ValueError: `engine` is none of those.
@@ -987,7 +1049,7 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
     ```
     """
     opener, twin = servable_opener(target, engine)
-    return AcpApp(opener, path=path, policy=policy, engine=twin, metrics=metrics)
+    return AcpApp(opener, path=path, policy=policy, engine=twin, metrics=metrics, trace_dir=trace_dir)
 
 
 def servable_opener(target: Target, engine: EngineChoice = None) -> tuple[StreamOpener, types.ModuleType | None]:
