@@ -331,10 +331,11 @@ def test_buckets_are_checked() -> None:
         ServerMetrics(buckets=(1.0, 1.0))
 
 
-@pytest.mark.parametrize("transport", ["http", "websocket"])
+@pytest.mark.parametrize("transport", ["http", "websocket", "websocket-batches"])
 def test_a_response_cut_across_reads_is_still_counted(tmp_path: Path, transport: str) -> None:
     """A gateway child writes its answer in pieces (a notification's end and the response's
-    start in one write, the rest later): the response is found whole, answered `ok`."""
+    start in one write, the rest later): the response is found whole, answered `ok` (on a
+    WebSocket among the splitter's lines, or with batch frames among the decoder's frames)."""
     script = tmp_path / "agent.py"
     script.write_text(
         "import sys, json, time\n"
@@ -362,12 +363,15 @@ def test_a_response_cut_across_reads_is_still_counted(tmp_path: Path, transport:
                 assert (await conn.until(lambda m: m.get("id") == 1))["result"] == {"sessionId": "s"}
                 await conn.stop()
             else:
-                async with websockets.connect(where.ws_url) as ws:
+                batches = {"acp-batch-frames": "1"} if transport.endswith("batches") else {}
+                async with websockets.connect(where.ws_url, additional_headers=batches) as ws:
                     await ws.send(init().decode())
                     await ws.recv()
                     await ws.send(NEW.decode())
-                    while json.loads(await ws.recv()).get("id") != 1:
-                        pass
+                    while True:
+                        frame = json.loads(await ws.recv())
+                        if any(m.get("id") == 1 for m in (frame if isinstance(frame, list) else [frame])):
+                            break
             s = scrape_now(metrics)
             assert value(s, "acp_fast_requests_total", method="session/new", outcome="ok") == 1
             assert value(s, "acp_fast_request_duration_seconds_count", method="session/new") == 1

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import operator
 import os
 import re
 import secrets
@@ -127,9 +128,10 @@ _BATCHABLE = tuple(k in (_kinds.NOTIFICATION, _kinds.RESPONSE) for k in range(_k
 _ZERO = itertools.repeat(0)
 _ALONE = itertools.repeat(False)
 _NO_ROUTE: tuple[None, None] = (None, None)
-#: how the engines start a call (a request or a notification), and one after a line's end
+#: how the engines start a call (a request or a notification)
 _CALL = b'{"jsonrpc":"2.0","method":'
-_NEXT_CALL = b"\n" + _CALL
+_HEAD = operator.itemgetter(slice(0, len(_CALL)))
+_KIND_OF = operator.attrgetter("kind")
 
 
 class _Connection:
@@ -420,10 +422,10 @@ class _MeteredConnection(_Connection):
     Messages out are the outlets' own event counters (plus what leaves several at a time on
     a socket, and the `initialize` answer). A client's request is remembered with its start
     time as it goes to the agent; its response is found where the server routes it (HTTP),
-    or, on a WebSocket (whose lines are not decoded), while requests are in flight, in a
-    chunk of the agent's output where some whole line does not start as the engines start a
-    call (`{"jsonrpc":"2.0","method":`, which no response does): only such a chunk's lines
-    are decoded again, so a turn's notifications cost two counts of bytes per chunk."""
+    or, on a WebSocket, while requests are in flight, among the lines the socket's splitter
+    makes of a chunk: a line that starts as the engines start a call
+    (`{"jsonrpc":"2.0","method":`, which no response does) is not decoded, any other line
+    is (with batch frames, the decoder's frames say their kind)."""
 
     def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool, metrics: ServerMetrics,
                  on_closed: Callable[[_Connection], None] | None = None, ws_batches: bool = False) -> None:
@@ -435,9 +437,13 @@ class _MeteredConnection(_Connection):
         #: the client's requests in flight: their method and start time, by id
         self.pending: dict[tuple[bool, object], tuple[str, float]] = {}
         self._more = 0  # messages out that no outlet counted (several at once on a socket; initialize's answer)
-        self._carry = b""  # the agent's unfinished line on a WebSocket, while requests are in flight
         super().__init__(app, cid, stream, websocket, on_closed, ws_batches)
         self._peek = app.engine.Decoder(lazy=True, max_line_size=self.max_line)
+        if websocket:  # what the agent writes is split (or decoded) once, and watched for responses
+            if self.lines is not None:
+                self.lines = _ResponseWatch(self.lines, self)
+            else:
+                self.decoder = _ResponseWatch(self.decoder, self)
 
     @property
     def out_messages(self) -> int:
@@ -471,29 +477,25 @@ class _MeteredConnection(_Connection):
         self.out_bytes += len(reply)
         self._done(key, failed)
 
-    def _ws_data(self, data: bytes) -> None:
-        if self.pending:
-            self._ws_answers(data)
-        super()._ws_data(data)
-
-    def _ws_answers(self, data: bytes) -> None:
-        """Record the responses to pending requests among the agent's lines in `data`."""
-        if self._carry:
-            data = self._carry + data
-        end = data.rfind(b"\n") + 1
-        self._carry = data[end:] if len(data) - end <= self.max_line else b""
-        # every whole line a notification or request as the engines write them (the usual
-        # chunk of a streamed turn): no response among them, nothing to decode
-        if end and (data.count(_NEXT_CALL, 0, end) + data.startswith(_CALL)) < data.count(b"\n", 0, end):
-            for frame in self._peek.feed(data[:end]):
-                for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
-                    if entry.kind == _kinds.RESPONSE:
-                        self._done(id_key(entry.id), entry.error is not None)
-        if not self.pending:
-            self._carry = b""
+    def found(self, out: list[Any]) -> None:
+        """Record the responses to pending requests among what the WebSocket's splitter
+        (lines) or decoder (frames) made of a chunk of the agent's output (`_ResponseWatch`)."""
+        if not out:
+            return
+        if self.lines is not None:  # lines: only one that does not start as a call may be a response
+            if list(map(_HEAD, out)).count(_CALL) == len(out):
+                return
+            out = [frame for line in out if line and not line.startswith(_CALL)
+                   for frame in self._peek.feed(line + b"\n")]
+        elif _kinds.RESPONSE not in map(_KIND_OF, out) and _kinds.BATCH not in map(_KIND_OF, out):
+            return
+        for frame in out:
+            for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
+                if entry.kind == _kinds.RESPONSE:
+                    self._done(id_key(entry.id), entry.error is not None)
 
     def _ws_queue(self, lines: list[bytes], flags: list[bool] | None) -> None:
-        self._more += len(lines) - lines.count(b"")
+        self._more += len(lines) if all(lines) else len(lines) - lines.count(b"")
         super()._ws_queue(lines, flags)
 
     def sent(self, size: int) -> None:
@@ -510,6 +512,24 @@ class _MeteredConnection(_Connection):
             self.paused_seconds += time.monotonic() - self.paused_since
             self.paused_since = None
         super()._resume()
+
+
+class _ResponseWatch:
+    """A WebSocket connection's line splitter or decoder, whose output its metered
+    connection looks through for responses while requests are in flight."""
+
+    __slots__ = ("inner", "conn")
+
+    def __init__(self, inner: Any, conn: _MeteredConnection) -> None:
+        self.inner = inner
+        self.conn = conn
+
+    def feed(self, data: bytes) -> list[Any]:
+        """What the inner splitter or decoder makes of `data`."""
+        out: list[Any] = self.inner.feed(data)
+        if self.conn.pending:
+            self.conn.found(out)
+        return out
 
 
 class _TracedConnection(_Connection):
