@@ -31,6 +31,10 @@ from acp_fast.remote import ServerPolicy, asgi_app, gateway_app, served
 from acp_fast.remote.logs import EVENTS_LOGGER, JsonFormatter
 from acp_fast.testy import build
 
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+
+from scripted_agent import scripted_agent  # noqa: E402
+
 HANG_GUARD = 60.0
 JSON = {"content-type": "application/json"}
 SECRET = "SECRET-BODY-TEXT"
@@ -118,16 +122,10 @@ def test_connection_events_as_json_lines(engine: ModuleType, event_log: io.Strin
 def test_agent_exit_logged_with_its_stderr_tail(tmp_path: Path, event_log: io.StringIO) -> None:
     """A gateway child that fails: its exit status and stderr tail in the agent_exit event,
     the connection closed with cause `agent`; the message that made it fail is not logged."""
-    script = tmp_path / "agent.py"
-    script.write_text(
-        "import sys, json\n"
-        "for line in sys.stdin:\n"
-        "    m = json.loads(line)\n"
-        "    if m.get('method') == 'initialize':\n"
-        "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'protocolVersion': 1}}), flush=True)\n"
-        "    else:\n"
-        "        sys.stderr.write('the tail of a failure\\n'); sys.stderr.flush(); sys.exit(3)\n")
-    app = gateway_app([sys.executable, str(script)])
+    agent = scripted_agent(tmp_path, """
+        sys.stderr.write('the tail of a failure\\n'); sys.stderr.flush(); sys.exit(3)
+    """)
+    app = gateway_app(agent)
 
     async def main() -> str:
         async with served(app) as where, httpx.AsyncClient() as c:

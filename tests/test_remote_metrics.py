@@ -28,6 +28,10 @@ from acp_fast.remote._wire import SseParser
 from acp_fast.remote.metrics import ServerMetrics, method_label
 from acp_fast.testy import build
 
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+
+from scripted_agent import scripted_agent  # noqa: E402
+
 HANG_GUARD = 60.0
 TOKEN = "s3cret"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -261,19 +265,13 @@ def test_backpressure_pauses_and_their_time(engine: ModuleType) -> None:
 def test_agent_exits_by_cause_and_unanswered_requests(tmp_path: Path) -> None:
     """Gateway children: one stopped by the server (DELETE), one that fails on its own with a
     non-zero status mid-request (that request is counted unanswered), one that exits 0."""
-    script = tmp_path / "agent.py"
-    script.write_text(
-        "import sys, json\n"
-        "for line in sys.stdin:\n"
-        "    m = json.loads(line)\n"
-        "    if m.get('method') == 'initialize':\n"
-        "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'protocolVersion': 1}}), flush=True)\n"
-        "    elif m['params'].get('cwd') == '/ok':\n"
-        "        sys.exit(0)\n"
-        "    else:\n"
-        "        sys.stderr.write('boom\\n'); sys.stderr.flush(); sys.exit(3)\n")
+    agent = scripted_agent(tmp_path, """
+        if m['params'].get('cwd') == '/ok':
+            sys.exit(0)
+        sys.stderr.write('boom\\n'); sys.stderr.flush(); sys.exit(3)
+    """)
     metrics = ServerMetrics()
-    app = gateway_app([sys.executable, str(script)], metrics=metrics)
+    app = gateway_app(agent, metrics=metrics)
 
     async def main() -> None:
         async with served(app) as where, httpx.AsyncClient() as c:
@@ -336,21 +334,14 @@ def test_a_response_cut_across_reads_is_still_counted(tmp_path: Path, transport:
     """A gateway child writes its answer in pieces (a notification's end and the response's
     start in one write, the rest later): the response is found whole, answered `ok` (on a
     WebSocket among the splitter's lines, or with batch frames among the decoder's frames)."""
-    script = tmp_path / "agent.py"
-    script.write_text(
-        "import sys, json, time\n"
-        "def put(text):\n"
-        "    sys.stdout.write(text); sys.stdout.flush(); time.sleep(0.1)\n"
-        "for line in sys.stdin:\n"
-        "    m = json.loads(line)\n"
-        "    if m.get('method') == 'initialize':\n"
-        "        put(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'protocolVersion': 1}}) + '\\n')\n"
-        "    else:\n"
-        "        note = json.dumps({'jsonrpc': '2.0', 'method': '_note', 'params': {}})\n"
-        "        reply = json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'sessionId': 's'}})\n"
-        "        put(note[:10]); put(note[10:] + '\\n' + reply[:12]); put(reply[12:30]); put(reply[30:] + '\\n')\n")
+    agent = scripted_agent(tmp_path, """
+        note = json.dumps({'jsonrpc': '2.0', 'method': '_note', 'params': {}})
+        reply = json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'sessionId': 's'}})
+        for piece in (note[:10], note[10:] + '\\n' + reply[:12], reply[12:30], reply[30:] + '\\n'):
+            put(piece); time.sleep(0.1)
+    """)
     metrics = ServerMetrics()
-    app = gateway_app([sys.executable, str(script)], metrics=metrics)
+    app = gateway_app(agent, metrics=metrics)
 
     async def main() -> None:
         async with served(app) as where, httpx.AsyncClient() as c:
