@@ -131,6 +131,17 @@ _NO_ROUTE: tuple[None, None] = (None, None)
 #: how the engines start a call (a request or a notification)
 _CALL = b'{"jsonrpc":"2.0","method":'
 _HEAD = operator.itemgetter(slice(0, len(_CALL)))
+#: the start of a request, and of a response, as the engines write them: the id (a number
+#: without fraction or exponent, or a string without escapes) and the method, or which member
+_REQUEST_HEAD = re.compile(rb'\{"jsonrpc":"2\.0","id":(-?\d{1,15}|"[^"\\]*"),"method":"([^"\\]*)"')
+_RESPONSE_HEAD = re.compile(rb'\{"jsonrpc":"2\.0","id":(-?\d{1,15}|"[^"\\]*"),"(result|error)":')
+
+
+def _head_key(raw: bytes) -> tuple[bool, object]:
+    """`id_key` of an id read by `_REQUEST_HEAD` or `_RESPONSE_HEAD`."""
+    if raw[:1] == b'"':
+        return True, raw[1:-1].decode("utf-8", "surrogateescape")
+    return False, int(raw)
 _KIND_OF = operator.attrgetter("kind")
 
 
@@ -454,7 +465,10 @@ class _MeteredConnection(_Connection):
         data = b"".join(lines)
         self.in_messages += 1
         self.in_bytes += len(data) - 1  # without the line end
-        if b'"method"' in data:
+        head = _REQUEST_HEAD.match(data)
+        if head is not None:  # a request as the engines write it: read from its start
+            self.pending[_head_key(head.group(1))] = (head.group(2).decode("utf-8", "replace"), time.monotonic())
+        elif b'"method"' in data:
             now = time.monotonic()
             for frame in self._peek.feed(data):
                 for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
@@ -480,16 +494,24 @@ class _MeteredConnection(_Connection):
     def found(self, out: list[Any]) -> None:
         """Record the responses to pending requests among what the WebSocket's splitter
         (lines) or decoder (frames) made of a chunk of the agent's output (`_ResponseWatch`)."""
-        if not out:
+        if self.lines is None:  # frames: their kinds say which are responses
+            if _kinds.RESPONSE in map(_KIND_OF, out) or _kinds.BATCH in map(_KIND_OF, out):
+                self._frames_done(out)
             return
-        if self.lines is not None:  # lines: only one that does not start as a call may be a response
-            if list(map(_HEAD, out)).count(_CALL) == len(out):
-                return
-            out = [frame for line in out if line and not line.startswith(_CALL)
-                   for frame in self._peek.feed(line + b"\n")]
-        elif _kinds.RESPONSE not in map(_KIND_OF, out) and _kinds.BATCH not in map(_KIND_OF, out):
-            return
-        for frame in out:
+        if len(out) > 1 and list(map(_HEAD, out)).count(_CALL) == len(out):
+            return  # a turn's notifications: no response among them
+        for line in out:
+            if not line or line.startswith(_CALL):
+                continue
+            head = _RESPONSE_HEAD.match(line)
+            if head is not None:  # a response as the engines write it: read from its start
+                self._done(_head_key(head.group(1)), head.group(2) == b"error")
+            else:
+                self._frames_done(self._peek.feed(line + b"\n"))
+
+    def _frames_done(self, frames: list[Any]) -> None:
+        """Record the responses among `frames` (batches looked into)."""
+        for frame in frames:
             for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
                 if entry.kind == _kinds.RESPONSE:
                     self._done(id_key(entry.id), entry.error is not None)
