@@ -21,7 +21,7 @@ The series (prefix `acp_fast_`; counters end in `_total`):
 |---|---|---|
 | `connections_open` | `transport` (`http`, `websocket`) | connections open now |
 | `connections_opened_total` | `transport` | connections opened |
-| `connections_closed_total` | `cause` (`client`, `agent`, `idle`, `initialize`, `too_big`, `shutdown`) | connections ended, by who ended them |
+| `connections_closed_total` | `cause` (`client`, `agent`, `idle`, `init_failed`, `too_big`, `shutdown`) | connections ended, by who ended them |
 | `requests_total` | `method`, `outcome` (`ok`, `error`, `unanswered`) | client requests and how they were answered (`unanswered`: the connection ended first) |
 | `request_duration_seconds` | `method` | histogram: from the request reaching the server to its response leaving the agent |
 | `messages_total`, `bytes_total` | `direction` (`in`: client to agent, `out`) | messages (a batch is one) and their bytes |

@@ -411,7 +411,7 @@ class _Connection:
         """End the connection: the agent's stream is closed (a child is killed), readers end.
 
         `cause` names who ended it (a metric's and a log's label): `client` (DELETE, the
-        socket closed), `idle`, `initialize` (it failed), `too_big` (a WebSocket frame over
+        socket closed), `idle`, `init_failed` (its `initialize` failed), `too_big` (a WebSocket frame over
         the limit) or `shutdown`; an agent that ended first is `agent`."""
         if self.closed:
             return
@@ -853,17 +853,17 @@ class AcpApp(Endpoint):
         try:
             reply = await asyncio.wait_for(conn.init_reply, self.policy.initialize_timeout)
         except asyncio.TimeoutError:
-            conn.close("initialize")
+            conn.close("init_failed")
             await respond(send, 504, error_body(504, "the agent did not answer initialize in time"))
             return
         except ConnectionError:
-            conn.close("initialize")
+            conn.close("init_failed")
             await respond(send, 200, encode_error(frame.id, INTERNAL_ERROR, "the agent closed before answering"))
             return
         failed = b'"error"' in reply and self.engine.Decoder(lazy=True).feed(reply + b"\n")[0].error is not None
         conn.replied_in_body(id_key(frame.id), reply, failed)
         if failed:
-            conn.close("initialize")
+            conn.close("init_failed")
             await respond(send, 200, reply + b"\n")
             return
         await respond(send, 200, reply + b"\n", extra=[(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())])
