@@ -17,6 +17,9 @@ Usage (the difference of two runs cancels start-up; 500 rounds x 64 = 32,000 mes
     PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null python bench/remote_outlet_cpu.py ws --rounds 100
     # (instructions of the first - the second) / 32000 = instructions per message
 
+``--metrics``: the connection of an app with metrics (``acp_fast.remote.metrics``), with a
+client's prompt in flight as in a streamed turn (the A/B of the metrics' cost per message).
+
 Run it as a file (not ``-m``) from outside a source tree to measure the ``acp_fast`` that the
 interpreter has installed, e.g. an older checkout's. Without valgrind it prints the
 wall-clock time per message too (noisy on a shared machine).
@@ -103,7 +106,7 @@ def _drain(conn: Any, path: str, window: int) -> int:
     return made
 
 
-def run(path: str, rounds: int) -> dict[str, Any]:
+def run(path: str, rounds: int, metrics: bool = False) -> dict[str, Any]:
     from acp_fast import engine
     from acp_fast.remote import server
     from acp_fast.remote.policy import ServerPolicy
@@ -115,8 +118,17 @@ def run(path: str, rounds: int) -> dict[str, Any]:
     policy = ServerPolicy()
     app = types.SimpleNamespace(policy=policy, engine=engine)
     websocket, batches = path.startswith("ws"), path == "ws-batch"
+    if metrics:
+        from acp_fast.remote._wire import id_key
+        from acp_fast.remote.metrics import ServerMetrics
+
+        conn = server._MeteredConnection(app, "0" * 32, _Stream(), websocket, ServerMetrics(),  # type: ignore[arg-type]
+                                         ws_batches=batches)
+        conn.pending[id_key(2)] = ("session/prompt", time.monotonic())  # the turn's prompt
+    else:
+        conn = None
     try:  # the client's choice of batch frames, known when the connection opens
-        conn = server._Connection(app, "0" * 32, _Stream(), websocket=websocket,  # type: ignore[arg-type]
+        conn = conn or server._Connection(app, "0" * 32, _Stream(), websocket=websocket,  # type: ignore[arg-type]
                                   ws_batches=batches)
     except TypeError:  # an earlier layout: set afterwards
         conn = server._Connection(app, "0" * 32, _Stream(), websocket=websocket)  # type: ignore[arg-type]
@@ -140,8 +152,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", choices=("ws", "ws-batch", "sse", "sse-batch"))
     parser.add_argument("--rounds", type=int, default=600)
+    parser.add_argument("--metrics", action="store_true", help="the connection of an app with metrics")
     args = parser.parse_args()
-    print(json.dumps(run(args.path, args.rounds)))
+    print(json.dumps(run(args.path, args.rounds, args.metrics)))
 
 
 if __name__ == "__main__":

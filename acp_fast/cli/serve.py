@@ -12,7 +12,8 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from ..remote.runner import DEFAULT_SERVER, SERVERS
 from .loops import LOOPS, run
@@ -20,6 +21,7 @@ from .loops import LOOPS, run
 if TYPE_CHECKING:
     from ..jsontypes import JsonObject
     from ..remote._asgi import ASGIApp
+    from ..remote.metrics import ServerMetrics
     from . import Subparsers
 
 __all__ = ["add_parser", "main"]
@@ -64,6 +66,18 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--engine", choices=("auto", "c", "py"), default="auto", help="engine twin for --testy")
     parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (default: auto, uvloop when installed)")
     parser.add_argument("--log-level", default=os.environ.get("ACP_FAST_LOG", "WARNING"), help="log level (default: WARNING)")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="log lines as text (default) or one JSON object each; json also logs every connection "
+                             "event (open, close with its cause, refusal, agent exit with its stderr tail, SSE "
+                             "resume) at INFO, with the connection's short id and never a message body")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics at http://METRICS_HOST:PORT/metrics (default: off; "
+                             "needs prometheus-client, in the remote extra)")
+    parser.add_argument("--trace", metavar="DIR",
+                        help="write each connection's messages to DIR, one file per connection in the conductor's "
+                             "trace format (acp-fast trace view FILE); decodes every message: for debugging")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address the metrics port binds (default: 127.0.0.1, this machine only)")
     parser.add_argument("agent", nargs=argparse.REMAINDER, metavar="-- AGENT_CMD...",
                         help="the agent command, after --")
     parser.set_defaults(func=main)
@@ -98,7 +112,13 @@ def main(args: argparse.Namespace) -> int:
     elif bool(command) == bool(args.testy):
         print("acp-fast serve: give an agent command after -- or --testy (one of them)", file=sys.stderr)
         return 2
-    logging.basicConfig(level=str(args.log_level).upper(), format="acp-fast serve: %(levelname)s %(message)s")
+    _logging(args)
+    if (args.metrics_port is not None or args.trace is not None) and (args.redis is not None or args.workers > 1):
+        print("acp-fast serve: --metrics-port and --trace serve one process's app: not with --redis or --workers yet",
+              file=sys.stderr)
+        return 2
+    if args.trace is not None:
+        os.makedirs(args.trace, exist_ok=True)
     from ..remote._wire import MissingExtraError, require_extra
 
     try:
@@ -109,6 +129,16 @@ def main(args: argparse.Namespace) -> int:
     from ..remote import gateway
     from .serve_apps import policy_from_config, testy_app
 
+    metrics = None
+    if args.metrics_port is not None:
+        try:
+            require_extra("prometheus_client")
+        except MissingExtraError as exc:
+            print(f"acp-fast serve: {exc}", file=sys.stderr)
+            return 2
+        from ..remote.metrics import ServerMetrics
+
+        metrics = ServerMetrics()
     cfg = _config(args, command)
     try:
         policy = policy_from_config(cfg)
@@ -132,18 +162,45 @@ def main(args: argparse.Namespace) -> int:
             return 2
     elif args.testy:
         app = testy_app(versions=args.versions, path=args.path, policy=policy,
-                        engine=None if args.engine == "auto" else args.engine)
+                        engine=None if args.engine == "auto" else args.engine, metrics=metrics, trace_dir=args.trace)
     else:
-        app = gateway.gateway_app(command, path=args.path, policy=policy)
+        app = gateway.gateway_app(command, path=args.path, policy=policy, metrics=metrics, trace_dir=args.trace)
     from ..remote.runner import Served, serve_app
 
     def ready(where: Served) -> None:
         print(f"acp-fast serve: listening on {where.http_url} and {where.ws_url}", file=sys.stderr, flush=True)
 
-    run(serve_app(app, server=args.server, host=args.host, port=args.port, certfile=args.certfile,
-                  keyfile=args.keyfile, log_level=str(args.log_level).lower(), on_ready=ready),
-        loop=getattr(args, "loop", "auto"))
+    main_server = serve_app(app, server=args.server, host=args.host, port=args.port, certfile=args.certfile,
+                            keyfile=args.keyfile, log_level=str(args.log_level).lower(), on_ready=ready)
+    run(main_server if metrics is None else _with_metrics(main_server, metrics, args), loop=getattr(args, "loop", "auto"))
     return 0
+
+
+async def _with_metrics(main_server: Coroutine[Any, Any, None], metrics: ServerMetrics,
+                        args: argparse.Namespace) -> None:
+    """Serve `metrics` at `/metrics` on the metrics port while the server runs."""
+    from ..remote.runner import served
+
+    async with served(metrics.asgi_app(), host=args.metrics_host, port=args.metrics_port,
+                      log_level=str(args.log_level).lower()) as where:
+        host = f"[{where.host}]" if ":" in where.host else where.host
+        print(f"acp-fast serve: metrics at http://{host}:{where.port}/metrics", file=sys.stderr, flush=True)
+        await main_server
+
+
+def _logging(args: argparse.Namespace) -> None:
+    """Configure logging: the level, and the JSON format (which turns the connection events on)."""
+    if args.log_format != "json":
+        logging.basicConfig(level=str(args.log_level).upper(), format="acp-fast serve: %(levelname)s %(message)s")
+        return
+    from ..remote.logs import EVENTS_LOGGER, JsonFormatter
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=str(args.log_level).upper(), handlers=[handler])
+    events = logging.getLogger(EVENTS_LOGGER)
+    if events.getEffectiveLevel() > logging.INFO:
+        events.setLevel(logging.INFO)
 
 
 def _workers(args: argparse.Namespace, cfg: JsonObject) -> int:

@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..remote import DEFAULT_PATH, AcpApp, ServerPolicy, asgi_app, gateway_app
 from ..roles import EngineChoice
 from ..testy import build, parse_versions
+
+if TYPE_CHECKING:
+    from ..remote.metrics import ServerMetrics
 
 __all__ = ["CONFIG_ENV", "app_from_env", "policy_from_config", "testy_app"]
 
@@ -25,10 +28,11 @@ CONFIG_ENV = "ACP_FAST_SERVE_CONFIG"
 
 
 def testy_app(*, versions: str = "1,2", path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-              engine: EngineChoice = None) -> AcpApp:
+              engine: EngineChoice = None, metrics: ServerMetrics | None = None,
+              trace_dir: str | None = None) -> AcpApp:
     """Testy (the deterministic test agent) served in-process, one instance per connection."""
     endpoint = build(parse_versions(versions))
-    return asgi_app(endpoint, path=path, policy=policy, engine=engine)
+    return asgi_app(endpoint, path=path, policy=policy, engine=engine, metrics=metrics, trace_dir=trace_dir)
 
 
 def app_from_env() -> AcpApp:

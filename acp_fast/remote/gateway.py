@@ -10,7 +10,9 @@ stderr goes to the `acp_fast.remote` logger, never into an HTTP body.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ..transport.child import spawn
 from ..transport.stream import Stream
@@ -18,13 +20,17 @@ from ._wire import DEFAULT_PATH
 from .policy import ServerPolicy
 from .server import AcpApp, StreamOpener
 
+if TYPE_CHECKING:
+    from .metrics import ServerMetrics
+
 __all__ = ["command_opener", "gateway_app"]
 
 logger = logging.getLogger("acp_fast.remote")
 
 
 def gateway_app(command: str | Sequence[str], *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-                env: Mapping[str, str] | None = None, inherit_env: bool = True, cwd: str | None = None) -> AcpApp:
+                env: Mapping[str, str] | None = None, inherit_env: bool = True, cwd: str | None = None,
+                metrics: ServerMetrics | None = None, trace_dir: str | os.PathLike[str] | None = None) -> AcpApp:
     """An ASGI app that starts `command` (a stdio ACP agent) for every remote connection.
 
     Args:
@@ -34,10 +40,13 @@ def gateway_app(command: str | Sequence[str], *, path: str = DEFAULT_PATH, polic
         env: environment variables for the child, merged over the rest (as `spawn`).
         inherit_env: pass this process's environment on (default) or only `PATH`.
         cwd: the child's working directory.
+        metrics: where to count what the server does (`None`: nowhere; see
+            [`ServerMetrics`][acp_fast.remote.metrics.ServerMetrics]).
+        trace_dir: where to write each connection's trace (see [`AcpApp`][acp_fast.remote.server.AcpApp]).
     """
 
     opener = command_opener(command, env=env, inherit_env=inherit_env, cwd=cwd)
-    return AcpApp(opener, path=path, policy=policy)
+    return AcpApp(opener, path=path, policy=policy, metrics=metrics, trace_dir=trace_dir)
 
 
 def command_opener(command: str | Sequence[str], *, env: Mapping[str, str] | None = None,

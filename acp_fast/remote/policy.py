@@ -12,7 +12,7 @@ is the same idea for the `Host` rule alone).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ._asgi import ASGIApp, Receive, Scope, Send, deny, endpoint_path, error_body, lower_headers, respond
@@ -114,11 +114,15 @@ class AccessGuard:
         app: the ASGI application guarded.
         policy: whose access rules apply (its limits are the application's business).
         paths: the endpoint paths guarded (`("/acp",)`), or `None` for every path.
+        on_refusal: called with the status and the reason of each refusal, before it is
+            sent (the server's metrics and event log).
     """
 
-    def __init__(self, app: ASGIApp, policy: ServerPolicy, *, paths: Sequence[str] | None = None) -> None:
+    def __init__(self, app: ASGIApp, policy: ServerPolicy, *, paths: Sequence[str] | None = None,
+                 on_refusal: Callable[[int, str], None] | None = None) -> None:
         self.app = app
         self.policy = policy
+        self.on_refusal = on_refusal
         self.paths = None if paths is None else frozenset(p.rstrip("/") or "/" for p in paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -129,7 +133,10 @@ class AccessGuard:
         refused = self.policy.refusal(lower_headers(scope))
         if refused is None:
             await self.app(scope, receive, send)
-        elif kind == "http":
+            return
+        if self.on_refusal is not None:
+            self.on_refusal(*refused)
+        if kind == "http":
             await respond(send, refused[0], error_body(*refused), www_auth=refused[0] == 401)
         else:
             await _refuse_upgrade(scope, receive, send, *refused)

@@ -38,6 +38,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import operator
+import os
 import re
 import secrets
 import time
@@ -49,6 +51,7 @@ from .. import _kinds
 from .. import engine as _default_engine
 from ..engine import encode_error
 from ..errors import INTERNAL_ERROR
+from ..transport.child import ChildStream
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
 from ._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
@@ -65,10 +68,13 @@ from ._wire import (
 )
 from ._requests import SSE_HEAD, checked_post, initialize_frame, post_line
 from ._requests import disconnected as _disconnected
+from .logs import EVENTS_LOGGER, short_id
 from .policy import AccessGuard, ServerPolicy
 
 if TYPE_CHECKING:
+    from ..conductor.trace import Tracer
     from ..roles.streams import EngineChoice
+    from .metrics import ServerMetrics
 
 __all__ = [
     "AcpApp",
@@ -79,6 +85,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("acp_fast.remote")
+_events = logging.getLogger(EVENTS_LOGGER)
 
 #: Opens the agent side of one new connection: a stream that reads and writes JSON lines.
 StreamOpener = Callable[[], Awaitable[Stream]]
@@ -120,6 +127,22 @@ _MALFORMED = _kinds.MALFORMED
 _BATCHABLE = tuple(k in (_kinds.NOTIFICATION, _kinds.RESPONSE) for k in range(_kinds.MALFORMED + 1))
 _ZERO = itertools.repeat(0)
 _ALONE = itertools.repeat(False)
+_NO_ROUTE: tuple[None, None] = (None, None)
+#: how the engines start a call (a request or a notification)
+_CALL = b'{"jsonrpc":"2.0","method":'
+_HEAD = operator.itemgetter(slice(0, len(_CALL)))
+#: the start of a request, and of a response, as the engines write them: the id (a number
+#: without fraction or exponent, or a string without escapes) and the method, or which member
+_REQUEST_HEAD = re.compile(rb'\{"jsonrpc":"2\.0","id":(-?\d{1,15}|"[^"\\]*"),"method":"([^"\\]*)"')
+_RESPONSE_HEAD = re.compile(rb'\{"jsonrpc":"2\.0","id":(-?\d{1,15}|"[^"\\]*"),"(result|error)":')
+
+
+def _head_key(raw: bytes) -> tuple[bool, object]:
+    """`id_key` of an id read by `_REQUEST_HEAD` or `_RESPONSE_HEAD`."""
+    if raw[:1] == b'"':
+        return True, raw[1:-1].decode("utf-8", "surrogateescape")
+    return False, int(raw)
+_KIND_OF = operator.attrgetter("kind")
 
 
 class _Connection:
@@ -133,8 +156,11 @@ class _Connection:
         self.stream = stream
         self.websocket = websocket
         self.policy = app.policy
+        self.engine: types.ModuleType = app.engine
         self.closed = False
         self.agent_gone = False
+        #: who ended the connection (see `close`), once it ended
+        self.cause: str | None = None
         self.last_active = time.monotonic()
         # the agent's lines through the engine's decoder, each to its outlet (a WebSocket has
         # one: ``streams[None]``; HTTP routes by session to its SSE streams)
@@ -180,6 +206,8 @@ class _Connection:
 
     def _on_eof(self, exc: BaseException | None) -> None:
         self.agent_gone = True
+        if self.cause is None:
+            self.cause = "agent"
         if self.init_reply is not None and not self.init_reply.done():
             self.init_reply.set_exception(ConnectionError("the agent closed before answering initialize"))
         self.writable.set()
@@ -275,7 +303,7 @@ class _Connection:
         if kind == _kinds.BATCH:
             for entry in frame:
                 if entry.kind == _kinds.RESPONSE:
-                    self.routes.pop(id_key(entry.id), None)
+                    self._answered(entry, id_key(entry.id))
             return self.streams[None].put(line)
         if kind == _kinds.RESPONSE:
             k = id_key(frame.id)
@@ -284,7 +312,7 @@ class _Connection:
                 if not self.init_reply.done():
                     self.init_reply.set_result(line)
                 return 0
-            route, method = self.routes.pop(k, (None, None))
+            route, method = self._answered(frame, k)
             if method is not None and method.startswith("session/") and frame.error is None:
                 result = frame.result
                 if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
@@ -301,6 +329,11 @@ class _Connection:
             self.sessions.add(sid)
             return self._stream_for(sid).put(line, notification)
         return self.streams[None].put(line, notification)
+
+    def _answered(self, response: Any, key: tuple[bool, object]) -> tuple[str | None, str | None]:
+        """The route and method of the client's request that `response` (its id `key`)
+        answers, which is forgotten; `(None, None)` for an unknown id."""
+        return self.routes.pop(key, _NO_ROUTE)
 
     # Every reply reaches a stream the client can read: a client may open a session's
     # stream once the agent has named the session or while a request naming it is in
@@ -334,16 +367,28 @@ class _Connection:
     def _count(self, size: int) -> None:
         self.queued += size
         if not self.paused and self.queued > self.policy.queue_high:
-            self.paused = True
-            self.stream.pause_reading()
+            self._pause()
 
     def sent(self, size: int) -> None:
         """`size` bytes left for the network: resume the agent below the low-water mark."""
         self.queued -= size
         self.last_active = time.monotonic()
         if self.paused and self.queued <= self.policy.queue_high // 4:
-            self.paused = False
-            self.stream.resume_reading()
+            self._resume()
+
+    def _pause(self) -> None:
+        """Pause the agent: the network side fell behind (`queue_high` queued)."""
+        self.paused = True
+        self.stream.pause_reading()
+
+    def _resume(self) -> None:
+        """Resume the agent: the network side caught up."""
+        self.paused = False
+        self.stream.resume_reading()
+
+    def replied_in_body(self, key: tuple[bool, object], reply: bytes, failed: bool) -> None:
+        """The agent's answer `reply` to `initialize` (id `key`; an error when `failed`) left
+        as a POST's body."""
 
     # network side --------------------------------------------------------------------------
 
@@ -362,17 +407,192 @@ class _Connection:
         if not self.writable.is_set():
             await self.writable.wait()
 
-    def close(self) -> None:
-        """End the connection: the agent's stream is closed (a child is killed), readers end."""
+    def close(self, cause: str = "client") -> None:
+        """End the connection: the agent's stream is closed (a child is killed), readers end.
+
+        `cause` names who ended it (a metric's and a log's label): `client` (DELETE, the
+        socket closed), `idle`, `init_failed` (its `initialize` failed), `too_big` (a WebSocket frame over
+        the limit) or `shutdown`; an agent that ended first is `agent`."""
         if self.closed:
             return
         self.closed = True
+        if self.cause is None:
+            self.cause = cause
         for s in self.streams.values():
             s.end()
         self.writable.set()
         self.stream.close()
         if self.on_closed is not None:
             self.on_closed(self)
+
+
+class _MeteredConnection(_Connection):
+    """A connection of an app with metrics: the same paths, counting as they go (plain
+    integers, read when scraped: [`Metered`][acp_fast.remote.metrics.Metered]).
+
+    Messages out are the outlets' own event counters (plus what leaves several at a time on
+    a socket, and the `initialize` answer). A client's request is remembered with its start
+    time as it goes to the agent; its response is found where the server routes it (HTTP),
+    or, on a WebSocket, while requests are in flight, among the lines the socket's splitter
+    makes of a chunk: a line that starts as the engines start a call
+    (`{"jsonrpc":"2.0","method":`, which no response does) is not decoded, any other line
+    is (with batch frames, the decoder's frames say their kind)."""
+
+    def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool, metrics: ServerMetrics,
+                 on_closed: Callable[[_Connection], None] | None = None, ws_batches: bool = False) -> None:
+        self.transport = "websocket" if websocket else "http"
+        self.in_messages = self.in_bytes = self.out_bytes = self.pauses = 0
+        self.paused_seconds = 0.0
+        self.paused_since: float | None = None
+        self.metrics = metrics
+        #: the client's requests in flight: their method and start time, by id
+        self.pending: dict[tuple[bool, object], tuple[str, float]] = {}
+        self._more = 0  # messages out that no outlet counted (several at once on a socket; initialize's answer)
+        super().__init__(app, cid, stream, websocket, on_closed, ws_batches)
+        self._peek = app.engine.Decoder(lazy=True, max_line_size=self.max_line)
+        if websocket:  # what the agent writes is split (or decoded) once, and watched for responses
+            if self.lines is not None:
+                self.lines = _ResponseWatch(self.lines, self)
+            else:
+                self.decoder = _ResponseWatch(self.decoder, self)
+
+    @property
+    def out_messages(self) -> int:
+        """Messages from the agent to the client (a batch is one)."""
+        return sum(s.next_id for s in self.streams.values()) - len(self.streams) + self._more
+
+    async def write(self, lines: Iterable[bytes], frames: tuple[list[Any], object] | None = None) -> None:
+        data = b"".join(lines)
+        self.in_messages += 1
+        self.in_bytes += len(data) - 1  # without the line end
+        head = _REQUEST_HEAD.match(data)
+        if head is not None:  # a request as the engines write it: read from its start
+            self.pending[_head_key(head.group(1))] = (head.group(2).decode("utf-8", "replace"), time.monotonic())
+        elif b'"method"' in data:
+            now = time.monotonic()
+            for frame in self._peek.feed(data):
+                for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
+                    if entry.kind == _kinds.REQUEST:
+                        self.pending[id_key(entry.id)] = (entry.method, now)
+        await super().write((data,), frames)
+
+    def _done(self, key: tuple[bool, object], failed: bool) -> None:
+        """The request `key` was answered (with an error when `failed`), if it was pending."""
+        start = self.pending.pop(key, None)
+        if start is not None:
+            self.metrics.request(start[0], "error" if failed else "ok", time.monotonic() - start[1])
+
+    def _answered(self, response: Any, key: tuple[bool, object]) -> tuple[str | None, str | None]:
+        self._done(key, response.error is not None)
+        return super()._answered(response, key)
+
+    def replied_in_body(self, key: tuple[bool, object], reply: bytes, failed: bool) -> None:
+        self._more += 1
+        self.out_bytes += len(reply)
+        self._done(key, failed)
+
+    def found(self, out: list[Any]) -> None:
+        """Record the responses to pending requests among what the WebSocket's splitter
+        (lines) or decoder (frames) made of a chunk of the agent's output (`_ResponseWatch`)."""
+        if self.lines is None:  # frames: their kinds say which are responses
+            if _kinds.RESPONSE in map(_KIND_OF, out) or _kinds.BATCH in map(_KIND_OF, out):
+                self._frames_done(out)
+            return
+        if len(out) > 1 and list(map(_HEAD, out)).count(_CALL) == len(out):
+            return  # a turn's notifications: no response among them
+        for line in out:
+            if not line or line.startswith(_CALL):
+                continue
+            head = _RESPONSE_HEAD.match(line)
+            if head is not None:  # a response as the engines write it: read from its start
+                self._done(_head_key(head.group(1)), head.group(2) == b"error")
+            else:
+                self._frames_done(self._peek.feed(line + b"\n"))
+
+    def _frames_done(self, frames: list[Any]) -> None:
+        """Record the responses among `frames` (batches looked into)."""
+        for frame in frames:
+            for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
+                if entry.kind == _kinds.RESPONSE:
+                    self._done(id_key(entry.id), entry.error is not None)
+
+    def _ws_queue(self, lines: list[bytes], flags: list[bool] | None) -> None:
+        self._more += len(lines) if all(lines) else len(lines) - lines.count(b"")
+        super()._ws_queue(lines, flags)
+
+    def sent(self, size: int) -> None:
+        self.out_bytes += size
+        super().sent(size)
+
+    def _pause(self) -> None:
+        self.pauses += 1
+        self.paused_since = time.monotonic()
+        super()._pause()
+
+    def _resume(self) -> None:
+        if self.paused_since is not None:
+            self.paused_seconds += time.monotonic() - self.paused_since
+            self.paused_since = None
+        super()._resume()
+
+
+class _ResponseWatch:
+    """A WebSocket connection's line splitter or decoder, whose output its metered
+    connection looks through for responses while requests are in flight."""
+
+    __slots__ = ("inner", "conn")
+
+    def __init__(self, inner: Any, conn: _MeteredConnection) -> None:
+        self.inner = inner
+        self.conn = conn
+
+    def feed(self, data: bytes) -> list[Any]:
+        """What the inner splitter or decoder makes of `data`."""
+        out: list[Any] = self.inner.feed(data)
+        if self.conn.pending:
+            self.conn.found(out)
+        return out
+
+
+class _TracedConnection(_Connection):
+    """A connection whose messages are written to a trace file in the conductor's format
+    ([`acp_fast.conductor.trace`][acp_fast.conductor.trace]: `Client` and `Agent`), one file
+    per connection; every message is decoded for it, so it costs what the forwarding
+    otherwise avoids (a debugging aid). Combines with the metrics (`_TracedMeteredConnection`)."""
+
+    tracer: Tracer
+    _in_decoder: Any
+    _out_decoder: Any
+
+    def start_trace(self, tracer: Tracer) -> None:
+        """Write this connection's messages with `tracer` from now on."""
+        self.tracer = tracer
+        self._in_decoder = self.engine.Decoder(lazy=True, max_line_size=self.max_line)
+        self._out_decoder = self.engine.Decoder(lazy=True, max_line_size=self.max_line)
+
+    def _traced(self, frames: list[Any], src: str, dst: str) -> None:
+        tracer = self.tracer
+        for frame in frames:
+            for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
+                kind = entry.kind
+                if kind == _kinds.REQUEST or kind == _kinds.NOTIFICATION:
+                    tracer.call(src, dst, entry.id if kind == _kinds.REQUEST else None, entry.method,
+                                entry.params, kind == _kinds.REQUEST)
+                elif kind == _kinds.RESPONSE:
+                    tracer.response(src, dst, entry.id, entry.error, entry.result)
+
+    async def write(self, lines: Iterable[bytes], frames: tuple[list[Any], object] | None = None) -> None:
+        data = b"".join(lines)
+        self._traced(self._in_decoder.feed(data), "Client", "Agent")
+        await super().write((data,), frames)
+
+    def _on_data(self, data: bytes) -> None:
+        self._traced(self._out_decoder.feed(data), "Agent", "Client")
+        super()._on_data(data)
+
+
+class _TracedMeteredConnection(_TracedConnection, _MeteredConnection):
+    """A connection with both a trace and metrics."""
 
 
 # -- the application ----------------------------------------------------------------------------
@@ -389,13 +609,25 @@ class AcpApp(Endpoint):
         policy: limits and access rules ([`ServerPolicy`][acp_fast.remote.server.ServerPolicy]; secure defaults).
         engine: the engine module that decodes POST bodies and the agent's output (the
             active twin by default; tests pass each twin).
+        metrics: where to count what the server does
+            ([`ServerMetrics`][acp_fast.remote.metrics.ServerMetrics]; `None`, the default,
+            counts nothing and costs nothing).
+        trace_dir: a directory where each connection's messages are written, one file per
+            connection (`<opened>-<short id>.jsonl`, UTC), in the conductor's trace format
+            (`acp-fast trace view FILE`); `None` (the default) traces nothing. Every message
+            is then decoded: a debugging aid, not for production load.
+
+    Connection events (open, close, refusal, agent exit, resume) are logged on the
+    `acp_fast.remote.events` logger at INFO ([`acp_fast.remote.logs`][acp_fast.remote.logs]) when
+    that level is enabled as the app is made.
 
     Mount it in Starlette or FastAPI (`app.mount("/agents", acp)`, then the endpoint is
     `/agents/acp`) or serve it directly with uvicorn or hypercorn.
     """
 
     def __init__(self, opener: StreamOpener, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-                 engine: types.ModuleType | None = None) -> None:
+                 engine: types.ModuleType | None = None, metrics: ServerMetrics | None = None,
+                 trace_dir: str | os.PathLike[str] | None = None) -> None:
         if not path.startswith("/"):
             raise ValueError(f"path must start with '/': {path!r}")
         self.opener = opener
@@ -406,7 +638,15 @@ class AcpApp(Endpoint):
         self._conns: dict[str, _Connection] = {}
         self._opening = 0
         self._reaper: asyncio.Task[None] | None = None
-        self._guarded = AccessGuard(self.dispatch, self.policy, paths=(self.path,))
+        #: where the server counts what it does (`None`: nowhere)
+        self.metrics = metrics
+        #: where each connection's trace is written (`None`: nowhere)
+        self.trace_dir = None if trace_dir is None else os.fspath(trace_dir)
+        # refusals and agent exits are watched for the metrics or the event log
+        self._observed = metrics is not None or _events.isEnabledFor(logging.INFO)
+        self._watchers: set[asyncio.Task[None]] = set()
+        self._guarded = AccessGuard(self.dispatch, self.policy, paths=(self.path,),
+                                    on_refusal=self._refused if self._observed else None)
 
     @property
     def connections(self) -> int:
@@ -418,12 +658,41 @@ class AcpApp(Endpoint):
             del self._conns[conn.id]
             if not conn.closed:
                 conn.close()
+            cause = conn.cause or "client"
+            if isinstance(conn, _MeteredConnection):
+                for method, _ in conn.pending.values():
+                    conn.metrics.request(method, "unanswered", None)
+                conn.pending.clear()
+                conn.metrics.closed(conn, cause)
+            if isinstance(conn, _TracedConnection):
+                conn.tracer.close()
+            _event("close", conn.id, "connection closed", cause=cause)
+
+    def _refused(self, status: int, why: str, cid: str | None = None) -> None:
+        """Count and log a request answered with an HTTP error status."""
+        if self.metrics is not None:
+            self.metrics.refused(status)
+        _event("refusal", cid, f"refused with {status}", status=status, reason=why)
+
+    async def _watch_child(self, conn: _Connection, child: ChildStream) -> None:
+        """Count and log how the agent child of `conn` ended, with its stderr tail."""
+        status = await child.wait_exit()
+        if conn.cause not in (None, "agent"):
+            cause = "stopped"
+        elif status is not None and status < 0:
+            cause = "signal"
+        else:
+            cause = "failed" if status else "exited"
+        if self.metrics is not None:
+            self.metrics.agent_exited(cause)
+        _event("agent_exit", conn.id, f"agent process {child.pid} ended: {cause}", cause=cause, status=status,
+               stderr_tail=child.stderr_tail.decode("utf-8", "replace"))
 
     async def aclose(self) -> None:
         """Close every connection (and its agent)."""
         conns = list(self._conns.values())
         for c in conns:
-            c.close()
+            c.close("shutdown")
         for c in conns:
             try:
                 await asyncio.wait_for(c.stream.wait_closed(), 5.0)
@@ -442,8 +711,26 @@ class AcpApp(Endpoint):
         finally:
             self._opening -= 1
         cid = secrets.token_urlsafe(24)
-        conn = _Connection(self, cid, stream, websocket, on_closed=self._forget, ws_batches=ws_batches)
+        conn: _Connection
+        if self.metrics is not None:
+            metered = _MeteredConnection if self.trace_dir is None else _TracedMeteredConnection
+            conn = metered(self, cid, stream, websocket, self.metrics, on_closed=self._forget, ws_batches=ws_batches)
+            self.metrics.opened(conn)
+        elif self.trace_dir is not None:
+            conn = _TracedConnection(self, cid, stream, websocket, on_closed=self._forget, ws_batches=ws_batches)
+        else:
+            conn = _Connection(self, cid, stream, websocket, on_closed=self._forget, ws_batches=ws_batches)
+        if isinstance(conn, _TracedConnection):
+            from ..conductor.trace import Tracer
+
+            opened = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            conn.start_trace(Tracer(os.path.join(self.trace_dir or ".", f"{opened}-{short_id(cid)}.jsonl")))
         self._conns[cid] = conn
+        if self._observed and isinstance(stream, ChildStream):
+            watcher = asyncio.ensure_future(self._watch_child(conn, stream))
+            self._watchers.add(watcher)
+            watcher.add_done_callback(self._watchers.discard)
+        _event("open", cid, "connection opened", transport="websocket" if websocket else "http")
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.get_running_loop().create_task(self._reap())
         return conn
@@ -460,7 +747,7 @@ class AcpApp(Endpoint):
                     c.last_active = now
                 elif now - c.last_active > timeout:
                     logger.info("connection %s idle for %.0f s: closed", c.id[:8], timeout)
-                    c.close()
+                    c.close("idle")
 
     # ASGI entry -----------------------------------------------------------------------------
 
@@ -469,6 +756,8 @@ class AcpApp(Endpoint):
 
     async def http(self, method: str, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
         # behind the access guard (dispatch): what reaches here passed the policy's rules
+        if self._observed:
+            send = _StatusTap(send, self._refused, method, headers.get(CONNECTION_ID_HEADER.lower().encode()))
         if method == "POST":
             await self._post(headers, receive, send)
         elif method == "GET":
@@ -476,7 +765,7 @@ class AcpApp(Endpoint):
         elif method == "DELETE":
             conn = await self._named(headers, send)
             if conn is not None:
-                conn.close()
+                conn.close("client")
                 await respond(send, 202, b"")
         else:
             await respond(send, 405, error_body(405, "method not allowed"),
@@ -564,15 +853,17 @@ class AcpApp(Endpoint):
         try:
             reply = await asyncio.wait_for(conn.init_reply, self.policy.initialize_timeout)
         except asyncio.TimeoutError:
-            conn.close()
+            conn.close("init_failed")
             await respond(send, 504, error_body(504, "the agent did not answer initialize in time"))
             return
         except ConnectionError:
-            conn.close()
+            conn.close("init_failed")
             await respond(send, 200, encode_error(frame.id, INTERNAL_ERROR, "the agent closed before answering"))
             return
-        if b'"error"' in reply and self.engine.Decoder(lazy=True).feed(reply + b"\n")[0].error is not None:
-            conn.close()
+        failed = b'"error"' in reply and self.engine.Decoder(lazy=True).feed(reply + b"\n")[0].error is not None
+        conn.replied_in_body(id_key(frame.id), reply, failed)
+        if failed:
+            conn.close("init_failed")
             await respond(send, 200, reply + b"\n")
             return
         await respond(send, 200, reply + b"\n", extra=[(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())])
@@ -605,6 +896,10 @@ class AcpApp(Endpoint):
                 ok = self.policy.replay_window > 0 and events.rewind(int(last))
             except ValueError:
                 ok = False
+            if self.metrics is not None:
+                self.metrics.resumed(ok)
+            _event("resume", conn.id, "SSE reader resumed" if ok else "SSE resume refused", served=ok,
+                   session=key is not None)
             if not ok:
                 await respond(send, 409, error_body(409, "cannot resume from that Last-Event-ID"))
                 return
@@ -612,7 +907,7 @@ class AcpApp(Endpoint):
         events.reader = token
         events.wake.set()  # a reader taken over sees it at once
         try:
-            await self._stream(conn, events, token, receive, send,
+            await self._stream(conn, events, token, receive, _StatusTap.untapped(send),
                                headers.get(BATCH_FRAMES_HEADER.lower().encode()) == b"1")
         finally:
             if events.reader is token:
@@ -662,11 +957,15 @@ class AcpApp(Endpoint):
         if first["type"] != "websocket.connect":
             return
         if path != self.path:
+            if self._observed:
+                self._refused(404, "not found")
             await deny(scope, send, 404, "not found")
             return
         batches = headers.get(BATCH_FRAMES_HEADER.lower().encode()) == b"1"
         conn = await self._open(websocket=True, ws_batches=batches)
         if conn is None:
+            if self._observed:
+                self._refused(503, "too many connections")
             await deny(scope, send, 503, "too many connections")
             return
         accept = [(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())]
@@ -694,7 +993,9 @@ class AcpApp(Endpoint):
                 elif t == "websocket.disconnect":
                     break
         finally:
-            conn.close()
+            conn.close("too_big" if code == 1009 else "client")
+            if code == 1009 and self._observed:
+                self._refused(413, "WebSocket frame over the limit", conn.id)
             try:
                 await asyncio.wait_for(sender, 10.0)
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the socket is gone
@@ -725,6 +1026,36 @@ class AcpApp(Endpoint):
             pass
 
 
+def _event(name: str, cid: str | None, message: str, **fields: object) -> None:
+    """Log one connection event (see [`acp_fast.remote.logs`][acp_fast.remote.logs])."""
+    if _events.isEnabledFor(logging.INFO):
+        _events.info(message, extra={"event": name, "connection": short_id(cid) if cid else None, **fields})
+
+
+class _StatusTap:
+    """An ASGI `send` that reports an HTTP error status (>= 400) as it starts the response."""
+
+    __slots__ = ("inner", "report", "method", "cid")
+
+    def __init__(self, inner: Send, report: Callable[[int, str, str | None], None], method: str,
+                 cid: bytes | None) -> None:
+        self.inner = inner
+        self.report = report
+        self.method = method
+        self.cid = cid
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            self.report(message["status"], f"{self.method} answered {message['status']}",
+                        None if self.cid is None else self.cid.decode("latin-1"))
+        await self.inner(message)
+
+    @staticmethod
+    def untapped(send: Send) -> Send:
+        """`send` itself, or the one a tap wraps (a stream's body chunks pass no tap)."""
+        return send.inner if isinstance(send, _StatusTap) else send
+
+
 # -- building apps --------------------------------------------------------------------------------
 
 
@@ -732,7 +1063,8 @@ Target = Union[Servable, Callable[[Stream], Awaitable[None]]]
 
 
 def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-             engine: EngineChoice = None) -> AcpApp:
+             engine: EngineChoice = None, metrics: ServerMetrics | None = None,
+             trace_dir: str | os.PathLike[str] | None = None) -> AcpApp:
     """An ASGI app serving `target` to remote clients, one in-process connection each.
 
     Args:
@@ -743,6 +1075,9 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
         policy: limits and access rules ([`ServerPolicy`][acp_fast.remote.server.ServerPolicy]).
         engine: the engine twin for builders and routers (`"c"`, `"py"`, an engine module,
             or `None` for the selected one); the server decodes with the same twin.
+        metrics: where to count what the server does (`None`: nowhere; see
+            [`ServerMetrics`][acp_fast.remote.metrics.ServerMetrics]).
+        trace_dir: where to write each connection's trace (see [`AcpApp`][acp_fast.remote.server.AcpApp]).
 
     Raises:
         ValueError: `engine` is none of those.
@@ -756,7 +1091,7 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
     ```
     """
     opener, twin = servable_opener(target, engine)
-    return AcpApp(opener, path=path, policy=policy, engine=twin)
+    return AcpApp(opener, path=path, policy=policy, engine=twin, metrics=metrics, trace_dir=trace_dir)
 
 
 def servable_opener(target: Target, engine: EngineChoice = None) -> tuple[StreamOpener, types.ModuleType | None]:
