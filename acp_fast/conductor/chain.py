@@ -67,10 +67,11 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType, TracebackType
-from typing import Any
+from types import TracebackType
+from typing import Any, cast
 
 from .. import engine as _default_engine
+from ..engine import Engine
 from ..errors import INTERNAL_ERROR, INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import cancel_target, error_line, invalid_line_reply
 from ..jsontypes import Json, JsonObject
@@ -217,7 +218,7 @@ class Conductor:
 
     def __init__(self, components: Sequence[ComponentSpec], *, mode: str = "agent",
                  proxy_methods: str = "underscore", trace: str | os.PathLike[str] | None = None,
-                 env: Mapping[str, str] | None = None, engine: ModuleType | None = None,
+                 env: Mapping[str, str] | None = None, engine: Engine | None = None,
                  name: str = "conductor", debug_dir: str | os.PathLike[str] | None = None,
                  protocol_version: int | None = None) -> None:
         if mode not in MODES:
@@ -233,7 +234,7 @@ class Conductor:
         self._succ_name = names.SPELLINGS[proxy_methods][1]
         self._trace_path = trace
         self._env = dict(env or {})
-        self._eng: Any = engine or _default_engine
+        self._eng: Engine = engine if engine is not None else cast("Engine", _default_engine)
         self._state = _NEW
         self._fail_error: JsonRpcError | None = None
         self._up: _Hop | None = None

@@ -31,14 +31,14 @@ from ..protocol.facts import SESSION_FORK, SESSION_NEW, SESSION_RESUME
 from ..protocol.gate import make_gate
 from ..protocol.guard import InitializationGuard
 from ..protocol.surface import WireSurface
-from ._hot import IMPLEMENTATION as HOT_IMPLEMENTATION
+from ._hot import COMPILED as HOT_COMPILED
 from ._hot import UpdateSender
 from ._hot import Context
 from .context import Request, SentRequest, SessionUpdateSender, Version
 from .mcp import McpState
 from .names import check_handler_method
 from .sessions import SessionSetup, SessionStates
-from .streams import EngineChoice, Transport, open_stream, resolve_engine
+from .streams import EngineChoice, Transport, open_connection, open_stream
 from .dispatch import (
     INITIALIZE,
     INITIALIZING,
@@ -127,7 +127,7 @@ class AcpConnection(Generic[Version]):
         self._initialize_sent = False
         # the read gate's fast path: the compiled twin on the compiled hot path (which calls it
         # at C level), whichever engine twin decodes
-        self._gate = make_gate(self.surface, compiled=HOT_IMPLEMENTATION == "c")
+        self._gate = make_gate(self.surface, compiled=HOT_COMPILED)
         self._request_ok = self.surface.methods_of_kind("request") - INITIALIZING
         self._notification_ok = self.surface.methods_of_kind("notification")
         self._notify = conn.outbox.notify  # Connection.notify without the Python call around it
@@ -301,8 +301,8 @@ class AcpConnection(Generic[Version]):
             [`AcpConnection`][acp_fast.roles.connection.AcpConnection], or a `ProxyConnection` for a proxy builder).
         """
         stream = await open_stream(transport)
-        conn = Connection(stream, engine=resolve_engine(engine) if engine is not None else self.raw.engine,
-                          lazy=builder.connection_type.lazy_frames)
+        conn = open_connection(stream, engine if engine is not None else self.raw.engine,
+                               builder.connection_type.lazy_frames)
         child = builder.bind(conn)
         self._children.add(child)
         conn.closed.add_done_callback(lambda _f: self._children.discard(child))
