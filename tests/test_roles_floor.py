@@ -9,7 +9,11 @@ Source-tree checks read with ``ast`` (nothing is run):
 * no public signature in ``roles/``, ``conductor/`` or ``compat/`` mentions ``Any`` (JSON
   payloads say ``Json`` / ``JsonObject``, see :mod:`acp_fast.jsontypes`);
 * at most :data:`MAX_ANY_RETURNS` functions in the whole package return ``-> Any`` (generated
-  modules aside).
+  modules aside);
+* no comparison of a version with a version number (``version >= 2``, ``self.version == 1``,
+  ``sel.version > 1``) in ``roles/``, ``conductor/`` or ``protocol/`` outside
+  ``protocol/profile.py``: what differs between versions is a field of the connection's
+  ``VersionProfile`` (issue #34).
 """
 
 from __future__ import annotations
@@ -104,3 +108,28 @@ def test_few_any_returns_in_the_package() -> None:
              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
              and node.returns is not None and ast.unparse(node.returns) == "Any"]
     assert len(found) <= MAX_ANY_RETURNS, f"{len(found)} functions return Any:\n" + "\n".join(found)
+
+
+#: the ACP version numbers a version branch would compare with
+VERSION_NUMBERS = {1, 2}
+PROFILE_MODULE = "protocol/profile.py"
+
+
+def _names_a_version(node: ast.expr) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name.lower().endswith("version")
+
+
+def test_no_version_number_branches_outside_the_profile() -> None:
+    found = []
+    for rel, tree in _sources("roles", "conductor", "protocol"):
+        if rel == PROFILE_MODULE:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                if any(_names_a_version(s) for s in sides) and any(
+                        isinstance(s, ast.Constant) and type(s.value) is int and s.value in VERSION_NUMBERS
+                        for s in sides):
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    assert found == [], "version branches (read a field of the VersionProfile instead):\n" + "\n".join(found)

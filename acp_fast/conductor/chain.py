@@ -83,6 +83,7 @@ from .debug import DebugLog
 from .selection import Selection, first_version, initialize_params, proxy_mode_version, same_initialize
 from .spec import ComponentSpec, Started, describe, known_versions, start_component, validate
 from .trace import Tracer, decoded
+from ..protocol.profile import OLDEST, profile_of
 
 __all__ = ["Conductor", "MODES"]
 
@@ -815,8 +816,9 @@ class Conductor:
             if msg.error is not None:
                 if sel.reached == pos:  # refused before initializing its successor
                     sel.rejected(pos, msg.error)
-                    if sel.probing and sel.version > 1:
-                        self._lower(list(range(pos + 1)), sel.version - 1)
+                    lower = profile_of(sel.version).lower
+                    if sel.probing and lower is not None:
+                        self._lower(list(range(pos + 1)), lower)
                     else:
                         self._fail_selection(sel.cannot_speak(pos, agent, msg.error))
                     return
@@ -843,7 +845,7 @@ class Conductor:
         result = msg.result
         answered = _answered_version(result)
         sel.note(n, f"answered {answered}")
-        lower = sel.probing and type(answered) is int and 1 <= answered < sel.version
+        lower = sel.probing and type(answered) is int and OLDEST.version <= answered < sel.version
         try:
             nego.check_negotiated_version(result, answered if lower else sel.version)
         except JsonRpcError as exc:

@@ -51,6 +51,7 @@ from .dispatch import (
     SideRules,
 )
 from .table import NOT_HANDLED, Handler, HandlerTable
+from ..protocol.profile import VersionProfile, profile_of
 
 __all__ = ["INITIALIZE", "NOT_HANDLED", "PROXY_INITIALIZE", "PROXY_INITIALIZE_SPEC", "SESSION_UPDATE", "AcpConnection",
            "AgentConnection", "ConnectionBuilder", "DynamicHandler"]
@@ -120,6 +121,8 @@ class AcpConnection(Generic[Version]):
         self.version: Version = cast("Version", table.version)
         self.info = dict(table.info)
         self.surface = WireSurface.for_version(self.version)
+        #: what differs between versions, as data ([`VersionProfile`][acp_fast.protocol.profile.VersionProfile])
+        self.profile: VersionProfile = profile_of(self.version)
         self.guard = self._make_guard(table)
         self.sessions = SessionStates()
         #: the -32600 ``data`` for anything sent before ``initialize`` (a connector's client)
@@ -161,7 +164,7 @@ class AcpConnection(Generic[Version]):
                      peer=SideRules(tracked_requests=self.tracked_requests, track=self._track_session_request))
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
-        guarded = table.guarded and self.version >= 2
+        guarded = table.guarded and self.profile.guarded
         return InitializationGuard(self.version, self.guard_role if guarded else "unchecked")
 
     # -- state --------------------------------------------------------------------------
@@ -351,19 +354,19 @@ class AcpConnection(Generic[Version]):
     def _negotiate(self, params: Json) -> Json:
         """Validate an incoming `initialize`; return the params the handler sees."""
         requested = nego.parse_protocol_version(params)
-        if self.version >= 2:
-            nego.select_version(requested, (2,))  # -32022 for 1, handler not invoked
-            nego.validate_initialize_request(params, 2)
-            return params if requested == 2 else nego.canonicalize_v2_initialize(params)
+        version = self.version
+        if self.profile.exact_initialize:
+            nego.select_version(requested, (version,))  # -32022 for another, handler not invoked
+            nego.validate_initialize_request(params, version)
+            return params if requested == version else nego.canonicalize_v2_initialize(params)
         # v1: any valid version selects v1; newer metadata is normalised (§6.5)
-        seen = nego.normalize_v2_to_v1(params) if requested >= 2 else dict(params, protocolVersion=1)
-        nego.validate_initialize_request(seen, 1)
+        newer = profile_of(requested) is not self.profile
+        seen = nego.normalize_v2_to_v1(params) if newer else dict(params, protocolVersion=version)
+        nego.validate_initialize_request(seen, version)
         return seen
 
     def _default_initialize(self, seen: Json) -> RequestResult:
-        if self.version >= 2:
-            return {"protocolVersion": self.version, "info": self.info, "capabilities": {}}
-        return {"protocolVersion": 1, "agentInfo": self.info, "agentCapabilities": {}}
+        return self.profile.default_initialize_result(self.info)
 
     def _incoming_initialize(self, rctx: RequestContext) -> RequestResult:
         seen = self._negotiate(rctx.message.params)

@@ -66,6 +66,7 @@ from .table import Handler, HandlerTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine import Message
+    from ..protocol.profile import VersionProfile
     from .mcp import McpServerLike
 
 __all__ = ["SUCCESSOR", "SUCCESSOR_SPEC", "ProxyConnection", "ProxySessionRoute"]
@@ -123,6 +124,10 @@ class _SuccessorPeer:
     def version(self) -> int:
         version: int = self.proxy.version
         return version
+
+    @property
+    def profile(self) -> VersionProfile:
+        return self.proxy.profile
 
     @property
     def sessions(self) -> SessionStates:
@@ -218,7 +223,7 @@ class ProxyConnection(AcpConnection[Version]):
     def start_proxy_session(self, setup: SessionSetup, cx: ProxyContext,
                             callback: Callable[[OpenedSession[V2Session]], Coroutine[object, object, None] | None]) -> None:
         """See [`on_proxy_session_start`][acp_fast.roles.SessionSetup.on_proxy_session_start]."""
-        if self.version < 2:
+        if not self.profile.proxy_sessions:
             raise TypeError("on_proxy_session_start is a v2 proxy helper (Proxy.v2())")
         responder = cx.defer()
         route = previous = None

@@ -26,6 +26,7 @@ from .builders import AgentBuilder, Builder, ProxyBuilder
 from .context import V1, V2
 from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC
 from .streams import EngineChoice, Transport, engine_twin, open_connection, open_stream
+from ..protocol.profile import profile_of
 
 __all__ = ["AgentRouter", "ProxyRouter"]
 
@@ -244,11 +245,11 @@ class AgentRouter(_Router):
     def _select(self, params: Any) -> tuple[int, Any]:
         requested = nego.parse_protocol_version(params)
         version = nego.select_version(requested, self._impls)
-        nego.validate_initialize_request(params, 2 if requested >= 2 else 1)
+        nego.validate_initialize_request(params, profile_of(requested).version)
         if requested == version or requested < 1:
             return version, None
-        if version == 2:
-            return 2, nego.canonicalize_v2_initialize(params)
+        if profile_of(version).exact_initialize:
+            return version, nego.canonicalize_v2_initialize(params)
         return 1, nego.normalize_v2_to_v1(params)
 
 
