@@ -19,6 +19,7 @@ Source-tree checks read with ``ast`` (nothing is run):
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,3 +134,20 @@ def test_no_version_number_branches_outside_the_profile() -> None:
                         for s in sides):
                     found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
     assert found == [], "version branches (read a field of the VersionProfile instead):\n" + "\n".join(found)
+
+
+#: hooks of `AcpConnection` that `ProxyConnection` still overrides (issue #34 item 2 takes
+#: them to none: roles as data handed to one connection); lower it as they go, never raise it
+PROXY_OVERRIDES = {"_default_initialize", "_initializes", "_make_guard", "_negotiate", "_rules",
+                   "_send_initializing"}
+
+
+def test_proxy_overrides_no_more_hooks_than_listed() -> None:
+    from acp_fast.roles.connection import AcpConnection
+    from acp_fast.roles.proxy import ProxyConnection
+
+    overridden = {name for name, value in vars(ProxyConnection).items()
+                  if inspect.isfunction(value) and name in vars(AcpConnection) and not name.startswith("__")}
+    assert overridden <= PROXY_OVERRIDES, f"new role hooks overridden: {sorted(overridden - PROXY_OVERRIDES)}"
+    assert overridden == PROXY_OVERRIDES, f"hooks no longer overridden (drop them from PROXY_OVERRIDES): " \
+                                          f"{sorted(PROXY_OVERRIDES - overridden)}"

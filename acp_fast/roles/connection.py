@@ -112,6 +112,9 @@ class AcpConnection(Generic[Version]):
     tracked_requests: ClassVar[frozenset[str]] = frozenset()
     #: what the handlers of this connection type get as ``cx``
     context_type: ClassVar[type[Context]] = Context
+    #: the requests that initialize this side on input, every spelling of one request (a
+    #: handler registered under any of them serves them all)
+    init_methods: ClassVar[frozenset[str]] = frozenset({INITIALIZE})
     #: whether this connection type wants a lazy JSON-RPC connection (``Decoder(lazy=True)``,
     #: params decoded on first access): proxies, which mostly forward bytes they never read
     lazy_frames = False
@@ -338,7 +341,7 @@ class AcpConnection(Generic[Version]):
     def initializes(self, method: str) -> bool:
         """Whether `method` is the request that initializes this side (`initialize`;
         for a proxy `_proxy/initialize` in either spelling)."""
-        return method == self.guard.init_method
+        return method in self.init_methods
 
     def _initializes(self, method: str) -> bool:
         """[`initializes`][acp_fast.roles.connection.AcpConnection.initializes], for an incoming request about to be handled (a proxy also
@@ -346,8 +349,13 @@ class AcpConnection(Generic[Version]):
         return self.initializes(method)
 
     def _init_handler(self, method: str) -> Handler | None:
-        """The builder's handler of the initializing request `method` (or `None`)."""
-        return self.table.requests.get(method)
+        """The builder's handler of the initializing request `method` (or `None`): registered
+        under `method` or, failing that, another spelling of it (`init_methods`)."""
+        requests = self.table.requests
+        fn = requests.get(method)
+        if fn is None:
+            fn = next((requests[m] for m in sorted(self.init_methods) if m in requests), None)
+        return fn
 
     # -- incoming initialize ------------------------------------------------------------
 
