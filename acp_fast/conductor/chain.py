@@ -68,10 +68,9 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import engine as _default_engine
-from ..engine import Engine
 from ..errors import INTERNAL_ERROR, INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import cancel_target, error_line, invalid_line_reply
 from ..jsontypes import Json, JsonObject
@@ -84,6 +83,9 @@ from .selection import Selection, first_version, initialize_params, proxy_mode_v
 from .spec import ComponentSpec, Started, describe, known_versions, start_component, validate
 from .trace import Tracer, decoded
 from ..protocol.profile import OLDEST, profile_of
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 __all__ = ["Conductor", "MODES"]
 

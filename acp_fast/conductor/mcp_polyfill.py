@@ -44,7 +44,7 @@ from ..jsontypes import Json, JsonObject, RequestId
 from ..protocol.facts import INITIALIZE, MCP_MESSAGE, PROXY_INITIALIZE_METHODS
 from ..roles import V1, V2, Peer, Proxy, ProxyBuilder, ProxyContext
 from ..roles.routers import ProxyRouter
-from ..protocol import profile as _profile
+from ..protocol.profile import V2 as V2_PROFILE
 from ..protocol.profile import profile_of
 
 __all__ = ["McpHttpBridge", "build", "main", "router"]
@@ -243,7 +243,7 @@ _PB = TypeVar("_PB", ProxyBuilder[V1], ProxyBuilder[V2])
 
 def build(version: int) -> ProxyBuilder[int]:
     """The polyfill proxy of ACP `version` (1 or 2)."""
-    return _polyfill(Proxy.v2()) if profile_of(version) is _profile.V2 else _polyfill(Proxy.builder())
+    return _polyfill(Proxy.v2()) if profile_of(version) is V2_PROFILE else _polyfill(Proxy.builder())
 
 
 def _polyfill(proxy: _PB) -> _PB:

@@ -27,11 +27,13 @@ import sys
 import sysconfig
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
-from ..engine import Engine
 from ..transport import Stream, memory_pair, parse_command, spawn
 from ..remote import is_url
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 __all__ = ["SAFE_RUN_MODULE", "ComponentSpec", "Started", "describe", "known_versions", "same_acp_fast",
            "start_component", "validate"]

@@ -22,7 +22,6 @@ the only place a version number is compared (a source test keeps it so).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from ..jsontypes import Json, JsonObject
@@ -31,9 +30,17 @@ from .facts import SETUP_METHODS, V1_SETUP_METHODS
 __all__ = ["OLDEST", "V1", "V2", "VersionProfile", "profile_of"]
 
 
-@dataclass(frozen=True)
 class VersionProfile:
-    """The behaviour of one ACP version, as data (see the module table)."""
+    """The behaviour of one ACP version, as data (see the module table; read-only by
+    convention: the profiles are module constants shared by every connection).
+
+    A plain slotted class, not a dataclass: the profiles are built at import, and a
+    dataclass would compile its generated methods then (start-up budget).
+    """
+
+    __slots__ = ("agent_info_key", "capabilities_key", "client_info_key", "exact_initialize", "guarded",
+                 "info_required", "lower", "mcp_acp_value", "mcp_capability", "mcp_over_acp", "proxy_sessions",
+                 "session_helpers", "session_states", "setup_methods", "version")
 
     #: the version number
     version: int
@@ -66,6 +73,29 @@ class VersionProfile:
     mcp_acp_value: Json
     #: the version a probing conductor falls back to (`None`: none lower)
     lower: int | None
+
+    def __init__(self, *, version: int, client_info_key: str, agent_info_key: str, info_required: bool,
+                 guarded: bool, exact_initialize: bool, capabilities_key: str, setup_methods: frozenset[str],
+                 session_states: bool, mcp_over_acp: bool, proxy_sessions: bool, session_helpers: bool,
+                 mcp_capability: tuple[str, ...], mcp_acp_value: Json, lower: int | None) -> None:
+        self.version = version
+        self.client_info_key = client_info_key
+        self.agent_info_key = agent_info_key
+        self.info_required = info_required
+        self.guarded = guarded
+        self.exact_initialize = exact_initialize
+        self.capabilities_key = capabilities_key
+        self.setup_methods = setup_methods
+        self.session_states = session_states
+        self.mcp_over_acp = mcp_over_acp
+        self.proxy_sessions = proxy_sessions
+        self.session_helpers = session_helpers
+        self.mcp_capability = mcp_capability
+        self.mcp_acp_value = mcp_acp_value
+        self.lower = lower
+
+    def __repr__(self) -> str:
+        return f"<VersionProfile v{self.version}>"
 
     def default_initialize_result(self, info: Json) -> JsonObject:
         """The `initialize` result an agent answers without a handler."""

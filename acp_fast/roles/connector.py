@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsontypes import Json, JsonObject
@@ -21,8 +21,10 @@ from ..protocol.facts import INITIALIZE
 from .builders import ClientBuilder
 from .client import ClientConnection
 from .context import SentRequest
-from ..engine import Engine
 from .streams import EngineChoice, Transport, engine_twin, open_connection, open_stream
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 __all__ = ["ClientConnector", "ClientFactory", "TransportFactory"]
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from ..engine import Engine
 from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection, error_line
 from ..protocol import negotiation as nego
@@ -27,6 +26,9 @@ from .context import V1, V2
 from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC
 from .streams import EngineChoice, Transport, engine_twin, open_connection, open_stream
 from ..protocol.profile import profile_of
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 __all__ = ["AgentRouter", "ProxyRouter"]
 

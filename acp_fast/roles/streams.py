@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Literal, Union, cast
 
 from .. import engine as _selected
 from .. import transport as _transport
-from ..engine import Engine
 from ..jsonrpc import Connection
 
 if TYPE_CHECKING:
+    from ..engine import Engine
     from ..engine import Decoder
 
 __all__ = ["EngineChoice", "Transport", "engine_twin", "open_connection", "open_stream", "resolve_engine"]
@@ -27,7 +27,7 @@ __all__ = ["EngineChoice", "Transport", "engine_twin", "open_connection", "open_
 Transport = Union[_transport.Stream, Awaitable[_transport.Stream]]
 #: Which engine twin: ``"c"`` (compiled), ``"py"`` (pure), ``None`` (the selected one), or
 #: an engine module (tests pass the twins' modules).
-EngineChoice = Union[Literal["c", "py"], Engine, None]
+EngineChoice = Union[Literal["c", "py"], "Engine", None]
 
 
 def engine_twin(engine: EngineChoice) -> Engine:
