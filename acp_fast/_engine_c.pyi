@@ -19,6 +19,7 @@ from acp_fast.jsontypes import Json, JsonObject, RequestId
 
 __all__ = [
     "IMPLEMENTATION",
+    "COMPILED",
     "REQUEST",
     "NOTIFICATION",
     "RESPONSE",
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 IMPLEMENTATION: Final[str]
+COMPILED: Final[bool]
 DEFAULT_MAX_LINE_SIZE: Final[int]
 DEFAULT_MAX_DEPTH: Final[int]
 DEFAULT_MAX_BATCH_SIZE: Final[int]

@@ -59,6 +59,7 @@ from acp_fast._strictjson import MAX_DEPTH_LIMIT, InvalidJson
 
 __all__ = [
     "IMPLEMENTATION",
+    "COMPILED",
     "REQUEST",
     "NOTIFICATION",
     "RESPONSE",
@@ -91,6 +92,8 @@ __all__ = [
 ]
 
 IMPLEMENTATION = "c"
+#: capability flag: this twin is compiled (its encoders splice a `RawJson` inside a dict in one copy)
+COMPILED = True
 
 DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128

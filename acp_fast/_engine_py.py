@@ -103,6 +103,7 @@ from .protocol.facts import FORWARD_CLAIMED_METHODS, PROXY_SUCCESSOR, PROXY_SUCC
 
 __all__ = [
     "IMPLEMENTATION",
+    "COMPILED",
     "REQUEST",
     "NOTIFICATION",
     "RESPONSE",
@@ -135,6 +136,8 @@ __all__ = [
 ]
 
 IMPLEMENTATION = "py"
+#: capability flag: this twin is compiled (its encoders splice a `RawJson` inside a dict in one copy)
+COMPILED = False
 
 DEFAULT_MAX_LINE_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 128

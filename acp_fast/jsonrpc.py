@@ -66,7 +66,7 @@ from .transport import Stream
 
 if TYPE_CHECKING:
     from ._replies import BatchReply
-    from .engine import Decoder, Frame, Malformed, Message, Outbox
+    from .engine import Decoder, Engine, Frame, Malformed, Message, Outbox
 
 __all__ = [
     "CANCEL_METHOD",
@@ -558,7 +558,7 @@ class Connection:
         self,
         stream: Stream,
         *,
-        engine: types.ModuleType | None = None,
+        engine: Engine | None = None,
         on_invalid: Literal["reply", "skip"] | None = None,
         lazy: bool = False,
         max_line_size: int | None = None,
@@ -746,7 +746,7 @@ class Connection:
     # -- state and closing --------------------------------------------------------------
 
     @property
-    def engine(self) -> types.ModuleType:
+    def engine(self) -> Engine:
         """The engine twin this connection decodes and encodes with."""
         return self._engine  # type: ignore[no-any-return]
 

@@ -9,12 +9,17 @@ Source-tree checks read with ``ast`` (nothing is run):
 * no public signature in ``roles/``, ``conductor/`` or ``compat/`` mentions ``Any`` (JSON
   payloads say ``Json`` / ``JsonObject``, see :mod:`acp_fast.jsontypes`);
 * at most :data:`MAX_ANY_RETURNS` functions in the whole package return ``-> Any`` (generated
-  modules aside).
+  modules aside);
+* no comparison of a version with a version number (``version >= 2``, ``self.version == 1``,
+  ``sel.version > 1``) in ``roles/``, ``conductor/`` or ``protocol/`` outside
+  ``protocol/profile.py``: what differs between versions is a field of the connection's
+  ``VersionProfile`` (issue #34).
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,3 +109,45 @@ def test_few_any_returns_in_the_package() -> None:
              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
              and node.returns is not None and ast.unparse(node.returns) == "Any"]
     assert len(found) <= MAX_ANY_RETURNS, f"{len(found)} functions return Any:\n" + "\n".join(found)
+
+
+#: the ACP version numbers a version branch would compare with
+VERSION_NUMBERS = {1, 2}
+PROFILE_MODULE = "protocol/profile.py"
+
+
+def _names_a_version(node: ast.expr) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name.lower().endswith("version")
+
+
+def test_no_version_number_branches_outside_the_profile() -> None:
+    found = []
+    for rel, tree in _sources("roles", "conductor", "protocol"):
+        if rel == PROFILE_MODULE:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                if any(_names_a_version(s) for s in sides) and any(
+                        isinstance(s, ast.Constant) and type(s.value) is int and s.value in VERSION_NUMBERS
+                        for s in sides):
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    assert found == [], "version branches (read a field of the VersionProfile instead):\n" + "\n".join(found)
+
+
+#: hooks of `AcpConnection` that `ProxyConnection` still overrides (issue #34 item 2 takes
+#: them to none: roles as data handed to one connection); lower it as they go, never raise it
+PROXY_OVERRIDES = {"_default_initialize", "_initializes", "_make_guard", "_negotiate", "_rules",
+                   "_send_initializing"}
+
+
+def test_proxy_overrides_no_more_hooks_than_listed() -> None:
+    from acp_fast.roles.connection import AcpConnection
+    from acp_fast.roles.proxy import ProxyConnection
+
+    overridden = {name for name, value in vars(ProxyConnection).items()
+                  if inspect.isfunction(value) and name in vars(AcpConnection) and not name.startswith("__")}
+    assert overridden <= PROXY_OVERRIDES, f"new role hooks overridden: {sorted(overridden - PROXY_OVERRIDES)}"
+    assert overridden == PROXY_OVERRIDES, f"hooks no longer overridden (drop them from PROXY_OVERRIDES): " \
+                                          f"{sorted(PROXY_OVERRIDES - overridden)}"

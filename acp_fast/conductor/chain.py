@@ -67,8 +67,8 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType, TracebackType
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import engine as _default_engine
 from ..errors import INTERNAL_ERROR, INVALID_REQUEST, JsonRpcError
@@ -82,6 +82,10 @@ from .debug import DebugLog
 from .selection import Selection, first_version, initialize_params, proxy_mode_version, same_initialize
 from .spec import ComponentSpec, Started, describe, known_versions, start_component, validate
 from .trace import Tracer, decoded
+from ..protocol.profile import OLDEST, profile_of
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 __all__ = ["Conductor", "MODES"]
 
@@ -217,7 +221,7 @@ class Conductor:
 
     def __init__(self, components: Sequence[ComponentSpec], *, mode: str = "agent",
                  proxy_methods: str = "underscore", trace: str | os.PathLike[str] | None = None,
-                 env: Mapping[str, str] | None = None, engine: ModuleType | None = None,
+                 env: Mapping[str, str] | None = None, engine: Engine | None = None,
                  name: str = "conductor", debug_dir: str | os.PathLike[str] | None = None,
                  protocol_version: int | None = None) -> None:
         if mode not in MODES:
@@ -233,7 +237,7 @@ class Conductor:
         self._succ_name = names.SPELLINGS[proxy_methods][1]
         self._trace_path = trace
         self._env = dict(env or {})
-        self._eng: Any = engine or _default_engine
+        self._eng: Engine = engine if engine is not None else cast("Engine", _default_engine)
         self._state = _NEW
         self._fail_error: JsonRpcError | None = None
         self._up: _Hop | None = None
@@ -814,8 +818,9 @@ class Conductor:
             if msg.error is not None:
                 if sel.reached == pos:  # refused before initializing its successor
                     sel.rejected(pos, msg.error)
-                    if sel.probing and sel.version > 1:
-                        self._lower(list(range(pos + 1)), sel.version - 1)
+                    lower = profile_of(sel.version).lower
+                    if sel.probing and lower is not None:
+                        self._lower(list(range(pos + 1)), lower)
                     else:
                         self._fail_selection(sel.cannot_speak(pos, agent, msg.error))
                     return
@@ -842,7 +847,7 @@ class Conductor:
         result = msg.result
         answered = _answered_version(result)
         sel.note(n, f"answered {answered}")
-        lower = sel.probing and type(answered) is int and 1 <= answered < sel.version
+        lower = sel.probing and type(answered) is int and OLDEST.version <= answered < sel.version
         try:
             nego.check_negotiated_version(result, answered if lower else sel.version)
         except JsonRpcError as exc:

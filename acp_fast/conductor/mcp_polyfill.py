@@ -41,9 +41,11 @@ from urllib.parse import quote, unquote
 
 from ..errors import JsonRpcError
 from ..jsontypes import Json, JsonObject, RequestId
-from ..protocol.facts import INITIALIZE, MCP_MESSAGE, PROXY_INITIALIZE_METHODS, SETUP_METHODS, V1_SETUP_METHODS
+from ..protocol.facts import INITIALIZE, MCP_MESSAGE, PROXY_INITIALIZE_METHODS
 from ..roles import V1, V2, Peer, Proxy, ProxyBuilder, ProxyContext
 from ..roles.routers import ProxyRouter
+from ..protocol.profile import V2 as V2_PROFILE
+from ..protocol.profile import profile_of
 
 __all__ = ["McpHttpBridge", "build", "main", "router"]
 
@@ -56,33 +58,29 @@ MAX_BODY = 64 * 1024 * 1024
 
 def agent_has_acp_transport(result: Json, version: int) -> bool:
     """Whether an `initialize` result advertises the `acp` MCP transport."""
-    if type(result) is not dict:
-        return False
-    if version >= 2:
-        caps = result.get("capabilities")
-        session = caps.get("session") if type(caps) is dict else None
-        mcp = session.get("mcp") if type(session) is dict else None
-        return type(mcp) is dict and mcp.get("acp") is not None
-    caps = result.get("agentCapabilities")
-    mcp = caps.get("mcpCapabilities") if type(caps) is dict else None
-    return type(mcp) is dict and mcp.get("acp") is True
+    profile = profile_of(version)
+    mcp: Json = result
+    for key in profile.mcp_capability:
+        mcp = mcp.get(key) if type(mcp) is dict else None
+    return type(mcp) is dict and profile.advertises_acp_transport(mcp.get("acp"))
 
 
 def with_acp_transport(result: Json, version: int) -> Json:
     """`result` advertising the `acp` MCP transport (the polyfill provides it)."""
     if type(result) is not dict:
         return result
-    out = dict(result)
-    if version >= 2:
-        caps = dict(out.get("capabilities") or {})
-        session = dict(caps.get("session") or {})
-        session["mcp"] = dict(session.get("mcp") or {}, acp={})
-        caps["session"] = session
-        out["capabilities"] = caps
-    else:
-        caps = dict(out.get("agentCapabilities") or {})
-        caps["mcpCapabilities"] = dict(caps.get("mcpCapabilities") or {}, acp=True)
-        out["agentCapabilities"] = caps
+    profile = profile_of(version)
+    return _with_key(result, profile.mcp_capability, profile.mcp_acp_value)
+
+
+def _with_key(obj: JsonObject, path: tuple[str, ...], value: Json) -> JsonObject:
+    """A copy of `obj` with `acp` = `value` in the object at `path` (made where missing)."""
+    out = dict(obj)
+    if not path:
+        out["acp"] = value
+        return out
+    inner = out.get(path[0])
+    out[path[0]] = _with_key(inner if type(inner) is dict else {}, path[1:], value)
     return out
 
 
@@ -245,7 +243,7 @@ _PB = TypeVar("_PB", ProxyBuilder[V1], ProxyBuilder[V2])
 
 def build(version: int) -> ProxyBuilder[int]:
     """The polyfill proxy of ACP `version` (1 or 2)."""
-    return _polyfill(Proxy.v2()) if version >= 2 else _polyfill(Proxy.builder())
+    return _polyfill(Proxy.v2()) if profile_of(version) is V2_PROFILE else _polyfill(Proxy.builder())
 
 
 def _polyfill(proxy: _PB) -> _PB:
@@ -270,7 +268,7 @@ def _polyfill(proxy: _PB) -> _PB:
 
         return forward
 
-    for method in sorted(V1_SETUP_METHODS if version < 2 else SETUP_METHODS):
+    for method in sorted(profile_of(version).setup_methods):
         proxy.on_request(method, setup(method))
 
     def notification(params: Json, cx: ProxyContext) -> None:

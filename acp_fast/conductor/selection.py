@@ -44,6 +44,7 @@ from typing import Any
 from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
+from ..protocol.profile import profile_of
 
 __all__ = ["Selection", "first_version", "initialize_params", "proxy_mode_version", "same_initialize"]
 
@@ -96,7 +97,7 @@ def initialize_params(params: Json, requested: int, version: int) -> JsonObject 
     if version == requested:
         return None
     body = params if type(params) is dict else {}
-    if version >= 2:
+    if profile_of(version).exact_initialize:
         return dict(body, protocolVersion=version)
     lowered = nego.normalize_v2_to_v1(body)
     for key in ("clientInfo", "clientCapabilities"):

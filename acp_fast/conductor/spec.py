@@ -27,11 +27,13 @@ import sys
 import sysconfig
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from ..transport import Stream, memory_pair, parse_command, spawn
 from ..remote import is_url
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 __all__ = ["SAFE_RUN_MODULE", "ComponentSpec", "Started", "describe", "known_versions", "same_acp_fast",
            "start_component", "validate"]
@@ -174,7 +176,7 @@ class Started:
 
 
 async def start_component(spec: ComponentSpec, *, env: Mapping[str, str] | None = None,
-                          engine: ModuleType | None = None, on_stderr: Callable[[bytes], None] | None = None) -> Started:
+                          engine: Engine | None = None, on_stderr: Callable[[bytes], None] | None = None) -> Started:
     """Start one component: spawn a child (own process group) or serve a builder in memory.
 
     `on_stderr` sees a child's stderr chunks (the transport keeps the tail either way).

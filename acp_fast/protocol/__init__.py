@@ -6,6 +6,8 @@ Modules:
   (`classify_session_update`) and the write guard (`check_outgoing_*`),
   driven by the generated tables in `_surface_gen`.
 - `errors`: `WireSurfaceError`.
+- `profile`: `VersionProfile`, what differs between v1 and v2 as data (`profile_of(version)`);
+  the only module that compares version numbers.
 - `facts`: the protocol facts every layer branches on (`INITIALIZE`,
   `CANCEL_REQUEST`, the session setup methods, the session-scoped methods, the proxy
   spellings, ...), spelled once; every layer imports them from here.

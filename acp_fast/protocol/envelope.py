@@ -35,9 +35,7 @@ from ..jsontypes import Json, JsonObject
 from .facts import PROXY_SPELLINGS, PROXY_SUCCESSOR
 
 if TYPE_CHECKING:  # pragma: no cover
-    from types import ModuleType
-
-    from ..engine import Message
+    from ..engine import Engine, Message
 
 __all__ = ["BAD_ENVELOPE", "SuccessorEnvelope", "successor_for"]
 
@@ -82,7 +80,7 @@ class SuccessorEnvelope:
     __slots__ = ("_encode_notification", "_encode_request", "_encode_value", "_feed", "_heads",
                  "_notification", "_request", "_splice_in_dict")
 
-    def __init__(self, engine: ModuleType) -> None:
+    def __init__(self, engine: Engine) -> None:
         #: `feed` of a lazy decoder of its own, which re-reads envelope params as messages
         self._feed = engine.Decoder(lazy=True).feed
         self._request: int = engine.REQUEST
@@ -92,7 +90,7 @@ class SuccessorEnvelope:
         self._encode_notification = engine.encode_notification
         # the compiled encoder splices a `RawJson` inside a dict in one copy; the pure one is
         # quicker with the envelope spliced here
-        self._splice_in_dict = getattr(engine, "IMPLEMENTATION", "") == "c"
+        self._splice_in_dict = engine.COMPILED
         #: method -> encoded envelope head `{"method":"…"` (bounded)
         self._heads: dict[str, bytes] = {}
 

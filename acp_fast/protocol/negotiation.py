@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, JsonRpcError
+from .profile import profile_of
 
 __all__ = [
     "INVALID_VERSION_DATA",
@@ -136,10 +137,8 @@ def validate_initialize_request(params: Any, version: int) -> None:
     if type(params) is not dict:
         raise _invalid_params("params must be an object")
     parse_protocol_version(params)
-    if version >= 2:
-        problem = _check_implementation(params.get("info"), "info", required=True)
-    else:
-        problem = _check_implementation(params.get("clientInfo"), "clientInfo", required=False)
+    key, required = profile_of(version).client_info_key, profile_of(version).info_required
+    problem = _check_implementation(params.get(key), key, required=required)
     if problem is not None:
         raise _invalid_params(problem)
 
@@ -157,10 +156,9 @@ def validate_initialize_response(result: Any, version: int) -> None:
         problem = "missing required field `protocolVersion`"
     elif type(result["protocolVersion"]) is not int or not 0 <= result["protocolVersion"] <= 65535:
         problem = INVALID_VERSION_DATA
-    elif version >= 2:
-        problem = _check_implementation(result.get("info"), "info", required=True)
     else:
-        problem = _check_implementation(result.get("agentInfo"), "agentInfo", required=False)
+        key, required = profile_of(version).agent_info_key, profile_of(version).info_required
+        problem = _check_implementation(result.get(key), key, required=required)
     if problem is not None:
         raise JsonRpcError(INVALID_PARAMS, data=f"invalid initialize response: {problem}")
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from .._compat import NO_EXTENSIONS
 
-__all__ = ["IMPLEMENTATION", "Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate",
+__all__ = ["COMPILED", "IMPLEMENTATION", "Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate",
            "UpdateDispatcher", "UpdateSender"]
 
 if TYPE_CHECKING or NO_EXTENSIONS:
@@ -21,6 +21,8 @@ if TYPE_CHECKING or NO_EXTENSIONS:
     )
 
     IMPLEMENTATION = "py"
+    #: capability flag: the compiled hot path is active (it calls the compiled read gate at C level)
+    COMPILED = False
 else:
     try:
         from ._hot_c import (  # type: ignore[import-not-found]
@@ -34,6 +36,7 @@ else:
         )
 
         IMPLEMENTATION = "c"
+        COMPILED = True
     except ImportError:  # pragma: no cover - only when the extension was not built
         from ._hot_py import (
             Context,
@@ -46,3 +49,4 @@ else:
         )
 
         IMPLEMENTATION = "py"
+        COMPILED = False

@@ -22,10 +22,11 @@ from ._hot_py import SessionUpdate as SessionUpdate
 from ._hot_py import UpdateSender as UpdateSender
 from .context import Peer, Request, SuccessorPeer
 
-__all__ = ["IMPLEMENTATION", "Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate",
+__all__ = ["COMPILED", "IMPLEMENTATION", "Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate",
            "UpdateDispatcher", "UpdateSender"]
 
 IMPLEMENTATION: str
+COMPILED: bool
 
 _T = TypeVar("_T")
 _C_co = TypeVar("_C_co", bound=Peer, default=Peer, covariant=True)

@@ -33,7 +33,7 @@ from .proxy import ProxyConnection
 from ._hot import Context, ProxyContext
 from .context import Deferred, Version
 from .names import check_handler_method
-from .streams import EngineChoice, Transport, open_stream, resolve_engine
+from .streams import EngineChoice, Transport, open_connection, open_stream, resolve_engine
 from .table import Handler, HandlerTable, Main, UpdateHandler
 
 __all__ = [
@@ -247,7 +247,7 @@ class Builder(Generic[Version, _C, _X]):
     async def serve(self, transport: Transport, *, engine: EngineChoice = None) -> None:
         """Serve on `transport` (a `Stream` or an awaitable of one) until it closes."""
         stream = await open_stream(transport)
-        conn = Connection(stream, engine=resolve_engine(engine), lazy=self.connection_type.lazy_frames)
+        conn = open_connection(stream, engine, self.connection_type.lazy_frames)
         self.bind(conn)
         await conn.wait_closed()
 
@@ -264,7 +264,7 @@ class Builder(Generic[Version, _C, _X]):
         ```
         """
         stream = await open_stream(transport)
-        conn = Connection(stream, engine=resolve_engine(engine), lazy=self.connection_type.lazy_frames)
+        conn = open_connection(stream, engine, self.connection_type.lazy_frames)
         acp = self.bind(conn)
         try:
             yield acp

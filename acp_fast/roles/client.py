@@ -81,7 +81,7 @@ class ClientConnection(AcpConnection[Version]):
         version = self.version
         params = dict(params or {})
         params["protocolVersion"] = version
-        params.setdefault("info" if version >= 2 else "clientInfo", self.info)
+        params.setdefault(self.profile.client_info_key, self.info)
         if self._hooks is not None and not self._initialize_sent:
             reused = self._hooks.intercept(self, params)
             if reused is not None:

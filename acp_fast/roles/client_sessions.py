@@ -20,6 +20,7 @@ from .mcp import McpConnection
 from .session_state import SessionState, SessionStates, StopReason
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..protocol.profile import VersionProfile
     from .context import Request, SentRequest
     from .mcp import McpServerLike
 
@@ -36,6 +37,10 @@ class SessionPeer(Protocol):
     @property
     def version(self) -> int:
         """The ACP version of the implementation (1 or 2)."""
+
+    @property
+    def profile(self) -> VersionProfile:
+        """What differs between versions, as data."""
 
     @property
     def sessions(self) -> SessionStates:
@@ -192,7 +197,7 @@ def build_session(
     if with_mcp_servers:
         return with_mcp(connection, with_mcp_servers, mcp_servers,
                          lambda servers: build_session(connection, cwd, mcp_servers=servers, **fields))
-    if connection.version == 1:
+    if not connection.profile.session_states:
         def opened_v1(result: JsonObject) -> OpenedSession[V2Session | V1Session]:
             return OpenedSession(V1Session(result["sessionId"], connection), result)
 
@@ -325,5 +330,5 @@ def _same(value: _T) -> _T:
 
 def require_v2(connection: SessionPeer, what: str) -> None:
     """Refuse a v2-only session operation `what` on a v1 connection (`TypeError`)."""
-    if connection.version < 2:
+    if not connection.profile.session_helpers:
         raise TypeError(f"{what} needs a v2 connection (Client.v2())")

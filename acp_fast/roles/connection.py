@@ -31,14 +31,14 @@ from ..protocol.facts import SESSION_FORK, SESSION_NEW, SESSION_RESUME
 from ..protocol.gate import make_gate
 from ..protocol.guard import InitializationGuard
 from ..protocol.surface import WireSurface
-from ._hot import IMPLEMENTATION as HOT_IMPLEMENTATION
+from ._hot import COMPILED as HOT_COMPILED
 from ._hot import UpdateSender
 from ._hot import Context
 from .context import Request, SentRequest, SessionUpdateSender, Version
 from .mcp import McpState
 from .names import check_handler_method
 from .sessions import SessionSetup, SessionStates
-from .streams import EngineChoice, Transport, open_stream, resolve_engine
+from .streams import EngineChoice, Transport, open_connection, open_stream
 from .dispatch import (
     INITIALIZE,
     INITIALIZING,
@@ -51,6 +51,7 @@ from .dispatch import (
     SideRules,
 )
 from .table import NOT_HANDLED, Handler, HandlerTable
+from ..protocol.profile import VersionProfile, profile_of
 
 __all__ = ["INITIALIZE", "NOT_HANDLED", "PROXY_INITIALIZE", "PROXY_INITIALIZE_SPEC", "SESSION_UPDATE", "AcpConnection",
            "AgentConnection", "ConnectionBuilder", "DynamicHandler"]
@@ -111,6 +112,9 @@ class AcpConnection(Generic[Version]):
     tracked_requests: ClassVar[frozenset[str]] = frozenset()
     #: what the handlers of this connection type get as ``cx``
     context_type: ClassVar[type[Context]] = Context
+    #: the requests that initialize this side on input, every spelling of one request (a
+    #: handler registered under any of them serves them all)
+    init_methods: ClassVar[frozenset[str]] = frozenset({INITIALIZE})
     #: whether this connection type wants a lazy JSON-RPC connection (``Decoder(lazy=True)``,
     #: params decoded on first access): proxies, which mostly forward bytes they never read
     lazy_frames = False
@@ -120,6 +124,8 @@ class AcpConnection(Generic[Version]):
         self.version: Version = cast("Version", table.version)
         self.info = dict(table.info)
         self.surface = WireSurface.for_version(self.version)
+        #: what differs between versions, as data ([`VersionProfile`][acp_fast.protocol.profile.VersionProfile])
+        self.profile: VersionProfile = profile_of(self.version)
         self.guard = self._make_guard(table)
         self.sessions = SessionStates()
         #: the -32600 ``data`` for anything sent before ``initialize`` (a connector's client)
@@ -127,7 +133,7 @@ class AcpConnection(Generic[Version]):
         self._initialize_sent = False
         # the read gate's fast path: the compiled twin on the compiled hot path (which calls it
         # at C level), whichever engine twin decodes
-        self._gate = make_gate(self.surface, compiled=HOT_IMPLEMENTATION == "c")
+        self._gate = make_gate(self.surface, compiled=HOT_COMPILED)
         self._request_ok = self.surface.methods_of_kind("request") - INITIALIZING
         self._notification_ok = self.surface.methods_of_kind("notification")
         self._notify = conn.outbox.notify  # Connection.notify without the Python call around it
@@ -161,7 +167,7 @@ class AcpConnection(Generic[Version]):
                      peer=SideRules(tracked_requests=self.tracked_requests, track=self._track_session_request))
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
-        guarded = table.guarded and self.version >= 2
+        guarded = table.guarded and self.profile.guarded
         return InitializationGuard(self.version, self.guard_role if guarded else "unchecked")
 
     # -- state --------------------------------------------------------------------------
@@ -301,8 +307,8 @@ class AcpConnection(Generic[Version]):
             [`AcpConnection`][acp_fast.roles.connection.AcpConnection], or a `ProxyConnection` for a proxy builder).
         """
         stream = await open_stream(transport)
-        conn = Connection(stream, engine=resolve_engine(engine) if engine is not None else self.raw.engine,
-                          lazy=builder.connection_type.lazy_frames)
+        conn = open_connection(stream, engine if engine is not None else self.raw.engine,
+                               builder.connection_type.lazy_frames)
         child = builder.bind(conn)
         self._children.add(child)
         conn.closed.add_done_callback(lambda _f: self._children.discard(child))
@@ -335,7 +341,7 @@ class AcpConnection(Generic[Version]):
     def initializes(self, method: str) -> bool:
         """Whether `method` is the request that initializes this side (`initialize`;
         for a proxy `_proxy/initialize` in either spelling)."""
-        return method == self.guard.init_method
+        return method in self.init_methods
 
     def _initializes(self, method: str) -> bool:
         """[`initializes`][acp_fast.roles.connection.AcpConnection.initializes], for an incoming request about to be handled (a proxy also
@@ -343,27 +349,32 @@ class AcpConnection(Generic[Version]):
         return self.initializes(method)
 
     def _init_handler(self, method: str) -> Handler | None:
-        """The builder's handler of the initializing request `method` (or `None`)."""
-        return self.table.requests.get(method)
+        """The builder's handler of the initializing request `method` (or `None`): registered
+        under `method` or, failing that, another spelling of it (`init_methods`)."""
+        requests = self.table.requests
+        fn = requests.get(method)
+        if fn is None:
+            fn = next((requests[m] for m in sorted(self.init_methods) if m in requests), None)
+        return fn
 
     # -- incoming initialize ------------------------------------------------------------
 
     def _negotiate(self, params: Json) -> Json:
         """Validate an incoming `initialize`; return the params the handler sees."""
         requested = nego.parse_protocol_version(params)
-        if self.version >= 2:
-            nego.select_version(requested, (2,))  # -32022 for 1, handler not invoked
-            nego.validate_initialize_request(params, 2)
-            return params if requested == 2 else nego.canonicalize_v2_initialize(params)
+        version = self.version
+        if self.profile.exact_initialize:
+            nego.select_version(requested, (version,))  # -32022 for another, handler not invoked
+            nego.validate_initialize_request(params, version)
+            return params if requested == version else nego.canonicalize_v2_initialize(params)
         # v1: any valid version selects v1; newer metadata is normalised (§6.5)
-        seen = nego.normalize_v2_to_v1(params) if requested >= 2 else dict(params, protocolVersion=1)
-        nego.validate_initialize_request(seen, 1)
+        newer = profile_of(requested) is not self.profile
+        seen = nego.normalize_v2_to_v1(params) if newer else dict(params, protocolVersion=version)
+        nego.validate_initialize_request(seen, version)
         return seen
 
     def _default_initialize(self, seen: Json) -> RequestResult:
-        if self.version >= 2:
-            return {"protocolVersion": self.version, "info": self.info, "capabilities": {}}
-        return {"protocolVersion": 1, "agentInfo": self.info, "agentCapabilities": {}}
+        return self.profile.default_initialize_result(self.info)
 
     def _incoming_initialize(self, rctx: RequestContext) -> RequestResult:
         seen = self._negotiate(rctx.message.params)

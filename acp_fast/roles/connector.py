@@ -11,19 +11,20 @@ answer instead of sending a second `initialize`.
 from __future__ import annotations
 
 import asyncio
-import types
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import INVALID_REQUEST, JsonRpcError
-from ..jsonrpc import Connection
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
 from ..protocol.facts import INITIALIZE
 from .builders import ClientBuilder
 from .client import ClientConnection
 from .context import SentRequest
-from .streams import EngineChoice, Transport, open_stream, resolve_engine
+from .streams import EngineChoice, Transport, engine_twin, open_connection, open_stream
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 __all__ = ["ClientConnector", "ClientFactory", "TransportFactory"]
 
@@ -113,12 +114,12 @@ class ClientConnector:
         if not self._factories:
             raise JsonRpcError(INVALID_REQUEST, data=(
                 "client protocol connector has no configured ACP protocol implementations"))
-        eng = resolve_engine(engine)
+        eng = engine_twin(engine)
         top = max(self._factories)
         if top == 1 or 1 not in self._factories:
             return await self._plain(top, transport_factory, eng)
         builder2 = self._build(2)
-        conn = Connection(await open_stream(transport_factory()), engine=eng)
+        conn = open_connection(await open_stream(transport_factory()), eng)
         hs2 = _Handshake(2)
         acp2 = builder2.bind(conn, hooks=hs2)
         main2 = asyncio.ensure_future(_main(acp2))
@@ -146,9 +147,9 @@ class ClientConnector:
         return await self._plain(1, transport_factory, eng)
 
     async def _plain(self, version: int, transport_factory: TransportFactory,
-                     engine: types.ModuleType | None) -> object:
+                     engine: Engine) -> object:
         builder = self._build(version)
-        conn = Connection(await open_stream(transport_factory()), engine=engine)
+        conn = open_connection(await open_stream(transport_factory()), engine)
         acp = builder.bind(conn, hooks=_Handshake(version))
         try:
             return await _main(acp)

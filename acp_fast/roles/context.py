@@ -21,6 +21,7 @@ from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, runtime_
 from ..jsonrpc import PendingRequest
 from ..jsontypes import Json, JsonObject, RequestId
 from ..protocol.guard import InitializationGuard
+from ..protocol.profile import VersionProfile
 
 __all__ = ["V1", "V2", "Deferred", "Peer", "Request", "SentRequest", "SessionUpdateSender", "SuccessorPeer", "Version"]
 
@@ -160,6 +161,10 @@ class Peer(Protocol):
     @property
     def version(self) -> int:
         """The ACP version of the implementation (1 or 2)."""
+
+    @property
+    def profile(self) -> VersionProfile:
+        """What differs between versions, as data."""
 
     @property
     def closed(self) -> asyncio.Future[None]:

@@ -560,7 +560,7 @@ def attach_for_setup(
     Raises:
         TypeError: `connection` does not speak v2.
     """
-    if connection.version < 2:
+    if not connection.profile.mcp_over_acp:
         raise TypeError("MCP-over-ACP session attachments need a v2 connection (Client.v2())")
     specs = [McpServer.of(server) for server in servers]
     for spec in specs:

@@ -52,12 +52,12 @@ from ..jsonrpc import Connection, PendingRequest, RequestContext, RequestResult,
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
 from ..protocol.envelope import SuccessorEnvelope, successor_for
-from ..protocol.facts import INITIALIZING_METHODS, SETUP_METHODS
+from ..protocol.facts import INITIALIZING_METHODS, PROXY_INITIALIZE_METHODS, SETUP_METHODS
 from ..protocol.facts import PROXY_SUCCESSOR as SUCCESSOR
 from ..protocol.facts import PROXY_SUCCESSOR_SPEC as SUCCESSOR_SPEC
 from ..protocol.guard import PROXY_DATA, InitializationGuard
 from ._hot import ProxyContext
-from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC, SESSION_UPDATE, AcpConnection
+from .connection import INITIALIZE, SESSION_UPDATE, AcpConnection
 from .context import Request, SentRequest, Version
 from .dispatch import DynamicHandler, Rules, SideRules
 from .mcp import McpServer, McpServerHost, with_declaration
@@ -66,6 +66,7 @@ from .table import Handler, HandlerTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine import Message
+    from ..protocol.profile import VersionProfile
     from .mcp import McpServerLike
 
 __all__ = ["SUCCESSOR", "SUCCESSOR_SPEC", "ProxyConnection", "ProxySessionRoute"]
@@ -123,6 +124,10 @@ class _SuccessorPeer:
     def version(self) -> int:
         version: int = self.proxy.version
         return version
+
+    @property
+    def profile(self) -> VersionProfile:
+        return self.proxy.profile
 
     @property
     def sessions(self) -> SessionStates:
@@ -194,6 +199,8 @@ class ProxyConnection(AcpConnection[Version]):
 
     role = "proxy"
     context_type = ProxyContext
+    #: `_proxy/initialize` in either spelling (the conductor chooses; one handler serves both)
+    init_methods = PROXY_INITIALIZE_METHODS
     #: the successor envelope's spelling: the one of the predecessor's initialize
     _successor = SUCCESSOR
     #: the declaration of the MCP server this proxy serves to its successor
@@ -218,7 +225,7 @@ class ProxyConnection(AcpConnection[Version]):
     def start_proxy_session(self, setup: SessionSetup, cx: ProxyContext,
                             callback: Callable[[OpenedSession[V2Session]], Coroutine[object, object, None] | None]) -> None:
         """See [`on_proxy_session_start`][acp_fast.roles.SessionSetup.on_proxy_session_start]."""
-        if self.version < 2:
+        if not self.profile.proxy_sessions:
             raise TypeError("on_proxy_session_start is a v2 proxy helper (Proxy.v2())")
         responder = cx.defer()
         route = previous = None
@@ -322,22 +329,11 @@ class ProxyConnection(AcpConnection[Version]):
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         return InitializationGuard(self.version, "unchecked", proxy=table.guarded)
 
-    def initializes(self, method: str) -> bool:
-        return method == PROXY_INITIALIZE or method == PROXY_INITIALIZE_SPEC
-
     def _initializes(self, method: str) -> bool:
         if not self.initializes(method):
             return False
         self._successor = successor_for(method)
         return True
-
-    def _init_handler(self, method: str) -> Handler | None:
-        # a handler registered under either spelling serves both (the conductor chooses)
-        requests = self.table.requests
-        fn = requests.get(method)
-        if fn is None:
-            fn = requests.get(PROXY_INITIALIZE if method == PROXY_INITIALIZE_SPEC else PROXY_INITIALIZE_SPEC)
-        return fn
 
     # -- incoming from the predecessor ---------------------------------------------------
 

@@ -14,11 +14,9 @@ bounded whatever the peer sends first.
 from __future__ import annotations
 
 import asyncio
-import types
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from .. import engine as _engine
 from ..errors import INVALID_REQUEST, JsonRpcError
 from ..jsonrpc import Connection, error_line
 from ..protocol import negotiation as nego
@@ -26,7 +24,11 @@ from ..transport import Stream
 from .builders import AgentBuilder, Builder, ProxyBuilder
 from .context import V1, V2
 from .connection import INITIALIZE, PROXY_INITIALIZE, PROXY_INITIALIZE_SPEC
-from .streams import EngineChoice, Transport, open_stream, resolve_engine
+from .streams import EngineChoice, Transport, engine_twin, open_connection, open_stream
+from ..protocol.profile import profile_of
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 __all__ = ["AgentRouter", "ProxyRouter"]
 
@@ -34,7 +36,7 @@ _Decision = tuple[str, Any]
 _R = TypeVar("_R", bound="_Router")
 
 
-def _reject_batch(engine: Any, batch: Any, error: JsonRpcError) -> bytes | None:
+def _reject_batch(engine: Engine, batch: Any, error: JsonRpcError) -> bytes | None:
     """Every request entry gets `error` with its own id; malformed calls their own error."""
     lines = []
     for entry in batch.entries:
@@ -55,7 +57,7 @@ class _FirstFrame:
     connection (one extra call per read, none per message).
     """
 
-    def __init__(self, stream: Stream, engine: Any, decide: Callable[[Any], _Decision | None], *,
+    def __init__(self, stream: Stream, engine: Engine, decide: Callable[[Any], _Decision | None], *,
                  lazy: bool = False) -> None:
         self._stream = stream
         self._engine = engine
@@ -164,7 +166,7 @@ class _Router:
         """`(version, rewritten params or None)`; raises the JsonRpcError to answer."""
         raise NotImplementedError
 
-    def _decide(self, engine: Any, frame: Any) -> _Decision | None:
+    def _decide(self, engine: Engine, frame: Any) -> _Decision | None:
         kind = frame.kind
         if kind == engine.RESPONSE or (kind == engine.MALFORMED and frame.response_shaped):
             return None  # response-only frames before initialization are ignored
@@ -211,7 +213,7 @@ class _Router:
         """
         if not self._impls:
             raise ValueError("the router has no implementations (use with_v1 / with_v2)")
-        eng: types.ModuleType = resolve_engine(engine) or _engine
+        eng = engine_twin(engine)
         stream = await open_stream(transport)
         first = _FirstFrame(stream, eng, lambda frame: self._decide(eng, frame),
                             lazy=any(impl.connection_type.lazy_frames for impl in self._impls.values()))
@@ -219,7 +221,7 @@ class _Router:
         if version is None:
             await stream.wait_closed()
             return
-        conn = Connection(stream, engine=eng, attach=False, decoder=first.decoder)
+        conn = open_connection(stream, eng, attach=False, decoder=first.decoder)
         self._impls[version].bind(conn)
         first.hand_over(conn)
         await conn.wait_closed()
@@ -245,11 +247,11 @@ class AgentRouter(_Router):
     def _select(self, params: Any) -> tuple[int, Any]:
         requested = nego.parse_protocol_version(params)
         version = nego.select_version(requested, self._impls)
-        nego.validate_initialize_request(params, 2 if requested >= 2 else 1)
+        nego.validate_initialize_request(params, profile_of(requested).version)
         if requested == version or requested < 1:
             return version, None
-        if version == 2:
-            return 2, nego.canonicalize_v2_initialize(params)
+        if profile_of(version).exact_initialize:
+            return version, nego.canonicalize_v2_initialize(params)
         return 1, nego.normalize_v2_to_v1(params)
 
 

@@ -115,7 +115,7 @@ class SessionSetup:
 
         def opened(result: JsonObject) -> OpenedSession[V2Session | V1Session]:
             new_id = result["sessionId"]
-            if connection.version == 1:
+            if not connection.profile.session_states:
                 return OpenedSession(V1Session(new_id, connection), result)
             connection.sessions.get(new_id)  # default idle unless already reported
             return OpenedSession(V2Session(new_id, connection), result)
