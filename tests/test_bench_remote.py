@@ -48,6 +48,21 @@ def test_the_drop_in_goals_show_their_ceiling() -> None:
     assert "2.80" in render(rows, cfg)
 
 
+def test_a_goal_whose_rows_did_not_run_is_not_a_miss() -> None:
+    """A run limited to some pairs (``--pairs``) judges only the goals of those pairs; the
+    others say "not run", never MISS; a goal whose rows ran and fell short is a MISS."""
+    cfg = RemoteConfig(loops=("uvloop",), connections=10)
+    rows = [_row("pysdk", "ws", "stream", [10.0]), _row("pysdk-dropin", "ws", "stream", [20.0])]
+    got = {v["goal"]: v for v in verdicts(rows, cfg)}
+    assert got["SDK agent on the drop-in, WebSocket streaming vs the SDK's server"]["ran"]
+    assert not got["WebSocket streaming vs the Python SDK"]["ran"]  # acp_fast's row absent
+    assert not got["10 WebSocket connections, server RSS per connection"]["ran"]
+    lines = {line.split("  ")[0]: line for line in render(rows, cfg).splitlines()}
+    assert lines["SDK agent on the drop-in, WebSocket streaming vs the SDK's server"].endswith("MISS")
+    assert lines["WebSocket streaming vs the Python SDK"].endswith("not run")
+    assert lines["10 WebSocket connections, server RSS per connection"].endswith("not run")
+
+
 def test_goals_read_the_first_servers_rows() -> None:
     """With several ASGI servers the rows served by acp_fast exist once per server (the
     ``server`` column says which) and the goals are read from the first server's rows; the

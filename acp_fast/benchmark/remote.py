@@ -547,8 +547,9 @@ def run_remote(cfg: RemoteConfig, *, rows: Sequence[tuple[str, str, str]] = ROWS
 
 
 def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[JsonObject]:
-    """Each goal on each loop: the measured ratio (or value) and whether it is met (the rows of
-    acp_fast's servers: those on the first server of `cfg.servers`)."""
+    """Each goal on each loop: the measured ratio (or value), whether it is met, and whether its
+    rows ran at all (`ran`: a goal of pairs left out of the run is neither met nor missed; the
+    rows of acp_fast's servers: those on the first server of `cfg.servers`)."""
     first = cfg.servers[0] if cfg.servers else DEFAULT_SERVER
     by = {(r.pair, r.transport, r.workload, r.loop): r for r in rows if r.server in (None, first)}
     out: list[JsonObject] = []
@@ -563,7 +564,8 @@ def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[JsonObject
             if top and b and top.median and b.median:
                 ceiling = top.median / b.median
             out.append({"goal": g.label, "loop": loop, "target": f">= {g.ratio:g}x", "measured": value,
-                        "met": value is not None and value >= g.ratio, "ceiling": ceiling})
+                        "met": value is not None and value >= g.ratio, "ceiling": ceiling,
+                        "ran": a is not None and (b is not None or not g.reference)})
         for transport in ("ws", "http"):
             fleet = by.get(("fleet", transport, "roundtrips", loop))
             single = by.get(("acp_fast", transport, "roundtrips", loop))
@@ -573,13 +575,14 @@ def verdicts(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> list[JsonObject
             out.append({"goal": f"fleet, {'WebSocket' if transport == 'ws' else 'HTTP'} round trips: latency added "
                                 "to single-process serve (ms)", "loop": loop,
                         "target": f"<= {FLEET_ADDED_LATENCY_MS:g} ms", "measured": added,
-                        "met": added is not None and added <= FLEET_ADDED_LATENCY_MS, "ceiling": None})
+                        "met": added is not None and added <= FLEET_ADDED_LATENCY_MS, "ceiling": None,
+                        "ran": fleet is not None and single is not None})
         c = by.get(("acp_fast", "ws", "connections", loop))
         value = c.median if c else None
         out.append({"goal": f"{cfg.connections} WebSocket connections, server RSS per connection", "loop": loop,
                     "target": f"<= {RSS_PER_CONNECTION_KIB:g} KiB, all served",
                     "measured": value, "met": value is not None and value <= RSS_PER_CONNECTION_KIB
-                    and c is not None and c.error is None})
+                    and c is not None and c.error is None, "ran": c is not None})
     return out
 
 
@@ -600,7 +603,7 @@ def render(rows: Sequence[RemoteResult], cfg: RemoteConfig) -> str:
              for r in rows if r.parts]
     goals = [[v["goal"], v["loop"], v["target"], "" if v["measured"] is None else f"{v['measured']:.2f}",
               "" if v.get("ceiling") is None else f"{v['ceiling']:.2f}",
-              "PASS" if v["met"] else "MISS"] for v in verdicts(rows, cfg)]
+              "PASS" if v["met"] else "MISS" if v.get("ran", True) else "not run"] for v in verdicts(rows, cfg)]
     return (tabulate(table, head, disable_numparse=True) + "\n\n* CPU per message of the whole process, "
             "start-up and warm-up included (an upper bound)\n† the engine twin each acp_fast process of the row "
             "reported itself (client, server, agent), each on the row's loop and this acp_fast, checked after every "
