@@ -10,12 +10,11 @@ Nothing here keeps state.
 
 from __future__ import annotations
 
-import types
 from collections.abc import Mapping
 from typing import Any
 
 from .. import _kinds
-from ..engine import encode_error
+from ..engine import Engine, encode_error
 from ..errors import INVALID_PARAMS, INVALID_REQUEST
 from ..protocol.facts import INITIALIZE
 from ._asgi import Receive, Send, error_body, respond
@@ -42,7 +41,7 @@ async def post_line(headers: Mapping[bytes, bytes], receive: Receive, send: Send
     return one_line(body)
 
 
-async def initialize_frame(line: bytes, engine: types.ModuleType, max_body: int, send: Send) -> Any:
+async def initialize_frame(line: bytes, engine: Engine, max_body: int, send: Send) -> Any:
     """The `initialize` request a POST without a connection id must be, decoded, or `None`
     once the 400 is sent."""
     frames = engine.Decoder(lazy=True, max_line_size=max_body + 1).feed(line + b"\n")
@@ -56,7 +55,7 @@ async def initialize_frame(line: bytes, engine: types.ModuleType, max_body: int,
     return frame
 
 
-def checked(entry: Any, session: str | None, engine: types.ModuleType) -> tuple[str | None, bytes | None] | str:
+def checked(entry: Any, session: str | None, engine: Engine) -> tuple[str | None, bytes | None] | str:
     """The route of one client message and its rewritten line (or `None`), or why it is refused."""
     kind = entry.kind
     if kind == _kinds.RESPONSE:
@@ -86,7 +85,7 @@ def checked(entry: Any, session: str | None, engine: types.ModuleType) -> tuple[
     return session, None
 
 
-async def checked_post(frames: list[Any], headers: Mapping[bytes, bytes], engine: types.ModuleType,
+async def checked_post(frames: list[Any], headers: Mapping[bytes, bytes], engine: Engine,
                        send: Send) -> tuple[bytes, bool, list[tuple[Any, str | None]]] | None:
     """The checks of a later POST once its body is decoded: one message (or batch), JSON-RPC,
     and `checked_body` against its `Acp-Session-Id`. Returns `checked_body`'s result, or
@@ -108,7 +107,7 @@ async def checked_post(frames: list[Any], headers: Mapping[bytes, bytes], engine
 
 
 def checked_body(frame: Any, session: str | None,
-                 engine: types.ModuleType) -> tuple[bytes, bool, list[tuple[Any, str | None]]] | str:
+                 engine: Engine) -> tuple[bytes, bool, list[tuple[Any, str | None]]] | str:
     """A POST's decoded body checked against its session header (`checked`, each entry
     of a batch): the line to queue for the agent, whether it was rewritten, and each request
     with its route; or why it is refused (400). A malformed entry goes as it is: the agent
@@ -137,7 +136,7 @@ def checked_body(frame: Any, session: str | None,
     return (b"[" + b",".join(parts) + b"]" if batch else parts[0]), True, requests
 
 
-def malformed_reply(engine: types.ModuleType, frame: Any) -> bytes:
+def malformed_reply(engine: Engine, frame: Any) -> bytes:
     """The answer to a malformed POST body: what the engine answers the same line with on
     stdio (-32700 echoing the line, -32600 with the reason, id `null`); a malformed
     response, which stdio leaves unanswered, still gets its code and reason with its 400."""

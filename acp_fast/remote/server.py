@@ -43,13 +43,12 @@ import os
 import re
 import secrets
 import time
-import types
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union, cast
 
 from .. import _kinds
 from .. import engine as _default_engine
-from ..engine import encode_error
+from ..engine import Engine, encode_error
 from ..errors import INTERNAL_ERROR
 from ..transport.child import ChildStream
 from ..transport.memory import memory_pair
@@ -156,7 +155,7 @@ class _Connection:
         self.stream = stream
         self.websocket = websocket
         self.policy = app.policy
-        self.engine: types.ModuleType = app.engine
+        self.engine: Engine = app.engine
         self.closed = False
         self.agent_gone = False
         #: who ended the connection (see `close`), once it ended
@@ -626,7 +625,7 @@ class AcpApp(Endpoint):
     """
 
     def __init__(self, opener: StreamOpener, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-                 engine: types.ModuleType | None = None, metrics: ServerMetrics | None = None,
+                 engine: Engine | None = None, metrics: ServerMetrics | None = None,
                  trace_dir: str | os.PathLike[str] | None = None) -> None:
         if not path.startswith("/"):
             raise ValueError(f"path must start with '/': {path!r}")
@@ -634,7 +633,7 @@ class AcpApp(Endpoint):
         self.path = path.rstrip("/") or "/"
         self.policy = policy if policy is not None else ServerPolicy()
         #: The engine twin that decodes what the network sends and what the agent writes.
-        self.engine: types.ModuleType = engine if engine is not None else _default_engine
+        self.engine: Engine = engine if engine is not None else cast(Engine, _default_engine)
         self._conns: dict[str, _Connection] = {}
         self._opening = 0
         self._reaper: asyncio.Task[None] | None = None
@@ -832,7 +831,8 @@ class AcpApp(Endpoint):
         engine = self.engine
         limit = self.policy.max_body + 1
         sink = conn.stream.peer_frame_decoder
-        if isinstance(sink, engine.Decoder):
+        decoder_type: Any = engine.Decoder  # each twin's own class (the seam types it as a factory)
+        if isinstance(sink, decoder_type):
             decoder = engine.Decoder(lazy=sink.lazy, max_line_size=limit)
             if decoder.max_depth == sink.max_depth and decoder.max_batch_size == sink.max_batch_size:
                 conn.frame_sink, conn.post_decoder = sink, decoder  # whole lines only: reusable
@@ -1094,7 +1094,7 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
     return AcpApp(opener, path=path, policy=policy, engine=twin, metrics=metrics, trace_dir=trace_dir)
 
 
-def servable_opener(target: Target, engine: EngineChoice = None) -> tuple[StreamOpener, types.ModuleType | None]:
+def servable_opener(target: Target, engine: EngineChoice = None) -> tuple[StreamOpener, Engine | None]:
     """The opener that runs `target` in-process on a new in-memory stream pair per call, and
     the engine twin it serves with (what [`asgi_app`][acp_fast.remote.server.asgi_app] serves; an agent host too).
 
@@ -1102,9 +1102,9 @@ def servable_opener(target: Target, engine: EngineChoice = None) -> tuple[Stream
         ValueError: `engine` is not an engine choice.
         TypeError: `target` is neither something with `serve` nor a function.
     """
-    from ..roles.streams import resolve_engine  # the roles load with what they serve, not before
+    from ..roles.streams import engine_twin  # the roles load with what they serve, not before
 
-    twin = resolve_engine(engine)
+    twin = None if engine is None else engine_twin(engine)
     serve = getattr(target, "serve", None)
     run: Callable[[Stream], Awaitable[None]]
     if serve is not None:
