@@ -162,11 +162,12 @@ def _read_until(proc: subprocess.Popen[str], pattern: str, seen: list[str], limi
 
 def test_serve_with_json_logs_and_a_metrics_port() -> None:
     """`acp-fast serve --testy --log-format json --metrics-port 0`: the metrics endpoint on
-    loopback counts a session; every log line is JSON, and the shutdown closes the
-    connection with cause `shutdown`."""
+    loopback counts a session; every log line is JSON, the HTTP server's own (access and
+    start-up lines at INFO) included, and the shutdown closes the connection with cause
+    `shutdown`."""
     cmd = [sys.executable, "-m", "acp_fast.cli.main", "serve", "--testy", "--port", "0", "--metrics-port", "0",
            "--log-format", "json"]
-    env = {**os.environ, "ACP_FAST_LOG": "WARNING"}
+    env = {**os.environ, "ACP_FAST_LOG": "INFO"}
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     seen: list[str] = []
     try:
@@ -191,4 +192,6 @@ def test_serve_with_json_logs_and_a_metrics_port() -> None:
     logs = [json.loads(line) for line in seen if not line.startswith("acp-fast serve:") and line.strip()]
     events = [(line["event"], line.get("cause")) for line in logs if "event" in line]
     assert events == [("open", None), ("close", "shutdown")], seen
-    assert logs[0]["connection"] == r.headers["acp-connection-id"][:8]
+    assert [line["connection"] for line in logs if "event" in line][0] == r.headers["acp-connection-id"][:8]
+    assert any(line["logger"] == "uvicorn.access" and "POST" in line["message"] for line in logs), seen
+    assert not any("color_message" in line for line in logs)

@@ -36,7 +36,9 @@ EVENTS_LOGGER = "acp_fast.remote.events"
 
 #: Attributes every `logging.LogRecord` has: the rest of a record's attributes are fields a
 #: caller added (`extra=`), written as they are.
-_RECORD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+#: A record's own attributes (not fields a caller added), and uvicorn's `color_message` (its
+#: message again, with terminal colour codes).
+_RECORD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "color_message"}
 
 
 def short_id(connection_id: str) -> str:

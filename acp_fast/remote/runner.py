@@ -155,8 +155,11 @@ async def _uvicorn(app: ASGIApp, sock: socket.socket, stop: asyncio.Event, certf
     import uvicorn
 
     max_body = getattr(getattr(app, "policy", None), "max_body", 16 * 1024 * 1024)
+    # log_config=None: uvicorn's records go to this process's handlers (its own format, or
+    # `acp-fast serve --log-format json`), not to handlers of uvicorn's own
     config = uvicorn.Config(app, log_level=log_level, lifespan="off", ws_max_size=max_body + 1024,
-                            ssl_certfile=certfile, ssl_keyfile=keyfile, timeout_graceful_shutdown=2)
+                            ssl_certfile=certfile, ssl_keyfile=keyfile, timeout_graceful_shutdown=2,
+                            log_config=None)
     error_log = logging.getLogger("uvicorn.error")
     if _client_text_not_utf8 not in error_log.filters:
         error_log.addFilter(_client_text_not_utf8)
@@ -198,6 +201,7 @@ async def _hypercorn(app: ASGIApp, sock: socket.socket, stop: asyncio.Event, cer
     config = Config()
     config.bind = [f"fd://{os.dup(sock.fileno())}"]  # hypercorn owns (and closes) its copy
     config.loglevel = log_level.upper()
+    config.errorlog = logging.getLogger("hypercorn.error")  # to this process's handlers, as uvicorn's
     config.graceful_timeout = 2.0
     max_body = getattr(getattr(app, "policy", None), "max_body", 16 * 1024 * 1024)
     config.websocket_max_message_size = max_body + 1024
