@@ -43,7 +43,7 @@ def _env() -> dict[str, str]:
 
 
 def test_the_readme_has_the_snippets_this_module_runs() -> None:
-    assert len(BLOCKS) == 5
+    assert len(BLOCKS) == 6
     for block in BLOCKS:
         assert "..." not in block  # no elisions: every snippet is complete
 
@@ -119,6 +119,45 @@ def test_remote_server_and_client_snippets(tmp_path: Path) -> None:
                                   env=_env(), cwd=tmp_path, check=False)
             assert proc.returncode == 0, proc.stderr
             assert "'stopReason': 'end_turn'" in proc.stdout
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_metrics_snippet_counts_a_session(tmp_path: Path) -> None:
+    """The "Operating it" snippet (its ports replaced by free ones) serves Testy and a scrape
+    endpoint; after one session with a prompt over WebSocket the scrape, parsed, counts it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from acp_fast.remote import connect_url
+
+    block = _block("asyncio.run(serve_with_metrics())")
+    assert "port=8000" in block and "port=9464" in block
+    script = tmp_path / "metrics_server.py"
+    script.write_text(block.replace("port=8000", "port=0").replace("port=9464", "port=0"))
+    server = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        assert server.stdout is not None
+        found = re.search(r"serving (\S+); metrics at (\S+)", server.stdout.readline())
+        assert found is not None, "the snippet did not say where it serves"
+        ws_url, metrics_url = found.groups()
+
+        async def one_session() -> None:
+            async with Client.builder().connect(connect_url(ws_url)) as conn:
+                await conn.initialize()
+                session = (await conn.build_session(cwd=str(tmp_path))).session
+                assert isinstance(session, V1Session)
+                assert await session.send_prompt("hi") == {"stopReason": "end_turn"}
+
+        asyncio.run(asyncio.wait_for(one_session(), TIMEOUT))
+        import httpx
+
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for family in text_string_to_metric_families(httpx.get(metrics_url, timeout=TIMEOUT).text)
+                   for s in family.samples}
+        assert samples["acp_fast_requests_total", (("method", "session/prompt"), ("outcome", "ok"))] == 1
+        assert samples["acp_fast_connections_opened_total", (("transport", "websocket"),)] == 1
     finally:
         server.terminate()
         server.wait(10)
