@@ -20,7 +20,7 @@ store ([`FleetStore`][acp_fast.fleet.FleetStore]) and its agent runs on an agent
 * `DELETE`: marks the end of the output (readers on every front end) and of the input (its
   host closes the agent, deletes the connection and frees the slot);
 * WebSocket: a connection for the socket's lifetime, bridged both ways through the store;
-  with acp_fast's resume header ([`RESUME_HEADER`][acp_fast.remote.client.RESUME_HEADER],
+  with acp_fast's resume header (`acp_fast.remote.client.RESUME_HEADER`,
   sent by the acp_fast client given `failover` endpoints) the socket is resumable: each
   entry's frames are followed by a binary frame holding its cursor, a socket that drops
   without a close frame leaves the connection open (until its TTL), and an upgrade naming

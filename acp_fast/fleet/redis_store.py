@@ -315,6 +315,32 @@ def _until_end(connection_id: str, raw: Sequence[tuple[bytes, dict[bytes, bytes]
     return out
 
 
+#: Seconds a pooled connection may sit idle before it is checked with a PING ahead of its next
+#: command: a connection from before a Redis restart is then replaced, not failed with the
+#: command (the check is tried twice; a command never is: it may have run before its
+#: connection broke). A busy connection is never checked; one last used less than this
+#: before Redis went away and reused as soon as it is back still fails its command.
+HEALTH_CHECK_IDLE = 0.25
+
+
+def _ping_once_retry(retry: Any, no_backoff: Any, closed: type[Exception]) -> Any:
+    """redis-py's `Retry` that tries a connection's health-check PING again when it fails with
+    `closed` (a pooled connection the server closed: a PING is harmless twice; a PING that
+    times out is not tried again) and every command once."""
+
+    class _PingOnceRetry(retry):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(no_backoff(), 1, supported_errors=(closed,))
+            self.commands = retry(no_backoff(), 0)
+
+        async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(do, "__name__", "") == "_send_ping":
+                return await super().call_with_retry(do, fail, *args, **kwargs)
+            return await self.commands.call_with_retry(do, fail, *args, **kwargs)
+
+    return _PingOnceRetry()
+
+
 class _Unavailable:
     """Turns the client's errors into the store's, inside a `with` block."""
 
@@ -372,7 +398,8 @@ class RedisStore(FleetStore):
         self._slice = socket_timeout / 2
         self._redis: Redis = redis.asyncio.Redis.from_url(
             url, socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
-            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, decode_responses=False)
+            retry=_ping_once_retry(Retry, NoBackoff, redis.exceptions.ConnectionError), retry_on_timeout=False, decode_responses=False,
+            health_check_interval=HEALTH_CHECK_IDLE)
         errors = redis.exceptions
         self._guard = _Unavailable(self._url, (errors.ConnectionError, errors.TimeoutError, OSError),
                                    errors.RedisError)

@@ -31,8 +31,8 @@ import time
 
 __all__ = ["EVENTS_LOGGER", "JsonFormatter", "short_id"]
 
-#: The logger of the remote server's connection events.
 EVENTS_LOGGER = "acp_fast.remote.events"
+"""The logger of the remote server's connection events."""
 
 #: Attributes every `logging.LogRecord` has: the rest of a record's attributes are fields a
 #: caller added (`extra=`), written as they are.
