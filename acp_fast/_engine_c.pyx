@@ -30,7 +30,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.dict cimport PyDict_SetItem
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject
-from libc.string cimport memchr, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from libc.stdint cimport int64_t
@@ -1413,15 +1413,28 @@ cdef class LineSplitter(_Framing):
 
     Args:
         max_line_size: the longest line (bytes before ``\\n``) that is buffered.
+        count_calls: count the lines that begin as the engines begin a call (``calls``).
     """
+
+    cdef Py_ssize_t _calls
+    cdef bint _counting
 
     def __cinit__(self, *args, **kwargs):
         self._buf = new PaddedBuffer(0)
 
-    def __init__(self, *, max_line_size=DEFAULT_MAX_LINE_SIZE):
+    def __init__(self, *, max_line_size=DEFAULT_MAX_LINE_SIZE, count_calls=False):
         if max_line_size < 1:
             raise ValueError("max_line_size must be >= 1")
         self._set_limit(max_line_size)
+        self._counting = bool(count_calls)
+
+    @property
+    def calls(self):
+        """With ``count_calls``: how many of the lines the last ``feed`` (or ``feed_eof``)
+        returned begin as the engines begin a call, ``{"jsonrpc":"2.0","method":`` (a request
+        or a notification: no response begins so), equal to their number when every one of
+        them is such a call; without it, 0."""
+        return self._calls
 
     def feed(self, data):
         """Split a chunk; returns every line completed by it, in order (see the class).
@@ -1431,6 +1444,7 @@ cdef class LineSplitter(_Framing):
         Raises:
             DecoderClosedError: after :meth:`feed_eof`.
         """
+        self._calls = 0
         return self._feed(data)
 
     def feed_eof(self):
@@ -1439,6 +1453,7 @@ cdef class LineSplitter(_Framing):
         Raises:
             DecoderClosedError: when called twice.
         """
+        self._calls = 0
         return self._feed_eof()
 
     cdef object _too_long(self):
@@ -1477,6 +1492,8 @@ cdef class LineSplitter(_Framing):
                 i += 1
             if i == length:
                 return 0
+        if self._counting and length >= 26 and memcmp(q, b'{"jsonrpc":"2.0","method":', 26) == 0:
+            self._calls += 1
         lines.append(PyBytes_FromStringAndSize(q, length))
         return 0
 

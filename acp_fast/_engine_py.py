@@ -751,6 +751,10 @@ class Decoder(_Framing[Frame]):
         return msg
 
 
+#: How the engines begin every request and notification they write (no response begins so).
+_CALL_HEAD = b'{"jsonrpc":"2.0","method":'
+
+
 class LineSplitter(_Framing[bytes]):
     """Sans-IO framing without decoding: bytes in, the lines a [`Decoder`][acp_fast._engine_py.Decoder] would frame out.
 
@@ -764,17 +768,48 @@ class LineSplitter(_Framing[bytes]):
 
     Args:
         max_line_size: the longest line (bytes before `\\n`) that is buffered.
+        count_calls: count the lines that begin as the engines begin a call (`calls`).
     """
 
-    __slots__ = ()
+    __slots__ = ("_calls", "_counting")
 
-    def __init__(self, *, max_line_size: int = DEFAULT_MAX_LINE_SIZE) -> None:
+    def __init__(self, *, max_line_size: int = DEFAULT_MAX_LINE_SIZE, count_calls: bool = False) -> None:
         if max_line_size < 1:
             raise ValueError("max_line_size must be >= 1")
         self._max_line_size = int(max_line_size)
         self._buf = bytearray()
         self._discarding = False
         self._closed = False
+        self._calls = 0
+        self._counting = bool(count_calls)
+
+    @property
+    def calls(self) -> int:
+        """With `count_calls`: how many of the lines the last `feed` (or `feed_eof`)
+        returned begin as the engines begin a call, `{"jsonrpc":"2.0","method":` (a request
+        or a notification: no response begins so), equal to their number when every one of
+        them is such a call; without it, 0."""
+        return self._calls
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Split a chunk; returns every line completed by it, in order (see the class).
+
+        A partial last line is kept for the next call.
+
+        Raises:
+            DecoderClosedError: after `feed_eof`.
+        """
+        self._calls = 0
+        return super().feed(data)
+
+    def feed_eof(self) -> list[bytes]:
+        """Signal end of input; returns a final unterminated line, if any.
+
+        Raises:
+            DecoderClosedError: when called twice.
+        """
+        self._calls = 0
+        return super().feed_eof()
 
     def _too_long(self) -> bytes:
         return b""
@@ -786,6 +821,8 @@ class LineSplitter(_Framing[bytes]):
                 return
         if (line[0] in _WS_BYTES or line[-1] in _WS_BYTES) and not line.strip(_WS_BYTES):
             return  # whitespace-only line: skipped
+        if self._counting and line.startswith(_CALL_HEAD):
+            self._calls += 1
         out.append(line)
 
 

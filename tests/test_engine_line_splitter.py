@@ -46,6 +46,35 @@ def test_feed_gives_the_decoders_raw_lines_for_any_cut(engine, limit):
         assert splitter.feed_eof() == [frame.raw for frame in decoder.feed_eof()], data
 
 
+#: how the engines begin a request or a notification
+CALL = b'{"jsonrpc":"2.0","method":'
+
+
+def test_calls_counts_the_lines_that_begin_as_the_engines_begin_a_call(engine):
+    """`calls` (with `count_calls`): after each `feed` / `feed_eof`, how many of the lines it returned begin with
+    CALL (a request written with its id first, a response, a line with a leading space or
+    a shorter line do not), for any cut of any mix."""
+    response = b'{"jsonrpc":"2.0","id":1,"result":{}}'
+    pieces = [*PIECES, NOTE + b"\r", b" " + NOTE, CALL, CALL[:-1], response, engine.encode_notification("a", None)[:-1]]
+    rng = random.Random(7)
+    seen = 0
+    for _ in range(400):
+        data = b"\n".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) + b"\n"
+        splitter = engine.LineSplitter(max_line_size=1 << 20, count_calls=True)
+        assert splitter.calls == 0
+        for chunk in [*_chunks(rng, data), None]:
+            out = splitter.feed(chunk) if chunk is not None else splitter.feed_eof()
+            assert splitter.calls == sum(line.startswith(CALL) for line in out), (data, chunk, out)
+            seen += splitter.calls
+    assert seen > 0
+    splitter = engine.LineSplitter(count_calls=True)
+    assert splitter.feed(NOTE + b"\n" + NOTE + b"\n") == [NOTE, NOTE] and splitter.calls == 2
+    assert splitter.feed(NOTE + b"\n" + response + b"\n") == [NOTE, response] and splitter.calls == 1
+    assert splitter.feed(b"\n") == [] and splitter.calls == 0
+    uncounted = engine.LineSplitter()
+    assert uncounted.feed(NOTE + b"\n") == [NOTE] and uncounted.calls == 0  # not asked: not counted
+
+
 def test_lines_come_as_written_without_the_newline_or_one_cr(engine):
     splitter = engine.LineSplitter()
     assert splitter.feed(REQ + b"\r\n" + b" \t\n\n" + NOTE + b"\r\r\n" + b"bad\npart") == [REQ, NOTE + b"\r", b"bad"]

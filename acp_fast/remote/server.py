@@ -129,7 +129,6 @@ _ALONE = itertools.repeat(False)
 _NO_ROUTE: tuple[None, None] = (None, None)
 #: how the engines start a call (a request or a notification)
 _CALL = b'{"jsonrpc":"2.0","method":'
-_HEAD = operator.itemgetter(slice(0, len(_CALL)))
 #: the start of a request, and of a response, as the engines write them: the id (a number
 #: without fraction or exponent, or a string without escapes) and the method, or which member
 _REQUEST_HEAD = re.compile(rb'\{"jsonrpc":"2\.0","id":(-?\d{1,15}|"[^"\\]*"),"method":"([^"\\]*)"')
@@ -433,9 +432,10 @@ class _MeteredConnection(_Connection):
     a socket, and the `initialize` answer). A client's request is remembered with its start
     time as it goes to the agent; its response is found where the server routes it (HTTP),
     or, on a WebSocket, while requests are in flight, among the lines the socket's splitter
-    makes of a chunk: a line that starts as the engines start a call
-    (`{"jsonrpc":"2.0","method":`, which no response does) is not decoded, any other line
-    is (with batch frames, the decoder's frames say their kind)."""
+    makes of a chunk: a chunk whose lines all start as the engines start a call
+    (`{"jsonrpc":"2.0","method":`, which no response does; the splitter counts them as it
+    splits) is not looked at, and in another such a line is skipped, any other decoded (with
+    batch frames, the decoder's frames say their kind)."""
 
     def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool, metrics: ServerMetrics,
                  on_closed: Callable[[_Connection], None] | None = None, ws_batches: bool = False) -> None:
@@ -451,7 +451,8 @@ class _MeteredConnection(_Connection):
         self._peek = app.engine.Decoder(lazy=True, max_line_size=self.max_line)
         if websocket:  # what the agent writes is split (or decoded) once, and watched for responses
             if self.lines is not None:
-                self.lines = _ResponseWatch(self.lines, self)
+                self.lines = _ResponseWatch(app.engine.LineSplitter(max_line_size=self.max_line, count_calls=True),
+                                            self)
             else:
                 self.decoder = _ResponseWatch(self.decoder, self)
 
@@ -497,8 +498,6 @@ class _MeteredConnection(_Connection):
             if _kinds.RESPONSE in map(_KIND_OF, out) or _kinds.BATCH in map(_KIND_OF, out):
                 self._frames_done(out)
             return
-        if len(out) > 1 and list(map(_HEAD, out)).count(_CALL) == len(out):
-            return  # a turn's notifications: no response among them
         for line in out:
             if not line or line.startswith(_CALL):
                 continue
@@ -548,8 +547,8 @@ class _ResponseWatch:
     def feed(self, data: bytes) -> list[Any]:
         """What the inner splitter or decoder makes of `data`."""
         out: list[Any] = self.inner.feed(data)
-        if self.conn.pending:
-            self.conn.found(out)
+        if self.conn.pending and (self.conn.lines is None or self.inner.calls != len(out)):
+            self.conn.found(out)  # (a splitter counts the calls it made: none else, no response)
         return out
 
 
