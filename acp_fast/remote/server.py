@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import operator
 import os
 import re
 import secrets
@@ -127,6 +126,8 @@ _BATCHABLE = tuple(k in (_kinds.NOTIFICATION, _kinds.RESPONSE) for k in range(_k
 _ZERO = itertools.repeat(0)
 _ALONE = itertools.repeat(False)
 _NO_ROUTE: tuple[None, None] = (None, None)
+#: the frame kinds that hold no response (as bytes, to be deleted from a chunk's kinds)
+_NOT_ANSWERS = bytes((_kinds.REQUEST, _kinds.NOTIFICATION, _kinds.MALFORMED))
 #: how the engines start a call (a request or a notification)
 _CALL = b'{"jsonrpc":"2.0","method":'
 #: the start of a request, and of a response, as the engines write them: the id (a number
@@ -140,7 +141,6 @@ def _head_key(raw: bytes) -> tuple[bool, object]:
     if raw[:1] == b'"':
         return True, raw[1:-1].decode("utf-8", "surrogateescape")
     return False, int(raw)
-_KIND_OF = operator.attrgetter("kind")
 
 
 class _Connection:
@@ -449,12 +449,8 @@ class _MeteredConnection(_Connection):
         self._more = 0  # messages out that no outlet counted (several at once on a socket; initialize's answer)
         super().__init__(app, cid, stream, websocket, on_closed, ws_batches)
         self._peek = app.engine.Decoder(lazy=True, max_line_size=self.max_line)
-        if websocket:  # what the agent writes is split (or decoded) once, and watched for responses
-            if self.lines is not None:
-                self.lines = _ResponseWatch(app.engine.LineSplitter(max_line_size=self.max_line, count_calls=True),
-                                            self)
-            else:
-                self.decoder = _ResponseWatch(self.decoder, self)
+        if websocket and self.lines is not None:  # split once, and watched for responses
+            self.lines = _ResponseWatch(app.engine.LineSplitter(max_line_size=self.max_line, count_calls=True), self)
 
     @property
     def out_messages(self) -> int:
@@ -491,13 +487,21 @@ class _MeteredConnection(_Connection):
         self.out_bytes += len(reply)
         self._done(key, failed)
 
-    def found(self, out: list[Any]) -> None:
-        """Record the responses to pending requests among what the WebSocket's splitter
-        (lines) or decoder (frames) made of a chunk of the agent's output (`_ResponseWatch`)."""
-        if self.lines is None:  # frames: their kinds say which are responses
-            if _kinds.RESPONSE in map(_KIND_OF, out) or _kinds.BATCH in map(_KIND_OF, out):
-                self._frames_done(out)
+    def _ws_data(self, data: bytes) -> None:
+        if self.lines is not None or not self.pending:
+            super()._ws_data(data)
             return
+        # batch frames with requests in flight: each frame's kind read once, for the
+        # responses among them and for the outlet (the same queueing as the base's)
+        frames = self.decoder.feed(data)
+        kinds = [frame.kind for frame in frames]
+        if bytes(kinds).translate(None, _NOT_ANSWERS):  # a response or a batch among them
+            self._frames_done(frames)
+        self._ws_queue([frame.raw for frame in frames], [_BATCHABLE[kind] for kind in kinds])
+
+    def found(self, out: list[bytes]) -> None:
+        """Record the responses to pending requests among the lines the WebSocket's splitter
+        made of a chunk of the agent's output (`_ResponseWatch`)."""
         for line in out:
             if not line or line.startswith(_CALL):
                 continue
@@ -535,8 +539,8 @@ class _MeteredConnection(_Connection):
 
 
 class _ResponseWatch:
-    """A WebSocket connection's line splitter or decoder, whose output its metered
-    connection looks through for responses while requests are in flight."""
+    """A WebSocket connection's line splitter, whose output its metered connection looks
+    through for responses while requests are in flight."""
 
     __slots__ = ("inner", "conn")
 
@@ -544,11 +548,11 @@ class _ResponseWatch:
         self.inner = inner
         self.conn = conn
 
-    def feed(self, data: bytes) -> list[Any]:
-        """What the inner splitter or decoder makes of `data`."""
-        out: list[Any] = self.inner.feed(data)
-        if self.conn.pending and (self.conn.lines is None or self.inner.calls != len(out)):
-            self.conn.found(out)  # (a splitter counts the calls it made: none else, no response)
+    def feed(self, data: bytes) -> list[bytes]:
+        """What the inner splitter makes of `data`."""
+        out: list[bytes] = self.inner.feed(data)
+        if self.conn.pending and self.inner.calls != len(out):
+            self.conn.found(out)  # (the splitter counts the calls it made: none else, no response)
         return out
 
 
