@@ -122,22 +122,32 @@ def test_acp_v1_client_against_pysdk_agent(engine: ModuleType) -> None:
 
 
 def test_pysdk_agent_ignores_cancel_request(engine: ModuleType) -> None:
-    """The Python SDK 0.12.1 has no ``$/cancel_request``: the prompt runs to its end."""
+    """The Python SDK 0.12.1 has no ``$/cancel_request``: the prompt runs to its end. The
+    cancel goes while the agent waits for the client's permission answer, so the turn is
+    surely in flight (answered once the cancel has gone)."""
 
     async def body() -> None:
         count = [0]
-        first = asyncio.Event()
-        client = Client.builder().on_session_update(lambda u, cx: (count.__setitem__(0, count[0] + 1), first.set()))
+        asked = asyncio.Event()
+        cancelled = asyncio.Event()
+        client = Client.builder().on_session_update(lambda u, cx: count.__setitem__(0, count[0] + 1))
+
+        @client.on_request("session/request_permission")
+        async def permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+            asked.set()
+            await cancelled.wait()
+            return {"outcome": {"outcome": "selected", "optionId": params["options"][0]["optionId"]}}
 
         async def main(cx: Any) -> None:
             await cx.initialize()
             session = (await cx.build_session(str(REPO))).session
-            turn = session.send_prompt("stream 300 chunks")
-            await first.wait()
-            assert turn.cancel()
+            turn = session.send_prompt("permission, then stream 300 chunks")
+            await asked.wait()
+            assert turn.cancel()  # $/cancel_request sent: the SDK agent does not know it
+            cancelled.set()
             assert await turn == {"stopReason": "end_turn"}
             await cx.send_request("_test/echo", {})  # every update was read before this answer
-            assert count[0] == 300
+            assert count[0] == 1 + 300  # the permission outcome, then every chunk
 
         await client.connect_with(sdk_agent(ACP_CHUNK="10"), main, engine=engine)
 
