@@ -168,7 +168,7 @@ class AcpConnection(Generic[Version]):
         """This role's part of the dispatch (see [`Rules`][acp_fast.roles.dispatch.Rules])."""
         return Rules(context_type=self.context_type, incoming_initialize=self._incoming_initialize,
                      initializes=self._initializes,
-                     peer=SideRules(tracked_requests=self.tracked_requests, track=self._track_session_request))
+                     peer=SideRules(tracked_requests=self.tracked_requests, track=self.sessions.track_request))
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         guarded = table.guarded and self.profile.guarded
@@ -333,15 +333,6 @@ class AcpConnection(Generic[Version]):
         self.sender.update_ready()
         self.dispatch.install()
 
-    def _track_session_request(self, rctx: RequestContext) -> None:
-        """Track a request of `tracked_requests` (a client's
-        `session/request_permission`) with its session, so that `cancel_active_work` can
-        answer it with the cancelled outcome (seed 000)."""
-        params = rctx.message.params
-        session_id = params.get("sessionId") if type(params) is dict else None
-        if type(session_id) is str:
-            self.sessions.get(session_id).track_permission(rctx)
-
     def initializes(self, method: str) -> bool:
         """Whether `method` is the request that initializes this side (`initialize`;
         for a proxy `_proxy/initialize` in either spelling)."""
@@ -499,7 +490,5 @@ class AcpConnection(Generic[Version]):
 
 class AgentConnection(AcpConnection[Version]):
     """The connection of a built agent (`Agent.builder()` / `Agent.v2()`): it answers
-    `initialize` (negotiation, the guard's responder side) and serves the client."""
-
-    role = "agent"
-    guard_role = "responder"
+    `initialize` (negotiation, the guard's responder side) and serves the client (the
+    base's defaults are the agent's)."""
