@@ -80,11 +80,13 @@ class Builder(Generic[Version, _C, _X]):
     #: the connection class :meth:`bind` makes (and whose ``lazy_frames`` its JSON-RPC
     #: connections get); its ``role`` is the builder's
     connection_type: ClassVar[type[AcpConnection[int]]] = AgentConnection
+    #: ``"agent"``, ``"client"`` or ``"proxy"``: the ``role`` of ``connection_type`` (set per
+    #: subclass from it, never restated)
+    role: ClassVar[str] = AgentConnection.role
 
-    @property
-    def role(self) -> str:
-        """`"agent"`, `"client"` or `"proxy"`: the role of `connection_type`."""
-        return self.connection_type.role
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.role = cls.connection_type.role
 
     def __init__(self, version: Version) -> None:
         if version not in nego.SUPPORTED_VERSIONS:
