@@ -76,7 +76,8 @@ def test_engine_twin_resolves_every_choice(engine: ModuleType) -> None:
     assert engine_twin(engine.IMPLEMENTATION) is engine  # type: ignore[arg-type]
     assert engine_twin(engine) is engine
     assert engine_twin(None) is acp_fast.engine
-    assert resolve_engine(None) is None  # kept: None means the selected twin
+    with pytest.warns(DeprecationWarning, match="engine_twin"):
+        assert resolve_engine(None) is None  # deprecated, kept: None means the selected twin
     with pytest.raises(ValueError):
         engine_twin("rust")  # type: ignore[arg-type]
 

@@ -13,7 +13,10 @@ Source-tree checks read with ``ast`` (nothing is run):
 * no comparison of a version with a version number (``version >= 2``, ``self.version == 1``,
   ``sel.version > 1``) in ``roles/``, ``conductor/`` or ``protocol/`` outside
   ``protocol/profile.py``: what differs between versions is a field of the connection's
-  ``VersionProfile`` (issue #34).
+  ``VersionProfile`` (issue #34);
+* one sender: a single class in ``roles/`` sends as a role (``Sender``, the compiled update
+  sender its fast path), and nothing in ``roles/``, ``conductor/`` or ``compat/`` picks a
+  path by testing a sender's exact type (``type(x) is Sender``) (issue #34).
 """
 
 from __future__ import annotations
@@ -138,8 +141,7 @@ def test_no_version_number_branches_outside_the_profile() -> None:
 
 #: hooks of `AcpConnection` that `ProxyConnection` still overrides (issue #34 item 2 takes
 #: them to none: roles as data handed to one connection); lower it as they go, never raise it
-PROXY_OVERRIDES = {"_default_initialize", "_initializes", "_make_guard", "_negotiate", "_rules",
-                   "_send_initializing"}
+PROXY_OVERRIDES = {"_default_initialize", "_initializes", "_negotiate", "_rules"}
 
 
 def test_proxy_overrides_no_more_hooks_than_listed() -> None:
@@ -151,3 +153,36 @@ def test_proxy_overrides_no_more_hooks_than_listed() -> None:
     assert overridden <= PROXY_OVERRIDES, f"new role hooks overridden: {sorted(overridden - PROXY_OVERRIDES)}"
     assert overridden == PROXY_OVERRIDES, f"hooks no longer overridden (drop them from PROXY_OVERRIDES): " \
                                           f"{sorted(PROXY_OVERRIDES - overridden)}"
+
+
+#: the one class of the outgoing side (issue #34 item 3)
+SENDER_CLASS = "Sender"
+
+
+def _is_type_call(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type"
+
+
+def test_no_sender_type_tests() -> None:
+    found = []
+    for rel, tree in _sources("roles", "conductor", "compat"):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq))
+                                                     for op in node.ops):
+                sides = [node.left, *node.comparators]
+                if any(_is_type_call(s) for s in sides) and any(
+                        "Sender" in ast.unparse(s) for s in sides if not _is_type_call(s)):
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    assert found == [], "a path picked by a sender's type (call the one Sender instead):\n" + "\n".join(found)
+
+
+def test_one_sender_class() -> None:
+    senders = [f"{rel}:{node.lineno} {node.name}" for rel, tree in _sources("roles") for node in ast.walk(tree)
+               if isinstance(node, ast.ClassDef) and node.name.endswith("Sender")
+               and not any(ast.unparse(b) == "Protocol" for b in node.bases)]
+    assert senders == [f"roles/_hot_py.py:{_line_of(SENDER_CLASS)} {SENDER_CLASS}"], senders
+
+
+def _line_of(name: str) -> int:
+    tree = ast.parse((PACKAGE / "roles" / "_hot_py.py").read_text(encoding="utf-8"))
+    return next(n.lineno for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)

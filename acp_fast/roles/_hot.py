@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from .._compat import NO_EXTENSIONS
 
 __all__ = ["COMPILED", "IMPLEMENTATION", "Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate",
-           "UpdateDispatcher", "UpdateSender"]
+           "UpdateDispatcher", "Sender"]
 
 if TYPE_CHECKING or NO_EXTENSIONS:
     from ._hot_py import (
@@ -17,7 +17,7 @@ if TYPE_CHECKING or NO_EXTENSIONS:
         RequestHandler,
         SessionUpdate,
         UpdateDispatcher,
-        UpdateSender,
+        Sender,
     )
 
     IMPLEMENTATION = "py"
@@ -32,7 +32,7 @@ else:
             RequestHandler,
             SessionUpdate,
             UpdateDispatcher,
-            UpdateSender,
+            Sender,
         )
 
         IMPLEMENTATION = "c"
@@ -45,7 +45,7 @@ else:
             RequestHandler,
             SessionUpdate,
             UpdateDispatcher,
-            UpdateSender,
+            Sender,
         )
 
         IMPLEMENTATION = "py"

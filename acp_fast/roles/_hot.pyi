@@ -19,11 +19,11 @@ from ..jsonrpc import RequestResult
 from ..protocol.gate import Gate
 from ..protocol.surface import SessionUpdateView
 from ._hot_py import SessionUpdate as SessionUpdate
-from ._hot_py import UpdateSender as UpdateSender
+from ._hot_py import Sender as Sender
 from .context import Peer, Request, SuccessorPeer
 
 __all__ = ["COMPILED", "IMPLEMENTATION", "Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate",
-           "UpdateDispatcher", "UpdateSender"]
+           "UpdateDispatcher", "Sender"]
 
 IMPLEMENTATION: str
 COMPILED: bool

@@ -39,7 +39,14 @@ cdef class UpdateDispatcher:
     cdef public object event_type
     cdef public object context_type
 
-cdef class UpdateSender:
+cdef class Sender:
     cdef public CompiledGate gate
+    cdef public object surface
     cdef public object notify
-    cdef public object slow
+    cdef public object request
+    cdef public object guard
+    cdef public object first_rule
+    cdef public object initializing
+    cdef public object request_ok
+    cdef public object notification_ok
+    cdef public bint ready

@@ -6,6 +6,6 @@ from acp_fast.roles._hot_py import ProxyContext as ProxyContext
 from acp_fast.roles._hot_py import RequestHandler as RequestHandler
 from acp_fast.roles._hot_py import SessionUpdate as SessionUpdate
 from acp_fast.roles._hot_py import UpdateDispatcher as UpdateDispatcher
-from acp_fast.roles._hot_py import UpdateSender as UpdateSender
+from acp_fast.roles._hot_py import Sender as Sender
 
-__all__ = ["Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate", "UpdateDispatcher", "UpdateSender"]
+__all__ = ["Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate", "UpdateDispatcher", "Sender"]

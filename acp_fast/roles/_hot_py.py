@@ -15,11 +15,16 @@ accepts (no closures in the classes). `acp_fast.roles._hot` selects the twin.
 from __future__ import annotations
 
 import asyncio
+import logging
 import types
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, TypeVar
 
+from ..errors import INVALID_REQUEST as _INVALID_REQUEST
+from ..errors import JsonRpcError
 from ..jsonrpc import RequestContext, Responder
+from ..protocol.facts import INITIALIZE as _INITIALIZE
+from ..protocol.facts import INITIALIZING_METHODS as _INITIALIZING
 from ..protocol.facts import SESSION_UPDATE as _SESSION_UPDATE
 from ..protocol.surface import KnownVariant, SessionUpdateView
 
@@ -30,12 +35,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..jsonrpc import RequestResult
     from ..jsontypes import Json, JsonObject
     from ..protocol.gate import Gate
-    from .context import Peer, Request, SessionUpdateSender, SuccessorPeer
+    from ..protocol.guard import InitializationGuard
+    from ..protocol.surface import WireSurface
+    from .context import Peer, Request, SuccessorPeer
 
 __all__ = ["Context", "NotificationHandler", "ProxyContext", "RequestHandler", "SessionUpdate", "UpdateDispatcher",
-           "UpdateSender"]
+           "Sender"]
 
 _T = TypeVar("_T")
+_logger = logging.getLogger("acp_fast.roles")
 
 _STATE_UPDATE = "state_update"
 #: known updates that change the client's tracked session state
@@ -182,12 +190,10 @@ class Context:
     def send_session_update(self, session_id: str, update: JsonObject, *,
                             passthrough: bool = False, **fields: Json) -> bool:
         """See `AcpConnection.send_session_update`."""
-        sender = self.connection.send_session_update
+        sender = self.connection.sender
         if passthrough or fields:
-            return sender(session_id, update, passthrough=passthrough, **fields)
-        if type(sender) is UpdateSender:  # the hot path: no keyword handling (see UpdateSender.plain)
-            return sender.plain(session_id, update)
-        return sender(session_id, update)
+            return sender(session_id, update, passthrough, **fields)
+        return sender.plain(session_id, update)  # the hot path: no keyword handling
 
     async def drain(self) -> None:
         """Wait while the peer is not reading what we send (see [`AcpConnection.drain`][acp_fast.roles.AcpConnection.drain])."""
@@ -314,29 +320,123 @@ class UpdateDispatcher:
         return None
 
 
-class UpdateSender:
-    """A connection's `send_session_update` once it is ready: for a plain update, the write
-    guard's compiled check of the variant (`gate.known`), then the JSON-RPC connection's
-    `notify`. Anything else (`passthrough`, extra fields, or an update the fast check
-    does not accept) goes to `slow` (the full write guard, which raises
-    `WireSurfaceError` for what the version does not define)."""
+class Sender:
+    """The outgoing side of one connection (or of a proxy's successor side): one path per
+    message kind, shared by every connection kind.
 
-    __slots__ = ("gate", "notify", "slow")
+    `send_request` / `send_notification` check the initialization guard, the first-message
+    rule (a connector's client: nothing before `initialize`) and the write surface of the
+    version, then queue the message through `request` / `notify`; once `ready` (guard ready,
+    first rule met) a method the version defines takes the short path (one set lookup).
+    Calling the sender is `send_session_update(session_id, update, *, passthrough=False,
+    **fields)`: a plain update the compiled check of the variant (`gate.known`) accepts goes
+    straight to `notify`; anything else takes `send_notification` (the full write guard,
+    which raises `WireSurfaceError` for what the version does not define). Responses are
+    the JSON-RPC connection's (`Responder`); what is forwarded verbatim (a proxy's
+    pass-through) is not sent as a role and does not come here.
 
-    def __init__(self, gate: Gate, notify: Callable[[str, Json], bool], slow: SessionUpdateSender) -> None:
+    Args:
+        gate: the write guard's fast check of an update variant (the compiled `Gate` on the
+            compiled hot path: a C call).
+        surface: the `WireSurface` of the version.
+        notify: `notify(method, params)` queues a notification (the engine's outbox, or a
+            proxy's successor envelope).
+        request: `request(method, params, timeout=...)` sends a request, returns its handle.
+        guard: the connection's `InitializationGuard` (`None`: none, a proxy's successor side).
+        first_rule: the -32600 `data` for anything sent before `initialize` (`None`: no rule).
+        initializing: `initializing(method, params)` for an initializing request sent through
+            `send_request` (a client's `initialize`; a proxy refuses): a handle, or `None` to
+            let the guard decide. `None`: initializing requests are ordinary requests.
+    """
+
+    __slots__ = ("first_rule", "gate", "guard", "initializing", "notification_ok", "notify", "ready",
+                 "request", "request_ok", "surface")
+
+    def __init__(self, gate: Gate, surface: WireSurface, notify: Callable[[str, Json], bool],
+                 request: Callable[..., Request[Json]], guard: InitializationGuard | None = None,
+                 first_rule: str | None = None,
+                 initializing: Callable[[str, Json], Request[Json] | None] | None = None) -> None:
         self.gate = gate
+        self.surface = surface
         self.notify = notify
-        self.slow = slow
+        self.request = request
+        self.guard = guard
+        self.first_rule = first_rule
+        self.initializing = initializing
+        self.request_ok = surface.methods_of_kind("request") - _INITIALIZING
+        self.notification_ok = surface.methods_of_kind("notification")
+        #: the short paths are open: the guard is ready and the first rule met
+        self.ready = False
+        self.update_ready()
+
+    def update_ready(self) -> None:
+        """Open the short paths once the guard is ready and the first rule met (call it when
+        either changes)."""
+        guard = self.guard
+        self.ready = (guard is None or guard.ready) and self.first_rule is None
+
+    def first_sent(self) -> None:
+        """`initialize` went out: the first-message rule is met."""
+        self.first_rule = None
+        self.update_ready()
+
+    def _check_first(self, method: str) -> None:
+        if self.first_rule is not None and method != _INITIALIZE:
+            raise JsonRpcError(_INVALID_REQUEST, data=self.first_rule)
+
+    def send_request(self, method: str, params: Json = None, passthrough: bool = False,
+                     timeout: float | None = None) -> Request[Json]:
+        """Send a request through the guards (see `AcpConnection.send_request`)."""
+        if self.ready and method in self.request_ok:
+            return self.request(method, params, timeout=timeout)
+        if self.initializing is not None and method in _INITIALIZING:
+            sent = self.initializing(method, params)
+            if sent is not None:
+                return sent
+        self._check_first(method)
+        guard = self.guard
+        if guard is not None and (not guard.ready or method == _INITIALIZE):
+            error = guard.check_outgoing_request(method)
+            if error is not None:
+                raise error
+        self.surface.check_outgoing_method(method, "request", passthrough=passthrough)
+        return self.request(method, params, timeout=timeout)
+
+    def send_notification(self, method: str, params: Json = None, passthrough: bool = False) -> bool:
+        """Send a notification through the guards (see `AcpConnection.send_notification`);
+        False when it was dropped."""
+        if self.ready and method in self.notification_ok:
+            if method == _SESSION_UPDATE and not passthrough and type(params) is dict:
+                self.check_update(dict.get(params, "update"))
+            return self.notify(method, params)
+        self._check_first(method)
+        guard = self.guard
+        if guard is not None and not guard.ready:
+            error = guard.check_outgoing_notification(method)
+            if error is not None:
+                _logger.warning("notification %r dropped: %s", method, error.data)
+                return False
+        self.surface.check_outgoing_method(method, "notification", passthrough=passthrough)
+        if method == _SESSION_UPDATE and not passthrough and type(params) is dict:
+            self.check_update(dict.get(params, "update"))
+        return self.notify(method, params)
+
+    def check_update(self, update: Json) -> None:
+        """The write guard of an update variant: raises `WireSurfaceError` for one the
+        version does not define."""
+        if self.gate.known(update) is None:
+            self.surface.check_outgoing_session_update(update)
 
     def __call__(self, session_id: str, update: JsonObject, passthrough: bool = False, **fields: Json) -> bool:
-        if not passthrough and not fields and self.gate.known(update) is not None:
+        if self.ready and not passthrough and not fields and self.gate.known(update) is not None:
             return self.notify(_SESSION_UPDATE, {"sessionId": session_id, "update": update})
-        return self.slow(session_id, update, passthrough=passthrough, **fields)
+        return self.send_notification(_SESSION_UPDATE, {"sessionId": session_id, "update": update, **fields},
+                                      passthrough)
 
     def plain(self, session_id: str, update: JsonObject) -> bool:
         """`self(session_id, update)` without options, for `Context.send_session_update`:
         two positional arguments and no keyword handling (a compiled call with `**fields`
         builds a dict each time; this is once per streamed update)."""
-        if self.gate.known(update) is not None:
+        if self.ready and self.gate.known(update) is not None:
             return self.notify(_SESSION_UPDATE, {"sessionId": session_id, "update": update})
-        return self.slow(session_id, update)
+        return self.send_notification(_SESSION_UPDATE, {"sessionId": session_id, "update": update})

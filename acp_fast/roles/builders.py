@@ -77,10 +77,16 @@ class Builder(Generic[Version, _C, _X]):
     gives a `ClientConnection[V2]`.
     """
 
-    role: ClassVar[str] = "agent"
     #: the connection class :meth:`bind` makes (and whose ``lazy_frames`` its JSON-RPC
-    #: connections get)
+    #: connections get); its ``role`` is the builder's
     connection_type: ClassVar[type[AcpConnection[int]]] = AgentConnection
+    #: ``"agent"``, ``"client"`` or ``"proxy"``: the ``role`` of ``connection_type`` (set per
+    #: subclass from it, never restated)
+    role: ClassVar[str] = AgentConnection.role
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.role = cls.connection_type.role
 
     def __init__(self, version: Version) -> None:
         if version not in nego.SUPPORTED_VERSIONS:
@@ -286,14 +292,12 @@ class Builder(Generic[Version, _C, _X]):
 class AgentBuilder(Builder[Version, AgentConnection[Version], "Context[AgentConnection[Version]]"]):
     """An agent implementation (`Agent.builder()` for v1, `Agent.v2()` for v2)."""
 
-    role = "agent"
     connection_type = AgentConnection
 
 
 class ClientBuilder(Builder[Version, ClientConnection[Version], "Context[ClientConnection[Version]]"]):
     """A client implementation (`Client.builder()` for v1, `Client.v2()` for v2)."""
 
-    role = "client"
     connection_type = ClientConnection
 
     def bind(self, conn: Connection, *, hooks: InitializeHooks | None = None) -> ClientConnection[Version]:
@@ -309,7 +313,6 @@ class ProxyBuilder(Builder[Version, ProxyConnection[Version], "ProxyContext[Prox
     and vice versa; `$/cancel_request` is hop-local and never forwarded.
     """
 
-    role = "proxy"
     connection_type = ProxyConnection
     _mcp_server: McpServer | None = None
 

@@ -82,23 +82,23 @@ class ClientConnection(AcpConnection[Version]):
         params = dict(params or {})
         params["protocolVersion"] = version
         params.setdefault(self.profile.client_info_key, self.info)
-        if self._hooks is not None and not self._initialize_sent:
+        if self._hooks is not None and self.sender.first_rule is not None:
             reused = self._hooks.intercept(self, params)
             if reused is not None:
-                self._initialize_sent = True
+                self.sender.first_sent()
                 return reused
         guard = self.guard
         error = guard.check_outgoing_request(INITIALIZE)
         if error is not None:
             raise error
-        self._initialize_sent = True
+        self.sender.first_sent()
         token = guard.begin()
         pending = self.raw.request(INITIALIZE, params)
         return SentRequest(pending, self._initialized(pending, params, token))
 
     def adopt_initialize(self, result: JsonObject) -> SentRequest[JsonObject]:
         """Take an `initialize` answer the peer already gave (protocol connector reuse)."""
-        self._initialize_sent = True
+        self.sender.first_sent()
         self._succeed(self.guard.begin())
         return SentRequest(None, _value(dict(result)), INITIALIZE)
 

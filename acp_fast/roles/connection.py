@@ -10,10 +10,11 @@ the connection is ready (`initialize` done, or at once for unchecked v1 roles), 
 installed entry per method in the JSON-RPC connection's per-method tables (one dict lookup,
 one call; `session/update` one more lookup for its variant's read-gate check).
 
-Outgoing, `send_request` / `send_notification` check the method against sets precomputed
-from the surface, then encode and queue the line through the JSON-RPC connection.
-`send_session_update` is the guarded path until the connection is ready, then the hot path's
-`UpdateSender` (`_hot_py`), which checks the update variant and queues the notification.
+Outgoing, every message goes through the connection's one `Sender` (`_hot_py`, compiled on
+the compiled hot path): requests, notifications and session updates each take one path (the
+initialization guard, the first-message rule, the write surface) until the connection is
+ready, then a set lookup (a request or notification) or the compiled check of the update
+variant (`send_session_update`) before the line is queued through the JSON-RPC connection.
 """
 
 from __future__ import annotations
@@ -32,9 +33,8 @@ from ..protocol.gate import make_gate
 from ..protocol.guard import InitializationGuard
 from ..protocol.surface import WireSurface
 from ._hot import COMPILED as HOT_COMPILED
-from ._hot import UpdateSender
-from ._hot import Context
-from .context import Request, SentRequest, SessionUpdateSender, Version
+from ._hot import Context, Sender
+from .context import Request, SentRequest, SessionUpdateSender, Version, mapped_request
 from .mcp import McpState
 from .names import check_handler_method
 from .sessions import SessionSetup, SessionStates
@@ -105,6 +105,12 @@ class AcpConnection(Generic[Version]):
     role: ClassVar[str] = "agent"
     #: the initialization-guard role of a guarded connection of this type
     guard_role: ClassVar[str] = "responder"
+    #: whether the guard is a proxy's (it refuses a plain ``initialize``; see
+    #: [`InitializationGuard`][acp_fast.protocol.guard.InitializationGuard])
+    proxy_guard: ClassVar[bool] = False
+    #: the -32600 ``data`` when this side refuses to send an initializing request itself
+    #: (a proxy: its conductor initializes it); ``None``: the guard decides
+    refuses_initializing: ClassVar[str | None] = None
     #: whether this side answers ``initialize`` itself (negotiation applies when guarded)
     answers_initialize: ClassVar[bool] = True
     #: requests whose handler runs with the request tracked per session (a client's
@@ -128,27 +134,25 @@ class AcpConnection(Generic[Version]):
         self.profile: VersionProfile = profile_of(self.version)
         self.guard = self._make_guard(table)
         self.sessions = SessionStates()
-        #: the -32600 ``data`` for anything sent before ``initialize`` (a connector's client)
-        self._first_rule = first_rule
-        self._initialize_sent = False
         # the read gate's fast path: the compiled twin on the compiled hot path (which calls it
         # at C level), whichever engine twin decodes
         self._gate = make_gate(self.surface, compiled=HOT_COMPILED)
-        self._request_ok = self.surface.methods_of_kind("request") - INITIALIZING
-        self._notification_ok = self.surface.methods_of_kind("notification")
         self._notify = conn.outbox.notify  # Connection.notify without the Python call around it
-        self._out_fast = False
+        #: the outgoing side (:class:`~acp_fast.roles._hot_py.Sender`): every request,
+        #: notification and session update this connection sends as its role goes through it
+        self.sender = Sender(self._gate, self.surface, self._notify, conn.request, self.guard,
+                             first_rule, self._send_initializing)
         #: ``send_session_update(session_id, update, *, passthrough=False, **fields)``: send
         #: ``session/update`` ``{"sessionId", "update", …fields}`` through the write guard
         #: (returns False when it was dropped). The one way to send a session update (a
-        #: handler's ``cx.send_session_update`` and ``PromptTurn.send`` come here): the guarded
-        #: path until the connection is ready, then the compiled fast path
-        #: (``_hot_py.UpdateSender``) for plain updates.
+        #: handler's ``cx.send_session_update`` and ``PromptTurn.send`` come here): the
+        #: connection's ``sender``, whose compiled fast path takes plain updates once the
+        #: connection is ready.
         #:
         #: Raises ``WireSurfaceError`` when the variant (or v2's inner ``state``) is not
         #: defined in the negotiated version, unless ``passthrough`` (forwarding a received
         #: update), and ``SendBufferFull`` when the write buffer is over its limit.
-        self.send_session_update: SessionUpdateSender = self._send_update_guarded
+        self.send_session_update: SessionUpdateSender = self.sender
         self._background: set[asyncio.Task[Any]] = set()
         self._children: set[AcpConnection[int]] = set()
         self._mcp: McpState | None = None
@@ -164,11 +168,12 @@ class AcpConnection(Generic[Version]):
         """This role's part of the dispatch (see [`Rules`][acp_fast.roles.dispatch.Rules])."""
         return Rules(context_type=self.context_type, incoming_initialize=self._incoming_initialize,
                      initializes=self._initializes,
-                     peer=SideRules(tracked_requests=self.tracked_requests, track=self._track_session_request))
+                     peer=SideRules(tracked_requests=self.tracked_requests, track=self.sessions.track_request))
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         guarded = table.guarded and self.profile.guarded
-        return InitializationGuard(self.version, self.guard_role if guarded else "unchecked")
+        return InitializationGuard(self.version, self.guard_role if guarded else "unchecked",
+                                   proxy=self.proxy_guard and table.guarded)
 
     # -- state --------------------------------------------------------------------------
 
@@ -325,18 +330,8 @@ class AcpConnection(Generic[Version]):
     # -- becoming ready: the per-connection tables --------------------------------------
 
     def _became_ready(self) -> None:
-        if self._first_rule is None or self._initialize_sent:
-            self._out_ready()
+        self.sender.update_ready()
         self.dispatch.install()
-
-    def _track_session_request(self, rctx: RequestContext) -> None:
-        """Track a request of `tracked_requests` (a client's
-        `session/request_permission`) with its session, so that `cancel_active_work` can
-        answer it with the cancelled outcome (seed 000)."""
-        params = rctx.message.params
-        session_id = params.get("sessionId") if type(params) is dict else None
-        if type(session_id) is str:
-            self.sessions.get(session_id).track_permission(rctx)
 
     def initializes(self, method: str) -> bool:
         """Whether `method` is the request that initializes this side (`initialize`;
@@ -421,10 +416,6 @@ class AcpConnection(Generic[Version]):
 
     # -- outgoing -----------------------------------------------------------------------
 
-    def _check_first(self, method: str) -> None:
-        if self._first_rule is not None and not self._initialize_sent and method != INITIALIZE:
-            raise JsonRpcError(INVALID_REQUEST, data=self._first_rule)
-
     def send_request(self, method: str, params: Json = None, *, passthrough: bool = False,
                      timeout: float | None = None) -> Request[Json]:
         """Send a request; returns its handle (`await` it for the result).
@@ -443,25 +434,15 @@ class AcpConnection(Generic[Version]):
             WireSurfaceError: the negotiated version does not define `method`.
             SendBufferFull: the write buffer is over its limit (await [`drain`][acp_fast.roles.connection.AcpConnection.drain]).
         """
-        if self._out_fast and method in self._request_ok:
-            return self.raw.request(method, params, timeout=timeout)
-        if method in INITIALIZING:
-            sent = self._send_initializing(method, params)
-            if sent is not None:
-                return sent
-        self._check_first(method)
-        guard = self.guard
-        if not guard.ready or method == INITIALIZE:
-            error = guard.check_outgoing_request(method)
-            if error is not None:
-                raise error
-        self.surface.check_outgoing_method(method, "request", passthrough=passthrough)
-        return self.raw.request(method, params, timeout=timeout)
+        return self.sender.send_request(method, params, passthrough, timeout)
 
     def _send_initializing(self, method: str, params: Json) -> Request[Json] | None:
         """An initializing request this side sends through [`send_request`][acp_fast.roles.connection.AcpConnection.send_request]: a client's
         `initialize` is [`initialize`][acp_fast.roles.ClientConnection.initialize]; a proxy
-        refuses; `None` lets the initialization guard decide (it refuses a responder)."""
+        refuses (`refuses_initializing`); `None` lets the initialization guard decide (it
+        refuses a responder)."""
+        if self.refuses_initializing is not None:
+            raise JsonRpcError(INVALID_REQUEST, data=self.refuses_initializing)
         return None
 
     def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
@@ -474,35 +455,7 @@ class AcpConnection(Generic[Version]):
                 update variant).
             SendBufferFull: the write buffer is over its limit (await [`drain`][acp_fast.roles.connection.AcpConnection.drain]).
         """
-        if self._out_fast and method in self._notification_ok:
-            if method == SESSION_UPDATE and not passthrough and type(params) is dict:
-                self._check_update_out(params.get("update"))
-            return self._notify(method, params)
-        self._check_first(method)
-        guard = self.guard
-        if not guard.ready:
-            error = guard.check_outgoing_notification(method)
-            if error is not None:
-                logger.warning("notification %r dropped: %s", method, error.data)
-                return False
-        self.surface.check_outgoing_method(method, "notification", passthrough=passthrough)
-        if method == SESSION_UPDATE and not passthrough and type(params) is dict:
-            self._check_update_out(params.get("update"))
-        return self._notify(method, params)
-
-    def _send_update_guarded(self, session_id: str, update: JsonObject, passthrough: bool = False,
-                             **fields: Json) -> bool:
-        return self.send_notification(
-            SESSION_UPDATE, {"sessionId": session_id, "update": update, **fields}, passthrough=passthrough)
-
-    def _out_ready(self) -> None:
-        """Outgoing traffic may take the fast paths from now on (guard ready, first rule met)."""
-        self._out_fast = True
-        self.send_session_update = UpdateSender(self._gate, self._notify, self._send_update_guarded)
-
-    def _check_update_out(self, update: Json) -> None:
-        if self._gate.known(update) is None:
-            self.surface.check_outgoing_session_update(update)
+        return self.sender.send_notification(method, params, passthrough)
 
     def mapped_request(self, method: str, params: Json, fn: Callable[[Json], _T], *,
                        settle: bool = False) -> SentRequest[_T]:
@@ -512,16 +465,7 @@ class AcpConnection(Generic[Version]):
             settle: before mapping, wait until the handlers of every notification received
                 before the response have finished (e.g. a resume's replayed updates).
         """
-        pending = self.send_request(method, params)
-        assert isinstance(pending, PendingRequest)  # never initialize
-
-        async def mapped() -> _T:
-            result = await pending
-            if settle:
-                await self.raw.settled()
-            return fn(result)
-
-        return SentRequest(pending, mapped())
+        return mapped_request(self.send_request(method, params), fn, self.raw.settled if settle else None)
 
     # -- sessions (see acp_fast.roles.sessions) -----------------------------------------
 
@@ -546,7 +490,5 @@ class AcpConnection(Generic[Version]):
 
 class AgentConnection(AcpConnection[Version]):
     """The connection of a built agent (`Agent.builder()` / `Agent.v2()`): it answers
-    `initialize` (negotiation, the guard's responder side) and serves the client."""
-
-    role = "agent"
-    guard_role = "responder"
+    `initialize` (negotiation, the guard's responder side) and serves the client (the
+    base's defaults are the agent's)."""

@@ -15,7 +15,7 @@ connection's [`PendingRequest`][acp_fast.jsonrpc.PendingRequest] or a [`SentRequ
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from ..jsonrpc import PendingRequest
@@ -23,7 +23,8 @@ from ..jsontypes import Json, JsonObject, RequestId
 from ..protocol.guard import InitializationGuard
 from ..protocol.profile import VersionProfile
 
-__all__ = ["V1", "V2", "Deferred", "Peer", "Request", "SentRequest", "SessionUpdateSender", "SuccessorPeer", "Version"]
+__all__ = ["V1", "V2", "Deferred", "Peer", "PeerSender", "Request", "SentRequest", "SessionUpdateSender", "SuccessorPeer", "Version",
+           "mapped_request"]
 
 _T = TypeVar("_T")
 _T_co = TypeVar("_T_co", covariant=True)
@@ -146,6 +147,28 @@ class SentRequest(Generic[_T]):
         return f"<SentRequest id={self.id} method={self.method!r} done={self.done()}>"
 
 
+def mapped_request(pending: Request[Json], fn: Callable[[Json], _T], settled: Callable[[], Awaitable[None]] | None
+                   ) -> SentRequest[_T]:
+    """A sent request whose result is mapped by `fn` (what every `mapped_request` of a
+    connection or of a proxy's successor returns).
+
+    Args:
+        pending: the sent request (never `initialize`: a plain handle).
+        settled: awaited before mapping (`None`: not): e.g. the JSON-RPC connection's
+            `settled`, which waits until the handlers of every notification received before
+            the response have finished (a resume's replayed updates).
+    """
+    assert isinstance(pending, PendingRequest)  # never initialize
+
+    async def mapped() -> _T:
+        result = await pending
+        if settled is not None:
+            await settled()
+        return fn(result)
+
+    return SentRequest(pending, mapped())
+
+
 class SessionUpdateSender(Protocol):
     """`send_session_update(session_id, update, *, passthrough=False, **fields)` of a
     connection: sends `session/update` `{"sessionId", "update", …fields}` through the
@@ -153,6 +176,13 @@ class SessionUpdateSender(Protocol):
 
     def __call__(self, session_id: str, update: JsonObject, passthrough: bool = False, **fields: Json) -> bool:
         """Send one `session/update`."""
+
+
+class PeerSender(SessionUpdateSender, Protocol):
+    """What a handler's `cx` sends through: the connection's `Sender` (`acp_fast.roles._hot_py`)."""
+
+    def plain(self, session_id: str, update: JsonObject) -> bool:
+        """`self(session_id, update)` without options (the hot path of `cx.send_session_update`)."""
 
 
 class Peer(Protocol):
@@ -192,6 +222,10 @@ class Peer(Protocol):
     @property
     def send_session_update(self) -> SessionUpdateSender:
         """Send `session/update` `{"sessionId", "update", …fields}` through the write guard."""
+
+    @property
+    def sender(self) -> PeerSender:
+        """The connection's outgoing side (requests, notifications, session updates)."""
 
     async def drain(self) -> None:
         """Write what is queued and wait while the peer is not reading (backpressure)."""

@@ -56,9 +56,9 @@ from ..protocol.facts import INITIALIZING_METHODS, PROXY_INITIALIZE_METHODS, SET
 from ..protocol.facts import PROXY_SUCCESSOR as SUCCESSOR
 from ..protocol.facts import PROXY_SUCCESSOR_SPEC as SUCCESSOR_SPEC
 from ..protocol.guard import PROXY_DATA, InitializationGuard
-from ._hot import ProxyContext
+from ._hot import ProxyContext, Sender
 from .connection import INITIALIZE, SESSION_UPDATE, AcpConnection
-from .context import Request, SentRequest, Version
+from .context import Request, SentRequest, Version, mapped_request
 from .dispatch import DynamicHandler, Rules, SideRules
 from .mcp import McpServer, McpServerHost, with_declaration
 from .sessions import OpenedSession, SessionSetup, SessionStates, V2Session
@@ -145,16 +145,8 @@ class _SuccessorPeer:
 
     def mapped_request(self, method: str, params: Json, fn: Callable[[Json], _T], *,
                        settle: bool = False) -> SentRequest[_T]:
-        pending = self.proxy.send_to_successor(method, params)
-        assert isinstance(pending, PendingRequest)  # never initialize
-
-        async def mapped() -> _T:
-            result = await pending
-            if settle:
-                await self.proxy.raw.settled()
-            return fn(result)
-
-        return SentRequest(pending, mapped())
+        return mapped_request(self.proxy.send_to_successor(method, params), fn,
+                              self.proxy.raw.settled if settle else None)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _SuccessorPeer) and other.proxy is self.proxy
@@ -198,6 +190,10 @@ class ProxyConnection(AcpConnection[Version]):
     """
 
     role = "proxy"
+    #: the guard refuses a plain ``initialize`` and lets everything else through
+    guard_role = "unchecked"
+    proxy_guard = True
+    refuses_initializing = _PROXY_SEND_DATA
     context_type = ProxyContext
     #: `_proxy/initialize` in either spelling (the conductor chooses; one handler serves both)
     init_methods = PROXY_INITIALIZE_METHODS
@@ -219,6 +215,9 @@ class ProxyConnection(AcpConnection[Version]):
         self._envelope = SuccessorEnvelope(conn.engine)
         self._successor_peer = _SuccessorPeer(self)
         super().__init__(conn, table)
+        #: the outgoing side towards the successor: the predecessor side's `Sender` rules
+        #: without a guard (the version is pinned), each message wrapped in `_proxy/successor`
+        self.successor_sender = Sender(self._gate, self.surface, self._notify_wrapped, self._request_wrapped)
 
     # -- on_proxy_session_start (seed 000) -------------------------------------------------
 
@@ -326,9 +325,6 @@ class ProxyConnection(AcpConnection[Version]):
                                          forward_notification=self._notify,
                                          envelope=self._envelope))
 
-    def _make_guard(self, table: HandlerTable) -> InitializationGuard:
-        return InitializationGuard(self.version, "unchecked", proxy=table.guarded)
-
     def _initializes(self, method: str) -> bool:
         if not self.initializes(method):
             return False
@@ -400,9 +396,6 @@ class ProxyConnection(AcpConnection[Version]):
 
     # -- outgoing to the successor -------------------------------------------------------
 
-    def _send_initializing(self, method: str, params: Json) -> Request[Json] | None:
-        raise JsonRpcError(INVALID_REQUEST, data=_PROXY_SEND_DATA)
-
     def send_to_successor(self, method: str, params: Json = None, *, passthrough: bool = False,
                           timeout: float | None = None) -> Request[Json]:
         """Send a request to the successor, wrapped in `_proxy/successor`.
@@ -422,14 +415,14 @@ class ProxyConnection(AcpConnection[Version]):
         Raises:
             WireSurfaceError: the version does not define `method` (unless `passthrough`).
         """
-        self.surface.check_outgoing_method(method, "request", passthrough=passthrough)
         if self.mcp_declaration is not None:
             params = with_declaration(method, params, self.mcp_declaration)
         if method == INITIALIZE:
             params = dict(params or {}, protocolVersion=self.version)
-        pending = self.raw.request(self._successor, self._envelope.wrap(method, params), timeout=timeout)
+        pending = self.successor_sender.send_request(method, params, passthrough, timeout)
         if method != INITIALIZE:
             return pending
+        assert isinstance(pending, PendingRequest)  # the successor side has no role rule
 
         async def checked() -> Json:
             result = await pending
@@ -453,10 +446,13 @@ class ProxyConnection(AcpConnection[Version]):
             WireSurfaceError: the version does not define `method` or the update variant
                 (unless `passthrough`).
         """
-        self.surface.check_outgoing_method(method, "notification", passthrough=passthrough)
-        if method == SESSION_UPDATE and not passthrough and type(params) is dict:
-            self._check_update_out(params.get("update"))
-        return self.raw.notify(self._successor, self._envelope.wrap(method, params))
+        return self.successor_sender.send_notification(method, params, passthrough)
+
+    def _notify_wrapped(self, method: str, params: Json) -> bool:
+        return self._notify(self._successor, self._envelope.wrap(method, params))
+
+    def _request_wrapped(self, method: str, params: Json, *, timeout: float | None = None) -> PendingRequest:
+        return self.raw.request(self._successor, self._envelope.wrap(method, params), timeout=timeout)
 
     async def _forward_request(self, rctx: RequestContext, method: str, params: Json) -> Json:
         """Forward a request to the successor decoded (`send_to_successor`) and answer it."""

@@ -216,6 +216,15 @@ class SessionStates:
         if type(session_id) is str:
             self.get(session_id).apply(update)
 
+    def track_request(self, request: RequestContext) -> None:
+        """Track an incoming request with its session (a client's
+        `session/request_permission`, see `tracked_requests`), so that `cancel_active_work`
+        can answer it with the cancelled outcome (seed 000)."""
+        params = request.message.params
+        session_id = params.get("sessionId") if type(params) is dict else None
+        if type(session_id) is str:
+            self.get(session_id).track_permission(request)
+
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._states
 

@@ -9,6 +9,7 @@ them, so that none of those modules imports another for them.
 from __future__ import annotations
 
 import importlib
+import warnings
 import types
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Literal, Union, cast
@@ -49,9 +50,14 @@ def resolve_engine(engine: EngineChoice) -> types.ModuleType | None:
     """The engine module for `engine`: [`engine_twin`][acp_fast.roles.streams.engine_twin] typed as a
     module (kept for callers typed by `ModuleType`; new code takes an `Engine`).
 
+    Deprecated: use `engine_twin` (an `Engine`; `None` gives the selected twin). It warns
+    (`DeprecationWarning`) and will be removed in a later release.
+
     Raises:
         ValueError: `engine` is none of the choices.
     """
+    warnings.warn("acp_fast.roles.streams.resolve_engine is deprecated: use engine_twin", DeprecationWarning,
+                  stacklevel=2)
     return None if engine is None else cast("types.ModuleType", engine_twin(engine))
 
 

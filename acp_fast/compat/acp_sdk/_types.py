@@ -9,7 +9,6 @@ either.
 from __future__ import annotations
 
 import asyncio
-import types
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, TypedDict, Union
 
@@ -17,6 +16,7 @@ if TYPE_CHECKING:
     from acp._transport import Transport
     from acp.connection import StreamObserver
 
+    from ...engine import Engine
     from ...jsontypes import Json
     from ...protocol.guard import InitializationGuard
     from ...transport import Stream
@@ -57,7 +57,7 @@ class SdkConnectionOptions(TypedDict, total=False):
 class FastOptions(TypedDict, total=False):
     """acp_fast's connection keywords (those of [`acp_fast.jsonrpc.Connection`][acp_fast.jsonrpc.Connection])."""
 
-    engine: types.ModuleType | None
+    engine: Engine | None
     on_invalid: Literal["reply", "skip"] | None
     lazy: bool
     max_line_size: int | None

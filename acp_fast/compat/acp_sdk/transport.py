@@ -46,11 +46,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import types
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union, cast
 
 from ... import engine as _default_engine
+from ...engine import Engine
 from ..._kinds import BATCH, MALFORMED, NOTIFICATION, REQUEST, RESPONSE
 from ...jsonrpc import invalid_line_reply
 from ...transport import Stream
@@ -88,7 +88,7 @@ def _id_key(ident: object) -> _IdKey:
 class TransportOptions(TypedDict, total=False):
     """The keyword options of [`StreamTransport`][acp_fast.compat.acp_sdk.transport.StreamTransport] (`stdio_transport(**options)`, ...)."""
 
-    engine: types.ModuleType | None
+    engine: Engine | None
     max_line_size: int | None
     max_batch_size: int | None
     on_invalid: Literal["reply", "skip"] | None
@@ -129,7 +129,7 @@ class StreamTransport:
         self,
         stream: StreamSource,
         *,
-        engine: types.ModuleType | None = None,
+        engine: Engine | None = None,
         max_line_size: int | None = None,
         max_batch_size: int | None = None,
         on_invalid: Literal["reply", "skip"] | None = None,
