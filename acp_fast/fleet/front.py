@@ -45,13 +45,12 @@ import contextlib
 import json
 import logging
 import time
-import types
 from collections.abc import Awaitable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from .. import _kinds
 from .. import engine as _default_engine
-from ..engine import encode_error
+from ..engine import Engine, encode_error
 from ..errors import INTERNAL_ERROR
 from ..remote._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
 from ..remote._outlet import grouped
@@ -112,14 +111,14 @@ class FleetFront(Endpoint):
     """
 
     def __init__(self, store: FleetStore, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-                 engine: types.ModuleType | None = None, init_timeout: float = 30.0,
+                 engine: Engine | None = None, init_timeout: float = 30.0,
                  push_timeout: float = 30.0, host_check: float = 1.0) -> None:
         if not path.startswith("/"):
             raise ValueError(f"path must start with '/': {path!r}")
         self.store = store
         self.path = path.rstrip("/") or "/"
         self.policy = policy if policy is not None else ServerPolicy()
-        self.engine: types.ModuleType = engine if engine is not None else _default_engine
+        self.engine: Engine = engine if engine is not None else cast(Engine, _default_engine)
         self.init_timeout = init_timeout
         self.push_timeout = push_timeout
         self.host_check = host_check

@@ -41,12 +41,12 @@ import contextlib
 import json
 import logging
 import secrets
-import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .. import _kinds
 from .. import engine as _default_engine
+from ..engine import Engine
 from ..protocol.facts import INITIALIZE
 from ..remote._wire import id_key
 from ..remote.server import StreamOpener
@@ -96,7 +96,7 @@ class AgentHost:
     """
 
     def __init__(self, store: FleetStore, opener: StreamOpener, *, slots: int = 16, host_id: str | None = None,
-                 ttl: float = 5.0, heartbeat: float | None = None, engine: types.ModuleType | None = None) -> None:
+                 ttl: float = 5.0, heartbeat: float | None = None, engine: Engine | None = None) -> None:
         if slots < 1 or ttl <= 0:
             raise ValueError("slots must be >= 1 and ttl positive")
         self.store = store
@@ -107,7 +107,7 @@ class AgentHost:
         self.heartbeat = heartbeat if heartbeat is not None else ttl / 3
         if not 0 < self.heartbeat < ttl:
             raise ValueError("heartbeat must be positive and less than ttl")
-        self.engine: types.ModuleType = engine if engine is not None else _default_engine
+        self.engine: Engine = engine if engine is not None else cast(Engine, _default_engine)
         self._links: dict[str, _Link] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._registered = asyncio.Event()

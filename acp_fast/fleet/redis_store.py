@@ -586,8 +586,10 @@ class RedisStore(FleetStore):
         """The entries after `after`, a cursor this stream gave, waiting up to `block` seconds.
 
         See [`FleetStore.follow_output`][acp_fast.fleet.FleetStore.follow_output]: the read
-        mark's move, the check and `XREAD BLOCK` are one pipeline (one round trip, whether
-        entries are there or it waits; a wait longer than the slice is waited in slices).
+        mark's move and `XREAD BLOCK` are one pipeline (one round trip, whether entries are
+        there or it waits; a wait longer than the slice is waited in slices); the record is
+        looked at (unknown, or the cursor out of the window) only after a read that got
+        nothing, so the path of an entry to a waiting reader is one command.
         """
         keys = self._conn_keys(connection_id)
         seq = _seq(after)
@@ -598,21 +600,26 @@ class RedisStore(FleetStore):
         deadline = time.monotonic() + block
         with self._guard:
             while True:
-                left = deadline - time.monotonic()
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    if mark is not None and marked is not None:
+                wait = max(1, round(min(max(deadline - time.monotonic(), 0), self._slice) * 1000))
+                got: Any
+                if mark is not None and marked is not None:
+                    async with self._redis.pipeline(transaction=False) as pipe:
                         pipe.eval(_MARK, 3, keys[0], keys[1], keys[3], marked, _mark_name(mark[0]))
-                        mark = None
-                    pipe.hget(keys[0], "out_seq")
-                    pipe.xread({keys[1]: after}, count=count, block=max(1, round(min(max(left, 0), self._slice) * 1000)))
-                    *_, last, got = await pipe.execute()
-                if last is None:
-                    raise UnknownConnection(connection_id)
+                        pipe.xread({keys[1]: after}, count=count, block=wait)
+                        _, got = await pipe.execute()
+                    mark = None
+                else:
+                    got = await self._redis.xread({keys[1]: after}, count=count, block=wait)
                 if got:
                     raw = list(got[0][1])
                     if _seq(raw[0][0].decode()) != seq + 1:
                         raise CursorOutOfWindow(after)
                     return _until_end(connection_id, raw)
+                async with self._redis.pipeline(transaction=False) as pipe:  # typed alike by every redis-py
+                    pipe.hget(keys[0], "out_seq")
+                    (last,) = await pipe.execute()
+                if last is None:
+                    raise UnknownConnection(connection_id)
                 if seq != int(last):  # beyond the end, or what followed it is gone
                     raise CursorOutOfWindow(after)
                 if deadline - time.monotonic() <= 0:
