@@ -51,7 +51,7 @@ from acp_fast import Client, JsonRpcError  # noqa: E402
 from acp_fast.fleet import ConnectionEnded, RedisStore, StoreLimits  # noqa: E402
 from acp_fast.fleet.front import FleetFront  # noqa: E402
 from acp_fast.fleet.host import AgentHost  # noqa: E402
-from acp_fast.remote import served  # noqa: E402
+from acp_fast.remote import ServerPolicy, served  # noqa: E402
 from acp_fast.remote._wire import CONNECTION_ID_HEADER, SseParser  # noqa: E402
 from acp_fast.remote.client import connect_url  # noqa: E402
 from acp_fast.remote.server import servable_opener  # noqa: E402
@@ -98,8 +98,8 @@ class Fleet:
         await asyncio.wait_for(host.wait_registered(), 5.0)
         return host
 
-    async def front(self, stack: contextlib.AsyncExitStack) -> str:
-        app = FleetFront(self.store(), init_timeout=5.0, push_timeout=2.0)
+    async def front(self, stack: contextlib.AsyncExitStack, policy: ServerPolicy | None = None) -> str:
+        app = FleetFront(self.store(), init_timeout=5.0, push_timeout=2.0, policy=policy)
         index = len(self.requests)
         self.requests.append(0)
 
@@ -125,14 +125,14 @@ class Fleet:
 
 @contextlib.asynccontextmanager
 async def fleet(url: str, hosts: int = 1, fronts: int = 1, slots: int = 4,
-                limits: StoreLimits | None = None) -> AsyncIterator[Fleet]:
+                limits: StoreLimits | None = None, policy: ServerPolicy | None = None) -> AsyncIterator[Fleet]:
     f = Fleet(url, limits)
     try:
         async with contextlib.AsyncExitStack() as stack:
             for _ in range(hosts):
                 await f.host(slots)
             for _ in range(fronts):
-                await f.front(stack)
+                await f.front(stack, policy)
             yield f
     finally:
         await f.close()
@@ -336,6 +336,58 @@ def test_all_hosts_full_or_none_alive_is_503(server: redis_server.RedisServer) -
                 await asyncio.gather(*f.tasks, return_exceptions=True)
                 r = await http.post(url, json=INIT)
                 assert r.status_code == 503 and "no agent host is alive" in r.json()["error"]["message"]
+
+    run(body)
+
+
+def test_max_connections_bounds_the_whole_fleet(server: redis_server.RedisServer) -> None:
+    """The single-process server's `max_connections` on fronts: the connections of the whole
+    fleet (2 hosts of 4 slots, a maximum of 3), whichever front opens them; the next gets 503."""
+
+    async def body() -> None:
+        async with fleet(server.url, hosts=2, fronts=2, slots=4, policy=ServerPolicy(max_connections=3)) as f:
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                ids = []
+                for k in range(3):
+                    r = await http.post(f.fronts[k % 2], json=INIT)
+                    assert r.status_code == 200
+                    ids.append(r.headers[CONNECTION_ID_HEADER])
+                for url in f.fronts:
+                    r = await http.post(url, json=INIT)
+                    assert r.status_code == 503 and "maximum of 3 connections" in r.json()["error"]["message"]
+                assert sum(h.connections for h in f.hosts) == 3
+                assert (await http.delete(f.fronts[1], headers={CONNECTION_ID_HEADER: ids[0]})).status_code == 202
+                assert sum(await used(f, 2)) == 2
+                assert (await http.post(f.fronts[1], json=INIT)).status_code == 200
+
+    run(body)
+
+
+def test_an_idle_connection_expires_on_its_host_and_is_404_on_every_front(server: redis_server.RedisServer) -> None:
+    """The single-process server's idle timeout (the store's connection TTL, 1 s here): a
+    connection with no request and no reader expires although its agent wrote (the
+    initialize reply); its host closes the agent and frees the slot, and every front answers
+    a request naming it as the single-process server does: 404."""
+
+    async def body() -> None:
+        async with fleet(server.url, fronts=2, limits=StoreLimits(connection_ttl=1.0)) as f:
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                r = await http.post(f.fronts[0], json=INIT)
+                assert r.status_code == 200
+                cid = r.headers[CONNECTION_ID_HEADER]
+                assert f.hosts[0].connections == 1
+                for _ in range(200):  # the TTL, then the host's next quiet slice (1 s)
+                    if f.hosts[0].connections == 0:
+                        break
+                    await asyncio.sleep(0.05)
+                assert f.hosts[0].connections == 0
+                assert await used(f, 0) == [0]
+                head = {CONNECTION_ID_HEADER: cid}
+                for url in f.fronts:
+                    assert (await http.post(url, json=NEW, headers=head)).status_code == 404
+                    r = await http.get(url, headers={**head, "accept": "text/event-stream"})
+                    assert r.status_code == 404
+                    assert (await http.delete(url, headers=head)).status_code == 404
 
     run(body)
 

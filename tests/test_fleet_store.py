@@ -153,6 +153,33 @@ def test_racing_claims_never_take_a_host_above_its_slots(server: redis_server.Re
     run(body)
 
 
+def test_racing_claims_never_take_the_fleet_above_its_maximum(server: redis_server.RedisServer) -> None:
+    """`fleet_max` counts the taken slots of every live host in the claim's script: claims
+    racing from four clients on two hosts take exactly the maximum; a dead host's slots do
+    not count."""
+
+    async def body() -> None:
+        prefix = f"t{secrets.token_hex(4)}:"
+        stores = [RedisStore(server.url, prefix=prefix) for _ in range(4)]
+        first = stores[0]
+        await first.register_host("a", 50, 5.0)
+        await first.register_host("b", 50, 5.0)
+        won = await asyncio.gather(*[stores[i % 4].claim_slot("ab"[i % 2], 30) for i in range(100)])
+        assert sum(won) == 30
+        assert sum(h.used for h in await first.live_hosts()) == 30
+        assert not await first.claim_slot("a", 30) and await first.claim_slot("a", 31)
+        assert await first.claim_slot("a")  # no maximum: only the host's slots
+        await first.register_host("c", 5, 0.2)
+        assert await first.claim_slot("c", 40)
+        assert not await first.claim_slot("a", 33)  # 32 on a and b, 1 on c
+        await asyncio.sleep(0.3)  # c is dead: its slot no longer counts
+        assert await first.claim_slot("a", 33)
+        for store in stores:
+            await store.close()
+
+    run(body)
+
+
 def test_a_host_whose_heartbeat_stops_is_dead_until_it_registers_again(server: redis_server.RedisServer) -> None:
     async def body() -> None:
         store = make(server.url)
@@ -219,14 +246,15 @@ def test_a_connection_expires_with_its_streams_unless_touched(server: redis_serv
         await store.push_input(cid, [b"in"])
         keys = [f"{store.prefix}{{{cid}}}:{k}" for k in ("conn", "out", "in")]
         assert await look.exists(*keys) == 3
-        for _ in range(3):  # activity keeps it: touches and writes
+        for _ in range(3):  # a reader's touches keep it
             await asyncio.sleep(ttl / 2)
             assert await store.touch_connection(cid)
         await asyncio.sleep(ttl / 2)
-        await store.append_output(cid, [b"more"])
+        await store.push_input(cid, [b"more in"])  # and a client's request
         await asyncio.sleep(ttl / 2)
         assert await store.connection_host(cid) == "h1"
-        await asyncio.sleep(ttl + 0.1)  # none: gone, streams too
+        await store.append_output(cid, [b"more"])  # the agent's output alone keeps nothing alive
+        await asyncio.sleep(ttl / 2 + 0.1)  # gone, streams too
         assert await store.connection_host(cid) is None
         assert await look.exists(*keys) == 0
         await look.aclose()

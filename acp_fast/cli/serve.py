@@ -47,7 +47,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
                         help="accept this Host name (repeatable; default: 127.0.0.1, localhost, ::1)")
     parser.add_argument("--max-body", type=int, default=None, help="largest POST body / WebSocket frame in bytes (default: 16 MiB)")
-    parser.add_argument("--max-connections", type=int, default=None, help="open connections at most (default: 4096)")
+    parser.add_argument("--max-connections", type=int, default=None, help="open connections at most (with --redis: of the whole fleet; default: 4096)")
     parser.add_argument("--idle-timeout", type=float, default=None,
                         help="seconds an HTTP connection nobody reads lives (default: 300)")
     parser.add_argument("--server", choices=SERVERS, default=DEFAULT_SERVER,
@@ -151,12 +151,13 @@ def main(args: argparse.Namespace) -> int:
     if args.workers > 1:
         return _workers(args, cfg)
     if args.redis is not None:
-        from ..fleet import DEFAULT_PREFIX, RedisStore
+        from ..fleet import DEFAULT_PREFIX, RedisStore, StoreLimits
         from ..fleet.front import FleetFront
 
-        try:
-            app: ASGIApp = FleetFront(RedisStore(args.redis, prefix=args.prefix or DEFAULT_PREFIX), path=args.path,
-                                      policy=policy)
+        try:  # the idle timeout is the connections' TTL in the store; max_connections the fleet's
+            store = RedisStore(args.redis, prefix=args.prefix or DEFAULT_PREFIX,
+                               limits=StoreLimits(connection_ttl=policy.idle_timeout))
+            app: ASGIApp = FleetFront(store, path=args.path, policy=policy)
         except (MissingExtraError, ValueError) as exc:
             print(f"acp-fast serve: {exc}", file=sys.stderr)
             return 2

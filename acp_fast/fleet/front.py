@@ -101,8 +101,11 @@ class FleetFront(Endpoint):
     Args:
         store: the fleet store.
         path: the endpoint path (`/acp`); `/health` answers beside it.
-        policy: limits and access rules (the single-process server's; `max_connections`
-            and `idle_timeout` are the hosts' and the store's business here).
+        policy: limits and access rules (the single-process server's). `max_connections`
+            bounds the connections of the whole fleet (the live hosts' taken slots; the next
+            gets 503); the idle timeout is the store's `limits.connection_ttl` (`acp-fast
+            serve --redis --idle-timeout` sets both): a connection with no request and no
+            reader for that long expires, and its host closes its agent and frees the slot.
         engine: the engine twin that decodes POST bodies.
         init_timeout: seconds an `initialize` POST waits for the agent's reply.
         push_timeout: seconds a POST or a WebSocket frame waits for room in a full input
@@ -155,8 +158,11 @@ class FleetFront(Endpoint):
             NoFreeSlot: every live host is full, or none is alive.
         """
         hosts = sorted(await self.store.live_hosts(), key=lambda h: -h.free)
+        most = self.policy.max_connections
+        if sum(h.used for h in hosts) >= most:
+            raise NoFreeSlot(f"the fleet serves its maximum of {most} connections")
         for host in hosts:
-            if host.free > 0 and await self.store.claim_slot(host.host_id):
+            if host.free > 0 and await self.store.claim_slot(host.host_id, most):
                 return host.host_id
         raise NoFreeSlot("no agent host is alive" if not hosts else "every agent host is full")
 
@@ -469,6 +475,7 @@ class _Watch:
         self.cid = cid
         self.host: str | None = None
         self.since = time.monotonic()  # the last thing sent (for the keep-alive)
+        self.touched = self.since  # the last refresh of the connection's TTL
 
     async def read(self, after: str, mark: tuple[str | None, str] | None = None) -> list[Entry]:
         """The entries after `after`, waiting up to `host_check` seconds, the read mark
@@ -476,10 +483,15 @@ class _Watch:
         on an empty read, a host found dead fails the requests in flight and ends the
         connection."""
         entries = await self.store.follow_output(self.cid, after, block=self.front.host_check, mark=mark)
+        now = time.monotonic()
         if entries:
-            self.since = time.monotonic()
+            self.since = now
+            if now - self.touched > self.store.limits.connection_ttl / 4:  # a reader keeps it alive
+                self.touched = now
+                await self.store.touch_connection(self.cid)
             return entries
-        await self.store.touch_connection(self.cid)  # a reader that waits keeps its connection alive
+        self.touched = now
+        await self.store.touch_connection(self.cid)  # a reader keeps its connection alive
         if self.host is None:
             self.host = await self.store.connection_host(self.cid)
         if self.host is not None and not await self.store.host_alive(self.host):

@@ -8,7 +8,8 @@ Keys, under a prefix (`"acp-fast:"` by default, so that several fleets can share
 * `{<connection id>}:conn`: the connection's hash: `host`, the counters of its streams, and
   a field `p:<id>` per client request in flight (its JSON id; see `fail_pending`);
   `{<connection id>}:out`: its output stream; `{<connection id>}:in`: its input queue. The
-  three share the TTL, refreshed on every write and on `touch_connection`;
+  three share the TTL, refreshed by a client's push and by `touch_connection` (not by
+  the agent's output: the single-process server's idle rule);
   `{<connection id>}:rd`: one entry noting the last move of a read mark (what a host paused for
   its readers waits on), with the record's TTL. An output entry
   has `d` (the lines), `o` (see `_APPEND`) and, when the host routed its lines, `r` (their
@@ -105,11 +106,23 @@ end
 return out
 """
 
-# KEYS: host hash, alive key. Returns 1 when a slot was taken.
+# KEYS: host hash, alive key, hosts set. ARGV: host key prefix, the fleet's maximum (0: none).
+# Returns 1 when a slot was taken.
 _CLAIM = """
 if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
 local v = redis.call('HMGET', KEYS[1], 'slots', 'used')
 if not v[1] or tonumber(v[2] or 0) >= tonumber(v[1]) then return 0 end
+local most = tonumber(ARGV[2])
+if most > 0 then
+  local total = 0
+  for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+    local key = ARGV[1] .. id
+    if redis.call('EXISTS', key .. ':alive') == 1 then
+      total = total + tonumber(redis.call('HGET', key, 'used') or 0)
+    end
+  end
+  if total >= most then return 0 end
+end
 redis.call('HINCRBY', KEYS[1], 'used', 1)
 return 1
 """
@@ -122,6 +135,12 @@ end
 return 1
 """
 
+# KEYS: conn, a stream of it. A stream an XADD just created takes the record's TTL.
+_SAME_TTL = """
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 and redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIRE', KEYS[2], ttl) end
+"""
+
 # KEYS: conn, out, in. ARGV: ttl (ms). Returns 0 for an unknown connection.
 _TOUCH = """
 if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return 0 end
@@ -130,8 +149,9 @@ redis.call('PEXPIRE', KEYS[3], ARGV[1])
 return 1
 """
 
-# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms), routes ('' for none),
-# then the JSON ids of the client requests it answers.
+# KEYS: conn, out, in. ARGV: data, max entries, max bytes, (unused), routes ('' for none),
+# then the JSON ids of the client requests it answers. The agent's output refreshes no TTL
+# (the single-process server's idle rule: a client's request or a reader keeps it alive).
 # Each entry: d (the lines), o (the stream's byte count before it), r (routes, when given). The window keeps
 # `max bytes` of data at most: the oldest entries leave (the newest stays), found one by one
 # from the head (as many reads as entries leave), then trimmed exactly.
@@ -157,9 +177,7 @@ if floor > 0 then
   until keep
   if from ~= '-' then redis.call('XTRIM', KEYS[2], 'MINID', keep) end
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
+""" + _SAME_TTL + """
 return id
 """
 
@@ -171,6 +189,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[1]) == 0 then return 1 end
 local seq = redis.call('HINCRBY', KEYS[1], ARGV[3], 1)
 redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], ARGV[4], redis.call('HGET', KEYS[1], ARGV[5]) or 0)
+""" + _SAME_TTL + """
 return 1
 """
 
@@ -232,6 +251,7 @@ if #lines > 0 then
   bytes = redis.call('HINCRBY', KEYS[1], 'out_bytes', string.len(data))
 end
 redis.call('XADD', KEYS[2], redis.call('HINCRBY', KEYS[1], 'out_seq', 1) .. '-0', 'x', ARGV[2], 'o', bytes)
+""" + _SAME_TTL + """
 return 1
 """
 
@@ -463,10 +483,10 @@ class RedisStore(FleetStore):
         with self._guard:
             return bool(await self._redis.exists(alive))
 
-    async def claim_slot(self, host_id: str) -> bool:
-        keys = self._host_keys(host_id)
+    async def claim_slot(self, host_id: str, fleet_max: int | None = None) -> bool:
+        keys = self._host_keys(host_id)[:2] + [self._prefix + "hosts"]
         with self._guard:
-            return bool(await self._claim(keys[:2]))
+            return bool(await self._claim(keys, [self._prefix + "host:", fleet_max or 0]))
 
     async def release_slot(self, host_id: str) -> None:
         keys = self._host_keys(host_id)[:1]
