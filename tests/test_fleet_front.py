@@ -52,6 +52,7 @@ from acp_fast.fleet import ConnectionEnded, RedisStore, StoreLimits  # noqa: E40
 from acp_fast.fleet.front import FleetFront  # noqa: E402
 from acp_fast.fleet.host import AgentHost  # noqa: E402
 from acp_fast.remote import ServerPolicy, served  # noqa: E402
+from acp_fast.remote.metrics import HostMetrics, ServerMetrics  # noqa: E402
 from acp_fast.remote._wire import CONNECTION_ID_HEADER, SseParser  # noqa: E402
 from acp_fast.remote.client import connect_url  # noqa: E402
 from acp_fast.remote.server import servable_opener  # noqa: E402
@@ -98,8 +99,9 @@ class Fleet:
         await asyncio.wait_for(host.wait_registered(), 5.0)
         return host
 
-    async def front(self, stack: contextlib.AsyncExitStack, policy: ServerPolicy | None = None) -> str:
-        app = FleetFront(self.store(), init_timeout=5.0, push_timeout=2.0, policy=policy)
+    async def front(self, stack: contextlib.AsyncExitStack, policy: ServerPolicy | None = None,
+                    metrics: ServerMetrics | None = None) -> str:
+        app = FleetFront(self.store(), init_timeout=5.0, push_timeout=2.0, policy=policy, metrics=metrics)
         index = len(self.requests)
         self.requests.append(0)
 
@@ -388,6 +390,45 @@ def test_an_idle_connection_expires_on_its_host_and_is_404_on_every_front(server
                     r = await http.get(url, headers={**head, "accept": "text/event-stream"})
                     assert r.status_code == 404
                     assert (await http.delete(url, headers=head)).status_code == 404
+
+    run(body)
+
+
+def test_host_and_front_metrics_scraped(server: redis_server.RedisServer) -> None:
+    """A host's series (slots total and used, connections taken, heartbeats) and a front's
+    (connections opened, refusals), scraped over HTTP and parsed by `prometheus_client`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async def scrape(http: httpx.AsyncClient, url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        r = await http.get(url)
+        assert r.status_code == 200
+        return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                for family in text_string_to_metric_families(r.text) for sample in family.samples}
+
+    async def body() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            f = Fleet(server.url)
+            stack.push_async_callback(f.close)
+            host = await f.host(slots=3, ttl=0.6)  # a heartbeat every 0.2 s
+            front_metrics = ServerMetrics()
+            url = await f.front(stack, metrics=front_metrics)
+            at_host = await stack.enter_async_context(served(HostMetrics(host).asgi_app()))
+            at_front = await stack.enter_async_context(served(front_metrics.asgi_app()))
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                got = await scrape(http, at_host.http_url)
+                assert got[("acp_fast_host_slots", ())] == 3 and got[("acp_fast_host_slots_used", ())] == 0
+                r = await http.post(url, json=INIT)
+                assert r.status_code == 200
+                assert (await http.post(url, json=NEW, headers={CONNECTION_ID_HEADER: "nope"})).status_code == 404
+                await asyncio.sleep(0.5)
+                got = await scrape(http, at_host.http_url)
+                assert got[("acp_fast_host_slots_used", ())] == 1
+                assert got[("acp_fast_host_connections_total", ())] == 1
+                assert got[("acp_fast_host_heartbeats_total", (("outcome", "sent"),))] >= 1
+                assert got[("acp_fast_host_heartbeats_total", (("outcome", "failed"),))] == 0
+                got = await scrape(http, at_front.http_url)
+                assert got[("acp_fast_connections_opened_total", (("transport", "http"),))] == 1
+                assert got[("acp_fast_refusals_total", (("status", "404"),))] == 1
 
     run(body)
 

@@ -62,6 +62,7 @@ from ..remote._wire import (
     one_line,
 )
 from ..remote.client import RESUME_HEADER
+from ..remote.metrics import ServerMetrics
 from ..remote.policy import AccessGuard, ServerPolicy
 from ..remote._requests import SSE_HEAD, checked_post, disconnected, initialize_frame, post_line
 from .store import (
@@ -111,11 +112,13 @@ class FleetFront(Endpoint):
         push_timeout: seconds a POST or a WebSocket frame waits for room in a full input
             queue before it is refused (503; the socket closes with 1013).
         host_check: seconds between looks at a waiting connection's host.
+        metrics: counts the connections this front opens and its refusals (HTTP error
+            statuses, a WebSocket closed 1009 as 413): see `acp_fast.remote.metrics`.
     """
 
     def __init__(self, store: FleetStore, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
                  engine: Engine | None = None, init_timeout: float = 30.0,
-                 push_timeout: float = 30.0, host_check: float = 1.0) -> None:
+                 push_timeout: float = 30.0, host_check: float = 1.0, metrics: ServerMetrics | None = None) -> None:
         if not path.startswith("/"):
             raise ValueError(f"path must start with '/': {path!r}")
         self.store = store
@@ -125,10 +128,11 @@ class FleetFront(Endpoint):
         self.init_timeout = init_timeout
         self.push_timeout = push_timeout
         self.host_check = host_check
+        self.metrics = metrics
         self._guarded = AccessGuard(self.dispatch, self.policy, paths=(self.path,))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._guarded(scope, receive, send)
+        await self._guarded(scope, receive, send if self.metrics is None else _refusals(send, self.metrics))
 
     async def http(self, method: str, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
         try:
@@ -166,15 +170,18 @@ class FleetFront(Endpoint):
                 return host.host_id
         raise NoFreeSlot("no agent host is alive" if not hosts else "every agent host is full")
 
-    async def _open(self) -> str:
+    async def _open(self, transport: str) -> str:
         """A new connection on a host with a free slot (raises as `_claim`)."""
         host = await self._claim()
         try:
-            return await self.store.create_connection(host)
+            cid = await self.store.create_connection(host)
         except BaseException:
             with contextlib.suppress(StoreError):
                 await self.store.release_slot(host)
             raise
+        if self.metrics is not None:
+            self.metrics.fleet_opened(transport)
+        return cid
 
     async def _push(self, cid: str, lines: list[bytes], requests: list[str]) -> None:
         """Queue lines for the agent, waiting for room up to `push_timeout`.
@@ -233,7 +240,7 @@ class FleetFront(Endpoint):
         if frame is None:
             return
         try:
-            cid = await self._open()
+            cid = await self._open("http")
         except NoFreeSlot as exc:
             await respond(send, 503, error_body(503, f"{exc}; try again later"))
             return
@@ -349,7 +356,7 @@ class FleetFront(Endpoint):
         point = _WsPoint()
         try:
             if resume is None or resume == b"new":
-                cid = await self._open()
+                cid = await self._open("websocket")
             else:
                 asked = _ws_resume_point(resume.decode("latin-1"))
                 if asked is None:
@@ -593,6 +600,20 @@ def _items(lines: list[bytes], first: int = 0) -> list[tuple[int, bytes, bool]]:
     a request (a line with both `"method"` and `"id"`) or are a batch of the agent's own."""
     return [(first + k, line, line[:1] == b"{" and not (b'"method"' in line and b'"id"' in line))
             for k, line in enumerate(lines)]
+
+
+def _refusals(send: Send, metrics: ServerMetrics) -> Send:
+    """`send`, counting the HTTP error statuses it sends (a WebSocket closed 1009 as 413)."""
+
+    async def counted(message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind in ("http.response.start", "websocket.http.response.start") and message["status"] >= 400:
+            metrics.refused(message["status"])
+        elif kind == "websocket.close" and message.get("code") == 1009:
+            metrics.refused(413)
+        await send(message)
+
+    return counted
 
 
 async def _unless(other: asyncio.Future[Any], work: Awaitable[T]) -> T | None:
