@@ -433,6 +433,43 @@ def test_host_and_front_metrics_scraped(server: redis_server.RedisServer) -> Non
     run(body)
 
 
+def test_two_fronts_and_two_hosts_hold_240_connections(server: redis_server.RedisServer) -> None:
+    """240 WebSocket connections held at once, a session each, through 2 fronts (120 waiting
+    readers each: more than redis-py's default pool of 100) on 2 hosts of 120 slots; with all
+    held, each answers an echo. (Memory per connection at 2,000: bench/fleet_connections.py.)"""
+    import websockets
+
+    k = 240
+
+    async def body() -> None:
+        async with fleet(server.url, hosts=2, fronts=2, slots=k // 2) as f:
+            urls = [u.replace("http://", "ws://") for u in f.fronts]
+            gate = asyncio.Semaphore(32)
+
+            async def answer(ws: Any, request: dict[str, Any]) -> Any:
+                await ws.send(json.dumps(request))
+                while True:  # the session's notifications may come first
+                    got = json.loads(await ws.recv())
+                    if got.get("id") == request["id"]:
+                        return got.get("result")
+
+            async def one(i: int, stack: contextlib.AsyncExitStack) -> Any:
+                async with gate:
+                    ws = await stack.enter_async_context(websockets.connect(urls[i % 2], max_queue=None))
+                    assert (await answer(ws, INIT))["protocolVersion"] == 1
+                    assert isinstance((await answer(ws, NEW))["sessionId"], str)
+                    return ws
+
+            async with contextlib.AsyncExitStack() as stack:
+                held = await asyncio.gather(*[one(i, stack) for i in range(k)])
+                assert sorted(h.connections for h in f.hosts) == [k // 2, k // 2]
+                echoes = [answer(ws, {"jsonrpc": "2.0", "id": 2, "method": "_test/echo", "params": {"i": i}})
+                          for i, ws in enumerate(held)]
+                assert await asyncio.gather(*echoes) == [{"i": i} for i in range(k)]
+
+    run(body, bound=60.0)
+
+
 def test_a_full_input_queue_holds_the_post_then_refuses_it(server: redis_server.RedisServer) -> None:
     """Backpressure, never a silent drop: a connection whose agent does not read takes POSTs
     up to its queue's bound; the next waits ``push_timeout`` for room and gets 503; once the

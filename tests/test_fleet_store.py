@@ -784,3 +784,35 @@ def test_a_reader_follows_the_output_in_one_round_trip_and_a_paused_host_wakes_f
         await store.close()
 
     run(body)
+
+
+def test_an_entry_appended_just_after_an_empty_wait_is_read_next_not_out_of_window(
+        server: redis_server.RedisServer) -> None:
+    """A reader's wait that ends empty, then an append before the reader looks at the record:
+    the cursor is still in the window (the entry is read by the next call), never
+    `CursorOutOfWindow` (a race seen under load with hundreds of readers)."""
+
+    async def body() -> None:
+        store = make(server.url)
+        writer = RedisStore(server.url, prefix=store.prefix)
+        cid = await store.create_connection("h1")
+        first = await store.append_output(cid, [b"one"])
+        client = store._redis
+        wait = client.xread
+
+        async def late(*args: Any, **kwargs: Any) -> Any:
+            got = await wait(*args, **kwargs)
+            if not got:
+                await writer.append_output(cid, [b"late"])
+            return got
+
+        client.xread = late  # type: ignore[method-assign]
+        got = await store.follow_output(cid, first, block=0.05)  # [] or, within the block, the entry
+        client.xread = wait  # type: ignore[method-assign]
+        if not got:
+            got = await store.follow_output(cid, first, block=0.05)
+        assert [e.lines for e in got] == [[b"late"]]
+        await writer.close()
+        await store.close()
+
+    run(body)

@@ -368,13 +368,19 @@ class RedisStore(FleetStore):
         prefix: prepended to every key.
         socket_timeout: seconds a reply may take (and a blocking read's slice is shorter).
         connect_timeout: seconds connecting may take.
+        max_connections: network connections to Redis at most. Every reader waiting for
+            output (an SSE stream, a WebSocket, on a front) holds one for its blocking read, so
+            a front needs one per connection it serves plus a few (redis-py's own default, 100,
+            would refuse the 101st waiting reader); Redis's `maxclients` and the file
+            descriptor limit bound it too.
 
     Raises:
         MissingExtraError: redis-py is not installed (`pip install 'acp-fast[fleet]'`).
     """
 
     def __init__(self, url: str, *, limits: StoreLimits | None = None, prefix: str = DEFAULT_PREFIX,
-                 socket_timeout: float = 5.0, connect_timeout: float = 5.0) -> None:
+                 socket_timeout: float = 5.0, connect_timeout: float = 5.0,
+                 max_connections: int = 65536) -> None:
         try:
             import redis.asyncio
             import redis.exceptions
@@ -384,15 +390,16 @@ class RedisStore(FleetStore):
             raise MissingExtraError(
                 f"the fleet store needs redis-py, which is not installed: pip install 'acp-fast[fleet]' ({exc})"
             ) from exc
-        if socket_timeout <= 0 or connect_timeout <= 0:
-            raise ValueError("socket_timeout and connect_timeout must be positive")
+        if socket_timeout <= 0 or connect_timeout <= 0 or max_connections < 1:
+            raise ValueError("socket_timeout, connect_timeout and max_connections must be positive")
         self._limits = limits or StoreLimits()
         self._url = _safe_url(url)
         self._prefix = prefix
         self._slice = socket_timeout / 2
         self._redis: Redis = redis.asyncio.Redis.from_url(
             url, socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
-            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, decode_responses=False)
+            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, decode_responses=False,
+            max_connections=max_connections)
         errors = redis.exceptions
         self._guard = _Unavailable(self._url, (errors.ConnectionError, errors.TimeoutError, OSError),
                                    errors.RedisError)
@@ -640,7 +647,7 @@ class RedisStore(FleetStore):
                     (last,) = await pipe.execute()
                 if last is None:
                     raise UnknownConnection(connection_id)
-                if seq != int(last):  # beyond the end, or what followed it is gone
+                if seq > int(last):  # beyond the end (an entry appended since the read is read next)
                     raise CursorOutOfWindow(after)
                 if deadline - time.monotonic() <= 0:
                     return []
