@@ -95,14 +95,14 @@ def _wake_reader(url: str, n: int, ready: multiprocessing.synchronize.Event,
         from redis.asyncio import Redis
 
         r = Redis.from_url(url)
-        after = "$"
+        after = "0-0"  # the writer emptied the stream: every entry it writes is read
         ready.set()
-        lat = []
-        for _ in range(n):
+        lat: list[float] = []
+        while len(lat) < n:  # a read under load may take more than one entry
             got = await r.xread({"floor:wake": after}, block=5000)
             now = time.perf_counter()
             after = got[0][1][-1][0]
-            lat.append(now - float(got[0][1][-1][1][b"t"]))
+            lat.extend(now - float(fields[b"t"]) for _, fields in got[0][1])
         out.put(statistics.median(lat) * 1e6)
         await r.aclose()
 
@@ -112,12 +112,13 @@ def _wake_reader(url: str, n: int, ready: multiprocessing.synchronize.Event,
 async def _wake(url: str, n: int) -> float:
     from redis.asyncio import Redis
 
+    r = Redis.from_url(url)
+    await r.delete("floor:wake")
     ready = multiprocessing.Event()
     q: multiprocessing.queues.Queue[float] = multiprocessing.Queue()
     p = multiprocessing.Process(target=_wake_reader, args=(url, n, ready, q))
     p.start()
     ready.wait()
-    r = Redis.from_url(url)
     await asyncio.sleep(0.2)
     for _ in range(n):
         await r.xadd("floor:wake", {"t": repr(time.perf_counter())})
