@@ -119,3 +119,27 @@ def test_a_dead_host_fails_the_pending_request_naming_it(server: redis_server.Re
         asyncio.run(asyncio.wait_for(body(), 60.0))
     finally:
         stop(proc)
+
+
+def test_host_metrics_port(server: redis_server.RedisServer) -> None:
+    """``acp-fast host --metrics-port 0``: its slots and heartbeats in the Prometheus format."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    proc, line = start(["host", "--redis", server.url, "--prefix", f"cm{os.getpid()}:", "--slots", "5", "--ttl", "0.6",
+                        "--metrics-port", "0", "--testy"], ready="metrics at")
+    try:
+        url = re.search(r"http://\S+/metrics", line)
+        assert url is not None, line
+        samples: dict[str, float] = {}
+        for _ in range(50):  # registered, then a heartbeat every 0.2 s
+            text = httpx.get(url.group(), timeout=5.0).text
+            samples = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+                       if not s.labels or s.labels.get("outcome") == "sent"}
+            if samples.get("acp_fast_host_heartbeats_total", 0) >= 1:
+                break
+            time.sleep(0.1)
+        assert samples["acp_fast_host_slots"] == 5 and samples["acp_fast_host_slots_used"] == 0
+        assert samples["acp_fast_host_heartbeats_total"] >= 1
+    finally:
+        stop(proc)

@@ -51,7 +51,8 @@ from acp_fast import Client, JsonRpcError  # noqa: E402
 from acp_fast.fleet import ConnectionEnded, RedisStore, StoreLimits, StoreUnavailable  # noqa: E402
 from acp_fast.fleet.front import FleetFront  # noqa: E402
 from acp_fast.fleet.host import AgentHost  # noqa: E402
-from acp_fast.remote import served  # noqa: E402
+from acp_fast.remote import ServerPolicy, served  # noqa: E402
+from acp_fast.remote.metrics import HostMetrics, ServerMetrics  # noqa: E402
 from acp_fast.remote._wire import CONNECTION_ID_HEADER, SseParser  # noqa: E402
 from acp_fast.remote.client import connect_url  # noqa: E402
 from acp_fast.remote.server import servable_opener  # noqa: E402
@@ -98,8 +99,9 @@ class Fleet:
         await asyncio.wait_for(host.wait_registered(), 5.0)
         return host
 
-    async def front(self, stack: contextlib.AsyncExitStack) -> str:
-        app = FleetFront(self.store(), init_timeout=5.0, push_timeout=2.0)
+    async def front(self, stack: contextlib.AsyncExitStack, policy: ServerPolicy | None = None,
+                    metrics: ServerMetrics | None = None) -> str:
+        app = FleetFront(self.store(), init_timeout=5.0, push_timeout=2.0, policy=policy, metrics=metrics)
         index = len(self.requests)
         self.requests.append(0)
 
@@ -125,14 +127,14 @@ class Fleet:
 
 @contextlib.asynccontextmanager
 async def fleet(url: str, hosts: int = 1, fronts: int = 1, slots: int = 4,
-                limits: StoreLimits | None = None) -> AsyncIterator[Fleet]:
+                limits: StoreLimits | None = None, policy: ServerPolicy | None = None) -> AsyncIterator[Fleet]:
     f = Fleet(url, limits)
     try:
         async with contextlib.AsyncExitStack() as stack:
             for _ in range(hosts):
                 await f.host(slots)
             for _ in range(fronts):
-                await f.front(stack)
+                await f.front(stack, policy)
             yield f
     finally:
         await f.close()
@@ -338,6 +340,134 @@ def test_all_hosts_full_or_none_alive_is_503(server: redis_server.RedisServer) -
                 assert r.status_code == 503 and "no agent host is alive" in r.json()["error"]["message"]
 
     run(body)
+
+
+def test_max_connections_bounds_the_whole_fleet(server: redis_server.RedisServer) -> None:
+    """The single-process server's `max_connections` on fronts: the connections of the whole
+    fleet (2 hosts of 4 slots, a maximum of 3), whichever front opens them; the next gets 503."""
+
+    async def body() -> None:
+        async with fleet(server.url, hosts=2, fronts=2, slots=4, policy=ServerPolicy(max_connections=3)) as f:
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                ids = []
+                for k in range(3):
+                    r = await http.post(f.fronts[k % 2], json=INIT)
+                    assert r.status_code == 200
+                    ids.append(r.headers[CONNECTION_ID_HEADER])
+                for url in f.fronts:
+                    r = await http.post(url, json=INIT)
+                    assert r.status_code == 503 and "maximum of 3 connections" in r.json()["error"]["message"]
+                assert sum(h.connections for h in f.hosts) == 3
+                assert (await http.delete(f.fronts[1], headers={CONNECTION_ID_HEADER: ids[0]})).status_code == 202
+                assert sum(await used(f, 2)) == 2
+                assert (await http.post(f.fronts[1], json=INIT)).status_code == 200
+
+    run(body)
+
+
+def test_an_idle_connection_expires_on_its_host_and_is_404_on_every_front(server: redis_server.RedisServer) -> None:
+    """The single-process server's idle timeout (the store's connection TTL, 1 s here): a
+    connection with no request and no reader expires although its agent wrote (the
+    initialize reply); its host closes the agent and frees the slot, and every front answers
+    a request naming it as the single-process server does: 404."""
+
+    async def body() -> None:
+        async with fleet(server.url, fronts=2, limits=StoreLimits(connection_ttl=1.0)) as f:
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                r = await http.post(f.fronts[0], json=INIT)
+                assert r.status_code == 200
+                cid = r.headers[CONNECTION_ID_HEADER]
+                assert f.hosts[0].connections == 1
+                for _ in range(200):  # the TTL, then the host's next quiet slice (1 s)
+                    if f.hosts[0].connections == 0:
+                        break
+                    await asyncio.sleep(0.05)
+                assert f.hosts[0].connections == 0
+                assert await used(f, 0) == [0]
+                head = {CONNECTION_ID_HEADER: cid}
+                for url in f.fronts:
+                    assert (await http.post(url, json=NEW, headers=head)).status_code == 404
+                    r = await http.get(url, headers={**head, "accept": "text/event-stream"})
+                    assert r.status_code == 404
+                    assert (await http.delete(url, headers=head)).status_code == 404
+
+    run(body)
+
+
+def test_host_and_front_metrics_scraped(server: redis_server.RedisServer) -> None:
+    """A host's series (slots total and used, connections taken, heartbeats) and a front's
+    (connections opened, refusals), scraped over HTTP and parsed by `prometheus_client`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async def scrape(http: httpx.AsyncClient, url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        r = await http.get(url)
+        assert r.status_code == 200
+        return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                for family in text_string_to_metric_families(r.text) for sample in family.samples}
+
+    async def body() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            f = Fleet(server.url)
+            stack.push_async_callback(f.close)
+            host = await f.host(slots=3, ttl=0.6)  # a heartbeat every 0.2 s
+            front_metrics = ServerMetrics()
+            url = await f.front(stack, metrics=front_metrics)
+            at_host = await stack.enter_async_context(served(HostMetrics(host).asgi_app()))
+            at_front = await stack.enter_async_context(served(front_metrics.asgi_app()))
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                got = await scrape(http, at_host.http_url)
+                assert got[("acp_fast_host_slots", ())] == 3 and got[("acp_fast_host_slots_used", ())] == 0
+                r = await http.post(url, json=INIT)
+                assert r.status_code == 200
+                assert (await http.post(url, json=NEW, headers={CONNECTION_ID_HEADER: "nope"})).status_code == 404
+                await asyncio.sleep(0.5)
+                got = await scrape(http, at_host.http_url)
+                assert got[("acp_fast_host_slots_used", ())] == 1
+                assert got[("acp_fast_host_connections_total", ())] == 1
+                assert got[("acp_fast_host_heartbeats_total", (("outcome", "sent"),))] >= 1
+                assert got[("acp_fast_host_heartbeats_total", (("outcome", "failed"),))] == 0
+                got = await scrape(http, at_front.http_url)
+                assert got[("acp_fast_connections_opened_total", (("transport", "http"),))] == 1
+                assert got[("acp_fast_refusals_total", (("status", "404"),))] == 1
+
+    run(body)
+
+
+def test_two_fronts_and_two_hosts_hold_240_connections(server: redis_server.RedisServer) -> None:
+    """240 WebSocket connections held at once, a session each, through 2 fronts (120 waiting
+    readers each: more than redis-py's default pool of 100) on 2 hosts of 120 slots; with all
+    held, each answers an echo. (Memory per connection at 2,000: bench/fleet_connections.py.)"""
+    import websockets
+
+    k = 240
+
+    async def body() -> None:
+        async with fleet(server.url, hosts=2, fronts=2, slots=k // 2) as f:
+            urls = [u.replace("http://", "ws://") for u in f.fronts]
+            gate = asyncio.Semaphore(32)
+
+            async def answer(ws: Any, request: dict[str, Any]) -> Any:
+                await ws.send(json.dumps(request))
+                while True:  # the session's notifications may come first
+                    got = json.loads(await ws.recv())
+                    if got.get("id") == request["id"]:
+                        return got.get("result")
+
+            async def one(i: int, stack: contextlib.AsyncExitStack) -> Any:
+                async with gate:
+                    ws = await stack.enter_async_context(websockets.connect(urls[i % 2], max_queue=None))
+                    assert (await answer(ws, INIT))["protocolVersion"] == 1
+                    assert isinstance((await answer(ws, NEW))["sessionId"], str)
+                    return ws
+
+            async with contextlib.AsyncExitStack() as stack:
+                held = await asyncio.gather(*[one(i, stack) for i in range(k)])
+                assert sorted(h.connections for h in f.hosts) == [k // 2, k // 2]
+                echoes = [answer(ws, {"jsonrpc": "2.0", "id": 2, "method": "_test/echo", "params": {"i": i}})
+                          for i, ws in enumerate(held)]
+                assert await asyncio.gather(*echoes) == [{"i": i} for i in range(k)]
+
+    run(body, bound=60.0)
 
 
 def test_a_full_input_queue_holds_the_post_then_refuses_it(server: redis_server.RedisServer) -> None:

@@ -153,6 +153,33 @@ def test_racing_claims_never_take_a_host_above_its_slots(server: redis_server.Re
     run(body)
 
 
+def test_racing_claims_never_take_the_fleet_above_its_maximum(server: redis_server.RedisServer) -> None:
+    """`fleet_max` counts the taken slots of every live host in the claim's script: claims
+    racing from four clients on two hosts take exactly the maximum; a dead host's slots do
+    not count."""
+
+    async def body() -> None:
+        prefix = f"t{secrets.token_hex(4)}:"
+        stores = [RedisStore(server.url, prefix=prefix) for _ in range(4)]
+        first = stores[0]
+        await first.register_host("a", 50, 5.0)
+        await first.register_host("b", 50, 5.0)
+        won = await asyncio.gather(*[stores[i % 4].claim_slot("ab"[i % 2], 30) for i in range(100)])
+        assert sum(won) == 30
+        assert sum(h.used for h in await first.live_hosts()) == 30
+        assert not await first.claim_slot("a", 30) and await first.claim_slot("a", 31)
+        assert await first.claim_slot("a")  # no maximum: only the host's slots
+        await first.register_host("c", 5, 0.2)
+        assert await first.claim_slot("c", 40)
+        assert not await first.claim_slot("a", 33)  # 32 on a and b, 1 on c
+        await asyncio.sleep(0.3)  # c is dead: its slot no longer counts
+        assert await first.claim_slot("a", 33)
+        for store in stores:
+            await store.close()
+
+    run(body)
+
+
 def test_a_host_whose_heartbeat_stops_is_dead_until_it_registers_again(server: redis_server.RedisServer) -> None:
     async def body() -> None:
         store = make(server.url)
@@ -219,14 +246,15 @@ def test_a_connection_expires_with_its_streams_unless_touched(server: redis_serv
         await store.push_input(cid, [b"in"])
         keys = [f"{store.prefix}{{{cid}}}:{k}" for k in ("conn", "out", "in")]
         assert await look.exists(*keys) == 3
-        for _ in range(3):  # activity keeps it: touches and writes
+        for _ in range(3):  # a reader's touches keep it
             await asyncio.sleep(ttl / 2)
             assert await store.touch_connection(cid)
         await asyncio.sleep(ttl / 2)
-        await store.append_output(cid, [b"more"])
+        await store.push_input(cid, [b"more in"])  # and a client's request
         await asyncio.sleep(ttl / 2)
         assert await store.connection_host(cid) == "h1"
-        await asyncio.sleep(ttl + 0.1)  # none: gone, streams too
+        await store.append_output(cid, [b"more"])  # the agent's output alone keeps nothing alive
+        await asyncio.sleep(ttl / 2 + 0.1)  # gone, streams too
         assert await store.connection_host(cid) is None
         assert await look.exists(*keys) == 0
         await look.aclose()
@@ -753,6 +781,38 @@ def test_a_reader_follows_the_output_in_one_round_trip_and_a_paused_host_wakes_f
                 await store.follow_output(cid, bad, block=0.05)
         with pytest.raises(UnknownConnection):
             await store.follow_output("no-such-connection", STREAM_START, block=0.05)
+        await store.close()
+
+    run(body)
+
+
+def test_an_entry_appended_just_after_an_empty_wait_is_read_next_not_out_of_window(
+        server: redis_server.RedisServer) -> None:
+    """A reader's wait that ends empty, then an append before the reader looks at the record:
+    the cursor is still in the window (the entry is read by the next call), never
+    `CursorOutOfWindow` (a race seen under load with hundreds of readers)."""
+
+    async def body() -> None:
+        store = make(server.url)
+        writer = RedisStore(server.url, prefix=store.prefix)
+        cid = await store.create_connection("h1")
+        first = await store.append_output(cid, [b"one"])
+        client = store._redis
+        wait = client.xread
+
+        async def late(*args: Any, **kwargs: Any) -> Any:
+            got = await wait(*args, **kwargs)
+            if not got:
+                await writer.append_output(cid, [b"late"])
+            return got
+
+        client.xread = late  # type: ignore[method-assign]
+        got = await store.follow_output(cid, first, block=0.05)  # [] or, within the block, the entry
+        client.xread = wait  # type: ignore[method-assign]
+        if not got:
+            got = await store.follow_output(cid, first, block=0.05)
+        assert [e.lines for e in got] == [[b"late"]]
+        await writer.close()
         await store.close()
 
     run(body)

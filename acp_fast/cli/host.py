@@ -47,6 +47,11 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
                         help="entries (agent flushes) of output each connection keeps (default: 4096)")
     parser.add_argument("--testy", action="store_true", help="run Testy in-process instead of a command")
     parser.add_argument("--versions", default="1,2", help="with --testy: protocol versions (default: 1,2)")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics (slots total and used, connections taken, heartbeats) at "
+                             "http://METRICS_HOST:PORT/metrics (default: off; needs prometheus-client)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address the metrics port binds (default: 127.0.0.1, this machine only)")
     parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (default: auto, uvloop when installed)")
     parser.add_argument("--log-level", default=os.environ.get("ACP_FAST_LOG", "WARNING"), help="log level (default: WARNING)")
     parser.add_argument("agent", nargs=argparse.REMAINDER, metavar="-- AGENT_CMD...", help="the agent command, after --")
@@ -88,7 +93,19 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"acp-fast host: {exc}", file=sys.stderr)
         return 2
-    run(_serve(host), loop=args.loop)
+    if args.metrics_port is None:
+        run(_serve(host), loop=args.loop)
+        return 0
+    from ..remote._wire import require_extra
+    from ..remote.metrics import HostMetrics
+    from .serve import _with_metrics
+
+    try:
+        require_extra("prometheus_client")
+    except MissingExtraError as exc:
+        print(f"acp-fast host: {exc}", file=sys.stderr)
+        return 2
+    run(_with_metrics(_serve(host), HostMetrics(host), args, "host"), loop=args.loop)
     return 0
 
 

@@ -21,7 +21,7 @@ from .loops import LOOPS, run
 if TYPE_CHECKING:
     from ..jsontypes import JsonObject
     from ..remote._asgi import ASGIApp
-    from ..remote.metrics import ServerMetrics
+    from ..remote.metrics import HostMetrics, ServerMetrics
     from . import Subparsers
 
 __all__ = ["add_parser", "main"]
@@ -47,7 +47,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
                         help="accept this Host name (repeatable; default: 127.0.0.1, localhost, ::1)")
     parser.add_argument("--max-body", type=int, default=None, help="largest POST body / WebSocket frame in bytes (default: 16 MiB)")
-    parser.add_argument("--max-connections", type=int, default=None, help="open connections at most (default: 4096)")
+    parser.add_argument("--max-connections", type=int, default=None, help="open connections at most (with --redis: of the whole fleet; default: 4096)")
     parser.add_argument("--idle-timeout", type=float, default=None,
                         help="seconds an HTTP connection nobody reads lives (default: 300)")
     parser.add_argument("--server", choices=SERVERS, default=DEFAULT_SERVER,
@@ -113,9 +113,10 @@ def main(args: argparse.Namespace) -> int:
         print("acp-fast serve: give an agent command after -- or --testy (one of them)", file=sys.stderr)
         return 2
     _logging(args)
-    if (args.metrics_port is not None or args.trace is not None) and (args.redis is not None or args.workers > 1):
-        print("acp-fast serve: --metrics-port and --trace serve one process's app: not with --redis or --workers yet",
-              file=sys.stderr)
+    if (args.metrics_port is not None and args.workers > 1) or (args.trace is not None and (
+            args.redis is not None or args.workers > 1)):
+        print("acp-fast serve: --metrics-port and --trace serve one process's app: not with --workers (nor --trace "
+              "with --redis) yet", file=sys.stderr)
         return 2
     if args.trace is not None:
         os.makedirs(args.trace, exist_ok=True)
@@ -151,12 +152,13 @@ def main(args: argparse.Namespace) -> int:
     if args.workers > 1:
         return _workers(args, cfg)
     if args.redis is not None:
-        from ..fleet import DEFAULT_PREFIX, RedisStore
+        from ..fleet import DEFAULT_PREFIX, RedisStore, StoreLimits
         from ..fleet.front import FleetFront
 
-        try:
-            app: ASGIApp = FleetFront(RedisStore(args.redis, prefix=args.prefix or DEFAULT_PREFIX), path=args.path,
-                                      policy=policy)
+        try:  # the idle timeout is the connections' TTL in the store; max_connections the fleet's
+            store = RedisStore(args.redis, prefix=args.prefix or DEFAULT_PREFIX,
+                               limits=StoreLimits(connection_ttl=policy.idle_timeout))
+            app: ASGIApp = FleetFront(store, path=args.path, policy=policy, metrics=metrics)
         except (MissingExtraError, ValueError) as exc:
             print(f"acp-fast serve: {exc}", file=sys.stderr)
             return 2
@@ -176,15 +178,15 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _with_metrics(main_server: Coroutine[Any, Any, None], metrics: ServerMetrics,
-                        args: argparse.Namespace) -> None:
-    """Serve `metrics` at `/metrics` on the metrics port while the server runs."""
+async def _with_metrics(main_server: Coroutine[Any, Any, None], metrics: ServerMetrics | HostMetrics,
+                        args: argparse.Namespace, command: str = "serve") -> None:
+    """Serve `metrics` at `/metrics` on the metrics port while `main_server` runs."""
     from ..remote.runner import served
 
     async with served(metrics.asgi_app(), host=args.metrics_host, port=args.metrics_port,
                       log_level=str(args.log_level).lower()) as where:
         host = f"[{where.host}]" if ":" in where.host else where.host
-        print(f"acp-fast serve: metrics at http://{host}:{where.port}/metrics", file=sys.stderr, flush=True)
+        print(f"acp-fast {command}: metrics at http://{host}:{where.port}/metrics", file=sys.stderr, flush=True)
         await main_server
 
 

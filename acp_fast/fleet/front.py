@@ -45,13 +45,12 @@ import contextlib
 import json
 import logging
 import time
-import types
 from collections.abc import Awaitable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from .. import _kinds
 from .. import engine as _default_engine
-from ..engine import encode_error
+from ..engine import Engine, encode_error
 from ..errors import INTERNAL_ERROR
 from ..remote._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
 from ..remote._outlet import grouped
@@ -63,6 +62,7 @@ from ..remote._wire import (
     one_line,
 )
 from ..remote.client import RESUME_HEADER
+from ..remote.metrics import ServerMetrics
 from ..remote.policy import AccessGuard, ServerPolicy
 from ..remote._requests import SSE_HEAD, checked_post, disconnected, initialize_frame, post_line
 from .store import (
@@ -102,31 +102,37 @@ class FleetFront(Endpoint):
     Args:
         store: the fleet store.
         path: the endpoint path (`/acp`); `/health` answers beside it.
-        policy: limits and access rules (the single-process server's; `max_connections`
-            and `idle_timeout` are the hosts' and the store's business here).
+        policy: limits and access rules (the single-process server's). `max_connections`
+            bounds the connections of the whole fleet (the live hosts' taken slots; the next
+            gets 503); the idle timeout is the store's `limits.connection_ttl` (`acp-fast
+            serve --redis --idle-timeout` sets both): a connection with no request and no
+            reader for that long expires, and its host closes its agent and frees the slot.
         engine: the engine twin that decodes POST bodies.
         init_timeout: seconds an `initialize` POST waits for the agent's reply.
         push_timeout: seconds a POST or a WebSocket frame waits for room in a full input
             queue before it is refused (503; the socket closes with 1013).
         host_check: seconds between looks at a waiting connection's host.
+        metrics: counts the connections this front opens and its refusals (HTTP error
+            statuses, a WebSocket closed 1009 as 413): see `acp_fast.remote.metrics`.
     """
 
     def __init__(self, store: FleetStore, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
-                 engine: types.ModuleType | None = None, init_timeout: float = 30.0,
-                 push_timeout: float = 30.0, host_check: float = 1.0) -> None:
+                 engine: Engine | None = None, init_timeout: float = 30.0,
+                 push_timeout: float = 30.0, host_check: float = 1.0, metrics: ServerMetrics | None = None) -> None:
         if not path.startswith("/"):
             raise ValueError(f"path must start with '/': {path!r}")
         self.store = store
         self.path = path.rstrip("/") or "/"
         self.policy = policy if policy is not None else ServerPolicy()
-        self.engine: types.ModuleType = engine if engine is not None else _default_engine
+        self.engine: Engine = engine if engine is not None else cast(Engine, _default_engine)
         self.init_timeout = init_timeout
         self.push_timeout = push_timeout
         self.host_check = host_check
+        self.metrics = metrics
         self._guarded = AccessGuard(self.dispatch, self.policy, paths=(self.path,))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._guarded(scope, receive, send)
+        await self._guarded(scope, receive, send if self.metrics is None else _refusals(send, self.metrics))
 
     async def http(self, method: str, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> None:
         try:
@@ -156,20 +162,26 @@ class FleetFront(Endpoint):
             NoFreeSlot: every live host is full, or none is alive.
         """
         hosts = sorted(await self.store.live_hosts(), key=lambda h: -h.free)
+        most = self.policy.max_connections
+        if sum(h.used for h in hosts) >= most:
+            raise NoFreeSlot(f"the fleet serves its maximum of {most} connections")
         for host in hosts:
-            if host.free > 0 and await self.store.claim_slot(host.host_id):
+            if host.free > 0 and await self.store.claim_slot(host.host_id, most):
                 return host.host_id
         raise NoFreeSlot("no agent host is alive" if not hosts else "every agent host is full")
 
-    async def _open(self) -> str:
+    async def _open(self, transport: str) -> str:
         """A new connection on a host with a free slot (raises as `_claim`)."""
         host = await self._claim()
         try:
-            return await self.store.create_connection(host)
+            cid = await self.store.create_connection(host)
         except BaseException:
             with contextlib.suppress(StoreError):
                 await self.store.release_slot(host)
             raise
+        if self.metrics is not None:
+            self.metrics.fleet_opened(transport)
+        return cid
 
     async def _push(self, cid: str, lines: list[bytes], requests: list[str]) -> None:
         """Queue lines for the agent, waiting for room up to `push_timeout`.
@@ -228,7 +240,7 @@ class FleetFront(Endpoint):
         if frame is None:
             return
         try:
-            cid = await self._open()
+            cid = await self._open("http")
         except NoFreeSlot as exc:
             await respond(send, 503, error_body(503, f"{exc}; try again later"))
             return
@@ -344,7 +356,7 @@ class FleetFront(Endpoint):
         point = _WsPoint()
         try:
             if resume is None or resume == b"new":
-                cid = await self._open()
+                cid = await self._open("websocket")
             else:
                 asked = _ws_resume_point(resume.decode("latin-1"))
                 if asked is None:
@@ -470,6 +482,7 @@ class _Watch:
         self.cid = cid
         self.host: str | None = None
         self.since = time.monotonic()  # the last thing sent (for the keep-alive)
+        self.touched = self.since  # the last refresh of the connection's TTL
 
     async def read(self, after: str, mark: tuple[str | None, str] | None = None) -> list[Entry]:
         """The entries after `after`, waiting up to `host_check` seconds, the read mark
@@ -477,10 +490,15 @@ class _Watch:
         on an empty read, a host found dead fails the requests in flight and ends the
         connection."""
         entries = await self.store.follow_output(self.cid, after, block=self.front.host_check, mark=mark)
+        now = time.monotonic()
         if entries:
-            self.since = time.monotonic()
+            self.since = now
+            if now - self.touched > self.store.limits.connection_ttl / 4:  # a reader keeps it alive
+                self.touched = now
+                await self.store.touch_connection(self.cid)
             return entries
-        await self.store.touch_connection(self.cid)  # a reader that waits keeps its connection alive
+        self.touched = now
+        await self.store.touch_connection(self.cid)  # a reader keeps its connection alive
         if self.host is None:
             self.host = await self.store.connection_host(self.cid)
         if self.host is not None and not await self.store.host_alive(self.host):
@@ -582,6 +600,20 @@ def _items(lines: list[bytes], first: int = 0) -> list[tuple[int, bytes, bool]]:
     a request (a line with both `"method"` and `"id"`) or are a batch of the agent's own."""
     return [(first + k, line, line[:1] == b"{" and not (b'"method"' in line and b'"id"' in line))
             for k, line in enumerate(lines)]
+
+
+def _refusals(send: Send, metrics: ServerMetrics) -> Send:
+    """`send`, counting the HTTP error statuses it sends (a WebSocket closed 1009 as 413)."""
+
+    async def counted(message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind in ("http.response.start", "websocket.http.response.start") and message["status"] >= 400:
+            metrics.refused(message["status"])
+        elif kind == "websocket.close" and message.get("code") == 1009:
+            metrics.refused(413)
+        await send(message)
+
+    return counted
 
 
 async def _unless(other: asyncio.Future[Any], work: Awaitable[T]) -> T | None:

@@ -37,16 +37,17 @@ has named that session, else to the connection's stream.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
 import secrets
-import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .. import _kinds
 from .. import engine as _default_engine
+from ..engine import Engine
 from ..protocol.facts import INITIALIZE
 from ..remote._wire import id_key
 from ..remote.server import StreamOpener
@@ -96,7 +97,7 @@ class AgentHost:
     """
 
     def __init__(self, store: FleetStore, opener: StreamOpener, *, slots: int = 16, host_id: str | None = None,
-                 ttl: float = 5.0, heartbeat: float | None = None, engine: types.ModuleType | None = None) -> None:
+                 ttl: float = 5.0, heartbeat: float | None = None, engine: Engine | None = None) -> None:
         if slots < 1 or ttl <= 0:
             raise ValueError("slots must be >= 1 and ttl positive")
         self.store = store
@@ -107,8 +108,10 @@ class AgentHost:
         self.heartbeat = heartbeat if heartbeat is not None else ttl / 3
         if not 0 < self.heartbeat < ttl:
             raise ValueError("heartbeat must be positive and less than ttl")
-        self.engine: types.ModuleType = engine if engine is not None else _default_engine
+        self.engine: Engine = engine if engine is not None else cast(Engine, _default_engine)
         self._links: dict[str, _Link] = {}
+        self._taken = 0
+        self._beats: collections.Counter[str] = collections.Counter()
         self._tasks: set[asyncio.Task[None]] = set()
         self._registered = asyncio.Event()
         #: set when a connection's queue must join the host's read (its agent started, or reads again)
@@ -118,6 +121,17 @@ class AgentHost:
     def connections(self) -> int:
         """How many connections (agents) run now."""
         return len(self._links)
+
+    @property
+    def taken(self) -> int:
+        """How many connections the host took since it started."""
+        return self._taken
+
+    @property
+    def heartbeats(self) -> collections.Counter[str]:
+        """Heartbeats by outcome: `sent`, `failed` (the store unavailable), `expired` (found
+        expired: the host registered again)."""
+        return self._beats
 
     async def wait_registered(self) -> None:
         """Wait until the host is registered and takes connections."""
@@ -161,8 +175,10 @@ class AgentHost:
             try:
                 alive = await self.store.heartbeat(self.host_id, self.ttl)
             except StoreUnavailable as exc:
+                self._beats["failed"] += 1
                 logger.warning("host %s: heartbeat failed: %s", self.host_id, exc)
                 continue
+            self._beats["sent" if alive else "expired"] += 1
             if not alive:  # declared dead: its connections are lost; a new life starts
                 logger.error("host %s: its heartbeat expired; ending %d connections and registering again",
                              self.host_id, len(self._links))
@@ -209,6 +225,7 @@ class AgentHost:
                 continue
             for cursor, cid in got.assigned:
                 inbox = cursor
+                self._taken += 1
                 task = asyncio.ensure_future(self._serve(cid))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)

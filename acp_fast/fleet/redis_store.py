@@ -8,7 +8,8 @@ Keys, under a prefix (`"acp-fast:"` by default, so that several fleets can share
 * `{<connection id>}:conn`: the connection's hash: `host`, the counters of its streams, and
   a field `p:<id>` per client request in flight (its JSON id; see `fail_pending`);
   `{<connection id>}:out`: its output stream; `{<connection id>}:in`: its input queue. The
-  three share the TTL, refreshed on every write and on `touch_connection`;
+  three share the TTL, refreshed by a client's push and by `touch_connection` (not by
+  the agent's output: the single-process server's idle rule);
   `{<connection id>}:rd`: one entry noting the last move of a read mark (what a host paused for
   its readers waits on), with the record's TTL. An output entry
   has `d` (the lines), `o` (see `_APPEND`) and, when the host routed its lines, `r` (their
@@ -105,11 +106,23 @@ end
 return out
 """
 
-# KEYS: host hash, alive key. Returns 1 when a slot was taken.
+# KEYS: host hash, alive key, hosts set. ARGV: host key prefix, the fleet's maximum (0: none).
+# Returns 1 when a slot was taken.
 _CLAIM = """
 if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
 local v = redis.call('HMGET', KEYS[1], 'slots', 'used')
 if not v[1] or tonumber(v[2] or 0) >= tonumber(v[1]) then return 0 end
+local most = tonumber(ARGV[2])
+if most > 0 then
+  local total = 0
+  for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+    local key = ARGV[1] .. id
+    if redis.call('EXISTS', key .. ':alive') == 1 then
+      total = total + tonumber(redis.call('HGET', key, 'used') or 0)
+    end
+  end
+  if total >= most then return 0 end
+end
 redis.call('HINCRBY', KEYS[1], 'used', 1)
 return 1
 """
@@ -122,6 +135,12 @@ end
 return 1
 """
 
+# KEYS: conn, a stream of it. A stream an XADD just created takes the record's TTL.
+_SAME_TTL = """
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 and redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIRE', KEYS[2], ttl) end
+"""
+
 # KEYS: conn, out, in. ARGV: ttl (ms). Returns 0 for an unknown connection.
 _TOUCH = """
 if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return 0 end
@@ -130,8 +149,9 @@ redis.call('PEXPIRE', KEYS[3], ARGV[1])
 return 1
 """
 
-# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms), routes ('' for none),
-# then the JSON ids of the client requests it answers.
+# KEYS: conn, out, in. ARGV: data, max entries, max bytes, (unused), routes ('' for none),
+# then the JSON ids of the client requests it answers. The agent's output refreshes no TTL
+# (the single-process server's idle rule: a client's request or a reader keeps it alive).
 # Each entry: d (the lines), o (the stream's byte count before it), r (routes, when given). The window keeps
 # `max bytes` of data at most: the oldest entries leave (the newest stays), found one by one
 # from the head (as many reads as entries leave), then trimmed exactly.
@@ -157,9 +177,7 @@ if floor > 0 then
   until keep
   if from ~= '-' then redis.call('XTRIM', KEYS[2], 'MINID', keep) end
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
+""" + _SAME_TTL + """
 return id
 """
 
@@ -171,6 +189,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[1]) == 0 then return 1 end
 local seq = redis.call('HINCRBY', KEYS[1], ARGV[3], 1)
 redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], ARGV[4], redis.call('HGET', KEYS[1], ARGV[5]) or 0)
+""" + _SAME_TTL + """
 return 1
 """
 
@@ -232,6 +251,7 @@ if #lines > 0 then
   bytes = redis.call('HINCRBY', KEYS[1], 'out_bytes', string.len(data))
 end
 redis.call('XADD', KEYS[2], redis.call('HINCRBY', KEYS[1], 'out_seq', 1) .. '-0', 'x', ARGV[2], 'o', bytes)
+""" + _SAME_TTL + """
 return 1
 """
 
@@ -374,13 +394,19 @@ class RedisStore(FleetStore):
         prefix: prepended to every key.
         socket_timeout: seconds a reply may take (and a blocking read's slice is shorter).
         connect_timeout: seconds connecting may take.
+        max_connections: network connections to Redis at most. Every reader waiting for
+            output (an SSE stream, a WebSocket, on a front) holds one for its blocking read, so
+            a front needs one per connection it serves plus a few (redis-py's own default, 100,
+            would refuse the 101st waiting reader); Redis's `maxclients` and the file
+            descriptor limit bound it too.
 
     Raises:
         MissingExtraError: redis-py is not installed (`pip install 'acp-fast[fleet]'`).
     """
 
     def __init__(self, url: str, *, limits: StoreLimits | None = None, prefix: str = DEFAULT_PREFIX,
-                 socket_timeout: float = 5.0, connect_timeout: float = 5.0) -> None:
+                 socket_timeout: float = 5.0, connect_timeout: float = 5.0,
+                 max_connections: int = 65536) -> None:
         try:
             import redis.asyncio
             import redis.exceptions
@@ -390,16 +416,16 @@ class RedisStore(FleetStore):
             raise MissingExtraError(
                 f"the fleet store needs redis-py, which is not installed: pip install 'acp-fast[fleet]' ({exc})"
             ) from exc
-        if socket_timeout <= 0 or connect_timeout <= 0:
-            raise ValueError("socket_timeout and connect_timeout must be positive")
+        if socket_timeout <= 0 or connect_timeout <= 0 or max_connections < 1:
+            raise ValueError("socket_timeout, connect_timeout and max_connections must be positive")
         self._limits = limits or StoreLimits()
         self._url = _safe_url(url)
         self._prefix = prefix
         self._slice = socket_timeout / 2
         self._redis: Redis = redis.asyncio.Redis.from_url(
             url, socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
-            retry=_ping_once_retry(Retry, NoBackoff, redis.exceptions.ConnectionError), retry_on_timeout=False, decode_responses=False,
-            health_check_interval=HEALTH_CHECK_IDLE)
+            retry=_ping_once_retry(Retry, NoBackoff, redis.exceptions.ConnectionError), retry_on_timeout=False,
+            decode_responses=False, health_check_interval=HEALTH_CHECK_IDLE, max_connections=max_connections)
         errors = redis.exceptions
         self._guard = _Unavailable(self._url, (errors.ConnectionError, errors.TimeoutError, OSError),
                                    errors.RedisError)
@@ -490,10 +516,10 @@ class RedisStore(FleetStore):
         with self._guard:
             return bool(await self._redis.exists(alive))
 
-    async def claim_slot(self, host_id: str) -> bool:
-        keys = self._host_keys(host_id)
+    async def claim_slot(self, host_id: str, fleet_max: int | None = None) -> bool:
+        keys = self._host_keys(host_id)[:2] + [self._prefix + "hosts"]
         with self._guard:
-            return bool(await self._claim(keys[:2]))
+            return bool(await self._claim(keys, [self._prefix + "host:", fleet_max or 0]))
 
     async def release_slot(self, host_id: str) -> None:
         keys = self._host_keys(host_id)[:1]
@@ -613,8 +639,10 @@ class RedisStore(FleetStore):
         """The entries after `after`, a cursor this stream gave, waiting up to `block` seconds.
 
         See [`FleetStore.follow_output`][acp_fast.fleet.FleetStore.follow_output]: the read
-        mark's move, the check and `XREAD BLOCK` are one pipeline (one round trip, whether
-        entries are there or it waits; a wait longer than the slice is waited in slices).
+        mark's move and `XREAD BLOCK` are one pipeline (one round trip, whether entries are
+        there or it waits; a wait longer than the slice is waited in slices); the record is
+        looked at (unknown, or the cursor out of the window) only after a read that got
+        nothing, so the path of an entry to a waiting reader is one command.
         """
         keys = self._conn_keys(connection_id)
         seq = _seq(after)
@@ -625,22 +653,27 @@ class RedisStore(FleetStore):
         deadline = time.monotonic() + block
         with self._guard:
             while True:
-                left = deadline - time.monotonic()
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    if mark is not None and marked is not None:
+                wait = max(1, round(min(max(deadline - time.monotonic(), 0), self._slice) * 1000))
+                got: Any
+                if mark is not None and marked is not None:
+                    async with self._redis.pipeline(transaction=False) as pipe:
                         pipe.eval(_MARK, 3, keys[0], keys[1], keys[3], marked, _mark_name(mark[0]))
-                        mark = None
-                    pipe.hget(keys[0], "out_seq")
-                    pipe.xread({keys[1]: after}, count=count, block=max(1, round(min(max(left, 0), self._slice) * 1000)))
-                    *_, last, got = await pipe.execute()
-                if last is None:
-                    raise UnknownConnection(connection_id)
+                        pipe.xread({keys[1]: after}, count=count, block=wait)
+                        _, got = await pipe.execute()
+                    mark = None
+                else:
+                    got = await self._redis.xread({keys[1]: after}, count=count, block=wait)
                 if got:
                     raw = list(got[0][1])
                     if _seq(raw[0][0].decode()) != seq + 1:
                         raise CursorOutOfWindow(after)
                     return _until_end(connection_id, raw)
-                if seq != int(last):  # beyond the end, or what followed it is gone
+                async with self._redis.pipeline(transaction=False) as pipe:  # typed alike by every redis-py
+                    pipe.hget(keys[0], "out_seq")
+                    (last,) = await pipe.execute()
+                if last is None:
+                    raise UnknownConnection(connection_id)
+                if seq > int(last):  # beyond the end (an entry appended since the read is read next)
                     raise CursorOutOfWindow(after)
                 if deadline - time.monotonic() <= 0:
                     return []

@@ -161,7 +161,8 @@ class StoreLimits:
         input_entries: unconsumed entries an input queue holds at most.
         input_bytes: unconsumed bytes of line data an input queue holds at most; a batch larger
             than this can never be queued (`ValueError`).
-        connection_ttl: seconds a connection record (and its streams) lives without activity.
+        connection_ttl: seconds a connection record (and its streams) lives without a client's
+            request or a reader (a front's `ServerPolicy.idle_timeout`).
         read_count: entries one read returns at most.
     """
 
@@ -293,11 +294,13 @@ class FleetStore(Protocol):
         """Whether the host's heartbeat is current: False once its TTL ran out."""
         ...
 
-    async def claim_slot(self, host_id: str) -> bool:
-        """Take one slot of a live host, atomically: never more than its `slots` are taken.
+    async def claim_slot(self, host_id: str, fleet_max: int | None = None) -> bool:
+        """Take one slot of a live host, atomically: never more than its `slots` are taken,
+        and with `fleet_max`, never more than `fleet_max` over all live hosts.
 
         Returns:
-            True when a slot was taken; False when the host is full or not alive.
+            True when a slot was taken; False when the host is full or not alive, or the live
+            hosts' taken slots add up to `fleet_max`.
         """
         ...
 
@@ -312,7 +315,9 @@ class FleetStore(Protocol):
         the host's inbox ([`read_assigned`][acp_fast.fleet.FleetStore.read_assigned]).
 
         The record and its streams expire after `limits.connection_ttl` seconds without
-        activity (a write to a stream or [`touch_connection`][acp_fast.fleet.FleetStore.touch_connection]).
+        activity: a client's push ([`push_input`][acp_fast.fleet.FleetStore.push_input]) or
+        a reader's [`touch_connection`][acp_fast.fleet.FleetStore.touch_connection] (the
+        single-process server's idle rule: the agent's output alone keeps nothing alive).
 
         Returns:
             the new connection's id, unguessable (`secrets.token_urlsafe`, 192 bits).

@@ -30,6 +30,18 @@ The series (prefix `acp_fast_`; counters end in `_total`):
 | `agent_exits_total` | `cause` (`exited`, `failed`, `signal`, `stopped`) | agent child processes that ended: by themselves with status 0, non-zero, by a signal, or stopped by the server |
 | `sse_resumes_total` | `outcome` (`served`, `refused`) | SSE readers back with `Last-Event-ID` |
 
+A fleet front (`acp-fast serve --redis URL --metrics-port P`) counts `connections_opened_total`
+(the connections it opened; they are the fleet's, so `connections_open` stays 0 there) and
+`refusals_total`. An agent host (`acp-fast host --metrics-port P`) serves
+[`HostMetrics`][acp_fast.remote.metrics.HostMetrics]:
+
+| series | labels | what |
+|---|---|---|
+| `host_slots` | | the connections the host runs at once at most |
+| `host_slots_used` | | the connections (agents) it runs now |
+| `host_connections_total` | | connections it took |
+| `host_heartbeats_total` | `outcome` (`sent`, `failed`, `expired`) | heartbeats: kept alive, store unavailable, or found expired (the host registers again) |
+
 A method name outside the ACP schemas' requests is counted as `other` (a client chooses
 the names: they must not grow the label set).
 
@@ -50,7 +62,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ._asgi import ASGIApp
 
-__all__ = ["DEFAULT_BUCKETS", "Metered", "ServerMetrics", "method_label"]
+__all__ = ["DEFAULT_BUCKETS", "HostCounters", "HostMetrics", "Metered", "ServerMetrics", "method_label"]
 
 #: The request latency histogram's upper bounds, in seconds (a prompt turn may take minutes).
 DEFAULT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -152,6 +164,10 @@ class ServerMetrics:
         self._pauses += conn.pauses
         self._paused += conn.paused_seconds
 
+    def fleet_opened(self, transport: str) -> None:
+        """A fleet front opened a connection (the fleet's, with no counters in this process)."""
+        self._opened[transport] += 1
+
     def request(self, method: str, outcome: str, seconds: float | None) -> None:
         """A request ended: answered (`ok`, `error`, with its latency) or `unanswered`."""
         label = method_label(method)
@@ -250,4 +266,73 @@ class ServerMetrics:
         from prometheus_client import make_asgi_app
 
         app: ASGIApp = make_asgi_app(registry if registry is not None else self.registry())
+        return app
+
+
+class HostCounters(Protocol):
+    """What [`HostMetrics`][acp_fast.remote.metrics.HostMetrics] reads of an agent host
+    (`acp_fast.fleet.host.AgentHost`)."""
+
+    @property
+    def slots(self) -> int:
+        """Connections run at once at most."""
+        ...
+
+    @property
+    def connections(self) -> int:
+        """Connections (agents) run now."""
+        ...
+
+    @property
+    def taken(self) -> int:
+        """Connections taken since the start."""
+        ...
+
+    @property
+    def heartbeats(self) -> collections.Counter[str]:
+        """Heartbeats by outcome: `sent`, `failed`, `expired`."""
+        ...
+
+
+class HostMetrics:
+    """The Prometheus collector of a fleet's agent host (see the module docstring): its slots,
+    the connections it runs and took, its heartbeats. Read when scraped; scrape it in the
+    host's event loop.
+
+    Args:
+        host: the host (`acp_fast.fleet.host.AgentHost`).
+        namespace: the series' prefix (`acp_fast`).
+    """
+
+    def __init__(self, host: HostCounters, *, namespace: str = "acp_fast") -> None:
+        self.host = host
+        self.namespace = namespace
+
+    def collect(self) -> Iterator[Any]:
+        """The series as `prometheus_client` metric families (a custom collector's `collect`)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        ns, host = self.namespace, self.host
+        yield GaugeMetricFamily(f"{ns}_host_slots", "connections the host runs at once at most", value=host.slots)
+        yield GaugeMetricFamily(f"{ns}_host_slots_used", "connections (agents) the host runs now",
+                                value=host.connections)
+        yield CounterMetricFamily(f"{ns}_host_connections", "connections the host took", value=host.taken)
+        beats = CounterMetricFamily(f"{ns}_host_heartbeats", "heartbeats, by outcome", labels=["outcome"])
+        for outcome in ("sent", "failed", "expired"):
+            beats.add_metric([outcome], host.heartbeats[outcome])
+        yield beats
+
+    def registry(self) -> Any:
+        """A new `prometheus_client.CollectorRegistry` holding these series alone."""
+        from prometheus_client import CollectorRegistry
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        return registry
+
+    def asgi_app(self) -> ASGIApp:
+        """An ASGI app answering every GET with the series in the Prometheus text format."""
+        from prometheus_client import make_asgi_app
+
+        app: ASGIApp = make_asgi_app(self.registry())
         return app
