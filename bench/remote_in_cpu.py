@@ -18,6 +18,9 @@ Usage (the difference of two runs cancels start-up)::
     PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null python -m bench.remote_in_cpu roundtrip --n 2000
     # (instructions of the first - the second) / 2000 = instructions per message
 
+``--metrics``: the app with metrics (`acp_fast.remote.metrics.ServerMetrics`, no scrape
+endpoint), for the A/B of their cost per request.
+
 Without valgrind it prints the wall-clock time per message too (noisy on a shared machine).
 """
 
@@ -74,11 +77,12 @@ class _Reader:
             await self.wake.wait()
 
 
-async def run(workload: str, n: int) -> float:
+async def run(workload: str, n: int, metrics: bool = False) -> float:
     from acp_fast.remote import asgi_app
+    from acp_fast.remote.metrics import ServerMetrics
     from acp_fast.testy import build
 
-    app = asgi_app(build((1, 2)))
+    app = asgi_app(build((1, 2)), metrics=ServerMetrics() if metrics else None)
     status, headers = await _post(app, INIT, [])
     assert status == 200, status
     cid = headers[b"acp-connection-id"]
@@ -108,8 +112,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workload", choices=("roundtrip", "burst"))
     parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--metrics", action="store_true", help="the app with metrics (acp_fast.remote.metrics)")
     args = parser.parse_args()
-    elapsed = asyncio.run(run(args.workload, args.n))
+    elapsed = asyncio.run(run(args.workload, args.n, args.metrics))
     print(f"{args.workload}: {args.n} messages, {elapsed / max(args.n, 1) * 1e6:.1f} us/message (wall)")
 
 

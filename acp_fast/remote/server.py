@@ -1047,11 +1047,11 @@ class _StatusTap:
         self.method = method
         self.cid = cid
 
-    async def __call__(self, message: dict[str, Any]) -> None:
+    def __call__(self, message: dict[str, Any]) -> Awaitable[None]:
         if message["type"] == "http.response.start" and message["status"] >= 400:
             self.report(message["status"], f"{self.method} answered {message['status']}",
                         None if self.cid is None else self.cid.decode("latin-1"))
-        await self.inner(message)
+        return self.inner(message)  # the inner send's own awaitable: no coroutine of the tap's
 
     @staticmethod
     def untapped(send: Send) -> Send:
