@@ -136,8 +136,8 @@ def test_racing_claims_never_take_a_host_above_its_slots(server: redis_server.Re
         prefix = f"t{secrets.token_hex(4)}:"
         stores = [RedisStore(server.url, prefix=prefix) for _ in range(4)]
         first = stores[0]
-        await first.register_host("a", 7, 5.0)
-        await first.register_host("b", 3, 5.0)
+        await first.register_host("a", 7, 30.0)  # a heartbeat TTL no burst outlasts, even under load
+        await first.register_host("b", 3, 30.0)
         claims = [stores[i % 4].claim_slot("ab"[i % 2]) for i in range(200)]
         won = await asyncio.gather(*claims)
         assert sum(won[0::2]) == 7 and sum(won[1::2]) == 3
@@ -162,8 +162,8 @@ def test_racing_claims_never_take_the_fleet_above_its_maximum(server: redis_serv
         prefix = f"t{secrets.token_hex(4)}:"
         stores = [RedisStore(server.url, prefix=prefix) for _ in range(4)]
         first = stores[0]
-        await first.register_host("a", 50, 5.0)
-        await first.register_host("b", 50, 5.0)
+        await first.register_host("a", 50, 30.0)  # a heartbeat TTL no burst outlasts, even under load
+        await first.register_host("b", 50, 30.0)
         won = await asyncio.gather(*[stores[i % 4].claim_slot("ab"[i % 2], 30) for i in range(100)])
         assert sum(won) == 30
         assert sum(h.used for h in await first.live_hosts()) == 30
