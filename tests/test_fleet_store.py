@@ -462,14 +462,16 @@ def test_the_input_queue_is_bounded_in_bytes_with_backpressure(server: redis_ser
 
 def test_racing_pushes_never_overfill_the_queue(server: redis_server.RedisServer) -> None:
     async def body() -> None:
-        store = make(server.url, input_entries=10)
+        # default timeouts (not make()'s 0.5 s): the burst opens many connections at once
+        store = RedisStore(server.url, limits=StoreLimits(input_entries=10), prefix=f"t{secrets.token_hex(4)}:")
         cid = await store.create_connection("h1")
         others = [RedisStore(server.url, limits=store.limits, prefix=store.prefix) for _ in range(3)]
         pushers = [*others, store]
         results = await asyncio.gather(*(pushers[i % 4].push_input(cid, [b"%d" % i]) for i in range(80)),
                                        return_exceptions=True)
         won = [r for r in results if isinstance(r, str)]
-        assert len(won) == 10 and all(isinstance(r, InputQueueFull) for r in results if not isinstance(r, str))
+        others_failed = [repr(r) for r in results if not isinstance(r, (str, InputQueueFull))]
+        assert len(won) == 10 and not others_failed, others_failed
         assert sorted(won, key=lambda c: int(c[:-2])) == [f"{i}-0" for i in range(1, 11)]
         assert len(await store.read_input(cid, STREAM_START)) == 10
         for each in pushers:
