@@ -40,6 +40,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 from peer_rule import missing, require_module  # noqa: E402
+from fleet_processes import stop  # noqa: E402
 
 require_module("acp", what="the official Python SDK (agent-client-protocol) is not installed")
 
@@ -189,14 +190,7 @@ def test_sdk_remote_examples_run_unchanged_on_the_connection_dropin(sdist: Path,
             assert out.returncode == 0, (client, out.stderr[-3000:])
             assert f"<< echo: {text}" in out.stdout and "stop reason: end_turn" in out.stdout, (client, out.stdout)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=10)
-        if server.stderr is not None:
-            server.stderr.close()
+        stop(server)
     assert _installed(log) == ["connection"] * 3  # the server and both clients
 
 

@@ -146,6 +146,9 @@ def _head_key(raw: bytes) -> tuple[bool, object]:
 class _Connection:
     """One ACP connection: the agent's stream and what the network side has in flight."""
 
+    #: a WebSocket's line splitter counts the calls among its lines (`LineSplitter.calls`)
+    counts_calls = False
+
     def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool,
                  on_closed: Callable[[_Connection], None] | None = None, ws_batches: bool = False) -> None:
         #: called once the connection ends (the app forgets it)
@@ -168,7 +171,7 @@ class _Connection:
         self.lines: Any = None
         self.decoder: Any = None
         if websocket and not ws_batches:
-            self.lines = app.engine.LineSplitter(max_line_size=limit)
+            self.lines = app.engine.LineSplitter(max_line_size=limit, count_calls=self.counts_calls)
         else:
             self.decoder = app.engine.Decoder(lazy=True, max_line_size=limit)
         self.routes: dict[tuple[bool, object], tuple[str | None, str | None]] = {}
@@ -437,6 +440,8 @@ class _MeteredConnection(_Connection):
     splits) is not looked at, and in another such a line is skipped, any other decoded (with
     batch frames, the decoder's frames say their kind)."""
 
+    counts_calls = True
+
     def __init__(self, app: AcpApp, cid: str, stream: Stream, websocket: bool, metrics: ServerMetrics,
                  on_closed: Callable[[_Connection], None] | None = None, ws_batches: bool = False) -> None:
         self.transport = "websocket" if websocket else "http"
@@ -450,7 +455,7 @@ class _MeteredConnection(_Connection):
         super().__init__(app, cid, stream, websocket, on_closed, ws_batches)
         self._peek = app.engine.Decoder(lazy=True, max_line_size=self.max_line)
         if websocket and self.lines is not None:  # split once, and watched for responses
-            self.lines = _ResponseWatch(app.engine.LineSplitter(max_line_size=self.max_line, count_calls=True), self)
+            self.lines = _ResponseWatch(self.lines, self)
 
     @property
     def out_messages(self) -> int:
