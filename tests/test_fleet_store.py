@@ -567,6 +567,36 @@ def test_a_frozen_redis_is_store_unavailable_within_the_socket_timeout(own_serve
     run(body)
 
 
+def test_new_connections_survive_a_loop_that_stalls_between_their_sends(
+        server: redis_server.RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop busy for longer than the health-check interval between two writes of a new
+    connection (as under load) must not desynchronise its replies: redis-py's connect sequence
+    pipelines commands, each write preceded by a health check whose PING would read the reply
+    of the command before it. Each write here waits longer than the interval first."""
+    from acp_fast.fleet.redis_store import HEALTH_CHECK_IDLE
+
+    sent: list[Any] = []
+    original = redis_asyncio.Connection.send_command
+
+    async def stalled(self: Any, *args: Any, **kwargs: Any) -> None:
+        sent.append(args[0])
+        await asyncio.sleep(HEALTH_CHECK_IDLE * 1.5)
+        await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis_asyncio.Connection, "send_command", stalled)
+
+    async def body() -> None:
+        store = RedisStore(server.url, prefix=f"t{secrets.token_hex(4)}:", socket_timeout=5.0, connect_timeout=5.0)
+        # several connections at once (each opens its own socket and runs the connect sequence)
+        cids = await asyncio.gather(*[store.create_connection("h1") for _ in range(4)])
+        assert len(set(cids)) == 4
+        assert all(await asyncio.gather(*[store.connection_host(c) for c in cids]))
+        await store.close()
+
+    run(body, bound=30.0)
+    assert sent, "the stall never ran: the test no longer exercises redis-py's writes"
+
+
 # --- construction -------------------------------------------------------------------------
 
 

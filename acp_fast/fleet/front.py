@@ -406,7 +406,8 @@ class FleetFront(Endpoint):
                     except InputQueueFull:
                         code = 1013
                         break
-                    except StoreError:
+                    except StoreError as exc:
+                        logger.warning("fleet front: WebSocket of %s: %s", cid[:8], exc)
                         code = 1011
                         break
                 elif t == "websocket.disconnect":

@@ -40,6 +40,7 @@ primary with replicas), not Redis Cluster: the host registry's scripts touch key
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import secrets
@@ -361,6 +362,21 @@ def _ping_once_retry(retry: Any, no_backoff: Any, closed: type[Exception]) -> An
     return _PingOnceRetry()
 
 
+def _no_client_setinfo(connection: type) -> dict[str, Any]:
+    """The redis-py keyword arguments that keep a new connection from sending `CLIENT SETINFO`.
+
+    redis-py pipelines its two `CLIENT SETINFO` commands when it connects, each sent with a
+    health check: on a loop busy for longer than `HEALTH_CHECK_IDLE` between the two sends, the
+    check's PING is written behind the first and reads its reply (an error on Redis 7.0, which
+    has no SETINFO), and the new connection fails. Nothing of the store needs the library's name
+    on the server. redis-py 7+ takes `driver_info=None`; older releases `lib_name=None` and
+    `lib_version=None` (the newer ones warn that those are deprecated)."""
+    if any("driver_info" in inspect.signature(vars(c).get("__init__", object.__init__)).parameters
+           for c in connection.__mro__):
+        return {"driver_info": None}
+    return {"lib_name": None, "lib_version": None}
+
+
 class _Unavailable:
     """Turns the client's errors into the store's, inside a `with` block."""
 
@@ -425,7 +441,8 @@ class RedisStore(FleetStore):
         self._redis: Redis = redis.asyncio.Redis.from_url(
             url, socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
             retry=_ping_once_retry(Retry, NoBackoff, redis.exceptions.ConnectionError), retry_on_timeout=False,
-            decode_responses=False, health_check_interval=HEALTH_CHECK_IDLE, max_connections=max_connections)
+            decode_responses=False, health_check_interval=HEALTH_CHECK_IDLE, max_connections=max_connections,
+            **_no_client_setinfo(redis.asyncio.Connection))
         errors = redis.exceptions
         self._guard = _Unavailable(self._url, (errors.ConnectionError, errors.TimeoutError, OSError),
                                    errors.RedisError)
