@@ -77,7 +77,8 @@ def test_hosts_and_a_front_as_processes(server: redis_server.RedisServer) -> Non
 
 
 @pytest.mark.parametrize("args", [["serve", "--redis", "redis://127.0.0.1:1/0", "--testy"],
-                                  ["host", "--redis", "redis://127.0.0.1:1/0"]])
+                                  ["host", "--redis", "redis://127.0.0.1:1/0"],
+                                  ["serve", "--redis", "redis://127.0.0.1:1/0", "--resume-grace", "0"]])
 def test_what_a_role_cannot_take_exits_2(args: list[str]) -> None:
     done = subprocess.run([*CLI, *args], capture_output=True, timeout=60, check=False)
     assert done.returncode == 2 and b"acp-fast" in done.stderr

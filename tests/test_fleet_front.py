@@ -100,8 +100,9 @@ class Fleet:
         return host
 
     async def front(self, stack: contextlib.AsyncExitStack, policy: ServerPolicy | None = None,
-                    metrics: ServerMetrics | None = None) -> str:
-        app = FleetFront(self.store(), init_timeout=5.0, push_timeout=2.0, policy=policy, metrics=metrics)
+                    metrics: ServerMetrics | None = None, resume_grace: float = 30.0) -> str:
+        app = FleetFront(self.store(), init_timeout=5.0, push_timeout=2.0, policy=policy, metrics=metrics,
+                         resume_grace=resume_grace)
         index = len(self.requests)
         self.requests.append(0)
 
@@ -127,14 +128,15 @@ class Fleet:
 
 @contextlib.asynccontextmanager
 async def fleet(url: str, hosts: int = 1, fronts: int = 1, slots: int = 4,
-                limits: StoreLimits | None = None, policy: ServerPolicy | None = None) -> AsyncIterator[Fleet]:
+                limits: StoreLimits | None = None, policy: ServerPolicy | None = None,
+                resume_grace: float = 30.0) -> AsyncIterator[Fleet]:
     f = Fleet(url, limits)
     try:
         async with contextlib.AsyncExitStack() as stack:
             for _ in range(hosts):
                 await f.host(slots)
             for _ in range(fronts):
-                await f.front(stack, policy)
+                await f.front(stack, policy, resume_grace=resume_grace)
             yield f
     finally:
         await f.close()
@@ -571,6 +573,59 @@ def test_a_waiting_reader_keeps_its_connection_alive(server: redis_server.RedisS
                 await asyncio.sleep(3.0)
                 assert await cx.send_request("_test/echo", {"n": 2}) == {"n": 2}
                 assert f.hosts[0].connections == 1
+
+    run(body)
+
+
+def test_a_dropped_resumable_websocket_frees_its_agent_after_the_grace_unless_resumed(
+        server: redis_server.RedisServer) -> None:
+    """Grace 0.6 s, idle timeout 300 s. A resumable WebSocket dropped without a close frame and
+    never resumed: its connection expires after the grace and its host frees the slot (not after
+    the idle timeout). One resumed on the other front within the grace: still served after
+    several graces, since the resumed reader numbers itself after the dropped one."""
+    import websockets
+
+    from acp_fast.remote.client import RESUME_HEADER
+
+    grace = 0.6
+
+    async def opened(url: str, header: str) -> tuple[Any, str]:
+        ws = await websockets.connect(url, additional_headers={RESUME_HEADER: header})
+        cid = ws.response.headers[CONNECTION_ID_HEADER]
+        await ws.send(json.dumps(INIT))
+        return ws, cid
+
+    async def until(ws: Any, rid: int) -> Any:
+        while True:
+            got = await asyncio.wait_for(ws.recv(), 5.0)
+            if isinstance(got, str) and json.loads(got).get("id") == rid:
+                return json.loads(got)
+
+    async def body() -> None:
+        async with fleet(server.url, fronts=2, resume_grace=grace) as f:
+            urls = [u.replace("http://", "ws://") for u in f.fronts]
+            store = f.stores[0]
+            # never resumed: gone after the grace, the slot freed
+            ws, gone = await opened(urls[0], "new")
+            assert (await until(ws, 0))["result"]["protocolVersion"] == 1
+            ws.transport.abort()
+            assert await used(f, 1) == [1]
+            for _ in range(100):
+                if await store.connection_host(gone) is None:
+                    break
+                await asyncio.sleep(0.1)
+            assert await store.connection_host(gone) is None, "the dropped connection outlived its grace"
+            assert await used(f, 0) == [0]
+            # resumed within the grace, on the other front: lives on
+            ws, kept = await opened(urls[0], "new")
+            assert (await until(ws, 0))["result"]["protocolVersion"] == 1
+            ws.transport.abort()
+            back = await websockets.connect(urls[1], additional_headers={RESUME_HEADER: f"{kept} 0-0 0"})
+            await asyncio.sleep(grace * 4)
+            assert await store.connection_host(kept) is not None
+            await back.send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "_test/echo", "params": {"k": 1}}))
+            assert (await until(back, 7))["result"] == {"k": 1}
+            await back.close()
 
     run(body)
 

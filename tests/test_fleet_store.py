@@ -567,6 +567,42 @@ def test_a_frozen_redis_is_store_unavailable_within_the_socket_timeout(own_serve
     run(body)
 
 
+def test_a_dropped_reader_shortens_the_ttl_to_its_grace_unless_another_attached_since(
+        server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url, connection_ttl=60.0)
+        r = raw(server.url)
+        cid = await store.create_connection("h1")
+        await store.append_output(cid, [b"x"])
+        keys = [f"{store.prefix}{{{cid}}}:{k}" for k in ("conn", "out", "in")]
+
+        async def ttls() -> list[int]:
+            return [await r.pttl(k) for k in keys]
+
+        assert await store.push_input(cid, [b"y"])  # the input queue exists too
+        assert [await store.attach_reader(cid) for _ in range(2)] == [1, 2]
+        # reader 1 dropped after reader 2 attached (a resume elsewhere came first): no change
+        assert not await store.detach_reader(cid, 1, 2.0)
+        assert min(await ttls()) > 50_000
+        # the last reader dropped: every key within the grace
+        assert await store.detach_reader(cid, 2, 2.0)
+        assert all(0 < t <= 2_000 for t in await ttls()), await ttls()
+        # never lengthened: a longer grace leaves the shorter TTL
+        assert await store.detach_reader(cid, 2, 30.0)
+        assert all(0 < t <= 2_000 for t in await ttls()), await ttls()
+        # a reader attaching again restarts the full TTL
+        assert await store.attach_reader(cid) == 3
+        assert min(await ttls()) > 50_000
+        assert await store.attach_reader("nope") == 0 and not await store.detach_reader("nope", 1, 1.0)
+        assert not await store.detach_reader(cid, 0, 1.0)
+        with pytest.raises(ValueError):
+            await store.detach_reader(cid, 3, 0.0)
+        await r.aclose()
+        await store.close()
+
+    run(body)
+
+
 def test_new_connections_survive_a_loop_that_stalls_between_their_sends(
         server: redis_server.RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A loop busy for longer than the health-check interval between two writes of a new

@@ -61,6 +61,10 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
                         help="run a front of a fleet instead: no agent here, connections go to the agent hosts "
                              "(acp-fast host --redis URL) registered in this Redis; any front serves any request")
     parser.add_argument("--prefix", default=None, help="with --redis: the fleet's key prefix (default: acp-fast:)")
+    parser.add_argument("--resume-grace", type=float, default=30.0, metavar="SECONDS",
+                        help="with --redis: seconds a connection lives after its resumable WebSocket dropped "
+                             "without a close frame, unless the client resumes it (default: 30; at most the "
+                             "idle timeout)")
     parser.add_argument("--testy", action="store_true", help="serve Testy in-process instead of a command")
     parser.add_argument("--versions", default="1,2", help="with --testy: protocol versions (default: 1,2)")
     parser.add_argument("--engine", choices=("auto", "c", "py"), default="auto", help="engine twin for --testy")
@@ -158,7 +162,8 @@ def main(args: argparse.Namespace) -> int:
         try:  # the idle timeout is the connections' TTL in the store; max_connections the fleet's
             store = RedisStore(args.redis, prefix=args.prefix or DEFAULT_PREFIX,
                                limits=StoreLimits(connection_ttl=policy.idle_timeout))
-            app: ASGIApp = FleetFront(store, path=args.path, policy=policy, metrics=metrics)
+            app: ASGIApp = FleetFront(store, path=args.path, policy=policy, metrics=metrics,
+                                      resume_grace=args.resume_grace)
         except (MissingExtraError, ValueError) as exc:
             print(f"acp-fast serve: {exc}", file=sys.stderr)
             return 2

@@ -112,15 +112,22 @@ class FleetFront(Endpoint):
         push_timeout: seconds a POST or a WebSocket frame waits for room in a full input
             queue before it is refused (503; the socket closes with 1013).
         host_check: seconds between looks at a waiting connection's host.
+        resume_grace: seconds a connection lives after its resumable WebSocket dropped
+            without a close frame, unless a reader resumes it (or a client's request comes)
+            first; never longer than the idle timeout. A client that never comes back frees
+            its agent's slot this soon, not after the whole idle timeout.
         metrics: counts the connections this front opens and its refusals (HTTP error
             statuses, a WebSocket closed 1009 as 413): see `acp_fast.remote.metrics`.
     """
 
     def __init__(self, store: FleetStore, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
                  engine: Engine | None = None, init_timeout: float = 30.0,
-                 push_timeout: float = 30.0, host_check: float = 1.0, metrics: ServerMetrics | None = None) -> None:
+                 push_timeout: float = 30.0, host_check: float = 1.0, resume_grace: float = 30.0,
+                 metrics: ServerMetrics | None = None) -> None:
         if not path.startswith("/"):
             raise ValueError(f"path must start with '/': {path!r}")
+        if resume_grace <= 0:
+            raise ValueError(f"resume_grace must be positive: {resume_grace!r}")
         self.store = store
         self.path = path.rstrip("/") or "/"
         self.policy = policy if policy is not None else ServerPolicy()
@@ -128,6 +135,7 @@ class FleetFront(Endpoint):
         self.init_timeout = init_timeout
         self.push_timeout = push_timeout
         self.host_check = host_check
+        self.resume_grace = resume_grace
         self.metrics = metrics
         self._guarded = AccessGuard(self.dispatch, self.policy, paths=(self.path,))
 
@@ -354,6 +362,7 @@ class FleetFront(Endpoint):
             return
         resume = headers.get(_RESUME)
         point = _WsPoint()
+        reader = 0  # a resumable socket's number (attach_reader)
         try:
             if resume is None or resume == b"new":
                 cid = await self._open("websocket")
@@ -364,6 +373,10 @@ class FleetFront(Endpoint):
                     return
                 cid, point.after, point.skip = asked
                 point.first = await self.store.read_output(cid, point.after)
+            if resume is not None:  # a reader that may drop and come back: numbered
+                reader = await self.store.attach_reader(cid)
+                if reader == 0:
+                    raise UnknownConnection(cid)
         except NoFreeSlot as exc:
             await deny(scope, send, 503, f"{exc}; try again later")
             return
@@ -415,8 +428,10 @@ class FleetFront(Endpoint):
                     break
         finally:
             if kept:
-                logger.info("fleet front: the resumable WebSocket of %s dropped; the connection stays for a resume",
-                            cid[:8])
+                logger.info("fleet front: the resumable WebSocket of %s dropped; the connection stays %g s for a resume",
+                            cid[:8], self.resume_grace)
+                with contextlib.suppress(StoreError):  # the store gone: the idle timeout reaps it
+                    await self.store.detach_reader(cid, reader, self.resume_grace)
             else:
                 await self._end_quietly(cid, "the WebSocket closed")
             if not sender.done():

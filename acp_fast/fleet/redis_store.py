@@ -5,11 +5,13 @@ Keys, under a prefix (`"acp-fast:"` by default, so that several fleets can share
 * `hosts`: the set of registered host ids; `host:<id>`: a hash `slots`, `used`;
   `host:<id>:alive`: the heartbeat key, with the host's TTL; `host:<id>:inbox`: a stream of
   the connections created for the host (field `c`), emptied when it registers;
-* `{<connection id>}:conn`: the connection's hash: `host`, the counters of its streams, and
-  a field `p:<id>` per client request in flight (its JSON id; see `fail_pending`);
+* `{<connection id>}:conn`: the connection's hash: `host`, the counters of its streams,
+  `readers` (the number of the last resumable reader attached), and a field `p:<id>` per
+  client request in flight (its JSON id; see `fail_pending`);
   `{<connection id>}:out`: its output stream; `{<connection id>}:in`: its input queue. The
-  three share the TTL, refreshed by a client's push and by `touch_connection` (not by
-  the agent's output: the single-process server's idle rule);
+  three share the TTL, refreshed by a client's push, by `touch_connection` and by
+  `attach_reader` (not by the agent's output: the single-process server's idle rule), and
+  shortened to a grace by `detach_reader` when the last reader attached drops;
   `{<connection id>}:rd`: one entry noting the last move of a read mark (what a host paused for
   its readers waits on), with the record's TTL. An output entry
   has `d` (the lines), `o` (see `_APPEND`) and, when the host routed its lines, `r` (their
@@ -147,6 +149,26 @@ _TOUCH = """
 if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[3], ARGV[1])
+return 1
+"""
+
+# KEYS: conn, out, in. ARGV: ttl (ms). Returns the reader's number (0 for an unknown connection).
+_ATTACH = """
+if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[1])
+return redis.call('HINCRBY', KEYS[1], 'readers', 1)
+"""
+
+# KEYS: conn, out, in. ARGV: the reader's number, the grace (ms). Shortens each key's TTL to
+# the grace (never lengthens it) unless another reader attached since. Returns 1 when shortened.
+_DETACH = """
+if redis.call('HGET', KEYS[1], 'readers') ~= ARGV[1] then return 0 end
+local grace = tonumber(ARGV[2])
+for i = 1, 3 do
+  local ttl = redis.call('PTTL', KEYS[i])
+  if ttl == -1 or ttl > grace then redis.call('PEXPIRE', KEYS[i], grace) end
+end
 return 1
 """
 
@@ -452,6 +474,8 @@ class RedisStore(FleetStore):
         self._claim: AsyncScript = script(_CLAIM)
         self._release: AsyncScript = script(_RELEASE)
         self._touch: AsyncScript = script(_TOUCH)
+        self._attach: AsyncScript = script(_ATTACH)
+        self._detach: AsyncScript = script(_DETACH)
         self._append: AsyncScript = script(_APPEND)
         self._push: AsyncScript = script(_PUSH)
         self._consumed: AsyncScript = script(_CONSUMED)
@@ -589,6 +613,22 @@ class RedisStore(FleetStore):
             return False
         with self._guard:
             return bool(await self._touch(keys[:3], [self._ttl]))
+
+    async def attach_reader(self, connection_id: str) -> int:
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            return 0
+        with self._guard:
+            return int(await self._attach(keys[:3], [self._ttl]))
+
+    async def detach_reader(self, connection_id: str, reader: int, grace: float) -> bool:
+        keys = self._known_keys(connection_id)
+        if keys is None or reader < 1:
+            return False
+        if grace <= 0:
+            raise ValueError(f"grace must be positive: {grace!r}")
+        with self._guard:
+            return bool(await self._detach(keys[:3], [reader, _ms(grace)]))
 
     async def delete_connection(self, connection_id: str) -> bool:
         keys = self._known_keys(connection_id)

@@ -332,6 +332,21 @@ class FleetStore(Protocol):
         """Restart the connection's TTL (its record and streams); False when it is unknown."""
         ...
 
+    async def attach_reader(self, connection_id: str) -> int:
+        """A resumable reader (a WebSocket with the resume header) attaches: restart the
+        connection's TTL and return the reader's number, one more than the last attached
+        reader's (0 when the connection is unknown). [`detach_reader`][acp_fast.fleet.FleetStore.detach_reader]
+        takes it back."""
+        ...
+
+    async def detach_reader(self, connection_id: str, reader: int, grace: float) -> bool:
+        """Reader number `reader` dropped without ending the connection: unless another reader
+        attached since, the connection expires within `grace` seconds (its TTL is shortened,
+        never lengthened; a client's request or a reader restarts the full TTL). Atomic
+        against a racing [`attach_reader`][acp_fast.fleet.FleetStore.attach_reader], so a
+        reader that resumed elsewhere first keeps its connection. True when shortened."""
+        ...
+
     async def delete_connection(self, connection_id: str) -> bool:
         """Delete the connection's record and both its streams; False when it was unknown."""
         ...
