@@ -137,6 +137,9 @@ class AcpConnection(Generic[Version]):
 
     def __init__(self, conn: Connection, table: HandlerTable, *, rules: Rules | None = None,
                  first_rule: str | None = None) -> None:
+        if table.role != self.role:
+            raise ValueError(f"a {table.role}'s handler table cannot run on a {self.role}'s connection "
+                             f"({type(self).__name__})")
         self.rules = rules if rules is not None else _AGENT_RULES
         self.raw = conn
         self.table = table
