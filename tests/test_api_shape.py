@@ -48,6 +48,28 @@ def test_builder_tables_are_frozen_snapshots() -> None:
         table.requests["x"] = print  # type: ignore[index]
 
 
+def test_a_connection_refuses_a_table_of_another_role(engine: ModuleType) -> None:
+    """`HandlerTable.role` says which connection type may run the table: a client's table on
+    an agent's connection (or an agent's on a proxy's) is refused before anything runs."""
+    from acp_fast import Client, Proxy
+    from acp_fast.roles import AgentConnection, ProxyConnection
+
+    async def body() -> None:
+        for connection_type, table in ((AgentConnection, Client.v2().table()),
+                                       (ProxyConnection, Agent.v2().table())):
+            a, _b = memory_pair()
+            raw = Connection(a, engine=engine)
+            with pytest.raises(ValueError, match=f"a {table.role}'s handler table cannot run"):
+                connection_type(raw, table)
+            raw.close()
+        a, _b = memory_pair()
+        raw = Connection(a, engine=engine, lazy=True)
+        assert ProxyConnection(raw, Proxy.v2().table()).role == "proxy"  # its own role's table
+        raw.close()
+
+    run(body)
+
+
 def test_chaining_keeps_the_builder_type() -> None:
     from acp_fast import Proxy
 

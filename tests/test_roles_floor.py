@@ -3,9 +3,13 @@
 Source-tree checks read with ``ast`` (nothing is run):
 
 * no ``role ==`` / ``role !=`` string test in ``roles/``: a connection's role is its type
-  (``AgentConnection``, ``ClientConnection``, ``ProxyConnection``), whose class attributes
-  (``guard_role``, ``answers_initialize``, ``tracked_requests``, ``context_type``) say what
-  differs; a router checks a builder by its type;
+  (``AgentConnection``, ``ClientConnection``, ``ProxyConnection``), whose class data
+  (``guard_role``, ``answers_initialize``, …) and ``Rules`` (the handler context, the tracked
+  requests, how ``initialize`` is negotiated and answered) say what differs; a router checks
+  a builder by its type;
+* no role's connection type in ``roles/`` overrides a method of the base connection (its
+  constructor aside, which hands the role's ``Rules`` over): roles are data handed to one
+  connection, not hooks (issue #34);
 * no public signature in ``roles/``, ``conductor/`` or ``compat/`` mentions ``Any`` (JSON
   payloads say ``Json`` / ``JsonObject``, see :mod:`acp_fast.jsontypes`);
 * at most :data:`MAX_ANY_RETURNS` functions in the whole package return ``-> Any`` (generated
@@ -139,20 +143,71 @@ def test_no_version_number_branches_outside_the_profile() -> None:
     assert found == [], "version branches (read a field of the VersionProfile instead):\n" + "\n".join(found)
 
 
-#: hooks of `AcpConnection` that `ProxyConnection` still overrides (issue #34 item 2 takes
-#: them to none: roles as data handed to one connection); lower it as they go, never raise it
-PROXY_OVERRIDES = {"_default_initialize", "_initializes", "_negotiate", "_rules"}
+#: methods of the base connection a role's connection type may still override (issue #34
+#: item 2 took them to none: a role is data handed to the one connection, its `Rules`); keep
+#: it empty
+ROLE_OVERRIDES: frozenset[str] = frozenset()
+#: what a facade does define again: its constructor, which hands its `Rules` to the base's
+CONSTRUCTOR = "__init__"
 
 
-def test_proxy_overrides_no_more_hooks_than_listed() -> None:
+def _role_connection_types() -> list[type]:
+    """Every connection type of ``roles/`` below `AcpConnection` (the facades)."""
+    import importlib
+    import pkgutil
+
+    import acp_fast.roles
     from acp_fast.roles.connection import AcpConnection
+
+    found: set[type] = set()
+    for info in pkgutil.iter_modules(acp_fast.roles.__path__, "acp_fast.roles."):
+        module = importlib.import_module(info.name)
+        found |= {value for value in vars(module).values() if isinstance(value, type)
+                  and issubclass(value, AcpConnection) and value is not AcpConnection
+                  and value.__module__.startswith("acp_fast.roles.")}
+    return sorted(found, key=lambda cls: cls.__qualname__)
+
+
+def _overridden(cls: type) -> set[str]:
+    """The methods (functions, properties, static and class methods) `cls` defines that a
+    connection type it derives from already defines."""
+    from acp_fast.roles.connection import AcpConnection
+
+    bases = [b for b in cls.__mro__[1:] if isinstance(b, type) and issubclass(b, AcpConnection)]
+    methods = (staticmethod, classmethod, property)
+    return {name for name, value in vars(cls).items()
+            if (inspect.isfunction(value) or isinstance(value, methods)) and name != CONSTRUCTOR
+            and any(name in vars(base) for base in bases)}
+
+
+def test_the_facades_are_found() -> None:
+    names = {cls.__name__ for cls in _role_connection_types()}
+    assert {"AgentConnection", "ClientConnection", "ProxyConnection"} <= names, names
+
+
+def test_no_role_overrides_a_base_connection_method() -> None:
+    found = {f"{cls.__module__}.{cls.__qualname__}.{name}"
+             for cls in _role_connection_types() for name in _overridden(cls) - ROLE_OVERRIDES}
+    assert found == set(), "base connection methods overridden by a role (make it a field of its Rules):\n" + \
+        "\n".join(sorted(found))
+
+
+def test_the_override_check_sees_an_override() -> None:
+    """The check above is not vacuous: a subclass redefining a base method is caught, its
+    constructor and its own new methods are not."""
     from acp_fast.roles.proxy import ProxyConnection
 
-    overridden = {name for name, value in vars(ProxyConnection).items()
-                  if inspect.isfunction(value) and name in vars(AcpConnection) and not name.startswith("__")}
-    assert overridden <= PROXY_OVERRIDES, f"new role hooks overridden: {sorted(overridden - PROXY_OVERRIDES)}"
-    assert overridden == PROXY_OVERRIDES, f"hooks no longer overridden (drop them from PROXY_OVERRIDES): " \
-                                          f"{sorted(PROXY_OVERRIDES - overridden)}"
+    class Overriding(ProxyConnection[int]):
+        def __init__(self) -> None:  # pragma: no cover - never made
+            pass
+
+        def _negotiate(self, params: object) -> object:  # pragma: no cover - never called
+            return params
+
+        def own(self) -> None:  # pragma: no cover - never called
+            pass
+
+    assert _overridden(Overriding) == {"_negotiate"}
 
 
 #: the one class of the outgoing side (issue #34 item 3)

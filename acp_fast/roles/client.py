@@ -21,6 +21,7 @@ from ..protocol import negotiation as nego
 from ..protocol.facts import CLIENT_TRACKED_REQUESTS, INITIALIZE
 from .connection import AcpConnection
 from .context import V1, V2, Request, SentRequest, Version
+from .dispatch import Rules, SideRules
 from .sessions import OpenedSession, V1Session, V2Session, build_session, fork_session, resume_session
 from .table import HandlerTable
 
@@ -56,13 +57,16 @@ class ClientConnection(AcpConnection[Version]):
     role = "client"
     guard_role = "initiator"
     answers_initialize = False
-    tracked_requests = CLIENT_TRACKED_REQUESTS
 
     def __init__(self, conn: Connection, table: HandlerTable, *, hooks: InitializeHooks | None = None) -> None:
         self._hooks = hooks
-        super().__init__(conn, table, first_rule=None if hooks is None else hooks.first_rule)
+        # its permission requests are tracked per session; `send_request("initialize")` is `initialize`
+        super().__init__(conn, table, rules=Rules(peer=SideRules(tracked_requests=CLIENT_TRACKED_REQUESTS),
+                                                  send_initializing=self._send_initialize),
+                         first_rule=None if hooks is None else hooks.first_rule)
 
-    def _send_initializing(self, method: str, params: Json) -> Request[Json] | None:
+    def _send_initialize(self, method: str, params: Json) -> Request[Json] | None:
+        """`Rules.send_initializing`: `send_request("initialize", …)` is [`initialize`][acp_fast.roles.client.ClientConnection.initialize]."""
         return self.initialize(params) if method == INITIALIZE else None
 
     # -- initialize ---------------------------------------------------------------------

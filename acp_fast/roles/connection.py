@@ -1,8 +1,17 @@
-"""One live ACP connection of an agent or a client: [`AcpConnection`][acp_fast.roles.connection.AcpConnection].
+"""One live ACP connection of an agent, a client or a proxy: [`AcpConnection`][acp_fast.roles.connection.AcpConnection].
 
 It sits on a [`Connection`][acp_fast.jsonrpc.Connection] and adds ACP semantics from
 [`acp_fast.protocol`][acp_fast.protocol]: version negotiation, the initialization guard, and the wire
 surface of its version (read gate for `session/update`, write guard for everything sent).
+
+A role is data handed to this one connection, not a subclass overriding it: its class data
+(`role`, `guard_role`, `proxy_guard`, `refuses_initializing`, `answers_initialize`,
+`init_methods`, `lazy_frames`) and its [`Rules`][acp_fast.roles.dispatch.Rules] (the handler
+context, the sides of the dispatch, how an incoming initializing request is negotiated and
+answered without a handler, which spelling of it arrived, how an initializing request is
+sent). The role's own connection type (`AgentConnection`, `ClientConnection`,
+`ProxyConnection`) is a facade: it hands its `Rules` over when it is made and adds methods
+of its own (`initialize` and the session helpers of a client, the successor of a proxy).
 
 Incoming, every message goes through the connection's
 [`Dispatch`][acp_fast.roles.dispatch.Dispatch] (`roles.dispatch`): the guarded slow path until
@@ -33,7 +42,7 @@ from ..protocol.gate import make_gate
 from ..protocol.guard import InitializationGuard
 from ..protocol.surface import WireSurface
 from ._hot import COMPILED as HOT_COMPILED
-from ._hot import Context, Sender
+from ._hot import Sender
 from .context import Request, SentRequest, SessionUpdateSender, Version, mapped_request
 from .mcp import McpState
 from .names import check_handler_method
@@ -48,7 +57,6 @@ from .dispatch import (
     Dispatch,
     DynamicHandler,
     Rules,
-    SideRules,
 )
 from .table import NOT_HANDLED, Handler, HandlerTable
 from ..protocol.profile import VersionProfile, profile_of
@@ -69,6 +77,10 @@ def _is_awaitable_result(value: object) -> TypeGuard[Awaitable[Json]]:
 _C_co = TypeVar("_C_co", bound="AcpConnection[int]", covariant=True)
 
 
+#: an agent's rules: the defaults (one frozen value every agent connection shares)
+_AGENT_RULES = Rules()
+
+
 class ConnectionBuilder(Protocol[_C_co]):
     """What [`AcpConnection.spawn_connection`][acp_fast.roles.connection.AcpConnection.spawn_connection] needs of a builder (every builder of
     `acp_fast.roles.builders` is one)."""
@@ -84,7 +96,9 @@ class ConnectionBuilder(Protocol[_C_co]):
 class AcpConnection(Generic[Version]):
     """What every live ACP connection is (Rust `ConnectionTo`), generic in its version.
 
-    The role's own connection type adds the role's part: [`AgentConnection`][acp_fast.roles.connection.AgentConnection],
+    The role's own connection type is a facade that hands its
+    [`Rules`][acp_fast.roles.dispatch.Rules] to this one connection and adds methods of its
+    own, never overriding one of these: [`AgentConnection`][acp_fast.roles.connection.AgentConnection],
     [`ClientConnection`][acp_fast.roles.ClientConnection] (`initialize`, the session helpers),
     [`ProxyConnection`][acp_fast.roles.ProxyConnection] (the successor). Made by the builders
     (`serve`, `connect`, `connect_with`), never directly.
@@ -100,6 +114,7 @@ class AcpConnection(Generic[Version]):
         raw: the underlying [`Connection`][acp_fast.jsonrpc.Connection] (no ACP checks at all).
         sessions: tracked v2 session states (`SessionStates`).
         info: this side's `Implementation` object.
+        rules: the role's [`Rules`][acp_fast.roles.dispatch.Rules] (an agent's: the defaults).
     """
 
     role: ClassVar[str] = "agent"
@@ -113,18 +128,19 @@ class AcpConnection(Generic[Version]):
     refuses_initializing: ClassVar[str | None] = None
     #: whether this side answers ``initialize`` itself (negotiation applies when guarded)
     answers_initialize: ClassVar[bool] = True
-    #: requests whose handler runs with the request tracked per session (a client's
-    #: permission requests, answered with the cancelled outcome by ``cancel_active_work``)
-    tracked_requests: ClassVar[frozenset[str]] = frozenset()
-    #: what the handlers of this connection type get as ``cx``
-    context_type: ClassVar[type[Context]] = Context
     #: the requests that initialize this side on input, every spelling of one request (a
     #: handler registered under any of them serves them all)
     init_methods: ClassVar[frozenset[str]] = frozenset({INITIALIZE})
     #: whether this connection type wants a lazy JSON-RPC connection (``Decoder(lazy=True)``,
     #: params decoded on first access): proxies, which mostly forward bytes they never read
     lazy_frames = False
-    def __init__(self, conn: Connection, table: HandlerTable, *, first_rule: str | None = None) -> None:
+
+    def __init__(self, conn: Connection, table: HandlerTable, *, rules: Rules | None = None,
+                 first_rule: str | None = None) -> None:
+        if table.role != self.role:
+            raise ValueError(f"a {table.role}'s handler table cannot run on a {self.role}'s connection "
+                             f"({type(self).__name__})")
+        self.rules = rules if rules is not None else _AGENT_RULES
         self.raw = conn
         self.table = table
         self.version: Version = cast("Version", table.version)
@@ -159,16 +175,16 @@ class AcpConnection(Generic[Version]):
         #: where every incoming message goes (:class:`~acp_fast.roles.dispatch.Dispatch`):
         #: the guarded slow path until ready, then one installed entry per method
         self.dispatch = Dispatch(self, conn, table, self._rules(), gate=self._gate,
-                                 classify=self.surface.classify_session_update, apply_state=self.sessions.apply)
+                                 classify=self.surface.classify_session_update, apply_state=self.sessions.apply,
+                                 track=self.sessions.track_request, initialize=self._incoming_initialize)
         conn.closed.add_done_callback(self._on_closed)
         if self.guard.ready:
             self._became_ready()
 
     def _rules(self) -> Rules:
-        """This role's part of the dispatch (see [`Rules`][acp_fast.roles.dispatch.Rules])."""
-        return Rules(context_type=self.context_type, incoming_initialize=self._incoming_initialize,
-                     initializes=self._initializes,
-                     peer=SideRules(tracked_requests=self.tracked_requests, track=self.sessions.track_request))
+        """The rules the dispatch runs by: the role's `rules`, as its facade handed them over
+        (what the dispatch reads of them is read once, when it is made)."""
+        return self.rules
 
     def _make_guard(self, table: HandlerTable) -> InitializationGuard:
         guarded = table.guarded and self.profile.guarded
@@ -338,11 +354,6 @@ class AcpConnection(Generic[Version]):
         for a proxy `_proxy/initialize` in either spelling)."""
         return method in self.init_methods
 
-    def _initializes(self, method: str) -> bool:
-        """[`initializes`][acp_fast.roles.connection.AcpConnection.initializes], for an incoming request about to be handled (a proxy also
-        records which spelling its conductor uses)."""
-        return self.initializes(method)
-
     def _init_handler(self, method: str) -> Handler | None:
         """The builder's handler of the initializing request `method` (or `None`): registered
         under `method` or, failing that, another spelling of it (`init_methods`)."""
@@ -355,7 +366,8 @@ class AcpConnection(Generic[Version]):
     # -- incoming initialize ------------------------------------------------------------
 
     def _negotiate(self, params: Json) -> Json:
-        """Validate an incoming `initialize`; return the params the handler sees."""
+        """Validate an incoming `initialize`; return the params the handler sees (what
+        `Rules.negotiate` replaces)."""
         requested = nego.parse_protocol_version(params)
         version = self.version
         if self.profile.exact_initialize:
@@ -368,19 +380,27 @@ class AcpConnection(Generic[Version]):
         nego.validate_initialize_request(seen, version)
         return seen
 
-    def _default_initialize(self, seen: Json) -> RequestResult:
-        return self.profile.default_initialize_result(self.info)
-
     def _incoming_initialize(self, rctx: RequestContext) -> RequestResult:
-        seen = self._negotiate(rctx.message.params)
+        """Answer the request that initializes this side, by the role's rules: its spelling
+        told (`on_initialize`), its params negotiated (`negotiate`), then its handler, else
+        `default_initialize` (else the profile's default result), checked by the guard."""
+        rules = self.rules
+        message = rctx.message
+        method = message.method
+        if rules.on_initialize is not None:
+            rules.on_initialize(method)
+        negotiate = rules.negotiate
+        seen = self._negotiate(message.params) if negotiate is None else negotiate(message.params, self.profile)
         guard = self.guard
         token = guard.begin()
-        fn = self._init_handler(rctx.message.method)
+        fn = self._init_handler(method)
         try:
             if fn is not None:
-                result = fn(seen, self.context_type(self, rctx, rctx.message))
+                result = fn(seen, rules.context_type(self, rctx, message))
+            elif rules.default_initialize is not None:
+                result = rules.default_initialize(seen)
             else:
-                result = self._default_initialize(seen)
+                result = self.profile.default_initialize_result(self.info)
         except BaseException:
             guard.fail(token)
             raise
@@ -437,13 +457,14 @@ class AcpConnection(Generic[Version]):
         return self.sender.send_request(method, params, passthrough, timeout)
 
     def _send_initializing(self, method: str, params: Json) -> Request[Json] | None:
-        """An initializing request this side sends through [`send_request`][acp_fast.roles.connection.AcpConnection.send_request]: a client's
-        `initialize` is [`initialize`][acp_fast.roles.ClientConnection.initialize]; a proxy
-        refuses (`refuses_initializing`); `None` lets the initialization guard decide (it
-        refuses a responder)."""
+        """An initializing request this side sends through [`send_request`][acp_fast.roles.connection.AcpConnection.send_request]: a proxy
+        refuses (`refuses_initializing`); a client's `initialize` is
+        [`initialize`][acp_fast.roles.ClientConnection.initialize] (its `Rules.send_initializing`);
+        `None` lets the initialization guard decide (it refuses a responder)."""
         if self.refuses_initializing is not None:
             raise JsonRpcError(INVALID_REQUEST, data=self.refuses_initializing)
-        return None
+        send = self.rules.send_initializing
+        return None if send is None else send(method, params)
 
     def send_notification(self, method: str, params: Json = None, *, passthrough: bool = False) -> bool:
         """Send a notification; returns False when it was dropped (guard or closed).
@@ -491,4 +512,4 @@ class AcpConnection(Generic[Version]):
 class AgentConnection(AcpConnection[Version]):
     """The connection of a built agent (`Agent.builder()` / `Agent.v2()`): it answers
     `initialize` (negotiation, the guard's responder side) and serves the client (the
-    base's defaults are the agent's)."""
+    default `Rules` and class data are the agent's)."""

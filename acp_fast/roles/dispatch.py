@@ -22,7 +22,9 @@ it): the dynamic handlers (oldest first, asked in one loop; one that returns `NO
 passes the message on), then the builder's handler, then what the side does with what
 nobody handles (`SideRules.unhandled_request`; a notification is forwarded through
 `SideRules.forward_notification`, else dropped). What the role changes beyond its sides
-(`Rules`: the context type, the initializing request and who answers it) is data too.
+is data too (`Rules`: the context type, how an initializing request is negotiated and
+answered without a handler, which spelling of it arrived): a role is its `Rules`, handed
+to the one `AcpConnection`, which no role overrides.
 
 How a message reaches its entry. The predecessor side's messages are the JSON-RPC
 connection's own: until the connection is ready each one takes the guarded slow path
@@ -54,13 +56,14 @@ from ..protocol.facts import CANCEL_REQUEST, INITIALIZE, PROXY_INITIALIZE, PROXY
 from ..protocol.facts import SUCCESSOR_METHODS
 from ..protocol.facts import INITIALIZING_METHODS as INITIALIZING
 from ._hot import Context, NotificationHandler, RequestHandler, SessionUpdate, UpdateDispatcher
-from .context import Peer
+from .context import Peer, Request
 from .table import NOT_HANDLED, Handler, HandlerTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine import Message
     from ..protocol.envelope import SuccessorEnvelope
     from ..protocol.gate import Gate
+    from ..protocol.profile import VersionProfile
     from ..protocol.surface import SessionUpdateView
 
 __all__ = ["INITIALIZE", "INITIALIZING", "PROXY_INITIALIZE", "PROXY_INITIALIZE_SPEC", "SESSION_UPDATE", "Dispatch",
@@ -149,8 +152,8 @@ class SideRules:
             tracking, then goes to `on_update` (agents, clients); `False`: it is an ordinary
             notification (a proxy relays it untouched).
         tracked_requests: requests tracked per session before their handler runs (a
-            client's `session/request_permission`: `cancel_active_work` answers them).
-        track: `track(rctx)` for those.
+            client's `session/request_permission`: `cancel_active_work` answers them), by
+            the dispatch's `track`.
         unhandled_request: what a request nobody handles becomes (default: -32601; a proxy
             forwards it).
         forward_notification: where a notification nobody handles goes,
@@ -164,7 +167,6 @@ class SideRules:
     before: Callable[[], None] | None = None
     gated_updates: bool = True
     tracked_requests: frozenset[str] = frozenset()
-    track: Callable[[RequestContext], None] | None = None
     unhandled_request: RequestEntry = _no_request
     forward_notification: Callable[[str, Json], object] | None = None
     envelope: SuccessorEnvelope | None = None
@@ -172,23 +174,39 @@ class SideRules:
 
 @dataclass(frozen=True)
 class Rules:
-    """What a role changes in the dispatch, as data (each connection type gives its own).
+    """A role, as data: what an agent, a client and a proxy change in the one connection they
+    share (`AcpConnection`, which reads these fields and is never overridden).
+
+    A connection's facade (`AgentConnection`, `ClientConnection`, `ProxyConnection`) hands its
+    `Rules` to the base connection when it is made; an agent's are the defaults.
 
     Attributes:
         context_type: what handlers get as `cx` (`Context`; `ProxyContext` for proxies).
-        incoming_initialize: answers the request that initializes this side (negotiation,
-            the guard, the handler).
-        initializes: `initializes(method)`: whether an incoming request initializes this side
-            (a proxy also records which spelling its conductor uses).
         peer: the rules of the side of the connection's own peer (a proxy's predecessor).
         successor: a proxy's: the rules of the side of its successor; `None`: no such side.
+        negotiate: `negotiate(params, profile)`: validates the params of an incoming
+            initializing request and returns what its handler sees (a proxy's: the exact
+            version, else -32600). `None`: the connection's own negotiation (v1: any valid
+            version selects v1, newer metadata normalised; v2: exactly v2, else -32022).
+        default_initialize: `default_initialize(params)`: the answer to an incoming
+            initializing request without a handler, given the negotiated params (a proxy's:
+            forward it to the successor). `None`: the profile's default result with the
+            connection's `info`.
+        on_initialize: `on_initialize(method)`: told the spelling of an incoming initializing
+            request before it is answered (a proxy wraps what it sends its successor in the
+            spelling its conductor uses). `None`: nothing.
+        send_initializing: `send_initializing(method, params)`: sends an initializing request
+            this side sends through `send_request` (a client's `initialize`); `None` from it,
+            or without one, lets the initialization guard decide.
     """
 
-    context_type: type[Context]
-    incoming_initialize: RequestEntry
-    initializes: Callable[[str], bool]
+    context_type: type[Context] = Context
     peer: SideRules = field(default_factory=SideRules)
     successor: SideRules | None = None
+    negotiate: Callable[[Json, VersionProfile], Json] | None = None
+    default_initialize: Callable[[Json], RequestResult] | None = None
+    on_initialize: Callable[[str], None] | None = None
+    send_initializing: Callable[[str, Json], Request[Json] | None] | None = None
 
 
 class Side:
@@ -255,6 +273,10 @@ class Dispatch:
             one on the compiled hot path).
         classify: the full read gate (`WireSurface.classify_session_update`).
         apply_state: the session-state tracking (`SessionStates.apply`).
+        track: tracks a request per session (`SessionStates.track_request`): the tracked
+            requests of a side (`SideRules.tracked_requests`) go through it.
+        initialize: answers the request that initializes the connection (negotiation, the
+            guard, the handler: `AcpConnection`'s, by its `rules`).
 
     Attributes:
         peer: the side of the connection's own peer (a proxy's predecessor).
@@ -264,12 +286,15 @@ class Dispatch:
 
     def __init__(self, connection: Peer, raw: Connection, table: HandlerTable, rules: Rules, *,
                  gate: Gate, classify: Callable[[Json], SessionUpdateView],
-                 apply_state: Callable[[Json, Json], None]) -> None:
+                 apply_state: Callable[[Json, Json], None], track: Callable[[RequestContext], None],
+                 initialize: RequestEntry) -> None:
         self.connection = connection
         self.raw = raw
         self.table = table
         self.rules = rules
         self._gate = (gate, classify, apply_state)
+        self._track = track
+        self._initialize = initialize
         self.session_update = UpdateDispatcher(
             connection, gate, classify, apply_state, table.on_update, table.notifications.get(SESSION_UPDATE),
             SessionUpdate, rules.context_type)
@@ -353,8 +378,8 @@ class Dispatch:
         fn = side.requests.get(method)
         leaf: RequestEntry | None = RequestHandler(self.connection, fn, self.rules.context_type) if fn is not None else None
         entry = _first(side.dynamic.get(("request", method)), leaf, rules.unhandled_request, self._asking_request)
-        if method in rules.tracked_requests and rules.track is not None:
-            entry = _tracked(rules.track, entry)
+        if method in rules.tracked_requests:
+            entry = _tracked(self._track, entry)
         return entry
 
     def notification_entry(self, method: str, side: Side | None = None) -> NotificationEntry:
@@ -419,9 +444,9 @@ class Dispatch:
             error = guard.check_incoming_request(method)
             if error is not None:
                 raise error
-            if connection.manages_initialize and self.rules.initializes(method):
+            if connection.manages_initialize and connection.initializes(method):
                 _run(side.rules.before)
-                return self.rules.incoming_initialize(rctx)
+                return self._initialize(rctx)
         if side.installed and method not in INITIALIZING:
             return side.rules.unhandled_request(rctx)
         _run(side.rules.before)

@@ -13,6 +13,12 @@ handlers added at run time (`add_dynamic_handler(..., from_successor=True)` for 
 successor's) and this module's rules: settle the routes of answered session setups before a
 handler runs, forward what no handler takes.
 
+A proxy is the one `AcpConnection` with a proxy's `Rules` (`ProxyConnection` hands them over
+and overrides nothing): both sides above; `_proxy/initialize` negotiated for the exact version
+(-32600 `"unsupported ACP protocol version N; this proxy supports ACP protocol version M"`),
+answered without a handler by forwarding `initialize` to the successor, and its spelling
+recorded (the successor envelope is written in the same one); `ProxyContext` for handlers.
+
 The pass-through path (what no handler claims) never decodes what it only forwards. A
 proxy's JSON-RPC connection decodes lazily (`Decoder(lazy=True)`: the envelope only), and the
 successor envelope is read and written by `acp_fast.protocol.envelope`, the conductor's
@@ -178,6 +184,20 @@ def _done_result(pending: Request[Json]) -> Json:
     raise RuntimeError("the request is not answered yet")
 
 
+def _exact_version(params: Json, profile: VersionProfile) -> Json:
+    """A proxy's `Rules.negotiate`: `_proxy/initialize` must ask for exactly the proxy's
+    version (§6.7), else -32600 naming both; the params are then validated and seen as
+    they came."""
+    version = profile.version
+    requested = nego.parse_protocol_version(params)
+    if requested != version:
+        raise JsonRpcError(INVALID_REQUEST, data=(
+            f"unsupported ACP protocol version {requested}; "
+            f"this proxy supports ACP protocol version {version}"))
+    nego.validate_initialize_request(params, version)
+    return params
+
+
 class ProxyConnection(AcpConnection[Version]):
     """The connection of a built proxy (`Proxy.builder()` / `Proxy.v2()`).
 
@@ -187,6 +207,10 @@ class ProxyConnection(AcpConnection[Version]):
     `add_dynamic_handler(..., from_successor=True)`) see them unwrapped: `cx.message` is the
     inner message (`cx.method` its method), and a request is answered through the envelope's
     request (`cx.id` is the envelope's id).
+
+    What makes it a proxy is data: its class data (the guard, `init_methods`, `lazy_frames`)
+    and the `Rules` it hands the base connection (see the module docstring); it overrides
+    none of `AcpConnection`'s methods.
     """
 
     role = "proxy"
@@ -194,7 +218,6 @@ class ProxyConnection(AcpConnection[Version]):
     guard_role = "unchecked"
     proxy_guard = True
     refuses_initializing = _PROXY_SEND_DATA
-    context_type = ProxyContext
     #: `_proxy/initialize` in either spelling (the conductor chooses; one handler serves both)
     init_methods = PROXY_INITIALIZE_METHODS
     #: the successor envelope's spelling: the one of the predecessor's initialize
@@ -214,7 +237,16 @@ class ProxyConnection(AcpConnection[Version]):
         #: reads the successor's envelopes and writes ours (`acp_fast.protocol.envelope`)
         self._envelope = SuccessorEnvelope(conn.engine)
         self._successor_peer = _SuccessorPeer(self)
-        super().__init__(conn, table)
+        # both sides relay session/update ungated and forward what no handler takes
+        super().__init__(conn, table, rules=Rules(
+            context_type=ProxyContext, negotiate=_exact_version, default_initialize=self._initialize_successor,
+            on_initialize=self._answer_in_spelling,
+            peer=SideRules(before=self._settle_arrived, gated_updates=False,
+                           unhandled_request=self._to_successor_request,
+                           forward_notification=self._notify_successor_raw),
+            successor=SideRules(before=self._settle_arrived, gated_updates=False,
+                                unhandled_request=self._to_predecessor_request,
+                                forward_notification=conn.outbox.notify, envelope=self._envelope)))
         #: the outgoing side towards the successor: the predecessor side's `Sender` rules
         #: without a guard (the version is pinned), each message wrapped in `_proxy/successor`
         self.successor_sender = Sender(self._gate, self.surface, self._notify_wrapped, self._request_wrapped)
@@ -313,36 +345,16 @@ class ProxyConnection(AcpConnection[Version]):
         if self._pending_setups:
             self._install_ready_routes()
 
-    def _rules(self) -> Rules:
-        # both sides relay session/update ungated and forward what no handler takes
-        return Rules(context_type=self.context_type, incoming_initialize=self._incoming_initialize,
-                     initializes=self._initializes,
-                     peer=SideRules(before=self._settle_arrived, gated_updates=False,
-                                    unhandled_request=self._to_successor_request,
-                                    forward_notification=self._notify_successor_raw),
-                     successor=SideRules(before=self._settle_arrived, gated_updates=False,
-                                         unhandled_request=self._to_predecessor_request,
-                                         forward_notification=self._notify,
-                                         envelope=self._envelope))
-
-    def _initializes(self, method: str) -> bool:
-        if not self.initializes(method):
-            return False
-        self._successor = successor_for(method)
-        return True
-
     # -- incoming from the predecessor ---------------------------------------------------
 
-    def _negotiate(self, params: Json) -> Json:
-        requested = nego.parse_protocol_version(params)
-        if requested != self.version:  # exact match only (§6.7)
-            raise JsonRpcError(INVALID_REQUEST, data=(
-                f"unsupported ACP protocol version {requested}; "
-                f"this proxy supports ACP protocol version {self.version}"))
-        nego.validate_initialize_request(params, self.version)
-        return params
+    def _answer_in_spelling(self, method: str) -> None:
+        """`Rules.on_initialize`: the successor envelope takes the spelling of the
+        `_proxy/initialize` being answered (the conductor chooses it)."""
+        self._successor = successor_for(method)
 
-    def _default_initialize(self, seen: Json) -> RequestResult:
+    def _initialize_successor(self, seen: Json) -> RequestResult:
+        """`Rules.default_initialize`: without a handler, `initialize` the successor with
+        the negotiated params (the version pinned) and answer with its result."""
         return self.send_to_successor(INITIALIZE, dict(seen))
 
     def _to_successor_request(self, rctx: RequestContext) -> RequestResult:

@@ -51,7 +51,9 @@ class HandlerTable:
 
     Attributes:
         version: the implementation's ACP version (1 or 2).
-        role: `"agent"`, `"client"` or `"proxy"`.
+        role: `"agent"`, `"client"` or `"proxy"`: the role of the builder that made it; a
+            connection refuses a table of another role (`ValueError`), whose handlers it
+            would not serve as that role (an agent's table on a proxy's connection).
         guarded: negotiation and the initialization guard apply.
         info: the `Implementation` object sent as `info`/`clientInfo`/`agentInfo`.
         requests / notifications: method -> handler.
