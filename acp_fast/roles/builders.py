@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, cast, overload
 
 from .._version import __version__
+from ..tracing import Tracing, env_tracing, instrument
 from ..jsonrpc import Connection
 from ..jsontypes import Json, JsonObject
 from ..protocol import negotiation as nego
@@ -100,6 +101,7 @@ class Builder(Generic[Version, _C, _X]):
         self._successor_notifications: dict[str, Handler] = {}
         self._on_update: UpdateHandler | None = None
         self._main: Main | None = None
+        self._tracing: Tracing | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} v{self.version}>"
@@ -224,6 +226,29 @@ class Builder(Generic[Version, _C, _X]):
         self._guarded = False
         return self
 
+    def with_tracing(self: _B, tracer: object = None, *, notifications: bool = False) -> _B:
+        """Trace every connection of this builder with OpenTelemetry (see [`acp_fast.tracing`][acp_fast.tracing]).
+
+        A span per request sent and received (and per prompt turn), W3C trace context in
+        the params' `_meta` both ways; no span per notification unless `notifications`.
+        Without this call a connection is traced only when `ACP_FAST_OTEL=1` is set;
+        either way the choice is made once per connection, as it is bound.
+
+        Args:
+            tracer: the OpenTelemetry `Tracer` (default: the global provider's `acp_fast` one).
+            notifications: also a span per received notification.
+
+        Raises:
+            MissingOtelError: `opentelemetry-api` is not installed (the `otel` extra).
+        """
+        self._tracing = Tracing.make(tracer, notifications=notifications)
+        return self
+
+    def _traced(self, conn: Connection) -> Connection:
+        """`conn`, traced when this builder or the environment asks for it."""
+        tracing = self._tracing if self._tracing is not None else env_tracing()
+        return conn if tracing is None else instrument(conn, tracing)
+
     def with_main(self: _B, main: Callable[[_C], Awaitable[object]]) -> _B:
         """The `main(connection)` a client protocol connector runs for this implementation."""
         self._main = cast(Main, main)  # called with the connection bind() made
@@ -248,7 +273,7 @@ class Builder(Generic[Version, _C, _X]):
 
     def bind(self, conn: Connection) -> _C:
         """Run this implementation on an existing JSON-RPC connection."""
-        return cast("_C", self.connection_type(conn, self.table()))
+        return cast("_C", self.connection_type(self._traced(conn), self.table()))
 
     async def serve(self, transport: Transport, *, engine: EngineChoice = None) -> None:
         """Serve on `transport` (a `Stream` or an awaitable of one) until it closes."""
@@ -303,7 +328,7 @@ class ClientBuilder(Builder[Version, ClientConnection[Version], "Context[ClientC
     def bind(self, conn: Connection, *, hooks: InitializeHooks | None = None) -> ClientConnection[Version]:
         """Run this client on an existing JSON-RPC connection (`hooks`: a protocol
         connector's part in `initialize`)."""
-        return ClientConnection(conn, self.table(), hooks=hooks)
+        return ClientConnection(self._traced(conn), self.table(), hooks=hooks)
 
 
 class ProxyBuilder(Builder[Version, ProxyConnection[Version], "ProxyContext[ProxyConnection[Version]]"]):

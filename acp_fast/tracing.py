@@ -1,0 +1,447 @@
+"""OpenTelemetry traces of ACP connections, opt-in: [`Tracing`][acp_fast.tracing.Tracing].
+
+Off by default, and then nothing here runs: a builder decides once per connection, as it
+binds one, whether to trace it (`builder.with_tracing()`, or the environment variable
+`ACP_FAST_OTEL=1`). A traced connection's JSON-RPC connection becomes a
+[`TracedConnection`][acp_fast.tracing.TracedConnection]; an untraced one is left exactly as it
+was (no check on any message's path).
+
+What a traced connection records (the OpenTelemetry JSON-RPC semantic conventions):
+
+* a span per request it sends (kind `CLIENT`) and per request it receives (kind `SERVER`),
+  named after the method (a proxy's `_proxy/successor` envelope after the method inside it),
+  with `rpc.system` = `"jsonrpc"`, `rpc.method`, `rpc.jsonrpc.version`,
+  `rpc.jsonrpc.request_id`, `acp.session.id` (the params' `sessionId`) and, when the answer
+  is an error, `rpc.jsonrpc.error_code` / `rpc.jsonrpc.error_message` and an error status;
+  a sent span ends when its answer arrives, a received one when its answer is written;
+* a `prompt turn` span (kind `INTERNAL`) inside each received `session/prompt`'s span, from
+  the request until its answer, with `acp.session.id` and `acp.stop_reason`;
+* no span per notification, unless asked (`notifications=True`: a span per received
+  notification, named after its method, kind `CONSUMER`).
+
+Trace context travels in the message itself, as W3C Trace Context strings in the params'
+`_meta`: `params._meta.traceparent` (and `params._meta.tracestate` when the state is not
+empty). ACP reserves the root `_meta` keys `traceparent`, `tracestate` and `baggage` for W3C
+trace context (the protocol's extensibility rules, so that MCP implementations and
+OpenTelemetry tooling interoperate), and a receiver must ignore `_meta` keys it does not know,
+so a peer that does not trace is not affected. A sent request gets its span's context
+(the params are copied; the caller's object is never changed); a received request's span
+continues the context its `_meta` carries, and its handler runs with that span current, so
+whatever the handler sends (a permission request, a proxy's forwarding to its successor) is
+its child. A `traceparent` that is not a valid W3C version-00 value (or one whose trace or
+span id is all zeros) is ignored: the span then starts a trace of its own. A received
+request's parent is only ever the context in its `_meta`, never the receiving task's.
+
+Through a conductor chain the context rides inside `_proxy/successor` envelopes (the inner
+params' `_meta`, which the conductor preserves end to end); `acp-fast serve --otel` opens a span
+per request it relays and puts its own context into the relayed request
+([`acp_fast.remote.server.AcpApp`][acp_fast.remote.server.AcpApp]).
+
+Example:
+
+```python
+from opentelemetry.sdk.trace import TracerProvider
+
+provider = TracerProvider()  # with the exporters of your choice
+agent = Agent.v2().with_tracing(provider.get_tracer("my-agent"))
+```
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._rawjson import RawJson
+from .errors import INTERNAL_ERROR, JsonRpcError
+from .jsonrpc import Connection, PendingRequest, RequestContext
+from .jsontypes import Json
+from .protocol.facts import SUCCESSOR_METHODS
+
+__all__ = ["ENV_VAR", "MissingOtelError", "TracedConnection", "Tracing", "env_tracing", "instrument",
+           "parse_traceparent"]
+
+#: the environment variable that turns tracing on for every builder (`1`, `true`, `yes`, `on`)
+ENV_VAR = "ACP_FAST_OTEL"
+#: the `_meta` keys of W3C trace context
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+PROMPT = "session/prompt"
+#: the name of a received prompt's turn span
+PROMPT_TURN = "prompt turn"
+
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\Z")
+#: an error response as the engines write it: its code
+_ERROR_HEAD = re.compile(rb'\{"jsonrpc":"2\.0","id":(?:-?\d+|"[^"\\]*"|null),"error":\{"code":(-?\d+)')
+_ERROR_ANY = re.compile(rb'"error":\s*\{[^{}]*?"code":\s*(-?\d+)')
+_STOP_REASON = re.compile(rb'"stopReason":\s*"([^"\\]{1,64})"')
+_TRUE = ("1", "true", "yes", "on")
+
+
+class MissingOtelError(ImportError):
+    """Tracing was asked for without `opentelemetry-api` installed (the `otel` extra)."""
+
+
+def _otel() -> Any:
+    try:
+        from opentelemetry import trace
+    except ImportError as exc:
+        raise MissingOtelError("tracing needs opentelemetry-api, which is not installed: "
+                               "pip install 'acp-fast[otel]'") from exc
+    return trace
+
+
+@dataclass(frozen=True)
+class Tracing:
+    """What a traced connection records with (see the module docstring).
+
+    Attributes:
+        tracer: the OpenTelemetry `Tracer` spans are started on.
+        notifications: also open a span per received notification (default: none).
+    """
+
+    tracer: Any
+    notifications: bool = False
+
+    @classmethod
+    def make(cls, tracer: Any = None, *, notifications: bool = False) -> Tracing:
+        """Tracing with `tracer` (default: the global tracer provider's `acp_fast` tracer).
+
+        Raises:
+            MissingOtelError: `opentelemetry-api` is not installed.
+        """
+        trace = _otel()
+        return cls(tracer if tracer is not None else trace.get_tracer("acp_fast"), notifications)
+
+
+_ENV: list[Tracing | None] = []
+
+
+def env_tracing() -> Tracing | None:
+    """The tracing `ACP_FAST_OTEL` asks for (read once per process), else `None`.
+
+    Raises:
+        MissingOtelError: the variable is set but `opentelemetry-api` is not installed.
+    """
+    if not _ENV:
+        on = os.environ.get(ENV_VAR, "").strip().lower() in _TRUE
+        _ENV.append(Tracing.make() if on else None)
+    return _ENV[0]
+
+
+def parse_traceparent(value: object) -> tuple[int, int, int] | None:
+    """`(trace_id, span_id, flags)` of a W3C `traceparent`, or `None` when it is not one.
+
+    Version 00 must have exactly four fields; a later version may add more (read as 00);
+    version `ff`, an all-zero trace id or span id, or anything else malformed is `None`.
+    """
+    if type(value) is not str or len(value) > 512:
+        return None
+    m = _TRACEPARENT.match(value)
+    if m is None:
+        return None
+    version, trace_hex, span_hex, flags, rest = m.groups()
+    if version == "ff" or (version == "00" and rest is not None):
+        return None
+    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+    if not trace_id or not span_id:
+        return None
+    return trace_id, span_id, int(flags, 16)
+
+
+def _parent(params: Json) -> Any:
+    """The OpenTelemetry context that `params._meta` carries (an empty one without a valid one)."""
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    meta = params.get("_meta") if type(params) is dict else None
+    parsed = parse_traceparent(meta.get(TRACEPARENT)) if type(meta) is dict else None
+    if parsed is None:
+        return otel_context.Context()
+    assert type(meta) is dict
+    state = meta.get(TRACESTATE)
+    trace_state = None
+    if type(state) is str and len(state) <= 512:
+        try:
+            trace_state = trace.TraceState.from_header([state])
+        except Exception:  # noqa: BLE001 - a bad tracestate drops only the state
+            trace_state = None
+    span_context = trace.SpanContext(parsed[0], parsed[1], is_remote=True,
+                                     trace_flags=trace.TraceFlags(parsed[2] & 0xFF), trace_state=trace_state)
+    return trace.set_span_in_context(trace.NonRecordingSpan(span_context), otel_context.Context())
+
+
+def context_meta(span: Any) -> dict[str, str]:
+    """The `_meta` entries that carry `span`'s context (`traceparent`, `tracestate`)."""
+    sc = span.get_span_context()
+    meta = {TRACEPARENT: f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"}
+    state = sc.trace_state.to_header() if sc.trace_state else ""
+    if state:
+        meta[TRACESTATE] = state
+    return meta
+
+
+def with_context(params: Json, span: Any) -> Json:
+    """`params` (an object, or `None`) with `span`'s context in its `_meta` (a copy); an
+    array or anything else unchanged (it has no `_meta`)."""
+    if params is None:
+        params = {}
+    elif type(params) is RawJson:
+        try:
+            params = params.decode_json()
+        except ValueError:
+            return params
+    if type(params) is not dict:
+        return params
+    meta = params.get("_meta")
+    new_meta = dict(meta) if type(meta) is dict else {}
+    new_meta.update(context_meta(span))
+    return {**params, "_meta": new_meta}
+
+
+def _decoded(params: Any) -> Json:
+    if type(params) is RawJson:
+        try:
+            return params.decode_json()
+        except ValueError:
+            return None
+    return params  # type: ignore[no-any-return]
+
+
+def call_attributes(method: str, rid: object, params: Json) -> dict[str, Any]:
+    """The span attributes of a call (the JSON-RPC semantic conventions, and the session)."""
+    attrs: dict[str, Any] = {"rpc.system": "jsonrpc", "rpc.method": method, "rpc.jsonrpc.version": "2.0"}
+    if rid is not None:
+        attrs["rpc.jsonrpc.request_id"] = str(rid)
+    if type(params) is dict:
+        sid = params.get("sessionId")
+        if type(sid) is str:
+            attrs["acp.session.id"] = sid
+    return attrs
+
+
+def _unwrap(method: str, params: Json) -> tuple[str, Json]:
+    """A `_proxy/successor` envelope's inner method and params (others: as they are)."""
+    if method in SUCCESSOR_METHODS and type(params) is dict:
+        inner = params.get("method")
+        if type(inner) is str:
+            return inner, _decoded(params.get("params"))
+    return method, params
+
+
+def set_error(span: Any, code: int, message: str | None) -> None:
+    """Mark `span` failed with the JSON-RPC error `code`."""
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_attribute("rpc.jsonrpc.error_code", code)
+    if message:
+        span.set_attribute("rpc.jsonrpc.error_message", message)
+    span.set_status(Status(StatusCode.ERROR, message or str(code)))
+
+
+def end_with_line(spans: tuple[Any, ...], line: bytes) -> None:
+    """End `spans` (innermost first) with what the encoded answer `line` says."""
+    head = _ERROR_HEAD.match(line) or (_ERROR_ANY.search(line) if b'"error"' in line else None)
+    if head is not None:
+        for span in spans:
+            set_error(span, int(head.group(1)), None)
+    else:
+        stop = _STOP_REASON.search(line) if len(spans) > 1 else None
+        if stop is not None:
+            spans[0].set_attribute("acp.stop_reason", stop.group(1).decode("utf-8", "replace"))
+    for span in spans:
+        span.end()
+
+
+def end_with_result(span: Any, fut: Any) -> None:
+    """End a sent request's `span` once its handle `fut` is done."""
+    if fut.cancelled():
+        set_error(span, -32800, "cancelled")
+    else:
+        exc = fut.exception()
+        if isinstance(exc, JsonRpcError):
+            set_error(span, exc.code, exc.message)
+        elif exc is not None:
+            set_error(span, INTERNAL_ERROR, type(exc).__name__)
+        else:
+            result = fut.result()
+            if type(result) is dict:
+                stop = result.get("stopReason")
+                if type(stop) is str:
+                    span.set_attribute("acp.stop_reason", stop)
+    span.end()
+
+
+class _NotificationSpans(dict):  # type: ignore[type-arg]
+    """A connection's notification handler table whose handlers run in a span each."""
+
+    tracer: Any
+
+    def get(self, method: str, default: Any = None) -> Any:  # type: ignore[override]
+        fn = dict.get(self, method, default)
+        if fn is None:
+            return None
+        tracer = self.tracer
+
+        def traced(msg: Any) -> Any:
+            return _in_span(tracer, msg, fn)
+
+        return traced
+
+
+def _in_span(tracer: Any, msg: Any, fn: Callable[[Any], Any]) -> Any:
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    try:
+        params = msg.params
+    except ValueError:
+        params = None
+    method, inner = _unwrap(msg.method, params)
+    span = tracer.start_span(method, context=_parent(inner), kind=trace.SpanKind.CONSUMER,
+                             attributes=call_attributes(method, None, inner))
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
+        result = fn(msg)
+    except BaseException:
+        span.end()
+        raise
+    finally:
+        otel_context.detach(token)
+    if result is not None and hasattr(result, "__await__"):
+        return _end_after(result, span)
+    span.end()
+    return result
+
+
+async def _end_after(aw: Awaitable[Any], span: Any) -> Any:
+    try:
+        return await aw
+    finally:
+        span.end()
+
+
+class TracedConnection(Connection):
+    """A JSON-RPC [`Connection`][acp_fast.jsonrpc.Connection] that opens spans (see the module
+    docstring); a connection becomes one through [`instrument`][acp_fast.tracing.instrument].
+
+    The class of an existing connection is changed rather than the connection rebuilt, so a
+    builder can trace a connection it is handed; the overrides are the only difference, and
+    they exist only on traced connections.
+    """
+
+    _otel: Tracing
+    _otel_spans: dict[Any, tuple[Any, ...]]
+
+    def _start_tracing(self, tracing: Tracing) -> None:
+        self._otel = tracing
+        self._otel_spans = {}
+        if tracing.notifications:
+            table = _NotificationSpans(self._notifications)
+            table.tracer = tracing.tracer
+            self._notifications = table
+        self.closed.add_done_callback(self._end_open_spans)
+
+    def _end_open_spans(self, _fut: object) -> None:
+        spans, self._otel_spans = self._otel_spans, {}
+        for group in spans.values():
+            for span in group:
+                set_error(span, INTERNAL_ERROR, "connection closed before the answer")
+                span.end()
+
+    # -- sent requests ------------------------------------------------------------------
+
+    def request(self, method: str, params: Json = None, *, timeout: float | None = None,
+                raw: bool = False) -> PendingRequest:
+        from opentelemetry import trace
+
+        inner_method, inner = _unwrap(method, _decoded(params) if method in SUCCESSOR_METHODS else params)
+        span = self._otel.tracer.start_span(inner_method, kind=trace.SpanKind.CLIENT,
+                                            attributes=call_attributes(inner_method, None, _decoded(inner)))
+        if inner_method is not method:  # an envelope: the context goes into the inner params
+            assert type(params) is dict or type(params) is RawJson
+            outer = _decoded(params)
+            assert type(outer) is dict
+            params = {**outer, "params": with_context(outer.get("params"), span)}
+        else:
+            params = with_context(params, span)
+        try:
+            handle = super().request(method, params, timeout=timeout, raw=raw)
+        except BaseException:
+            span.end()
+            raise
+        span.set_attribute("rpc.jsonrpc.request_id", str(handle.id))
+        handle.add_done_callback(lambda fut: end_with_result(span, fut))
+        return handle
+
+    # -- received requests --------------------------------------------------------------
+
+    def _request(self, msg: Any, batch: Any, slot: int) -> None:
+        from opentelemetry import context as otel_context
+        from opentelemetry import trace
+
+        try:
+            params = msg.params
+        except ValueError:
+            params = None
+        method, inner = _unwrap(msg.method, params)
+        tracer = self._otel.tracer
+        rid = msg.id
+        span = tracer.start_span(method, context=_parent(inner), kind=trace.SpanKind.SERVER,
+                                 attributes=call_attributes(method, rid, inner))
+        current = trace.set_span_in_context(span)
+        spans: tuple[Any, ...] = (span,)
+        if method == PROMPT:
+            turn = tracer.start_span(PROMPT_TURN, context=current, kind=trace.SpanKind.INTERNAL,
+                                     attributes={k: v for k, v in call_attributes(method, None, inner).items()
+                                                 if k == "acp.session.id"})
+            current = trace.set_span_in_context(turn, current)
+            spans = (turn, span)
+        key = (type(rid) is str, rid)
+        older = self._otel_spans.pop(key, None)
+        if older is not None:  # a reused id: the older request's answer is no longer told apart
+            for s in older:
+                s.end()
+        self._otel_spans[key] = spans
+        unhandled = msg.method not in self._requests and self._request_fallback is None
+        token = otel_context.attach(current)
+        try:
+            super()._request(msg, batch, slot)
+        finally:
+            otel_context.detach(token)
+        if unhandled and self._otel_spans.get(key) is spans:
+            del self._otel_spans[key]
+            for s in spans:
+                set_error(s, -32601, "method not found")
+                s.end()
+
+    def _complete(self, ctx: RequestContext, line: bytes) -> None:
+        super()._complete(ctx, line)
+        rid = ctx.message.id
+        spans = self._otel_spans.pop((type(rid) is str, rid), None)
+        if spans is not None:
+            end_with_line(spans, line)
+
+    def _dropped(self, ctx: RequestContext) -> None:
+        super()._dropped(ctx)
+        rid = ctx.message.id
+        spans = self._otel_spans.pop((type(rid) is str, rid), None)
+        if spans is not None:
+            for s in spans:
+                set_error(s, INTERNAL_ERROR, "request handler dropped its responder")
+                s.end()
+
+
+def instrument(conn: Connection, tracing: Tracing) -> Connection:
+    """Trace `conn` from now on (idempotent; see the module docstring); returns it.
+
+    Call it before the connection's first message (the builders do, as they bind one).
+    """
+    if not isinstance(conn, TracedConnection):
+        conn.__class__ = TracedConnection
+        assert isinstance(conn, TracedConnection)
+        conn._start_tracing(tracing)
+    return conn
