@@ -14,7 +14,7 @@ What a traced connection records (the OpenTelemetry JSON-RPC semantic convention
   `rpc.jsonrpc.request_id`, `acp.session.id` (the params' `sessionId`) and, when the answer
   is an error, `rpc.jsonrpc.error_code` / `rpc.jsonrpc.error_message` and an error status;
   a sent span ends when its answer arrives, a received one when its answer is written;
-* a `prompt turn` span (kind `INTERNAL`) inside each received `session/prompt`'s span, from
+* on an agent, a `prompt turn` span (kind `INTERNAL`) inside each received `session/prompt`'s span, from
   the request until its answer, with `acp.session.id` and `acp.stop_reason`;
 * no span per notification, unless asked (`notifications=True`: a span per received
   notification, named after its method, kind `CONSUMER`).
@@ -61,7 +61,8 @@ from .jsonrpc import Connection, PendingRequest, RequestContext
 from .jsontypes import Json
 from .protocol.facts import SUCCESSOR_METHODS
 
-__all__ = ["ENV_VAR", "MissingOtelError", "TracedConnection", "Tracing", "env_tracing", "instrument",
+__all__ = ["ENV_VAR", "MissingOtelError", "TracedConnection", "Tracing", "call_attributes", "context_meta", "env_tracing",
+           "instrument", "parent_context", "set_error", "with_context",
            "parse_traceparent"]
 
 #: the environment variable that turns tracing on for every builder (`1`, `true`, `yes`, `on`)
@@ -152,7 +153,7 @@ def parse_traceparent(value: object) -> tuple[int, int, int] | None:
     return trace_id, span_id, int(flags, 16)
 
 
-def _parent(params: Json) -> Any:
+def parent_context(params: Json) -> Any:
     """The OpenTelemetry context that `params._meta` carries (an empty one without a valid one)."""
     from opentelemetry import context as otel_context
     from opentelemetry import trace
@@ -208,7 +209,7 @@ def _decoded(params: Any) -> Json:
             return params.decode_json()
         except ValueError:
             return None
-    return params  # type: ignore[no-any-return]
+    return params
 
 
 def call_attributes(method: str, rid: object, params: Json) -> dict[str, Any]:
@@ -280,7 +281,7 @@ class _NotificationSpans(dict):  # type: ignore[type-arg]
 
     tracer: Any
 
-    def get(self, method: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, method: str, default: Any = None) -> Any:
         fn = dict.get(self, method, default)
         if fn is None:
             return None
@@ -301,7 +302,7 @@ def _in_span(tracer: Any, msg: Any, fn: Callable[[Any], Any]) -> Any:
     except ValueError:
         params = None
     method, inner = _unwrap(msg.method, params)
-    span = tracer.start_span(method, context=_parent(inner), kind=trace.SpanKind.CONSUMER,
+    span = tracer.start_span(method, context=parent_context(inner), kind=trace.SpanKind.CONSUMER,
                              attributes=call_attributes(method, None, inner))
     token = otel_context.attach(trace.set_span_in_context(span))
     try:
@@ -334,10 +335,12 @@ class TracedConnection(Connection):
     """
 
     _otel: Tracing
+    _otel_turns: bool
     _otel_spans: dict[Any, tuple[Any, ...]]
 
-    def _start_tracing(self, tracing: Tracing) -> None:
+    def _start_tracing(self, tracing: Tracing, prompt_turns: bool) -> None:
         self._otel = tracing
+        self._otel_turns = prompt_turns
         self._otel_spans = {}
         if tracing.notifications:
             table = _NotificationSpans(self._notifications)
@@ -390,11 +393,11 @@ class TracedConnection(Connection):
         method, inner = _unwrap(msg.method, params)
         tracer = self._otel.tracer
         rid = msg.id
-        span = tracer.start_span(method, context=_parent(inner), kind=trace.SpanKind.SERVER,
+        span = tracer.start_span(method, context=parent_context(inner), kind=trace.SpanKind.SERVER,
                                  attributes=call_attributes(method, rid, inner))
         current = trace.set_span_in_context(span)
         spans: tuple[Any, ...] = (span,)
-        if method == PROMPT:
+        if method == PROMPT and self._otel_turns:
             turn = tracer.start_span(PROMPT_TURN, context=current, kind=trace.SpanKind.INTERNAL,
                                      attributes={k: v for k, v in call_attributes(method, None, inner).items()
                                                  if k == "acp.session.id"})
@@ -435,13 +438,15 @@ class TracedConnection(Connection):
                 s.end()
 
 
-def instrument(conn: Connection, tracing: Tracing) -> Connection:
+def instrument(conn: Connection, tracing: Tracing, *, prompt_turns: bool = True) -> Connection:
     """Trace `conn` from now on (idempotent; see the module docstring); returns it.
 
     Call it before the connection's first message (the builders do, as they bind one).
+    `prompt_turns`: open a turn span per received `session/prompt` (an agent's connection;
+    a proxy's only forwards the turn).
     """
     if not isinstance(conn, TracedConnection):
         conn.__class__ = TracedConnection
         assert isinstance(conn, TracedConnection)
-        conn._start_tracing(tracing)
+        conn._start_tracing(tracing, prompt_turns)
     return conn

@@ -80,6 +80,11 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--trace", metavar="DIR",
                         help="write each connection's messages to DIR, one file per connection in the conductor's "
                              "trace format (acp-fast trace view FILE); decodes every message: for debugging")
+    parser.add_argument("--otel", action="store_true", default=os.environ.get("ACP_FAST_OTEL", "").strip().lower()
+                        in ("1", "true", "yes", "on"),
+                        help="OpenTelemetry: a span per relayed request, its context passed on in the request's "
+                             "_meta (needs opentelemetry-api; the exporter is the OpenTelemetry SDK's, set up "
+                             "by its environment; default: ACP_FAST_OTEL)")
     parser.add_argument("--metrics-host", default="127.0.0.1",
                         help="address the metrics port binds (default: 127.0.0.1, this machine only)")
     parser.add_argument("agent", nargs=argparse.REMAINDER, metavar="-- AGENT_CMD...",
@@ -122,8 +127,20 @@ def main(args: argparse.Namespace) -> int:
         print("acp-fast serve: --metrics-port and --trace serve one process's app: not with --workers (nor --trace "
               "with --redis) yet", file=sys.stderr)
         return 2
+    if args.otel and (args.redis is not None or args.workers > 1):
+        print("acp-fast serve: --otel serves one process's app: not with --workers or --redis yet", file=sys.stderr)
+        return 2
     if args.trace is not None:
         os.makedirs(args.trace, exist_ok=True)
+    otel = None
+    if args.otel:
+        from ..tracing import MissingOtelError, Tracing
+
+        try:
+            otel = Tracing.make()
+        except MissingOtelError as exc:
+            print(f"acp-fast serve: {exc}", file=sys.stderr)
+            return 2
     from ..remote._wire import MissingExtraError, require_extra
 
     try:
@@ -169,9 +186,10 @@ def main(args: argparse.Namespace) -> int:
             return 2
     elif args.testy:
         app = testy_app(versions=args.versions, path=args.path, policy=policy,
-                        engine=None if args.engine == "auto" else args.engine, metrics=metrics, trace_dir=args.trace)
+                        engine=None if args.engine == "auto" else args.engine, metrics=metrics, trace_dir=args.trace, otel=otel)
     else:
-        app = gateway.gateway_app(command, path=args.path, policy=policy, metrics=metrics, trace_dir=args.trace)
+        app = gateway.gateway_app(command, path=args.path, policy=policy, metrics=metrics, trace_dir=args.trace,
+                                  otel=otel)
     from ..remote.runner import Served, serve_app
 
     def ready(where: Served) -> None:

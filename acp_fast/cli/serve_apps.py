@@ -20,6 +20,7 @@ from ..testy import build, parse_versions
 
 if TYPE_CHECKING:
     from ..remote.metrics import ServerMetrics
+    from ..tracing import Tracing
 
 __all__ = ["CONFIG_ENV", "app_from_env", "policy_from_config", "testy_app"]
 
@@ -29,10 +30,10 @@ CONFIG_ENV = "ACP_FAST_SERVE_CONFIG"
 
 def testy_app(*, versions: str = "1,2", path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
               engine: EngineChoice = None, metrics: ServerMetrics | None = None,
-              trace_dir: str | None = None) -> AcpApp:
+              trace_dir: str | None = None, otel: Tracing | None = None) -> AcpApp:
     """Testy (the deterministic test agent) served in-process, one instance per connection."""
     endpoint = build(parse_versions(versions))
-    return asgi_app(endpoint, path=path, policy=policy, engine=engine, metrics=metrics, trace_dir=trace_dir)
+    return asgi_app(endpoint, path=path, policy=policy, engine=engine, metrics=metrics, trace_dir=trace_dir, otel=otel)
 
 
 def app_from_env() -> AcpApp:

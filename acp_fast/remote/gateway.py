@@ -21,6 +21,7 @@ from .policy import ServerPolicy
 from .server import AcpApp, StreamOpener
 
 if TYPE_CHECKING:
+    from ..tracing import Tracing
     from .metrics import ServerMetrics
 
 __all__ = ["command_opener", "gateway_app"]
@@ -30,7 +31,8 @@ logger = logging.getLogger("acp_fast.remote")
 
 def gateway_app(command: str | Sequence[str], *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
                 env: Mapping[str, str] | None = None, inherit_env: bool = True, cwd: str | None = None,
-                metrics: ServerMetrics | None = None, trace_dir: str | os.PathLike[str] | None = None) -> AcpApp:
+                metrics: ServerMetrics | None = None, trace_dir: str | os.PathLike[str] | None = None,
+                otel: Tracing | None = None) -> AcpApp:
     """An ASGI app that starts `command` (a stdio ACP agent) for every remote connection.
 
     Args:
@@ -43,10 +45,12 @@ def gateway_app(command: str | Sequence[str], *, path: str = DEFAULT_PATH, polic
         metrics: where to count what the server does (`None`: nowhere; see
             [`ServerMetrics`][acp_fast.remote.metrics.ServerMetrics]).
         trace_dir: where to write each connection's trace (see [`AcpApp`][acp_fast.remote.server.AcpApp]).
+        otel: OpenTelemetry spans of the relayed requests, their context passed on to the
+            agent (see [`AcpApp`][acp_fast.remote.server.AcpApp]; `acp-fast serve --otel`).
     """
 
     opener = command_opener(command, env=env, inherit_env=inherit_env, cwd=cwd)
-    return AcpApp(opener, path=path, policy=policy, metrics=metrics, trace_dir=trace_dir)
+    return AcpApp(opener, path=path, policy=policy, metrics=metrics, trace_dir=trace_dir, otel=otel)
 
 
 def command_opener(command: str | Sequence[str], *, env: Mapping[str, str] | None = None,

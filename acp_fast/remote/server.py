@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import os
 import re
@@ -49,6 +50,8 @@ from .. import _kinds
 from .. import engine as _default_engine
 from ..engine import Engine, encode_error
 from ..errors import INTERNAL_ERROR
+from ..tracing import Tracing, call_attributes, set_error, with_context
+from ..tracing import parent_context as tracing_parent
 from ..transport.child import ChildStream
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
@@ -602,6 +605,104 @@ class _TracedMeteredConnection(_TracedConnection, _MeteredConnection):
     """A connection with both a trace and metrics."""
 
 
+class _OtelConnection(_Connection):
+    """A connection that opens an OpenTelemetry span per request it relays to the agent
+    (`acp-fast serve --otel`; see [`acp_fast.tracing`][acp_fast.tracing]).
+
+    The span continues the context in the request's `params._meta` (when it is a valid
+    W3C `traceparent`) and the request goes on to the agent with the span's own context in
+    its `_meta` instead, re-encoded (a request inside a batch gets a span but goes on as it
+    came); the span ends when the agent's answer passes (its error code, if any, recorded),
+    or when the connection closes. Notifications pass untouched and get no span. Every
+    line each way is split and its kind read for this (no params decoded but a request's),
+    so this costs what the forwarding otherwise avoids: it is chosen per app, once.
+    Combines with the metrics and the trace file (the class is made per combination)."""
+
+    otel: Tracing
+    _otel_in: Any
+    _otel_out: Any
+    _otel_spans: dict[tuple[bool, object], Any]
+
+    def start_otel(self, tracing: Tracing) -> None:
+        """Open spans with `tracing` from now on."""
+        self.otel = tracing
+        self._otel_spans = {}
+        self._otel_in = self.engine.Decoder(lazy=True, max_line_size=self.max_line)
+        self._otel_out = self.engine.Decoder(lazy=True, max_line_size=self.max_line)
+
+    def _relayed(self, frame: Any) -> bytes:
+        """Open the span of one request frame; the line to hand on (with the span's context)."""
+        from opentelemetry.trace import SpanKind
+
+        try:
+            params = frame.params
+        except ValueError:
+            return bytes(frame.raw)
+        method = frame.method
+        span = self.otel.tracer.start_span(method, context=tracing_parent(params), kind=SpanKind.SERVER,
+                                           attributes=call_attributes(method, frame.id, params))
+        span.set_attribute("acp.connection.id", short_id(self.id))
+        self._otel_spans[id_key(frame.id)] = span
+        new = with_context(params, span)
+        if new is params:
+            return bytes(frame.raw)
+        return json.dumps({"jsonrpc": "2.0", "id": frame.id, "method": method, "params": new},
+                          separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+    async def write(self, lines: Iterable[bytes], frames: tuple[list[Any], object] | None = None) -> None:
+        data = b"".join(lines)
+        out: list[bytes] = []
+        changed = False
+        for frame in self._otel_in.feed(data):
+            kind = frame.kind
+            if kind == _kinds.REQUEST:
+                line = self._relayed(frame)
+                changed = changed or line != frame.raw
+                out.append(line)
+                continue
+            if kind == _kinds.BATCH:
+                for entry in frame:
+                    if entry.kind == _kinds.REQUEST:
+                        self._relayed(entry)
+            out.append(bytes(frame.raw))
+        if changed:
+            data = b"\n".join(out) + b"\n"
+            frames = None  # an in-process agent decodes the new bytes
+        await super().write((data,), frames)
+
+    def _on_data(self, data: bytes) -> None:
+        spans = self._otel_spans
+        for frame in self._otel_out.feed(data):
+            for entry in (frame if frame.kind == _kinds.BATCH else (frame,)):
+                if entry.kind == _kinds.RESPONSE and spans:
+                    span = spans.pop(id_key(entry.id), None)
+                    if span is not None:
+                        error = entry.error
+                        if isinstance(error, dict) and isinstance(error.get("code"), int):
+                            set_error(span, error["code"], error.get("message"))
+                        span.end()
+        super()._on_data(data)
+
+    def end_spans(self) -> None:
+        """End the spans of requests still unanswered (the connection closed)."""
+        spans, self._otel_spans = self._otel_spans, {}
+        for span in spans.values():
+            set_error(span, INTERNAL_ERROR, "connection closed before the answer")
+            span.end()
+
+
+_OTEL_CLASSES: dict[type[_Connection], type[_OtelConnection]] = {}
+
+
+def _with_otel(base: type[_Connection]) -> type[_OtelConnection]:
+    """`base` with `_OtelConnection`'s spans (one class per base, made once)."""
+    cls = _OTEL_CLASSES.get(base)
+    if cls is None:
+        cls = _OTEL_CLASSES[base] = cast("type[_OtelConnection]",
+                                         type(f"_Otel{base.__name__.lstrip('_')}", (_OtelConnection, base), {}))
+    return cls
+
+
 # -- the application ----------------------------------------------------------------------------
 
 
@@ -619,6 +720,9 @@ class AcpApp(Endpoint):
         metrics: where to count what the server does
             ([`ServerMetrics`][acp_fast.remote.metrics.ServerMetrics]; `None`, the default,
             counts nothing and costs nothing).
+        otel: OpenTelemetry tracing of the relayed requests ([`Tracing`][acp_fast.tracing.Tracing]:
+            a span per request, its context passed on in the request's `_meta`; `None`, the
+            default, traces nothing and costs nothing).
         trace_dir: a directory where each connection's messages are written, one file per
             connection (`<opened>-<short id>.jsonl`, UTC), in the conductor's trace format
             (`acp-fast trace view FILE`); `None` (the default) traces nothing. Every message
@@ -634,7 +738,7 @@ class AcpApp(Endpoint):
 
     def __init__(self, opener: StreamOpener, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
                  engine: Engine | None = None, metrics: ServerMetrics | None = None,
-                 trace_dir: str | os.PathLike[str] | None = None) -> None:
+                 trace_dir: str | os.PathLike[str] | None = None, otel: Tracing | None = None) -> None:
         if not path.startswith("/"):
             raise ValueError(f"path must start with '/': {path!r}")
         self.opener = opener
@@ -649,6 +753,8 @@ class AcpApp(Endpoint):
         self.metrics = metrics
         #: where each connection's trace is written (`None`: nowhere)
         self.trace_dir = None if trace_dir is None else os.fspath(trace_dir)
+        #: how relayed requests are traced with OpenTelemetry (`None`: not at all)
+        self.otel = otel
         # refusals and agent exits are watched for the metrics or the event log
         self._observed = metrics is not None or _events.isEnabledFor(logging.INFO)
         self._watchers: set[asyncio.Task[None]] = set()
@@ -673,6 +779,8 @@ class AcpApp(Endpoint):
                 conn.metrics.closed(conn, cause)
             if isinstance(conn, _TracedConnection):
                 conn.tracer.close()
+            if isinstance(conn, _OtelConnection):
+                conn.end_spans()
             _event("close", conn.id, "connection closed", cause=cause)
 
     def _refused(self, status: int, why: str, cid: str | None = None) -> None:
@@ -720,13 +828,19 @@ class AcpApp(Endpoint):
         cid = secrets.token_urlsafe(24)
         conn: _Connection
         if self.metrics is not None:
-            metered = _MeteredConnection if self.trace_dir is None else _TracedMeteredConnection
+            metered: type[_MeteredConnection] = (_MeteredConnection if self.trace_dir is None
+                                                 else _TracedMeteredConnection)
+            if self.otel is not None:
+                metered = cast("type[_MeteredConnection]", _with_otel(metered))
             conn = metered(self, cid, stream, websocket, self.metrics, on_closed=self._forget, ws_batches=ws_batches)
             self.metrics.opened(conn)
-        elif self.trace_dir is not None:
-            conn = _TracedConnection(self, cid, stream, websocket, on_closed=self._forget, ws_batches=ws_batches)
         else:
-            conn = _Connection(self, cid, stream, websocket, on_closed=self._forget, ws_batches=ws_batches)
+            plain: type[_Connection] = _Connection if self.trace_dir is None else _TracedConnection
+            if self.otel is not None:
+                plain = _with_otel(plain)
+            conn = plain(self, cid, stream, websocket, on_closed=self._forget, ws_batches=ws_batches)
+        if isinstance(conn, _OtelConnection) and self.otel is not None:
+            conn.start_otel(self.otel)
         if isinstance(conn, _TracedConnection):
             from ..conductor.trace import Tracer
 
@@ -1072,7 +1186,7 @@ Target = Union[Servable, Callable[[Stream], Awaitable[None]]]
 
 def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy | None = None,
              engine: EngineChoice = None, metrics: ServerMetrics | None = None,
-             trace_dir: str | os.PathLike[str] | None = None) -> AcpApp:
+             trace_dir: str | os.PathLike[str] | None = None, otel: Tracing | None = None) -> AcpApp:
     """An ASGI app serving `target` to remote clients, one in-process connection each.
 
     Args:
@@ -1086,6 +1200,7 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
         metrics: where to count what the server does (`None`: nowhere; see
             [`ServerMetrics`][acp_fast.remote.metrics.ServerMetrics]).
         trace_dir: where to write each connection's trace (see [`AcpApp`][acp_fast.remote.server.AcpApp]).
+        otel: OpenTelemetry spans of the relayed requests (see [`AcpApp`][acp_fast.remote.server.AcpApp]).
 
     Raises:
         ValueError: `engine` is none of those.
@@ -1099,7 +1214,7 @@ def asgi_app(target: Target, *, path: str = DEFAULT_PATH, policy: ServerPolicy |
     ```
     """
     opener, twin = servable_opener(target, engine)
-    return AcpApp(opener, path=path, policy=policy, engine=twin, metrics=metrics, trace_dir=trace_dir)
+    return AcpApp(opener, path=path, policy=policy, engine=twin, metrics=metrics, trace_dir=trace_dir, otel=otel)
 
 
 def servable_opener(target: Target, engine: EngineChoice = None) -> tuple[StreamOpener, Engine | None]:

@@ -247,7 +247,7 @@ class Builder(Generic[Version, _C, _X]):
     def _traced(self, conn: Connection) -> Connection:
         """`conn`, traced when this builder or the environment asks for it."""
         tracing = self._tracing if self._tracing is not None else env_tracing()
-        return conn if tracing is None else instrument(conn, tracing)
+        return conn if tracing is None else instrument(conn, tracing, prompt_turns=self.role == "agent")
 
     def with_main(self: _B, main: Callable[[_C], Awaitable[object]]) -> _B:
         """The `main(connection)` a client protocol connector runs for this implementation."""

@@ -1,0 +1,391 @@
+"""OpenTelemetry traces (`acp_fast.tracing`): spans captured with the SDK's in-memory exporter.
+
+Every engine behaviour runs on both twins through the ``engine`` fixture. The spans go to a
+tracer of a provider of each test's own (never the global provider: the official SDK's
+spans, whose tracer follows the global provider, stay no-ops in the rest of the suite).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
+
+from acp_fast import tracing  # noqa: E402
+from acp_fast.conductor import Conductor  # noqa: E402
+from acp_fast.errors import JsonRpcError  # noqa: E402
+from acp_fast.roles import Agent, Client, Proxy  # noqa: E402
+from acp_fast.transport import memory_pair  # noqa: E402
+from roles_support import RawPeer, run, serve_in_memory  # noqa: E402
+
+SID = "s-1"
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+GOOD = f"00-{TRACE}-{PARENT}-01"
+
+
+@pytest.fixture
+def spans() -> Iterator[tuple[Any, InMemorySpanExporter]]:
+    """A tracer of a provider of this test's own, and the exporter its spans end in."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider.get_tracer("test"), exporter
+    provider.shutdown()
+
+
+def agent(tracer: Any = None, record: list[Any] | None = None, ask: bool = False) -> Any:
+    """A v1 agent: a session, a prompt that streams two chunks (and, if `ask`, asks the client's
+    permission first); `record` gets every params object a handler sees."""
+    seen = record if record is not None else []
+
+    def new(params: Any, cx: Any) -> Any:
+        seen.append(params)
+        return {"sessionId": SID}
+
+    async def prompt(params: Any, cx: Any) -> Any:
+        seen.append(params)
+        if ask:
+            await cx.connection.send_request("session/request_permission", {
+                "sessionId": SID, "toolCall": {"toolCallId": "t1"},
+                "options": [{"optionId": "ok", "name": "OK", "kind": "allow_once"}]})
+        for text in ("a", "b"):
+            cx.send_session_update(SID, {"sessionUpdate": "agent_message_chunk",
+                                         "content": {"type": "text", "text": text}})
+        return {"stopReason": "end_turn"}
+
+    def fail(params: Any, cx: Any) -> Any:
+        raise JsonRpcError(-32002, "no such thing")
+
+    built = (Agent.builder().on_request("session/new", new).on_request("session/prompt", prompt)
+             .on_request("_test/fail", fail))
+    return built if tracer is None else built.with_tracing(tracer)
+
+
+def client(tracer: Any = None, notifications: bool = False) -> Any:
+    built = Client.builder().on_request(
+        "session/request_permission", lambda p, cx: {"outcome": {"outcome": "selected", "optionId": "ok"}})
+    built.on_session_update(lambda update, cx: None)
+    return built if tracer is None else built.with_tracing(tracer, notifications=notifications)
+
+
+async def session_and_prompt(conn: Any) -> None:
+    await conn.initialize()
+    await conn.send_request("session/new", {"cwd": "/tmp", "mcpServers": []})
+    result = await conn.send_request("session/prompt", {"sessionId": SID, "prompt": [{"type": "text", "text": "hi"}]})
+    assert result == {"stopReason": "end_turn"}
+
+
+def named(finished: Any, name: str, kind: SpanKind) -> list[ReadableSpan]:
+    return [s for s in finished if s.name == name and s.kind == kind]
+
+
+def one(finished: Any, name: str, kind: SpanKind) -> ReadableSpan:
+    found = named(finished, name, kind)
+    assert len(found) == 1, [(s.name, s.kind) for s in finished]
+    return found[0]
+
+
+def parent_of(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+def test_a_trace_started_in_the_client_continues_in_the_agent(engine: ModuleType, spans: Any) -> None:
+    tracer, exporter = spans
+
+    async def body() -> None:
+        stream = serve_in_memory(agent(tracer, ask=True), engine)
+        async with client(tracer).connect(stream, engine=engine) as conn:
+            await session_and_prompt(conn)
+            await asyncio.sleep(0.05)
+
+    run(body)
+    finished = exporter.get_finished_spans()
+    for method in ("initialize", "session/new", "session/prompt"):
+        sent = one(finished, method, SpanKind.CLIENT)
+        received = one(finished, method, SpanKind.SERVER)
+        assert received.context.trace_id == sent.context.trace_id
+        assert parent_of(received) == sent.context.span_id
+        assert received.parent is not None and received.parent.is_remote
+        assert sent.attributes is not None and received.attributes is not None
+        for attrs in (sent.attributes, received.attributes):
+            assert attrs["rpc.system"] == "jsonrpc" and attrs["rpc.method"] == method
+        assert received.attributes["rpc.jsonrpc.request_id"] == sent.attributes["rpc.jsonrpc.request_id"]
+    # the prompt turn: inside the received prompt's span, until its answer
+    prompt_in = one(finished, "session/prompt", SpanKind.SERVER)
+    turn = one(finished, tracing.PROMPT_TURN, SpanKind.INTERNAL)
+    assert parent_of(turn) == prompt_in.context.span_id
+    assert turn.attributes is not None and turn.attributes["acp.session.id"] == SID
+    assert turn.attributes["acp.stop_reason"] == "end_turn"
+    assert prompt_in.attributes is not None and prompt_in.attributes["acp.session.id"] == SID
+    assert turn.end_time is not None and prompt_in.end_time is not None and turn.end_time <= prompt_in.end_time
+    # the other way: the agent's permission request, inside the turn, continues in the client
+    asked = one(finished, "session/request_permission", SpanKind.CLIENT)
+    answered = one(finished, "session/request_permission", SpanKind.SERVER)
+    assert parent_of(asked) == turn.context.span_id
+    assert parent_of(answered) == asked.context.span_id
+    assert len({s.context.trace_id for s in finished if s.name != "initialize" and s.name != "session/new"}) == 1
+    # no span per notification by default (two session/update chunks were streamed)
+    assert not [s for s in finished if s.name == "session/update"]
+
+
+def test_notification_spans_only_when_asked(engine: ModuleType, spans: Any) -> None:
+    tracer, exporter = spans
+
+    async def body() -> None:
+        stream = serve_in_memory(agent(tracer), engine)
+        async with client(tracer, notifications=True).connect(stream, engine=engine) as conn:
+            await session_and_prompt(conn)
+            await asyncio.sleep(0.05)
+
+    run(body)
+    updates = named(exporter.get_finished_spans(), "session/update", SpanKind.CONSUMER)
+    assert len(updates) == 2
+    assert all(s.attributes is not None and s.attributes["acp.session.id"] == SID for s in updates)
+
+
+def test_an_error_answer_is_recorded_on_both_spans(engine: ModuleType, spans: Any) -> None:
+    tracer, exporter = spans
+
+    async def body() -> None:
+        stream = serve_in_memory(agent(tracer), engine)
+        async with client(tracer).connect(stream, engine=engine) as conn:
+            await conn.initialize()
+            with pytest.raises(JsonRpcError):
+                await conn.send_request("_test/fail", {"x": 1})
+            with pytest.raises(JsonRpcError):
+                await conn.send_request("_test/absent", {})
+
+    run(body)
+    finished = exporter.get_finished_spans()
+    for kind in (SpanKind.CLIENT, SpanKind.SERVER):
+        failed = one(finished, "_test/fail", kind)
+        assert failed.status.status_code is StatusCode.ERROR
+        assert failed.attributes is not None and failed.attributes["rpc.jsonrpc.error_code"] == -32002
+        absent = one(finished, "_test/absent", kind)
+        assert absent.attributes is not None and absent.attributes["rpc.jsonrpc.error_code"] == -32601
+
+
+def test_tracing_off_leaves_meta_untouched_and_opens_no_span(engine: ModuleType, spans: Any,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    tracer, exporter = spans
+    monkeypatch.setattr(tracing, "_ENV", [None])  # as without ACP_FAST_OTEL
+    seen: list[Any] = []
+
+    async def body() -> None:
+        stream = serve_in_memory(agent(None, seen), engine)
+        async with client(None).connect(stream, engine=engine) as conn:
+            assert type(conn.raw) is not tracing.TracedConnection
+            await session_and_prompt(conn)
+            await conn.send_request("session/new", {"cwd": "/tmp", "mcpServers": [], "_meta": {"k": 1}})
+
+    run(body)
+    assert seen[0] == {"cwd": "/tmp", "mcpServers": []}
+    assert "_meta" not in seen[1]
+    assert seen[2]["_meta"] == {"k": 1}
+    assert exporter.get_finished_spans() == ()
+
+
+def test_the_environment_variable_turns_tracing_on(engine: ModuleType, spans: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    tracer, exporter = spans
+    monkeypatch.setattr(tracing, "_ENV", [])
+    monkeypatch.setenv(tracing.ENV_VAR, "1")
+    on = tracing.env_tracing()
+    assert on is not None
+    monkeypatch.setattr(tracing, "_ENV", [tracing.Tracing(tracer)])  # the same, on this test's tracer
+    seen: list[Any] = []
+
+    async def body() -> None:
+        stream = serve_in_memory(agent(None, seen), engine)
+        async with client(None).connect(stream, engine=engine) as conn:
+            await session_and_prompt(conn)
+
+    run(body)
+    assert tracing.parse_traceparent(seen[0]["_meta"]["traceparent"]) is not None
+    assert named(exporter.get_finished_spans(), "session/new", SpanKind.SERVER)
+
+
+def test_a_sent_request_keeps_its_meta_and_the_callers_object(engine: ModuleType, spans: Any) -> None:
+    tracer, _ = spans
+    seen: list[Any] = []
+    params = {"cwd": "/tmp", "mcpServers": [], "_meta": {"mine": True, "traceparent": "stale"}}
+
+    async def body() -> None:
+        stream = serve_in_memory(agent(None, seen), engine)
+        async with client(tracer).connect(stream, engine=engine) as conn:
+            await conn.initialize()
+            await conn.send_request("session/new", params)
+
+    run(body)
+    assert params["_meta"] == {"mine": True, "traceparent": "stale"}  # the caller's object unchanged
+    meta = seen[0]["_meta"]
+    assert meta["mine"] is True and tracing.parse_traceparent(meta["traceparent"]) is not None
+    assert "tracestate" not in meta
+
+
+@pytest.mark.parametrize("meta", [
+    {"traceparent": "garbage"},
+    {"traceparent": f"00-{'0' * 32}-{PARENT}-01"},          # all-zero trace id
+    {"traceparent": f"00-{TRACE}-{'0' * 16}-01"},           # all-zero span id
+    {"traceparent": f"ff-{TRACE}-{PARENT}-01"},             # version ff
+    {"traceparent": f"00-{TRACE.upper()}-{PARENT}-01"},     # upper case
+    {"traceparent": f"00-{TRACE}-{PARENT}-01-extra"},       # version 00 with a fifth field
+    {"traceparent": 7},
+    {"traceparent": None},
+    "not an object",
+], ids=["garbage", "zero-trace", "zero-span", "ff", "upper", "v00-extra", "number", "null", "meta-string"])
+def test_a_bad_traceparent_is_ignored(engine: ModuleType, spans: Any, meta: Any) -> None:
+    tracer, exporter = spans
+
+    async def body() -> dict[str, Any]:
+        a, b = memory_pair()
+        task = asyncio.ensure_future(agent(tracer).serve(a, engine=engine))
+        peer = RawPeer(b)
+        for msg in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+                    {"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                     "params": {"cwd": "/tmp", "mcpServers": [], "_meta": meta}}):
+            b.write(json.dumps(msg).encode() + b"\n")
+            reply: dict[str, Any] = await peer.lines.get()
+        b.close()
+        await task
+        return reply
+
+    reply = run(body)
+    assert reply["result"] == {"sessionId": SID}
+    span = one(exporter.get_finished_spans(), "session/new", SpanKind.SERVER)
+    assert span.parent is None and f"{span.context.trace_id:032x}" != TRACE
+
+
+def test_a_good_traceparent_and_tracestate_are_continued(engine: ModuleType, spans: Any) -> None:
+    tracer, exporter = spans
+    seen: list[Any] = []
+
+    async def body() -> None:
+        a, b = memory_pair()
+        traced = agent(tracer, seen, ask=False)
+        task = asyncio.ensure_future(traced.serve(a, engine=engine))
+        peer = RawPeer(b)
+        for msg in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+                    {"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                     "params": {"cwd": "/tmp", "mcpServers": [], "_meta": {"traceparent": GOOD,
+                                                                            "tracestate": "vendor=x"}}}):
+            b.write(json.dumps(msg).encode() + b"\n")
+            await peer.lines.get()
+        b.close()
+        await task
+
+    run(body)
+    span = one(exporter.get_finished_spans(), "session/new", SpanKind.SERVER)
+    assert f"{span.context.trace_id:032x}" == TRACE and span.parent is not None
+    assert f"{span.parent.span_id:016x}" == PARENT
+    assert span.context.trace_state.get("vendor") == "x"
+    assert seen[0]["_meta"]["traceparent"] == GOOD  # the handler sees the params as sent
+
+
+def test_parse_traceparent() -> None:
+    assert tracing.parse_traceparent(GOOD) == (int(TRACE, 16), int(PARENT, 16), 1)
+    assert tracing.parse_traceparent(f"01-{TRACE}-{PARENT}-00-later") == (int(TRACE, 16), int(PARENT, 16), 0)
+    assert tracing.parse_traceparent(GOOD + "x") is None
+    assert tracing.parse_traceparent(b"00") is None
+
+
+def test_through_a_conductor_chain_with_one_proxy(engine: ModuleType, spans: Any) -> None:
+    tracer, exporter = spans
+
+    async def body() -> None:
+        proxy = Proxy.builder().with_tracing(tracer)
+        async with Conductor([proxy, agent(tracer)], engine=engine) as upstream:
+            async with client(tracer).connect(upstream, engine=engine) as conn:
+                await session_and_prompt(conn)
+                await asyncio.sleep(0.05)
+
+    run(body)
+    finished = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in finished}
+
+    def chain(span: ReadableSpan) -> list[ReadableSpan]:
+        found = [span]
+        while parent_of(found[-1]) is not None:
+            found.append(by_id[parent_of(found[-1])])  # type: ignore[index]
+        return found
+
+    # the agent's span -> the proxy's forwarding -> the proxy's received span -> the client's
+    prompts = named(finished, "session/prompt", SpanKind.SERVER)
+    assert len(prompts) == 2 and len(named(finished, "session/prompt", SpanKind.CLIENT)) == 2
+    longest = max((chain(s) for s in prompts), key=len)
+    assert [s.kind for s in longest] == [SpanKind.SERVER, SpanKind.CLIENT, SpanKind.SERVER, SpanKind.CLIENT]
+    assert all(s.name == "session/prompt" for s in longest)
+    assert {s.context.trace_id for s in longest} == {longest[-1].context.trace_id}
+    # the turn is the agent's: its parent is the agent's received prompt
+    turn = one(finished, tracing.PROMPT_TURN, SpanKind.INTERNAL)
+    assert parent_of(turn) in {s.context.span_id for s in prompts}
+
+
+@pytest.mark.parametrize("scheme", ["ws", "http"])
+def test_across_acp_fast_serve(engine: ModuleType, spans: Any, scheme: str) -> None:
+    pytest.importorskip("httpx")
+    from acp_fast.remote import asgi_app, connect_url, served
+
+    tracer, exporter = spans
+    app = asgi_app(agent(tracer), engine=engine, otel=tracing.Tracing(tracer))
+
+    async def body() -> None:
+        async with served(app) as where:
+            url = where.ws_url if scheme == "ws" else where.http_url
+            async with client(tracer).connect(connect_url(url), engine=engine) as conn:
+                await session_and_prompt(conn)
+                await asyncio.sleep(0.05)
+
+    run(body)
+    finished = exporter.get_finished_spans()
+    sent = one(finished, "session/prompt", SpanKind.CLIENT)
+    relayed, at_agent = sorted(named(finished, "session/prompt", SpanKind.SERVER),
+                               key=lambda s: s.instrumentation_scope is not None and s.parent is not None
+                               and s.parent.span_id != sent.context.span_id)
+    assert parent_of(relayed) == sent.context.span_id
+    assert parent_of(at_agent) == relayed.context.span_id
+    assert relayed.attributes is not None and "acp.connection.id" in relayed.attributes
+    assert relayed.end_time is not None and at_agent.end_time is not None
+    assert {s.context.trace_id for s in (sent, relayed, at_agent)} == {sent.context.trace_id}
+
+
+def test_a_traced_client_drives_the_official_sdk_agent_unchanged(engine: ModuleType, spans: Any) -> None:
+    """The official SDK (agent-client-protocol) neither reads nor writes trace context in
+    `_meta` (it opens spans of its own, parented by whatever context is current): a traced
+    client's `_meta` does not change what its agent does, and the SDK agent's answers carry
+    no context back (the client's spans stay roots of their own)."""
+    pytest.importorskip("acp")
+    from acp_fast.transport import spawn
+    from package_path import pythonpath
+    from roles_support import REPO
+
+    tracer, exporter = spans
+
+    async def body() -> None:
+        stream = await spawn([sys.executable, str(REPO / "peers" / "pysdk" / "agent.py")],
+                             env={"PYTHONPATH": pythonpath()})
+        async with Client.builder().with_tracing(tracer).connect(stream, engine=engine) as conn:
+            await conn.initialize()
+            opened = await conn.send_request("session/new", {"cwd": "/tmp", "mcpServers": []})
+            result = await conn.send_request("session/prompt", {"sessionId": opened["sessionId"],
+                                                                "prompt": [{"type": "text", "text": "hi"}]})
+            assert "stopReason" in result
+
+    run(body)
+    finished = exporter.get_finished_spans()
+    assert {s.name for s in finished} >= {"initialize", "session/new", "session/prompt"}
+    assert all(s.kind == SpanKind.CLIENT and s.parent is None for s in finished)
+    assert all(s.status.status_code is not StatusCode.ERROR for s in finished)
