@@ -14,8 +14,12 @@ What a traced connection records (the OpenTelemetry JSON-RPC semantic convention
   `rpc.jsonrpc.request_id`, `acp.session.id` (the params' `sessionId`) and, when the answer
   is an error, `rpc.jsonrpc.error_code` / `rpc.jsonrpc.error_message` and an error status;
   a sent span ends when its answer arrives, a received one when its answer is written;
-* on an agent, a `prompt turn` span (kind `INTERNAL`) inside each received `session/prompt`'s span, from
-  the request until its answer, with `acp.session.id` and `acp.stop_reason`;
+* a prompt turn: on an agent, the span of a received `session/prompt` is its turn's span
+  (from the request until its answer; `acp.prompt_turn` = true, `acp.session.id`,
+  `acp.stop_reason`), and what the agent sends during the turn (a permission request) is
+  its child; the client's span of the same request carries the stop reason too (no span
+  of its own per turn: a span costs the OpenTelemetry SDK about as much as a round trip
+  costs acp_fast);
 * no span per notification, unless asked (`notifications=True`: a span per received
   notification, named after its method, kind `CONSUMER`).
 
@@ -71,8 +75,6 @@ ENV_VAR = "ACP_FAST_OTEL"
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 PROMPT = "session/prompt"
-#: the name of a received prompt's turn span
-PROMPT_TURN = "prompt turn"
 
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\Z")
 #: an error response as the engines write it: its code
@@ -86,13 +88,26 @@ class MissingOtelError(ImportError):
     """Tracing was asked for without `opentelemetry-api` installed (the `otel` extra)."""
 
 
+# opentelemetry's modules, imported by the first Tracing made (a traced connection exists
+# only after that)
+_trace: Any = None
+_context: Any = None
+_EMPTY: Any = None  # an empty context (immutable: shared)
+_SERVER: Any = None
+_CLIENT: Any = None
+
+
 def _otel() -> Any:
-    try:
-        from opentelemetry import trace
-    except ImportError as exc:
-        raise MissingOtelError("tracing needs opentelemetry-api, which is not installed: "
-                               "pip install 'acp-fast[otel]'") from exc
-    return trace
+    global _trace, _context, _EMPTY, _SERVER, _CLIENT
+    if _trace is None:
+        try:
+            from opentelemetry import context, trace
+        except ImportError as exc:
+            raise MissingOtelError("tracing needs opentelemetry-api, which is not installed: "
+                                   "pip install 'acp-fast[otel]'") from exc
+        _context, _EMPTY, _SERVER, _CLIENT = context, context.Context(), trace.SpanKind.SERVER, trace.SpanKind.CLIENT
+        _trace = trace
+    return _trace
 
 
 @dataclass(frozen=True)
@@ -155,13 +170,11 @@ def parse_traceparent(value: object) -> tuple[int, int, int] | None:
 
 def parent_context(params: Json) -> Any:
     """The OpenTelemetry context that `params._meta` carries (an empty one without a valid one)."""
-    from opentelemetry import context as otel_context
-    from opentelemetry import trace
-
+    trace = _otel()
     meta = params.get("_meta") if type(params) is dict else None
     parsed = parse_traceparent(meta.get(TRACEPARENT)) if type(meta) is dict else None
     if parsed is None:
-        return otel_context.Context()
+        return _EMPTY
     assert type(meta) is dict
     state = meta.get(TRACESTATE)
     trace_state = None
@@ -172,12 +185,15 @@ def parent_context(params: Json) -> Any:
             trace_state = None
     span_context = trace.SpanContext(parsed[0], parsed[1], is_remote=True,
                                      trace_flags=trace.TraceFlags(parsed[2] & 0xFF), trace_state=trace_state)
-    return trace.set_span_in_context(trace.NonRecordingSpan(span_context), otel_context.Context())
+    return trace.set_span_in_context(trace.NonRecordingSpan(span_context), _EMPTY)
 
 
 def context_meta(span: Any) -> dict[str, str]:
-    """The `_meta` entries that carry `span`'s context (`traceparent`, `tracestate`)."""
+    """The `_meta` entries that carry `span`'s context (`traceparent`, `tracestate`; none
+    for a span without a valid context: a no-op tracer's)."""
     sc = span.get_span_context()
+    if not sc.is_valid:
+        return {}
     meta = {TRACEPARENT: f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"}
     state = sc.trace_state.to_header() if sc.trace_state else ""
     if state:
@@ -197,9 +213,12 @@ def with_context(params: Json, span: Any) -> Json:
             return params
     if type(params) is not dict:
         return params
+    entries = context_meta(span)
+    if not entries:
+        return params
     meta = params.get("_meta")
     new_meta = dict(meta) if type(meta) is dict else {}
-    new_meta.update(context_meta(span))
+    new_meta.update(entries)
     return {**params, "_meta": new_meta}
 
 
@@ -214,7 +233,7 @@ def _decoded(params: Any) -> Json:
 
 def call_attributes(method: str, rid: object, params: Json) -> dict[str, Any]:
     """The span attributes of a call (the JSON-RPC semantic conventions, and the session)."""
-    attrs: dict[str, Any] = {"rpc.system": "jsonrpc", "rpc.method": method, "rpc.jsonrpc.version": "2.0"}
+    attrs: dict[str, Any] = {"rpc.system": "jsonrpc", "rpc.method": method}
     if rid is not None:
         attrs["rpc.jsonrpc.request_id"] = str(rid)
     if type(params) is dict:
@@ -243,18 +262,17 @@ def set_error(span: Any, code: int, message: str | None) -> None:
     span.set_status(Status(StatusCode.ERROR, message or str(code)))
 
 
-def end_with_line(spans: tuple[Any, ...], line: bytes) -> None:
-    """End `spans` (innermost first) with what the encoded answer `line` says."""
+def end_with_line(span: Any, line: bytes, turn: bool) -> None:
+    """End a received request's `span` with what the encoded answer `line` says (`turn`:
+    a prompt turn's, whose stop reason is recorded)."""
     head = _ERROR_HEAD.match(line) or (_ERROR_ANY.search(line) if b'"error"' in line else None)
     if head is not None:
-        for span in spans:
-            set_error(span, int(head.group(1)), None)
-    else:
-        stop = _STOP_REASON.search(line) if len(spans) > 1 else None
+        set_error(span, int(head.group(1)), None)
+    elif turn:
+        stop = _STOP_REASON.search(line)
         if stop is not None:
-            spans[0].set_attribute("acp.stop_reason", stop.group(1).decode("utf-8", "replace"))
-    for span in spans:
-        span.end()
+            span.set_attribute("acp.stop_reason", stop.group(1).decode("utf-8", "replace"))
+    span.end()
 
 
 def end_with_result(span: Any, fut: Any) -> None:
@@ -294,24 +312,21 @@ class _NotificationSpans(dict):  # type: ignore[type-arg]
 
 
 def _in_span(tracer: Any, msg: Any, fn: Callable[[Any], Any]) -> Any:
-    from opentelemetry import context as otel_context
-    from opentelemetry import trace
-
     try:
         params = msg.params
     except ValueError:
         params = None
     method, inner = _unwrap(msg.method, params)
-    span = tracer.start_span(method, context=parent_context(inner), kind=trace.SpanKind.CONSUMER,
+    span = tracer.start_span(method, context=parent_context(inner), kind=_trace.SpanKind.CONSUMER,
                              attributes=call_attributes(method, None, inner))
-    token = otel_context.attach(trace.set_span_in_context(span))
+    token = _context.attach(_trace.set_span_in_context(span))
     try:
         result = fn(msg)
     except BaseException:
         span.end()
         raise
     finally:
-        otel_context.detach(token)
+        _context.detach(token)
     if result is not None and hasattr(result, "__await__"):
         return _end_after(result, span)
     span.end()
@@ -325,6 +340,11 @@ async def _end_after(aw: Awaitable[Any], span: Any) -> Any:
         span.end()
 
 
+def _key(rid: object) -> object:
+    """A received request's id as a key (`1` and `"1"` apart)."""
+    return rid if type(rid) is int else (True, rid)
+
+
 class TracedConnection(Connection):
     """A JSON-RPC [`Connection`][acp_fast.jsonrpc.Connection] that opens spans (see the module
     docstring); a connection becomes one through [`instrument`][acp_fast.tracing.instrument].
@@ -336,9 +356,11 @@ class TracedConnection(Connection):
 
     _otel: Tracing
     _otel_turns: bool
-    _otel_spans: dict[Any, tuple[Any, ...]]
+    #: received requests' spans until answered, by id: the span, and whether it is a turn's
+    _otel_spans: dict[object, tuple[Any, bool]]
 
     def _start_tracing(self, tracing: Tracing, prompt_turns: bool) -> None:
+        _otel()
         self._otel = tracing
         self._otel_turns = prompt_turns
         self._otel_spans = {}
@@ -350,22 +372,19 @@ class TracedConnection(Connection):
 
     def _end_open_spans(self, _fut: object) -> None:
         spans, self._otel_spans = self._otel_spans, {}
-        for group in spans.values():
-            for span in group:
-                set_error(span, INTERNAL_ERROR, "connection closed before the answer")
-                span.end()
+        for span, _turn in spans.values():
+            set_error(span, INTERNAL_ERROR, "connection closed before the answer")
+            span.end()
 
     # -- sent requests ------------------------------------------------------------------
 
     def request(self, method: str, params: Json = None, *, timeout: float | None = None,
                 raw: bool = False) -> PendingRequest:
-        from opentelemetry import trace
-
-        inner_method, inner = _unwrap(method, _decoded(params) if method in SUCCESSOR_METHODS else params)
-        span = self._otel.tracer.start_span(inner_method, kind=trace.SpanKind.CLIENT,
-                                            attributes=call_attributes(inner_method, None, _decoded(inner)))
+        envelope = method in SUCCESSOR_METHODS
+        inner_method, inner = _unwrap(method, _decoded(params)) if envelope else (method, params)
+        span = self._otel.tracer.start_span(inner_method, kind=_CLIENT, attributes=call_attributes(
+            inner_method, self._next_id + 1, _decoded(inner) if envelope else inner))
         if inner_method is not method:  # an envelope: the context goes into the inner params
-            assert type(params) is dict or type(params) is RawJson
             outer = _decoded(params)
             assert type(outer) is dict
             params = {**outer, "params": with_context(outer.get("params"), span)}
@@ -376,74 +395,59 @@ class TracedConnection(Connection):
         except BaseException:
             span.end()
             raise
-        span.set_attribute("rpc.jsonrpc.request_id", str(handle.id))
         handle.add_done_callback(lambda fut: end_with_result(span, fut))
         return handle
 
     # -- received requests --------------------------------------------------------------
 
     def _request(self, msg: Any, batch: Any, slot: int) -> None:
-        from opentelemetry import context as otel_context
-        from opentelemetry import trace
-
         try:
             params = msg.params
         except ValueError:
             params = None
         method, inner = _unwrap(msg.method, params)
-        tracer = self._otel.tracer
         rid = msg.id
-        span = tracer.start_span(method, context=parent_context(inner), kind=trace.SpanKind.SERVER,
-                                 attributes=call_attributes(method, rid, inner))
-        current = trace.set_span_in_context(span)
-        spans: tuple[Any, ...] = (span,)
-        if method == PROMPT and self._otel_turns:
-            turn = tracer.start_span(PROMPT_TURN, context=current, kind=trace.SpanKind.INTERNAL,
-                                     attributes={k: v for k, v in call_attributes(method, None, inner).items()
-                                                 if k == "acp.session.id"})
-            current = trace.set_span_in_context(turn, current)
-            spans = (turn, span)
-        key = (type(rid) is str, rid)
-        older = self._otel_spans.pop(key, None)
+        attrs = call_attributes(method, rid, inner)
+        turn = method == PROMPT and self._otel_turns
+        if turn:
+            attrs["acp.prompt_turn"] = True
+        span = self._otel.tracer.start_span(method, context=parent_context(inner), kind=_SERVER, attributes=attrs)
+        key = _key(rid)
+        older = self._otel_spans.get(key)
         if older is not None:  # a reused id: the older request's answer is no longer told apart
-            for s in older:
-                s.end()
-        self._otel_spans[key] = spans
+            older[0].end()
+        self._otel_spans[key] = entry = (span, turn)
         unhandled = msg.method not in self._requests and self._request_fallback is None
-        token = otel_context.attach(current)
+        token = _context.attach(_trace.set_span_in_context(span))
         try:
             super()._request(msg, batch, slot)
         finally:
-            otel_context.detach(token)
-        if unhandled and self._otel_spans.get(key) is spans:
+            _context.detach(token)
+        if unhandled and self._otel_spans.get(key) is entry:
             del self._otel_spans[key]
-            for s in spans:
-                set_error(s, -32601, "method not found")
-                s.end()
+            set_error(span, -32601, "method not found")
+            span.end()
 
     def _complete(self, ctx: RequestContext, line: bytes) -> None:
         super()._complete(ctx, line)
-        rid = ctx.message.id
-        spans = self._otel_spans.pop((type(rid) is str, rid), None)
-        if spans is not None:
-            end_with_line(spans, line)
+        entry = self._otel_spans.pop(_key(ctx.message.id), None)
+        if entry is not None:
+            end_with_line(entry[0], line, entry[1])
 
     def _dropped(self, ctx: RequestContext) -> None:
         super()._dropped(ctx)
-        rid = ctx.message.id
-        spans = self._otel_spans.pop((type(rid) is str, rid), None)
-        if spans is not None:
-            for s in spans:
-                set_error(s, INTERNAL_ERROR, "request handler dropped its responder")
-                s.end()
+        entry = self._otel_spans.pop(_key(ctx.message.id), None)
+        if entry is not None:
+            set_error(entry[0], INTERNAL_ERROR, "request handler dropped its responder")
+            entry[0].end()
 
 
 def instrument(conn: Connection, tracing: Tracing, *, prompt_turns: bool = True) -> Connection:
     """Trace `conn` from now on (idempotent; see the module docstring); returns it.
 
     Call it before the connection's first message (the builders do, as they bind one).
-    `prompt_turns`: open a turn span per received `session/prompt` (an agent's connection;
-    a proxy's only forwards the turn).
+    `prompt_turns`: a received `session/prompt`'s span is marked a prompt turn's (an agent's
+    connection; a proxy only forwards the turn).
     """
     if not isinstance(conn, TracedConnection):
         conn.__class__ = TracedConnection

@@ -123,14 +123,13 @@ def test_a_trace_started_in_the_client_continues_in_the_agent(engine: ModuleType
         for attrs in (sent.attributes, received.attributes):
             assert attrs["rpc.system"] == "jsonrpc" and attrs["rpc.method"] == method
         assert received.attributes["rpc.jsonrpc.request_id"] == sent.attributes["rpc.jsonrpc.request_id"]
-    # the prompt turn: inside the received prompt's span, until its answer
-    prompt_in = one(finished, "session/prompt", SpanKind.SERVER)
-    turn = one(finished, tracing.PROMPT_TURN, SpanKind.INTERNAL)
-    assert parent_of(turn) == prompt_in.context.span_id
-    assert turn.attributes is not None and turn.attributes["acp.session.id"] == SID
-    assert turn.attributes["acp.stop_reason"] == "end_turn"
-    assert prompt_in.attributes is not None and prompt_in.attributes["acp.session.id"] == SID
-    assert turn.end_time is not None and prompt_in.end_time is not None and turn.end_time <= prompt_in.end_time
+    # the prompt turn: the agent's span of the received prompt, until its answer
+    turn = one(finished, "session/prompt", SpanKind.SERVER)
+    assert turn.attributes is not None and turn.attributes["acp.prompt_turn"] is True
+    assert turn.attributes["acp.session.id"] == SID and turn.attributes["acp.stop_reason"] == "end_turn"
+    prompt_out = one(finished, "session/prompt", SpanKind.CLIENT)
+    assert prompt_out.attributes is not None and prompt_out.attributes["acp.stop_reason"] == "end_turn"
+    assert "acp.prompt_turn" not in prompt_out.attributes
     # the other way: the agent's permission request, inside the turn, continues in the client
     asked = one(finished, "session/request_permission", SpanKind.CLIENT)
     answered = one(finished, "session/request_permission", SpanKind.SERVER)
@@ -329,9 +328,8 @@ def test_through_a_conductor_chain_with_one_proxy(engine: ModuleType, spans: Any
     assert [s.kind for s in longest] == [SpanKind.SERVER, SpanKind.CLIENT, SpanKind.SERVER, SpanKind.CLIENT]
     assert all(s.name == "session/prompt" for s in longest)
     assert {s.context.trace_id for s in longest} == {longest[-1].context.trace_id}
-    # the turn is the agent's: its parent is the agent's received prompt
-    turn = one(finished, tracing.PROMPT_TURN, SpanKind.INTERNAL)
-    assert parent_of(turn) in {s.context.span_id for s in prompts}
+    # the turn is the agent's, not the proxy's
+    assert [bool(s.attributes and s.attributes.get("acp.prompt_turn")) for s in longest] == [True, False, False, False]
 
 
 @pytest.mark.parametrize("scheme", ["ws", "http"])
