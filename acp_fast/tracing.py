@@ -390,6 +390,8 @@ class TracedConnection(Connection):
             params = {**outer, "params": with_context(outer.get("params"), span)}
         else:
             params = with_context(params, span)
+        if not span.is_recording():  # not sampled (or a no-op tracer): the context travels, no more
+            return super().request(method, params, timeout=timeout, raw=raw)
         try:
             handle = super().request(method, params, timeout=timeout, raw=raw)
         except BaseException:
@@ -412,6 +414,16 @@ class TracedConnection(Connection):
         if turn:
             attrs["acp.prompt_turn"] = True
         span = self._otel.tracer.start_span(method, context=parent_context(inner), kind=_SERVER, attributes=attrs)
+        if not span.is_recording():  # not sampled: its context is current for the handler, no more
+            if not span.get_span_context().is_valid:  # a no-op tracer's
+                super()._request(msg, batch, slot)
+                return
+            token = _context.attach(_trace.set_span_in_context(span))
+            try:
+                super()._request(msg, batch, slot)
+            finally:
+                _context.detach(token)
+            return
         key = _key(rid)
         older = self._otel_spans.get(key)
         if older is not None:  # a reused id: the older request's answer is no longer told apart

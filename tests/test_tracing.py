@@ -235,6 +235,46 @@ def test_a_sent_request_keeps_its_meta_and_the_callers_object(engine: ModuleType
     assert "tracestate" not in meta
 
 
+def test_a_no_op_tracer_sends_no_context(engine: ModuleType) -> None:
+    """Tracing on a no-op tracer (opentelemetry-api without an SDK): spans without a valid
+    context, so nothing is added to `_meta` (never an all-zero `traceparent`)."""
+    from opentelemetry.trace import NoOpTracer
+
+    seen: list[Any] = []
+
+    async def body() -> None:
+        stream = serve_in_memory(agent(NoOpTracer(), seen), engine)
+        async with client(NoOpTracer()).connect(stream, engine=engine) as conn:
+            assert type(conn.raw) is tracing.TracedConnection
+            await session_and_prompt(conn)
+
+    run(body)
+    assert seen[0] == {"cwd": "/tmp", "mcpServers": []} and "_meta" not in seen[1]
+
+
+def test_an_unsampled_trace_still_carries_its_context(engine: ModuleType) -> None:
+    """A sampler that records nothing: no span ends in the exporter, and the context (its
+    sampled flag off) still reaches the agent, whose spans follow the client's decision."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+    exporter = InMemorySpanExporter()
+    client_side = TracerProvider(sampler=ALWAYS_OFF)
+    client_side.add_span_processor(SimpleSpanProcessor(exporter))
+    agent_side = TracerProvider(sampler=ParentBased(root=ALWAYS_OFF))  # records what is sampled upstream
+    agent_side.add_span_processor(SimpleSpanProcessor(exporter))
+    seen: list[Any] = []
+
+    async def body() -> None:
+        stream = serve_in_memory(agent(agent_side.get_tracer("a"), seen, ask=True), engine)
+        async with client(client_side.get_tracer("c")).connect(stream, engine=engine) as conn:
+            await session_and_prompt(conn)
+
+    run(body)
+    parsed = tracing.parse_traceparent(seen[0]["_meta"]["traceparent"])
+    assert parsed is not None and parsed[2] & 1 == 0  # not sampled (bit 0; bit 1 is "random")
+    assert exporter.get_finished_spans() == ()
+
+
 @pytest.mark.parametrize("meta", [
     {"traceparent": "garbage"},
     {"traceparent": f"00-{'0' * 32}-{PARENT}-01"},          # all-zero trace id
