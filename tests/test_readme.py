@@ -43,7 +43,7 @@ def _env() -> dict[str, str]:
 
 
 def test_the_readme_has_the_snippets_this_module_runs() -> None:
-    assert len(BLOCKS) == 6
+    assert len(BLOCKS) == 7
     for block in BLOCKS:
         assert "..." not in block  # no elisions: every snippet is complete
 

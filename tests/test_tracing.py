@@ -427,3 +427,25 @@ def test_a_traced_client_drives_the_official_sdk_agent_unchanged(engine: ModuleT
     assert {s.name for s in finished} >= {"initialize", "session/new", "session/prompt"}
     assert all(s.kind == SpanKind.CLIENT and s.parent is None for s in finished)
     assert all(s.status.status_code is not StatusCode.ERROR for s in finished)
+
+
+def test_the_readme_tracing_snippet_runs_and_prints_one_trace(tmp_path: Any) -> None:
+    import re
+    import subprocess
+
+    from package_path import pythonpath
+    from roles_support import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if ".with_tracing(tracer)" in b]
+    assert len(blocks) == 1
+    script = tmp_path / "traced.py"
+    script.write_text(blocks[0])
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": pythonpath(), "PATH": ""}, check=True).stdout.splitlines()
+    # the initialize pair, then the client's own span and everything under it
+    assert [line.split(" (")[0] for line in out] == [
+        "initialize", "  initialize", "fix the bug", "  session/new", "    session/new", "  session/prompt",
+        "    session/prompt", "      session/request_permission", "        session/request_permission"]
+    assert len({re.search(r"trace ([0-9a-f]{32})", line).group(1) for line in out[2:]}) == 1  # type: ignore[union-attr]
+    assert "'acp.prompt_turn': True" in out[6] and "'acp.stop_reason': 'end_turn'" in out[6]
