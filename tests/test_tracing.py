@@ -415,17 +415,25 @@ def test_a_traced_client_drives_the_official_sdk_agent_unchanged(engine: ModuleT
     async def body() -> None:
         stream = await spawn([sys.executable, str(REPO / "peers" / "pysdk" / "agent.py")],
                              env={"PYTHONPATH": pythonpath()})
-        async with Client.builder().with_tracing(tracer).connect(stream, engine=engine) as conn:
+        traced = client(tracer)
+        texts: list[str] = []
+        traced.on_session_update(lambda u, cx: texts.append(u.payload["content"]["text"]))
+        async with traced.connect(stream, engine=engine) as conn:
             await conn.initialize()
             opened = await conn.send_request("session/new", {"cwd": "/tmp", "mcpServers": []})
-            result = await conn.send_request("session/prompt", {"sessionId": opened["sessionId"],
-                                                                "prompt": [{"type": "text", "text": "hi"}]})
-            assert "stopReason" in result
+            result = await conn.send_request("session/prompt", {"sessionId": opened["sessionId"], "prompt": [
+                {"type": "text", "text": "2 permission"}]})
+            assert result["stopReason"] == "end_turn"
+        assert texts[0] == "permission:ok" and len(texts) == 3  # the SDK agent's turn, unchanged
 
     run(body)
     finished = exporter.get_finished_spans()
-    assert {s.name for s in finished} >= {"initialize", "session/new", "session/prompt"}
-    assert all(s.kind == SpanKind.CLIENT and s.parent is None for s in finished)
+    assert {s.name for s in finished} == {"initialize", "session/new", "session/prompt", "session/request_permission"}
+    # the client's requests: roots; the SDK agent's permission request reached the client with
+    # no context (the SDK sends none), so its span is a root too, not a child of the turn
+    assert all(s.parent is None for s in finished)
+    assert one(finished, "session/request_permission", SpanKind.SERVER).context.trace_id != one(
+        finished, "session/prompt", SpanKind.CLIENT).context.trace_id
     assert all(s.status.status_code is not StatusCode.ERROR for s in finished)
 
 
@@ -449,3 +457,34 @@ def test_the_readme_tracing_snippet_runs_and_prints_one_trace(tmp_path: Any) -> 
         "    session/prompt", "      session/request_permission", "        session/request_permission"]
     assert len({re.search(r"trace ([0-9a-f]{32})", line).group(1) for line in out[2:]}) == 1  # type: ignore[union-attr]
     assert "'acp.prompt_turn': True" in out[6] and "'acp.stop_reason': 'end_turn'" in out[6]
+
+
+def test_asking_for_tracing_without_opentelemetry_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if not installed
+    monkeypatch.setattr(tracing, "_trace", None)
+    with pytest.raises(tracing.MissingOtelError, match=r"acp-fast\[otel\]"):
+        Agent.builder().with_tracing()
+
+
+def test_serve_otel_is_one_process_only(capsys: pytest.CaptureFixture[str]) -> None:
+    from acp_fast.cli import main as cli
+
+    assert cli.main(["serve", "--otel", "--workers", "2", "--testy"]) == 2
+    assert "--otel" in capsys.readouterr().err
+
+
+def test_serve_otel_builds_a_traced_relay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`acp-fast serve --otel`: the app it serves traces relayed requests."""
+    from acp_fast.cli import main as cli
+    from acp_fast.remote import runner
+
+    made: list[Any] = []
+
+    def fake_serve_app(app: Any, **kwargs: Any) -> Any:
+        made.append(app)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(runner, "serve_app", fake_serve_app)
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--otel", "--testy", "--port", "0"])
+    assert made and isinstance(made[0].otel, tracing.Tracing)
