@@ -339,6 +339,38 @@ def test_parse_traceparent() -> None:
     assert tracing.parse_traceparent(f"01-{TRACE}-{PARENT}-00-later") == (int(TRACE, 16), int(PARENT, 16), 0)
     assert tracing.parse_traceparent(GOOD + "x") is None
     assert tracing.parse_traceparent(b"00") is None
+    assert tracing.parse_traceparent(f"00-{'0' * 32}-{PARENT}-01") is None
+    assert tracing.parse_traceparent(f"00-{TRACE}-{'0' * 16}-01") is None
+    assert tracing.parse_traceparent(f"ff-{TRACE}-{PARENT}-01") is None
+    assert tracing.parse_traceparent(f"00-{TRACE}-{PARENT}-01-more") is None
+
+
+def test_a_plain_json_rpc_connection_can_be_traced(engine: ModuleType, spans: Any) -> None:
+    """`instrument` on a JSON-RPC connection without a fallback handler: a request for an
+    unknown method is answered -32601 at once, and its span ends with that code."""
+    from acp_fast.jsonrpc import Connection
+
+    tracer, exporter = spans
+
+    async def body() -> Any:
+        a, b = memory_pair()
+        conn = tracing.instrument(Connection(a, engine=engine), tracing.Tracing(tracer))
+        conn.on_request("known", lambda ctx: {"ok": True})
+        peer = RawPeer(b)
+        b.write(b'{"jsonrpc":"2.0","id":"x","method":"nope","params":{}}\n')
+        b.write(b'{"jsonrpc":"2.0","id":1,"method":"known","params":{}}\n')
+        replies = [await peer.lines.get(), await peer.lines.get()]
+        finished = exporter.get_finished_spans()  # before the connection closes
+        conn.close()
+        await conn.wait_closed()
+        return replies, finished
+
+    replies, finished = run(body)
+    assert replies[0]["error"]["code"] == -32601 and replies[1]["result"] == {"ok": True}
+    nope = one(finished, "nope", SpanKind.SERVER)
+    assert nope.attributes is not None and nope.attributes["rpc.jsonrpc.error_code"] == -32601
+    assert nope.attributes["rpc.jsonrpc.request_id"] == "x"
+    assert one(finished, "known", SpanKind.SERVER).status.status_code is StatusCode.UNSET
 
 
 def test_through_a_conductor_chain_with_one_proxy(engine: ModuleType, spans: Any) -> None:
