@@ -10,8 +10,7 @@ What a traced connection records (the OpenTelemetry JSON-RPC semantic convention
 
 * a span per request it sends (kind `CLIENT`) and per request it receives (kind `SERVER`),
   named after the method (a proxy's `_proxy/successor` envelope after the method inside it),
-  with `rpc.system` = `"jsonrpc"`, `rpc.method`, `rpc.jsonrpc.version`,
-  `rpc.jsonrpc.request_id`, `acp.session.id` (the params' `sessionId`) and, when the answer
+  with `rpc.system` = `"jsonrpc"`, `rpc.method`, `rpc.jsonrpc.request_id`, `acp.session.id` (the params' `sessionId`) and, when the answer
   is an error, `rpc.jsonrpc.error_code` / `rpc.jsonrpc.error_message` and an error status;
   a sent span ends when its answer arrives, a received one when its answer is written;
 * a prompt turn: on an agent, the span of a received `session/prompt` is its turn's span
@@ -25,16 +24,22 @@ What a traced connection records (the OpenTelemetry JSON-RPC semantic convention
 
 Trace context travels in the message itself, as W3C Trace Context strings in the params'
 `_meta`: `params._meta.traceparent` (and `params._meta.tracestate` when the state is not
-empty). ACP reserves the root `_meta` keys `traceparent`, `tracestate` and `baggage` for W3C
-trace context (the protocol's extensibility rules, so that MCP implementations and
-OpenTelemetry tooling interoperate), and a receiver must ignore `_meta` keys it does not know,
-so a peer that does not trace is not affected. A sent request gets its span's context
+empty). The keys follow ACP's extensibility rules: the root `_meta` keys `traceparent`,
+`tracestate` and `baggage` SHOULD be reserved for W3C trace context (so that MCP
+implementations and OpenTelemetry tooling interoperate), and the schemas say that
+implementations MUST NOT assign meaning to `_meta` keys they do not recognize, so a peer
+that does not trace is not affected. (`baggage` is neither written nor read.) A sent request gets its span's context
 (the params are copied; the caller's object is never changed); a received request's span
 continues the context its `_meta` carries, and its handler runs with that span current, so
 whatever the handler sends (a permission request, a proxy's forwarding to its successor) is
 its child. A `traceparent` that is not a valid W3C version-00 value (or one whose trace or
 span id is all zeros) is ignored: the span then starts a trace of its own. A received
 request's parent is only ever the context in its `_meta`, never the receiving task's.
+
+Sampling is the tracer's: a span its sampler drops is not recorded, but its context (with the
+sampled flag off) still goes into what is sent, so the next hop can follow the decision; a
+no-op tracer (the OpenTelemetry API without an SDK) gives spans without a context, and then
+nothing is added to `_meta` at all.
 
 Through a conductor chain the context rides inside `_proxy/successor` envelopes (the inner
 params' `_meta`, which the conductor preserves end to end); `acp-fast serve --otel` opens a span
@@ -55,6 +60,7 @@ from __future__ import annotations
 
 import os
 import re
+from types import ModuleType
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +69,7 @@ from ._rawjson import RawJson
 from .errors import INTERNAL_ERROR, JsonRpcError
 from .jsonrpc import Connection, PendingRequest, RequestContext
 from .jsontypes import Json
-from .protocol.facts import SUCCESSOR_METHODS
+from .protocol.facts import SESSION_PROMPT, SUCCESSOR_METHODS
 
 __all__ = ["ENV_VAR", "MissingOtelError", "TracedConnection", "Tracing", "call_attributes", "context_meta", "env_tracing",
            "instrument", "parent_context", "set_error", "with_context",
@@ -74,7 +80,6 @@ ENV_VAR = "ACP_FAST_OTEL"
 #: the `_meta` keys of W3C trace context
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
-PROMPT = "session/prompt"
 
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\Z")
 #: an error response as the engines write it: its code
@@ -97,7 +102,12 @@ _SERVER: Any = None
 _CLIENT: Any = None
 
 
-def _otel() -> Any:
+def _otel() -> ModuleType:
+    """opentelemetry's `trace` module, its modules bound on the first call.
+
+    Raises:
+        MissingOtelError: `opentelemetry-api` is not installed.
+    """
     global _trace, _context, _EMPTY, _SERVER, _CLIENT
     if _trace is None:
         try:
@@ -107,7 +117,8 @@ def _otel() -> Any:
                                    "pip install 'acp-fast[otel]'") from exc
         _context, _EMPTY, _SERVER, _CLIENT = context, context.Context(), trace.SpanKind.SERVER, trace.SpanKind.CLIENT
         _trace = trace
-    return _trace
+    module: ModuleType = _trace
+    return module
 
 
 @dataclass(frozen=True)
@@ -168,7 +179,7 @@ def parse_traceparent(value: object) -> tuple[int, int, int] | None:
     return trace_id, span_id, int(flags, 16)
 
 
-def parent_context(params: Json) -> Any:
+def parent_context(params: Json) -> object:
     """The OpenTelemetry context that `params._meta` carries (an empty one without a valid one)."""
     trace = _otel()
     meta = params.get("_meta") if type(params) is dict else None
@@ -299,19 +310,19 @@ class _NotificationSpans(dict):  # type: ignore[type-arg]
 
     tracer: Any
 
-    def get(self, method: str, default: Any = None) -> Any:
+    def get(self, method: str, default: Any = None) -> object:
         fn = dict.get(self, method, default)
         if fn is None:
             return None
         tracer = self.tracer
 
-        def traced(msg: Any) -> Any:
+        def traced(msg: Any) -> object:
             return _in_span(tracer, msg, fn)
 
         return traced
 
 
-def _in_span(tracer: Any, msg: Any, fn: Callable[[Any], Any]) -> Any:
+def _in_span(tracer: Any, msg: Any, fn: Callable[[Any], object]) -> object:
     try:
         params = msg.params
     except ValueError:
@@ -333,7 +344,7 @@ def _in_span(tracer: Any, msg: Any, fn: Callable[[Any], Any]) -> Any:
     return result
 
 
-async def _end_after(aw: Awaitable[Any], span: Any) -> Any:
+async def _end_after(aw: Awaitable[object], span: Any) -> object:
     try:
         return await aw
     finally:
@@ -410,7 +421,7 @@ class TracedConnection(Connection):
         method, inner = _unwrap(msg.method, params)
         rid = msg.id
         attrs = call_attributes(method, rid, inner)
-        turn = method == PROMPT and self._otel_turns
+        turn = method == SESSION_PROMPT and self._otel_turns
         if turn:
             attrs["acp.prompt_turn"] = True
         span = self._otel.tracer.start_span(method, context=parent_context(inner), kind=_SERVER, attributes=attrs)

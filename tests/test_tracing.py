@@ -15,20 +15,18 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
 
-pytest.importorskip("opentelemetry.sdk")
-
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
-
-from acp_fast import tracing  # noqa: E402
-from acp_fast.conductor import Conductor  # noqa: E402
-from acp_fast.errors import JsonRpcError  # noqa: E402
-from acp_fast.roles import Agent, Client, Proxy  # noqa: E402
-from acp_fast.transport import memory_pair  # noqa: E402
-from roles_support import RawPeer, run, serve_in_memory  # noqa: E402
+from acp_fast import tracing
+from acp_fast.conductor import Conductor
+from acp_fast.errors import JsonRpcError
+from acp_fast.roles import Agent, Client, Proxy
+from acp_fast.transport import memory_pair
+from peer_rule import require_module
+from roles_support import RawPeer, run, serve_in_memory
 
 SID = "s-1"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -406,7 +404,6 @@ def test_through_a_conductor_chain_with_one_proxy(engine: ModuleType, spans: Any
 
 @pytest.mark.parametrize("scheme", ["ws", "http"])
 def test_across_acp_fast_serve(engine: ModuleType, spans: Any, scheme: str) -> None:
-    pytest.importorskip("httpx")
     from acp_fast.remote import asgi_app, connect_url, served
 
     tracer, exporter = spans
@@ -437,7 +434,7 @@ def test_a_traced_client_drives_the_official_sdk_agent_unchanged(engine: ModuleT
     `_meta` (it opens spans of its own, parented by whatever context is current): a traced
     client's `_meta` does not change what its agent does, and the SDK agent's answers carry
     no context back (the client's spans stay roots of their own)."""
-    pytest.importorskip("acp")
+    require_module("acp", what="the official Python SDK (agent-client-protocol) is not installed")
     from acp_fast.transport import spawn
     from package_path import pythonpath
     from roles_support import REPO

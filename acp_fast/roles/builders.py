@@ -85,6 +85,10 @@ class Builder(Generic[Version, _C, _X]):
     #: subclass from it, never restated)
     role: ClassVar[str] = AgentConnection.role
 
+    #: whether this role's connections run prompt turns (an agent's: its traced span of a
+    #: received ``session/prompt`` is the turn's; a proxy only forwards them)
+    runs_prompt_turns: ClassVar[bool] = False
+
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         cls.role = cls.connection_type.role
@@ -247,7 +251,7 @@ class Builder(Generic[Version, _C, _X]):
     def _traced(self, conn: Connection) -> Connection:
         """`conn`, traced when this builder or the environment asks for it."""
         tracing = self._tracing if self._tracing is not None else env_tracing()
-        return conn if tracing is None else instrument(conn, tracing, prompt_turns=self.role == "agent")
+        return conn if tracing is None else instrument(conn, tracing, prompt_turns=self.runs_prompt_turns)
 
     def with_main(self: _B, main: Callable[[_C], Awaitable[object]]) -> _B:
         """The `main(connection)` a client protocol connector runs for this implementation."""
@@ -318,6 +322,7 @@ class AgentBuilder(Builder[Version, AgentConnection[Version], "Context[AgentConn
     """An agent implementation (`Agent.builder()` for v1, `Agent.v2()` for v2)."""
 
     connection_type = AgentConnection
+    runs_prompt_turns = True
 
 
 class ClientBuilder(Builder[Version, ClientConnection[Version], "Context[ClientConnection[Version]]"]):
