@@ -220,7 +220,7 @@ def parent_context(params: Json) -> object:
 
 def _entries(sc: Any) -> dict[str, str]:
     """The `_meta` entries of a valid span context `sc`."""
-    meta = {TRACEPARENT: f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"}
+    meta = {TRACEPARENT: "00-%032x-%016x-%02x" % (sc.trace_id, sc.span_id, sc.trace_flags)}  # (% is cheaper than f"")
     state = sc.trace_state
     if state:
         header = state.to_header()

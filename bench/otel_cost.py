@@ -106,7 +106,7 @@ class _FloorClient:
             "acp.session.id": params["sessionId"]})
         sc = span.get_span_context()
         result = await conn.send_request("session/prompt", {**params, "_meta": {
-            "traceparent": f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"}})
+            "traceparent": "00-%032x-%016x-%02x" % (sc.trace_id, sc.span_id, sc.trace_flags)}})
         span.set_attribute("acp.stop_reason", result["stopReason"])
         span.end()
         return result
