@@ -547,6 +547,7 @@ class TracedConnection(Connection):
             super()._request(msg, batch, slot)
         finally:
             _detach(token)
+        spans = self._otel_spans  # (a new table if the connection closed meanwhile)
         if unhandled and spans.get(key) is entry:
             del spans[key]
             set_error(span, -32601, "method not found")
