@@ -58,6 +58,7 @@ agent = Agent.v2().with_tracing(provider.get_tracer("my-agent"))
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from types import ModuleType
@@ -82,6 +83,8 @@ TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\Z")
+#: the common case, a version-00 value of exactly 55 characters (its fields at fixed places)
+_TRACEPARENT_00 = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 #: an error response as the engines write it: its code
 _ERROR_HEAD = re.compile(rb'\{"jsonrpc":"2\.0","id":(?:-?\d+|"[^"\\]*"|null),"error":\{"code":(-?\d+)')
 _ERROR_ANY = re.compile(rb'"error":\s*\{[^{}]*?"code":\s*(-?\d+)')
@@ -93,13 +96,20 @@ class MissingOtelError(ImportError):
     """Tracing was asked for without `opentelemetry-api` installed (the `otel` extra)."""
 
 
-# opentelemetry's modules, imported by the first Tracing made (a traced connection exists
-# only after that)
+# opentelemetry's modules and the names a traced message's path uses, bound by the first
+# Tracing made (a traced connection exists only after that)
 _trace: Any = None
 _context: Any = None
 _EMPTY: Any = None  # an empty context (immutable: shared)
 _SERVER: Any = None
 _CLIENT: Any = None
+_set_span: Any = None  # trace.set_span_in_context
+_attach: Any = None  # context.attach
+_detach: Any = None  # context.detach
+_span_context: Any = None  # trace.SpanContext
+_trace_flags: Any = None  # trace.TraceFlags
+_non_recording: Any = None  # trace.NonRecordingSpan
+_status_error: Any = None  # (trace.Status, StatusCode.ERROR)
 
 
 def _otel() -> ModuleType:
@@ -108,7 +118,8 @@ def _otel() -> ModuleType:
     Raises:
         MissingOtelError: `opentelemetry-api` is not installed.
     """
-    global _trace, _context, _EMPTY, _SERVER, _CLIENT
+    global _trace, _context, _EMPTY, _SERVER, _CLIENT, _set_span, _attach, _detach
+    global _span_context, _trace_flags, _non_recording, _status_error
     if _trace is None:
         try:
             from opentelemetry import context, trace
@@ -116,6 +127,9 @@ def _otel() -> ModuleType:
             raise MissingOtelError("tracing needs opentelemetry-api, which is not installed: "
                                    "pip install 'acp-fast[otel]'") from exc
         _context, _EMPTY, _SERVER, _CLIENT = context, context.Context(), trace.SpanKind.SERVER, trace.SpanKind.CLIENT
+        _set_span, _attach, _detach = trace.set_span_in_context, context.attach, context.detach
+        _span_context, _trace_flags, _non_recording = trace.SpanContext, trace.TraceFlags, trace.NonRecordingSpan
+        _status_error = (trace.Status, trace.StatusCode.ERROR)
         _trace = trace
     module: ModuleType = _trace
     return module
@@ -165,7 +179,12 @@ def parse_traceparent(value: object) -> tuple[int, int, int] | None:
     Version 00 must have exactly four fields; a later version may add more (read as 00);
     version `ff`, an all-zero trace id or span id, or anything else malformed is `None`.
     """
-    if type(value) is not str or len(value) > 512:
+    if type(value) is not str:
+        return None
+    if len(value) == 55 and _TRACEPARENT_00.match(value) is not None:  # version 00: fields at fixed places
+        trace_id, span_id = int(value[3:35], 16), int(value[36:52], 16)
+        return (trace_id, span_id, int(value[53:], 16)) if trace_id and span_id else None
+    if len(value) > 512:
         return None
     m = _TRACEPARENT.match(value)
     if m is None:
@@ -181,7 +200,8 @@ def parse_traceparent(value: object) -> tuple[int, int, int] | None:
 
 def parent_context(params: Json) -> object:
     """The OpenTelemetry context that `params._meta` carries (an empty one without a valid one)."""
-    trace = _otel()
+    if _trace is None:
+        _otel()
     meta = params.get("_meta") if type(params) is dict else None
     parsed = parse_traceparent(meta.get(TRACEPARENT)) if type(meta) is dict else None
     if parsed is None:
@@ -191,46 +211,68 @@ def parent_context(params: Json) -> object:
     trace_state = None
     if type(state) is str and len(state) <= 512:
         try:
-            trace_state = trace.TraceState.from_header([state])
+            trace_state = _trace.TraceState.from_header([state])
         except Exception:  # noqa: BLE001 - a bad tracestate drops only the state
             trace_state = None
-    span_context = trace.SpanContext(parsed[0], parsed[1], is_remote=True,
-                                     trace_flags=trace.TraceFlags(parsed[2] & 0xFF), trace_state=trace_state)
-    return trace.set_span_in_context(trace.NonRecordingSpan(span_context), _EMPTY)
+    span_context = _span_context(parsed[0], parsed[1], True, _trace_flags(parsed[2] & 0xFF), trace_state)
+    return _set_span(_non_recording(span_context), _EMPTY)
+
+
+def _entries(sc: Any) -> dict[str, str]:
+    """The `_meta` entries of a valid span context `sc`."""
+    meta = {TRACEPARENT: "00-%032x-%016x-%02x" % (sc.trace_id, sc.span_id, sc.trace_flags)}  # (% is cheaper than f"")
+    state = sc.trace_state
+    if state:
+        header = state.to_header()
+        if header:
+            meta[TRACESTATE] = header
+    return meta
 
 
 def context_meta(span: Any) -> dict[str, str]:
     """The `_meta` entries that carry `span`'s context (`traceparent`, `tracestate`; none
     for a span without a valid context: a no-op tracer's)."""
     sc = span.get_span_context()
-    if not sc.is_valid:
-        return {}
-    meta = {TRACEPARENT: f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"}
-    state = sc.trace_state.to_header() if sc.trace_state else ""
-    if state:
-        meta[TRACESTATE] = state
-    return meta
+    return _entries(sc) if sc.is_valid else {}
+
+
+def _with_entries(params: Json, entries: dict[str, str]) -> Json:
+    """`params` with `entries` in its `_meta` (a copy; the caller's objects are never
+    changed): an object, `None` (then `{"_meta": entries}`) or raw JSON (an object written
+    without a `_meta` anywhere in it gets the entries spliced in, as bytes; another is
+    decoded first); an array or anything else unchanged."""
+    if type(params) is dict:
+        meta = params.get("_meta")
+        return {**params, "_meta": {**meta, **entries} if type(meta) is dict else entries}
+    if params is None:
+        return {"_meta": entries}
+    if type(params) is RawJson:
+        # a key may be written with escapes (`"\u005fmeta"`): with any `\u`, or `_meta`
+        # anywhere, the value is decoded instead
+        if params[:1] == b"{" and params.find(b"_meta") < 0 and params.find(b"\\u") < 0:
+            head = b'{"_meta":' + json.dumps(entries, separators=(",", ":")).encode()
+            return RawJson(head + b"}" if params[1:].strip() == b"}" else head + b"," + params[1:])
+        try:
+            decoded = params.decode_json()
+        except ValueError:
+            return params
+        return _with_entries(decoded, entries) if type(decoded) is dict else params
+    return params
 
 
 def with_context(params: Json, span: Any) -> Json:
     """`params` (an object, or `None`) with `span`'s context in its `_meta` (a copy); an
-    array or anything else unchanged (it has no `_meta`)."""
-    if params is None:
-        params = {}
-    elif type(params) is RawJson:
+    array or anything else unchanged (it has no `_meta`). Raw JSON params are decoded (the
+    result is plain JSON values)."""
+    if type(params) is RawJson:
         try:
             params = params.decode_json()
         except ValueError:
             return params
-    if type(params) is not dict:
-        return params
-    entries = context_meta(span)
-    if not entries:
-        return params
-    meta = params.get("_meta")
-    new_meta = dict(meta) if type(meta) is dict else {}
-    new_meta.update(entries)
-    return {**params, "_meta": new_meta}
+    sc = span.get_span_context()
+    if not sc.is_valid:
+        return {} if params is None else params
+    return _with_entries(params, _entries(sc))
 
 
 def _decoded(params: Any) -> Json:
@@ -265,22 +307,27 @@ def _unwrap(method: str, params: Json) -> tuple[str, Json]:
 
 def set_error(span: Any, code: int, message: str | None) -> None:
     """Mark `span` failed with the JSON-RPC error `code`."""
-    from opentelemetry.trace import Status, StatusCode
-
+    if _status_error is None:
+        _otel()
+    status, error = _status_error
     span.set_attribute("rpc.jsonrpc.error_code", code)
     if message:
         span.set_attribute("rpc.jsonrpc.error_message", message)
-    span.set_status(Status(StatusCode.ERROR, message or str(code)))
+    span.set_status(status(error, message or str(code)))
 
 
 def end_with_line(span: Any, line: bytes, turn: bool) -> None:
     """End a received request's `span` with what the encoded answer `line` says (`turn`:
     a prompt turn's, whose stop reason is recorded)."""
-    head = _ERROR_HEAD.match(line) or (_ERROR_ANY.search(line) if b'"error"' in line else None)
-    if head is not None:
-        set_error(span, int(head.group(1)), None)
-    elif turn:
-        stop = _STOP_REASON.search(line)
+    if b'"error"' in line:
+        head = _ERROR_HEAD.match(line) or _ERROR_ANY.search(line)
+        if head is not None:
+            set_error(span, int(head.group(1)), None)
+            span.end()
+            return
+    if turn:
+        at = line.find(b'"stopReason":')
+        stop = (_STOP_REASON.match(line, at) or _STOP_REASON.search(line, at + 1)) if at >= 0 else None
         if stop is not None:
             span.set_attribute("acp.stop_reason", stop.group(1).decode("utf-8", "replace"))
     span.end()
@@ -356,6 +403,41 @@ def _key(rid: object) -> object:
     return rid if type(rid) is int else (True, rid)
 
 
+class _TracedPending(PendingRequest):
+    """A traced connection's handle of a sent request whose span is recorded: the span (in
+    the connection's `_otel_sent`, by id) ends as the handle is settled, by the answer or
+    otherwise (failed, timed out, cancelled, detached), without a callback on the loop.
+
+    A handle becomes one by a change of class (the same slots: nothing added)."""
+
+    __slots__ = ()
+
+    def _resolve(self, msg: Any) -> None:
+        super()._resolve(msg)
+        _end_sent(self)
+
+    def _fail(self, exc: JsonRpcError) -> None:
+        super()._fail(exc)
+        _end_sent(self)
+
+    def _abandon(self) -> None:  # the awaiting task cancelled, or the timeout expired
+        super()._abandon()
+        _end_sent(self)
+
+    def detach(self) -> None:
+        super().detach()
+        _end_sent(self)
+
+
+def _end_sent(handle: PendingRequest) -> None:
+    """End the span of the sent request `handle` once it is settled (once: it leaves the table)."""
+    fut = handle._fut
+    if fut.done():
+        span = handle._conn._otel_sent.pop(handle.id, None)  # type: ignore[attr-defined]
+        if span is not None:
+            end_with_result(span, fut)
+
+
 class TracedConnection(Connection):
     """A JSON-RPC [`Connection`][acp_fast.jsonrpc.Connection] that opens spans (see the module
     docstring); a connection becomes one through [`instrument`][acp_fast.tracing.instrument].
@@ -366,15 +448,20 @@ class TracedConnection(Connection):
     """
 
     _otel: Tracing
+    _otel_tracer: Any
     _otel_turns: bool
     #: received requests' spans until answered, by id: the span, and whether it is a turn's
     _otel_spans: dict[object, tuple[Any, bool]]
+    #: sent requests' recorded spans until their handles are settled, by id
+    _otel_sent: dict[int, Any]
 
     def _start_tracing(self, tracing: Tracing, prompt_turns: bool) -> None:
         _otel()
         self._otel = tracing
+        self._otel_tracer = tracing.tracer
         self._otel_turns = prompt_turns
         self._otel_spans = {}
+        self._otel_sent = {}
         if tracing.notifications:
             table = _NotificationSpans(self._notifications)
             table.tracer = tracing.tracer
@@ -391,16 +478,21 @@ class TracedConnection(Connection):
 
     def request(self, method: str, params: Json = None, *, timeout: float | None = None,
                 raw: bool = False) -> PendingRequest:
-        envelope = method in SUCCESSOR_METHODS
-        inner_method, inner = _unwrap(method, _decoded(params)) if envelope else (method, params)
-        span = self._otel.tracer.start_span(inner_method, kind=_CLIENT, attributes=call_attributes(
-            inner_method, self._next_id + 1, _decoded(inner) if envelope else inner))
-        if inner_method is not method:  # an envelope: the context goes into the inner params
+        if method in SUCCESSOR_METHODS:
             outer = _decoded(params)
-            assert type(outer) is dict
-            params = {**outer, "params": with_context(outer.get("params"), span)}
+            inner_method, inner = _unwrap(method, outer)
         else:
-            params = with_context(params, span)
+            inner_method, inner = method, params
+        span = self._otel_tracer.start_span(inner_method, kind=_CLIENT, attributes=call_attributes(
+            inner_method, self._next_id + 1, inner))
+        sc = span.get_span_context()
+        if sc.is_valid:  # a no-op tracer's spans have none: then nothing is added
+            entries = _entries(sc)
+            if inner_method is not method:  # an envelope: the context goes into the inner params
+                assert type(outer) is dict
+                params = {**outer, "params": _with_entries(outer.get("params"), entries)}
+            else:
+                params = _with_entries(params, entries)
         if not span.is_recording():  # not sampled (or a no-op tracer): the context travels, no more
             return super().request(method, params, timeout=timeout, raw=raw)
         try:
@@ -408,7 +500,13 @@ class TracedConnection(Connection):
         except BaseException:
             span.end()
             raise
-        handle.add_done_callback(lambda fut: end_with_result(span, fut))
+        if handle.done():  # failed at once (the connection is closed)
+            end_with_result(span, handle._fut)
+        elif type(handle) is PendingRequest:
+            self._otel_sent[handle.id] = span
+            handle.__class__ = _TracedPending
+        else:  # pragma: no cover - a handle of another class: followed by a callback
+            handle.add_done_callback(lambda fut: end_with_result(span, fut))
         return handle
 
     # -- received requests --------------------------------------------------------------
@@ -418,44 +516,50 @@ class TracedConnection(Connection):
             params = msg.params
         except ValueError:
             params = None
-        method, inner = _unwrap(msg.method, params)
+        method = msg.method
+        if method in SUCCESSOR_METHODS:
+            method, params = _unwrap(method, params)
         rid = msg.id
-        attrs = call_attributes(method, rid, inner)
-        turn = method == SESSION_PROMPT and self._otel_turns
+        attrs = call_attributes(method, rid, params)
+        turn = self._otel_turns and method == SESSION_PROMPT
         if turn:
             attrs["acp.prompt_turn"] = True
-        span = self._otel.tracer.start_span(method, context=parent_context(inner), kind=_SERVER, attributes=attrs)
+        span = self._otel_tracer.start_span(method, context=parent_context(params), kind=_SERVER, attributes=attrs)
         if not span.is_recording():  # not sampled: its context is current for the handler, no more
             if not span.get_span_context().is_valid:  # a no-op tracer's
                 super()._request(msg, batch, slot)
                 return
-            token = _context.attach(_trace.set_span_in_context(span))
+            token = _attach(_set_span(span))
             try:
                 super()._request(msg, batch, slot)
             finally:
-                _context.detach(token)
+                _detach(token)
             return
-        key = _key(rid)
-        older = self._otel_spans.get(key)
+        key = rid if type(rid) is int else (True, rid)
+        spans = self._otel_spans
+        older = spans.get(key)
         if older is not None:  # a reused id: the older request's answer is no longer told apart
             older[0].end()
-        self._otel_spans[key] = entry = (span, turn)
+        spans[key] = entry = (span, turn)
         unhandled = msg.method not in self._requests and self._request_fallback is None
-        token = _context.attach(_trace.set_span_in_context(span))
+        token = _attach(_set_span(span))  # the handler runs with its span current
         try:
             super()._request(msg, batch, slot)
         finally:
-            _context.detach(token)
-        if unhandled and self._otel_spans.get(key) is entry:
-            del self._otel_spans[key]
+            _detach(token)
+        spans = self._otel_spans  # (a new table if the connection closed meanwhile)
+        if unhandled and spans.get(key) is entry:
+            del spans[key]
             set_error(span, -32601, "method not found")
             span.end()
 
     def _complete(self, ctx: RequestContext, line: bytes) -> None:
         super()._complete(ctx, line)
-        entry = self._otel_spans.pop(_key(ctx.message.id), None)
-        if entry is not None:
-            end_with_line(entry[0], line, entry[1])
+        if self._otel_spans:
+            rid = ctx.message.id
+            entry = self._otel_spans.pop(rid if type(rid) is int else (True, rid), None)
+            if entry is not None:
+                end_with_line(entry[0], line, entry[1])
 
     def _dropped(self, ctx: RequestContext) -> None:
         super()._dropped(ctx)

@@ -341,6 +341,13 @@ def test_parse_traceparent() -> None:
     assert tracing.parse_traceparent(f"00-{TRACE}-{'0' * 16}-01") is None
     assert tracing.parse_traceparent(f"ff-{TRACE}-{PARENT}-01") is None
     assert tracing.parse_traceparent(f"00-{TRACE}-{PARENT}-01-more") is None
+    # the version-00 value of 55 characters: only lower-case hex digits, whatever int() takes
+    assert tracing.parse_traceparent(f"00-{TRACE}-{PARENT}- 1") is None
+    assert tracing.parse_traceparent(f"00-0x{TRACE[2:]}-{PARENT}-01") is None
+    assert tracing.parse_traceparent(f"00-{TRACE[:10]}_{TRACE[11:]}-{PARENT}-01") is None
+    assert tracing.parse_traceparent(f"00_{TRACE}-{PARENT}-01") is None
+    assert tracing.parse_traceparent(f"00-{TRACE}-{PARENT}-ff") == (int(TRACE, 16), int(PARENT, 16), 255)
+    assert tracing.parse_traceparent("x" * 600) is None
 
 
 def test_a_plain_json_rpc_connection_can_be_traced(engine: ModuleType, spans: Any) -> None:
@@ -517,3 +524,169 @@ def test_serve_otel_builds_a_traced_relay(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(SystemExit):
         cli.main(["serve", "--otel", "--testy", "--port", "0"])
     assert made and isinstance(made[0].otel, tracing.Tracing)
+
+
+def test_a_sent_span_ends_however_its_request_is_settled(engine: ModuleType, spans: Any,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """A sent request's span ends once, as its handle is settled: by its answer, or by a
+    timeout, the awaiting task's cancellation, `detach`, the connection's close, or at once
+    for a request on a closed connection."""
+    from acp_fast.jsonrpc import Connection
+
+    tracer, exporter = spans
+
+    async def body() -> Any:
+        a, b = memory_pair()
+        conn = tracing.instrument(Connection(a, engine=engine), tracing.Tracing(tracer))
+        peer = RawPeer(b)
+        answered = conn.request("answered", {"sessionId": SID})
+        asked = await peer.recv()
+        peer.send({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "end_turn"}})
+        assert await answered == {"stopReason": "end_turn"}
+        with pytest.raises(asyncio.TimeoutError):
+            await conn.request("timed_out", {}, timeout=0.01)
+        waiting = asyncio.ensure_future(conn.request("cancelled", {}))
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        conn.request("detached", {}).detach()
+        pending = conn.request("closed", {})
+        await asyncio.sleep(0.01)
+        before_close = {s.name for s in exporter.get_finished_spans()}
+        conn.close()
+        await conn.wait_closed()
+        with pytest.raises(JsonRpcError):
+            await pending
+        with pytest.raises(JsonRpcError):
+            await conn.request("after_close", {})
+        assert conn._otel_sent == {}  # type: ignore[attr-defined]
+        return before_close
+
+    before_close = run(body)
+    assert before_close == {"answered", "timed_out", "cancelled", "detached"}
+    finished = exporter.get_finished_spans()
+    ok = one(finished, "answered", SpanKind.CLIENT)
+    assert ok.status.status_code is StatusCode.UNSET
+    assert ok.attributes is not None and ok.attributes["acp.stop_reason"] == "end_turn"
+    for name, code, message in (("timed_out", -32603, "TimeoutError"), ("cancelled", -32800, "cancelled"),
+                                ("detached", -32800, "cancelled"), ("closed", -32603, "Connection closed"),
+                                ("after_close", -32603, "closed")):
+        span = one(finished, name, SpanKind.CLIENT)
+        assert span.status.status_code is StatusCode.ERROR, name
+        assert span.attributes is not None and span.attributes["rpc.jsonrpc.error_code"] == code, name
+        assert message in str(span.attributes["rpc.jsonrpc.error_message"]), name
+    assert "ended span" not in caplog.text  # each span ended once
+
+
+def test_raw_params_get_the_context_spliced_in(engine: ModuleType, spans: Any) -> None:
+    """Raw JSON params: an object without `_meta` gets the context spliced in before its own
+    bytes (which go on verbatim, never re-encoded); one with a `_meta` (even written with
+    escapes) is decoded and gets it merged into that `_meta`, never a second `_meta` key."""
+    from acp_fast._rawjson import RawJson
+    from acp_fast.jsonrpc import Connection
+
+    tracer, _ = spans
+    sent = [b'{"cwd": "/tmp",  "mcpServers": [ ]}', b"{ }", b'{"a":1,"_meta":{"k":1}}', b'{"a":1,"\\u005fmeta":{"k":2}}',
+            b'[1, 2]']
+
+    async def body() -> list[bytes]:
+        a, b = memory_pair()
+        lines: list[bytes] = []
+        got = asyncio.Event()
+
+        def data(chunk: bytes) -> None:
+            lines.extend(line for line in chunk.split(b"\n") if line)
+            if len(lines) == len(sent):
+                got.set()
+
+        b.attach(data, lambda exc: None, lambda writable: None)
+        conn = tracing.instrument(Connection(a, engine=engine), tracing.Tracing(tracer))
+        for raw in sent:
+            conn.request("m", RawJson(raw)).detach()
+        await got.wait()
+        conn.close()
+        await conn.wait_closed()
+        return lines
+
+    lines = run(body)
+
+    def no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        assert len({k for k, _ in pairs}) == len(pairs), pairs
+        return dict(pairs)
+
+    params = [json.loads(line, object_pairs_hook=no_twice)["params"] for line in lines]
+    for p in params[:4]:
+        assert tracing.parse_traceparent(p["_meta"]["traceparent"]) is not None
+    assert b'"cwd": "/tmp",  "mcpServers": [ ]}' in lines[0]  # the caller's bytes, verbatim
+    assert params[0]["cwd"] == "/tmp" and list(params[1]) == ["_meta"]
+    assert params[2]["_meta"]["k"] == 1 and params[3]["_meta"]["k"] == 2 and params[3]["a"] == 1
+    assert params[4] == [1, 2]
+
+
+def test_a_handler_sends_with_the_received_trace_state(engine: ModuleType, spans: Any) -> None:
+    """What a handler sends continues its span's trace, `tracestate` included."""
+    from acp_fast.jsonrpc import Connection
+
+    tracer, _ = spans
+
+    async def body() -> Any:
+        a, b = memory_pair()
+        conn = tracing.instrument(Connection(a, engine=engine), tracing.Tracing(tracer))
+
+        async def ask(ctx: Any) -> Any:
+            return await conn.request("inner", {"x": 1})
+
+        conn.on_request("ask", ask)
+        peer = RawPeer(b)
+        peer.send({"jsonrpc": "2.0", "id": 1, "method": "ask",
+                   "params": {"_meta": {"traceparent": GOOD, "tracestate": "vendor=x"}}})
+        inner = await peer.recv()
+        peer.send({"jsonrpc": "2.0", "id": inner["id"], "result": {"ok": True}})
+        answer = await peer.recv()
+        conn.close()
+        await conn.wait_closed()
+        return inner, answer
+
+    inner, answer = run(body)
+    assert answer["result"] == {"ok": True}
+    meta = inner["params"]["_meta"]
+    parsed = tracing.parse_traceparent(meta["traceparent"])
+    assert parsed is not None and f"{parsed[0]:032x}" == TRACE and meta["tracestate"] == "vendor=x"
+
+
+class _Recorded:
+    """A span stand-in that records what is set on it."""
+
+    def __init__(self) -> None:
+        self.attributes: dict[str, Any] = {}
+        self.status: Any = None
+        self.ended = 0
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attributes[key] = value
+
+    def set_status(self, status: Any) -> None:
+        self.status = status
+
+    def end(self) -> None:
+        self.ended += 1
+
+
+@pytest.mark.parametrize(("line", "turn", "attributes"), [
+    (b'{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}', True, {"acp.stop_reason": "end_turn"}),
+    (b'{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}', False, {}),
+    (b'{"jsonrpc":"2.0","id":3,"result":{"text":"an \\"error\\": word","stopReason":"refusal"}}', True,
+     {"acp.stop_reason": "refusal"}),
+    (b'{"jsonrpc":"2.0","id":3,"result":{"a":{"stopReason":1},"stopReason":"cancelled"}}', True,
+     {"acp.stop_reason": "cancelled"}),
+    (b'{"jsonrpc":"2.0","id":"x","error":{"code":-32002,"message":"no"}}', True, {"rpc.jsonrpc.error_code": -32002}),
+    (b'{"jsonrpc":"2.0","id":"a\\"b","error":{"code":-32601,"message":"no"}}', False,
+     {"rpc.jsonrpc.error_code": -32601}),
+], ids=["turn", "not-a-turn", "error-in-a-text", "a-later-stop-reason", "error", "error-escaped-id"])
+def test_end_with_line_reads_the_answer(line: bytes, turn: bool, attributes: dict[str, Any]) -> None:
+    tracing._otel()
+    span = _Recorded()
+    tracing.end_with_line(span, line, turn)
+    assert span.attributes == attributes and span.ended == 1
+    assert (span.status is not None) == ("rpc.jsonrpc.error_code" in attributes)
