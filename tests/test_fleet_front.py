@@ -577,6 +577,21 @@ def test_a_waiting_reader_keeps_its_connection_alive(server: redis_server.RedisS
     run(body)
 
 
+def test_a_readers_entry_count_adapts_to_the_bytes_it_reads() -> None:
+    """A reader asks for fewer entries after a read over `READ_BYTES`, twice as many after a
+    full read under half of it (up to the store's most), else the same."""
+    from acp_fast.fleet.front import READ_BYTES, _next_count
+
+    most = 256
+    assert _next_count(4, 4, 4 * READ_BYTES, most) == 1  # 4 MiB in 4 entries: one at a time
+    assert _next_count(1, 1, 10 * READ_BYTES, most) == 1  # never below one
+    assert _next_count(64, 64, 2 * READ_BYTES, most) == 32
+    assert _next_count(4, 4, 1000, most) == 8  # full and small: grows
+    assert _next_count(200, 200, 1000, most) == most
+    assert _next_count(8, 3, 1000, most) == 8  # not full: the backlog is read, no need to grow
+    assert _next_count(8, 8, READ_BYTES, most) == 8  # between half and all of it: kept
+
+
 def test_a_dropped_resumable_websocket_frees_its_agent_after_the_grace_unless_resumed(
         server: redis_server.RedisServer) -> None:
     """Grace 0.6 s, idle timeout 300 s. A resumable WebSocket dropped without a close frame and

@@ -567,6 +567,26 @@ def test_a_frozen_redis_is_store_unavailable_within_the_socket_timeout(own_serve
     run(body)
 
 
+def test_a_read_asks_for_fewer_entries_with_count(server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        store = make(server.url, read_count=4)
+        cid = await store.create_connection("h1")
+        for k in range(6):
+            await store.append_output(cid, [b"%d" % k])
+        assert [e.lines for e in await store.read_output(cid, STREAM_START, count=2)] == [[b"0"], [b"1"]]
+        assert len(await store.read_output(cid, STREAM_START)) == 4  # limits.read_count
+        assert len(await store.read_output(cid, STREAM_START, count=100)) == 4  # never more
+        got = await store.follow_output(cid, "2-0", block=1.0, count=1, mark=(None, "2-0"))
+        assert [e.lines for e in got] == [[b"2"]]
+        assert [e.lines for e in await store.follow_output(cid, "3-0", block=1.0, count=3)] == [[b"3"], [b"4"], [b"5"]]
+        for bad in (0, -1):
+            with pytest.raises(ValueError):
+                await store.read_output(cid, STREAM_START, count=bad)
+        await store.close()
+
+    run(body)
+
+
 def test_a_dropped_reader_shortens_the_ttl_to_its_grace_unless_another_attached_since(
         server: redis_server.RedisServer) -> None:
     async def body() -> None:

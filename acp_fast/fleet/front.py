@@ -90,6 +90,12 @@ _BATCHES = BATCH_FRAMES_HEADER.lower().encode()
 _RESUME = RESUME_HEADER.lower().encode()
 #: Seconds between retries of a push into a full input queue.
 _PUSH_RETRY = 0.01
+#: Bytes of lines one read of a connection's output aims at: a reader's entry count adapts
+#: to it (`_next_count`), so that a backlog of megabytes (a stream resumed on this front) is
+#: read and sent in parts, its first lines at once, not after one read of all of it.
+READ_BYTES = 1 << 20
+#: The entry count of a reader's first read (it adapts from there).
+FIRST_COUNT = 4
 
 
 class NoFreeSlot(Exception):
@@ -297,7 +303,7 @@ class FleetFront(Endpoint):
         last = headers.get(b"last-event-id")
         after, skip = _resume_point(last.decode("latin-1") if last is not None else None)
         try:
-            first = await self.store.read_output(cid, after)
+            first = await self.store.read_output(cid, after, count=FIRST_COUNT)
         except (UnknownConnection, ConnectionEnded):
             await respond(send, 404, error_body(404, f"unknown {CONNECTION_ID_HEADER}: closed or expired"))
             return
@@ -311,6 +317,8 @@ class FleetFront(Endpoint):
         await send({"type": "http.response.start", "status": 200, "headers": head})
         gone = asyncio.ensure_future(disconnected(receive))
         watch = _Watch(self, cid)
+        if first:
+            watch.sized(first)
         try:
             entries: list[Entry] | None = first
             while True:
@@ -372,7 +380,7 @@ class FleetFront(Endpoint):
                     await deny(scope, send, 400, f"{RESUME_HEADER} must be 'new' or '<connection id> <cursor> <frames>'")
                     return
                 cid, point.after, point.skip = asked
-                point.first = await self.store.read_output(cid, point.after)
+                point.first = await self.store.read_output(cid, point.after, count=FIRST_COUNT)
             if resume is not None:  # a reader that may drop and come back: numbered
                 reader = await self.store.attach_reader(cid)
                 if reader == 0:
@@ -452,6 +460,8 @@ class FleetFront(Endpoint):
         skip = point.skip if point is not None else 0
         reason = "agent closed"
         watch = _Watch(self, cid)
+        if first:
+            watch.sized(first)
         mark: tuple[str | None, str] | None = None
         try:
             while True:
@@ -499,15 +509,18 @@ class _Watch:
         self.host: str | None = None
         self.since = time.monotonic()  # the last thing sent (for the keep-alive)
         self.touched = self.since  # the last refresh of the connection's TTL
+        self.count = FIRST_COUNT  # entries the next read asks for at most (`_next_count`)
 
     async def read(self, after: str, mark: tuple[str | None, str] | None = None) -> list[Entry]:
         """The entries after `after`, waiting up to `host_check` seconds, the read mark
         moved first (one round trip: [`follow_output`][acp_fast.fleet.FleetStore.follow_output]);
         on an empty read, a host found dead fails the requests in flight and ends the
         connection."""
-        entries = await self.store.follow_output(self.cid, after, block=self.front.host_check, mark=mark)
+        entries = await self.store.follow_output(self.cid, after, block=self.front.host_check, mark=mark,
+                                                 count=self.count)
         now = time.monotonic()
         if entries:
+            self.sized(entries)
             self.since = now
             if now - self.touched > self.store.limits.connection_ttl / 4:  # a reader keeps it alive
                 self.touched = now
@@ -523,6 +536,11 @@ class _Watch:
             await self.store.end_output(self.cid, reason, fail_pending=True)
         return []
 
+    def sized(self, entries: list[Entry]) -> None:
+        """Adapt the next read's entry count to what these entries held."""
+        self.count = _next_count(self.count, len(entries), sum(len(line) for e in entries for line in e.lines),
+                                 self.store.limits.read_count)
+
     def quiet(self) -> bool:
         """Whether a keep-alive is due (nothing sent for `policy.keepalive` seconds)."""
         now = time.monotonic()
@@ -530,6 +548,17 @@ class _Watch:
             return False
         self.since = now
         return True
+
+
+def _next_count(count: int, entries: int, size: int, most: int) -> int:
+    """The entry count of a reader's next read, after a read of `count` entries at most gave
+    `entries` entries of `size` bytes: fewer when that was over `READ_BYTES`, twice as many
+    (up to `most`) when the read was full and under half of it, else the same."""
+    if size > READ_BYTES:
+        return max(1, count * READ_BYTES // size)
+    if entries >= count and 2 * size <= READ_BYTES:
+        return min(most, 2 * count)
+    return count
 
 
 def _requests(frames: list[Any]) -> list[str]:

@@ -614,6 +614,15 @@ class RedisStore(FleetStore):
         with self._guard:
             return bool(await self._touch(keys[:3], [self._ttl]))
 
+    def _count(self, count: int | None) -> int:
+        """A read's entry count: `count` within 1 and `limits.read_count`."""
+        most = self._limits.read_count
+        if count is None:
+            return most
+        if count < 1:
+            raise ValueError(f"count must be positive: {count!r}")
+        return min(count, most)
+
     async def attach_reader(self, connection_id: str) -> int:
         keys = self._known_keys(connection_id)
         if keys is None:
@@ -664,8 +673,9 @@ class RedisStore(FleetStore):
             raise UnknownConnection(connection_id)
         return str(cursor.decode())
 
-    async def read_output(self, connection_id: str, after: str, *, block: float | None = None) -> list[Entry]:
-        """The entries after cursor `after`, in order (at most `limits.read_count`).
+    async def read_output(self, connection_id: str, after: str, *, block: float | None = None,
+                          count: int | None = None) -> list[Entry]:
+        """The entries after cursor `after`, in order (at most `count`, at most `limits.read_count`).
 
         See [`FleetStore.read_output`][acp_fast.fleet.FleetStore.read_output]. One round trip
         when entries are there; waiting is `XREAD BLOCK`, in slices shorter than the socket
@@ -675,7 +685,7 @@ class RedisStore(FleetStore):
         seq = _seq(after)
         if seq is None:
             raise CursorOutOfWindow(after)
-        count = self._limits.read_count
+        count = self._count(count)
         with self._guard:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.hget(conn, "out_seq")
@@ -692,7 +702,7 @@ class RedisStore(FleetStore):
         return _until_end(connection_id, raw)
 
     async def follow_output(self, connection_id: str, after: str, *, block: float,
-                            mark: tuple[str | None, str] | None = None) -> list[Entry]:
+                            mark: tuple[str | None, str] | None = None, count: int | None = None) -> list[Entry]:
         """The entries after `after`, a cursor this stream gave, waiting up to `block` seconds.
 
         See [`FleetStore.follow_output`][acp_fast.fleet.FleetStore.follow_output]: the read
@@ -706,7 +716,7 @@ class RedisStore(FleetStore):
         if seq is None:
             raise CursorOutOfWindow(after)
         marked = _seq(mark[1]) if mark is not None else None
-        count = self._limits.read_count
+        count = self._count(count)
         deadline = time.monotonic() + block
         with self._guard:
             while True:

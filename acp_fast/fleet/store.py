@@ -388,8 +388,10 @@ class FleetStore(Protocol):
         """
         ...
 
-    async def read_output(self, connection_id: str, after: str, *, block: float | None = None) -> list[Entry]:
-        """The entries after cursor `after`, in order (at most `limits.read_count`).
+    async def read_output(self, connection_id: str, after: str, *, block: float | None = None,
+                          count: int | None = None) -> list[Entry]:
+        """The entries after cursor `after`, in order (at most `count`, and never more than
+        `limits.read_count`).
 
         Args:
             connection_id: the connection.
@@ -397,6 +399,8 @@ class FleetStore(Protocol):
                 for everything from the first entry).
             block: when nothing is there yet, wait up to this many seconds for an entry
                 (`None`: do not wait). An empty list means the wait ran out.
+            count: entries at most (`None`: `limits.read_count`); a reader of large entries
+                asks for fewer, so that one read stays small.
 
         Raises:
             CursorOutOfWindow: an entry after `after` was trimmed, or `after` is not a
@@ -407,7 +411,7 @@ class FleetStore(Protocol):
         ...
 
     async def follow_output(self, connection_id: str, after: str, *, block: float,
-                            mark: tuple[str | None, str] | None = None) -> list[Entry]:
+                            mark: tuple[str | None, str] | None = None, count: int | None = None) -> list[Entry]:
         """A reader's steady loop: the entries after `after`, a cursor this stream gave it,
         waiting up to `block` seconds, in one round trip whether entries are there or not.
 
@@ -421,6 +425,7 @@ class FleetStore(Protocol):
             block: seconds to wait for an entry (an empty list: the wait ran out).
             mark: `(stream, cursor)`: first move that stream's read mark, as
                 [`mark_read`][acp_fast.fleet.FleetStore.mark_read] does (in the same round trip).
+            count: entries at most, as for `read_output`.
         """
         ...
 
