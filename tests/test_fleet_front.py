@@ -577,6 +577,37 @@ def test_a_waiting_reader_keeps_its_connection_alive(server: redis_server.RedisS
     run(body)
 
 
+def test_a_store_failure_of_its_own_is_a_clear_503_not_a_traceback(server: redis_server.RedisServer,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store error that is not one of the named refusals (an unexpected reply, say) before
+    any response: the SSE GET and the resumable WebSocket upgrade both get 503 with a body."""
+    import websockets
+    from websockets.exceptions import InvalidStatus
+
+    from acp_fast.fleet import StoreError
+    from acp_fast.remote.client import RESUME_HEADER
+
+    async def body() -> None:
+        async with fleet(server.url, hosts=0, fronts=1) as f:
+            cid = await f.store().create_connection("nohost")
+
+            async def failing(*args: Any, **kwargs: Any) -> Any:
+                raise StoreError("the fleet store at redis://… failed: an unexpected reply")
+
+            for store in f.stores:
+                monkeypatch.setattr(store, "read_output", failing)
+            async with httpx.AsyncClient() as http:
+                got = await http.get(f.fronts[0], headers={"Accept": "text/event-stream", CONNECTION_ID_HEADER: cid})
+            assert got.status_code == 503 and b"unavailable" in got.content
+            with pytest.raises(InvalidStatus) as refused:
+                async with websockets.connect(f.fronts[0].replace("http://", "ws://"),
+                                              additional_headers={RESUME_HEADER: f"{cid} 0-0 0"}):
+                    pass
+            assert refused.value.response.status_code == 503
+
+    run(body)
+
+
 def test_a_readers_entry_count_adapts_to_the_bytes_it_reads() -> None:
     """A reader asks for fewer entries after a read over `READ_BYTES`, twice as many after a
     full read under half of it (up to the store's most), else the same."""

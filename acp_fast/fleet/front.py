@@ -158,7 +158,7 @@ class FleetFront(Endpoint):
                 await self._delete(headers, send)
             else:
                 await respond(send, 405, error_body(405, "method not allowed"), extra=[(b"allow", b"GET, POST, DELETE")])
-        except StoreUnavailable as exc:  # before any response: a clear 503
+        except StoreError as exc:  # unavailable, or a failure of its own: before any response, a clear 503
             logger.warning("fleet front: %s", exc)
             await respond(send, 503, error_body(503, "the fleet store is unavailable; try again later"))
 
@@ -394,7 +394,8 @@ class FleetFront(Endpoint):
         except CursorOutOfWindow:
             await deny(scope, send, 409, f"cannot resume from that {RESUME_HEADER}")
             return
-        except StoreUnavailable:
+        except StoreError as exc:  # unavailable, or a failure of its own
+            logger.warning("fleet front: %s", exc)
             await deny(scope, send, 503, "the fleet store is unavailable; try again later")
             return
         accept = [(_CID, cid.encode())]
@@ -538,8 +539,8 @@ class _Watch:
 
     def sized(self, entries: list[Entry]) -> None:
         """Adapt the next read's entry count to what these entries held."""
-        self.count = _next_count(self.count, len(entries), sum(len(line) for e in entries for line in e.lines),
-                                 self.store.limits.read_count)
+        size = sum([sum(map(len, e.lines)) for e in entries])  # per line in C: this runs on every read
+        self.count = _next_count(self.count, len(entries), size, self.store.limits.read_count)
 
     def quiet(self) -> bool:
         """Whether a keep-alive is due (nothing sent for `policy.keepalive` seconds)."""
