@@ -11,6 +11,10 @@ host's append wakes the front's blocked read. This script measures, on this mach
   and answering with an `XADD` — the fleet's two sequential hops with no front, host or agent
   work: the floor of what the fleet adds to a single-process round trip.
 
+The rows marked `lean` do the same through the store's own client for its streaming path
+(`acp_fast.fleet._resp`): the floor under the fleet as it is built; the others go through
+redis-py, which the store uses for everything else.
+
 Each figure is the median of `--runs` runs (each the median of `--n` samples), microseconds.
 
     python bench/fleet_floor.py [--n 2000] [--runs 3]
@@ -32,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 
 def _free_port() -> int:
@@ -65,6 +70,62 @@ async def _rt(url: str, n: int) -> tuple[float, float]:
         evals.append(time.perf_counter() - t)
     await r.aclose()
     return statistics.median(pings) * 1e6, statistics.median(evals) * 1e6
+
+
+def _lean(url: str) -> Any:
+    from acp_fast.fleet._resp import RespClient
+
+    return RespClient(url, socket_timeout=5.0, connect_timeout=5.0, max_connections=8)
+
+
+async def _rt_lean(url: str, n: int) -> float:
+    r = _lean(url)
+    await r.call("PING")
+    pings = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await r.call("PING")
+        pings.append(time.perf_counter() - t)
+    await r.close()
+    return statistics.median(pings) * 1e6
+
+
+def _echo_lean(url: str, n: int, ready: multiprocessing.synchronize.Event) -> None:
+    """`_echo` through the lean client."""
+    _loop()
+
+    async def main() -> None:
+        r = _lean(url)
+        after = b"0-0"
+        ready.set()
+        for _ in range(n):
+            (got,) = await r.blocking([("XREAD", "BLOCK", 5000, "STREAMS", "floor:in", after)], 5.0)
+            after = got[0][1][-1][0]
+            await r.call("XADD", "floor:out", "*", "t", got[0][1][-1][1][1])
+        await r.close()
+
+    asyncio.run(main())
+
+
+async def _hops_lean(url: str, n: int) -> float:
+    r = _lean(url)
+    await r.call("DEL", "floor:in", "floor:out")
+    ready = multiprocessing.Event()
+    p = multiprocessing.Process(target=_echo_lean, args=(url, n, ready))
+    p.start()
+    ready.wait()
+    await asyncio.sleep(0.2)
+    after = b"0-0"
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await r.call("XADD", "floor:in", "*", "t", b"x")
+        (got,) = await r.blocking([("XREAD", "BLOCK", 5000, "STREAMS", "floor:out", after)], 5.0)
+        lat.append(time.perf_counter() - t)
+        after = got[0][1][-1][0]
+    await r.close()
+    p.join()
+    return statistics.median(lat) * 1e6
 
 
 def _echo(url: str, n: int, ready: multiprocessing.synchronize.Event) -> None:
@@ -172,13 +233,16 @@ def main() -> None:
                 except OSError:
                     time.sleep(0.05)
             _loop()
-            rows: dict[str, list[float]] = {"rt PING": [], "rt EVAL": [], "wake (one way)": [], "hops (2 in sequence)": []}
+            rows: dict[str, list[float]] = {"rt PING": [], "rt EVAL": [], "wake (one way)": [], "hops (2 in sequence)": [],
+                                            "rt PING (lean)": [], "hops (lean)": []}
             for _ in range(args.runs):
                 ping, ev = asyncio.run(_rt(url, args.n))
                 rows["rt PING"].append(ping)
                 rows["rt EVAL"].append(ev)
                 rows["wake (one way)"].append(asyncio.run(_wake(url, min(args.n, 500))))
                 rows["hops (2 in sequence)"].append(asyncio.run(_hops(url, args.n)))
+                rows["rt PING (lean)"].append(asyncio.run(_rt_lean(url, args.n)))
+                rows["hops (lean)"].append(asyncio.run(_hops_lean(url, args.n)))
             print(f"load average {os.getloadavg()[0]:.2f}; {args.runs} runs of {args.n} (wake: {min(args.n, 500)})")
             for name, values in rows.items():
                 print(f"{name:22} median {statistics.median(values):7.1f} us   runs {[round(v, 1) for v in values]}")

@@ -885,18 +885,18 @@ def test_an_entry_appended_just_after_an_empty_wait_is_read_next_not_out_of_wind
         writer = RedisStore(server.url, prefix=store.prefix)
         cid = await store.create_connection("h1")
         first = await store.append_output(cid, [b"one"])
-        client = store._redis
-        wait = client.xread
+        client = store._lean
+        wait = client.blocking
 
         async def late(*args: Any, **kwargs: Any) -> Any:
             got = await wait(*args, **kwargs)
-            if not got:
+            if not got[-1]:
                 await writer.append_output(cid, [b"late"])
             return got
 
-        client.xread = late  # type: ignore[method-assign]
+        client.blocking = late  # type: ignore[method-assign]
         got = await store.follow_output(cid, first, block=0.05)  # [] or, within the block, the entry
-        client.xread = wait  # type: ignore[method-assign]
+        client.blocking = wait  # type: ignore[method-assign]
         if not got:
             got = await store.follow_output(cid, first, block=0.05)
         assert [e.lines for e in got] == [[b"late"]]

@@ -30,12 +30,19 @@ from the stream (it would still need trimming, plus a pending-entries list per e
 Redelivery, the point of a group, has no use here: a host that dies takes its agent with it.
 So the host's next read trims what it consumed and reads what follows, in one round trip.
 
-A script in a pipeline is sent whole (`EVAL`: Redis finds it compiled by its hash): redis-py
-would first ask whether its hash is loaded (`SCRIPT EXISTS`), a round trip more per pipeline.
+Two clients reach the same server. The streaming path (a client's push, an agent's append,
+the blocking reads that wake a front's reader and a host: `push_input`, `append_output`,
+`follow_output`, `read_inputs`) goes through a lean client of the store's own
+(`acp_fast.fleet._resp`: RESP on an asyncio protocol, parsed by hiredis, one pipelined
+connection for the calls and one per blocking read), which costs a fraction of redis-py's
+per-command overhead (`python bench/fleet_floor.py` measures both); every other call
+(registry, records, marks, replays) goes through redis-py's asyncio client. A script in a
+pipeline is sent whole (`EVAL`: Redis finds it compiled by its hash); a lone script call is
+`EVALSHA`, then `EVAL` once if the server does not know it.
 
 Every network error (refused, reset, a reply slower than the socket timeout) becomes
-[`StoreUnavailable`][acp_fast.fleet.StoreUnavailable] naming the URL; redis-py's own retries
-are off (a retried script could run twice). A blocking read waits in slices shorter than the
+[`StoreUnavailable`][acp_fast.fleet.StoreUnavailable] naming the URL; neither client retries
+a command (a retried script could run twice). A blocking read waits in slices shorter than the
 socket timeout, so a server that stops answering is noticed within it. One Redis (or a
 primary with replicas), not Redis Cluster: the host registry's scripts touch keys of many hosts.
 """
@@ -344,6 +351,11 @@ def _batch(lines: Sequence[bytes]) -> bytes:
     return b"\n".join(lines)
 
 
+def _fields(raw: Sequence[Any]) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """Stream entries as RESP gives them (`[id, [field, value, …]]`) as (id, {field: value})."""
+    return [(eid, dict(zip(flat[::2], flat[1::2]))) for eid, flat in raw]
+
+
 def _until_end(connection_id: str, raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
     """Entries up to the end marker; `ConnectionEnded` when the marker comes first."""
     out: list[Entry] = []
@@ -404,7 +416,8 @@ class _Unavailable:
 
     __slots__ = ("url", "network", "other")
 
-    def __init__(self, url: str, network: tuple[type[BaseException], ...], other: type[BaseException]) -> None:
+    def __init__(self, url: str, network: tuple[type[BaseException], ...],
+                 other: tuple[type[BaseException], ...]) -> None:
         self.url = url
         self.network = network
         self.other = other
@@ -450,6 +463,8 @@ class RedisStore(FleetStore):
             import redis.exceptions
             from redis.backoff import NoBackoff
             from redis.asyncio.retry import Retry
+
+            from ._resp import ReplyError, RespClient, Script
         except ImportError as exc:
             raise MissingExtraError(
                 f"the fleet store needs redis-py, which is not installed: pip install 'acp-fast[fleet]' ({exc})"
@@ -465,9 +480,12 @@ class RedisStore(FleetStore):
             retry=_ping_once_retry(Retry, NoBackoff, redis.exceptions.ConnectionError), retry_on_timeout=False,
             decode_responses=False, health_check_interval=HEALTH_CHECK_IDLE, max_connections=max_connections,
             **_no_client_setinfo(redis.asyncio.Connection))
+        # the streaming path's calls (push, append, the blocking reads) go through a lean client
+        self._lean = RespClient(url, socket_timeout=socket_timeout, connect_timeout=connect_timeout,
+                                max_connections=max_connections)
         errors = redis.exceptions
         self._guard = _Unavailable(self._url, (errors.ConnectionError, errors.TimeoutError, OSError),
-                                   errors.RedisError)
+                                   (errors.RedisError, ReplyError))
         script = self._redis.register_script
         self._register: AsyncScript = script(_REGISTER)
         self._live_hosts: AsyncScript = script(_LIVE_HOSTS)
@@ -476,9 +494,10 @@ class RedisStore(FleetStore):
         self._touch: AsyncScript = script(_TOUCH)
         self._attach: AsyncScript = script(_ATTACH)
         self._detach: AsyncScript = script(_DETACH)
-        self._append: AsyncScript = script(_APPEND)
-        self._push: AsyncScript = script(_PUSH)
-        self._consumed: AsyncScript = script(_CONSUMED)
+        self._append = Script(_APPEND)
+        self._push = Script(_PUSH)
+        self._consumed = Script(_CONSUMED)
+        self._marked = Script(_MARK)
         self._end: AsyncScript = script(_END)
         self._fail: AsyncScript = script(_FAIL)
         self._mark: AsyncScript = script(_MARK)
@@ -500,6 +519,7 @@ class RedisStore(FleetStore):
 
     async def close(self) -> None:
         with self._guard:
+            await self._lean.close()
             await self._redis.aclose()
 
     # --- keys ----------------------------------------------------------------------------
@@ -667,8 +687,8 @@ class RedisStore(FleetStore):
             raise ValueError(f"{len(routes)} routes for {len(lines)} lines")
         tags = json.dumps(list(routes), separators=(",", ":")) if routes is not None else ""
         with self._guard:
-            cursor = await self._append(keys[:3], [data, limits.output_entries, limits.output_bytes, self._ttl, tags,
-                                               *answered])
+            cursor = await self._lean.script(self._append, keys[:3], [data, limits.output_entries,
+                                                                       limits.output_bytes, self._ttl, tags, *answered])
         if cursor is None:
             raise UnknownConnection(connection_id)
         return str(cursor.decode())
@@ -721,17 +741,17 @@ class RedisStore(FleetStore):
         with self._guard:
             while True:
                 wait = max(1, round(min(max(deadline - time.monotonic(), 0), self._slice) * 1000))
-                got: Any
+                read = ("XREAD", "COUNT", count, "BLOCK", wait, "STREAMS", keys[1], after)
                 if mark is not None and marked is not None:
-                    async with self._redis.pipeline(transaction=False) as pipe:
-                        pipe.eval(_MARK, 3, keys[0], keys[1], keys[3], marked, _mark_name(mark[0]))
-                        pipe.xread({keys[1]: after}, count=count, block=wait)
-                        _, got = await pipe.execute()
+                    replies = await self._lean.blocking(
+                        (self._marked.eval((keys[0], keys[1], keys[3]), (marked, _mark_name(mark[0]))), read),
+                        wait / 1000)
                     mark = None
                 else:
-                    got = await self._redis.xread({keys[1]: after}, count=count, block=wait)
+                    replies = await self._lean.blocking((read,), wait / 1000)
+                got = replies[-1]
                 if got:
-                    raw = list(got[0][1])
+                    raw = _fields(got[0][1])
                     if _seq(raw[0][0].decode()) != seq + 1:
                         raise CursorOutOfWindow(after)
                     return _until_end(connection_id, raw)
@@ -825,7 +845,8 @@ class RedisStore(FleetStore):
         if len(data) > limits.input_bytes:
             raise ValueError(f"a batch of {len(data)} bytes is larger than the input queue ({limits.input_bytes})")
         with self._guard:
-            cursor = await self._push(keys[:3], [data, limits.input_entries, limits.input_bytes, self._ttl, *requests])
+            cursor = await self._lean.script(self._push, keys[:3], [data, limits.input_entries, limits.input_bytes,
+                                                                   self._ttl, *requests])
         if cursor is None:
             raise UnknownConnection(connection_id)
         if cursor == 0:
@@ -881,20 +902,27 @@ class RedisStore(FleetStore):
         count = self._limits.read_count
         streams: dict[Any, Any] = {box: inbox, **{key: after[cid] for key, cid in queues.items()}}
         wait = _ms(min(block, self._slice)) if block is not None and block > 0 else None
+        commands: list[Any] = []
+        for cid in freed:
+            keys = self._conn_keys(cid)
+            commands.append(self._consumed.eval((keys[0], keys[2]), (after[cid], _seq(after[cid]) or 0)))
+        read: list[Any] = ["XREAD", "COUNT", count]
+        if wait is not None:
+            read += ["BLOCK", wait]
+        commands.append((*read, "STREAMS", *streams, *streams.values()))
         with self._guard:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for cid in freed:
-                    keys = self._conn_keys(cid)
-                    pipe.eval(_CONSUMED, 2, keys[0], keys[2], after[cid], _seq(after[cid]) or 0)
-                pipe.xread(streams, count=count, block=wait)
-                *known, got = await pipe.execute()
+            if wait is not None:
+                *known, got = await self._lean.blocking(commands, wait / 1000)
+            else:
+                *known, got = await self._lean.pipeline(commands)
         for cid, ok in zip(freed, known):
             if not ok:
                 ended[cid] = UnknownConnection(cid)
         assigned: list[tuple[str, str]] = []
         entries: dict[str, list[Entry]] = {}
-        for key, raw in got or ():
+        for key, flat in got or ():
             name = key.decode()
+            raw = _fields(flat)
             if name == box:
                 assigned = [(eid.decode(), fields[b"c"].decode()) for eid, fields in raw]
                 continue
