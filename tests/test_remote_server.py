@@ -479,12 +479,12 @@ def test_websocket_frame_of_a_crlf_agent_line_is_the_line_a_pipe_reader_decodes(
 def test_session_read_from_the_line_agrees_with_the_decoded_params(engine: ModuleType, line: bytes) -> None:
     """The server routes the agent's calls by ``params.sessionId``, read from the bytes where
     the line starts as the engines write it: always the value decoding would give."""
-    from acp_fast.remote.server import _params_session
+    from acp_fast.remote._wire import params_session
 
     frame = engine.Decoder(lazy=True).feed(line + b"\n")[0]
     params = engine.Decoder().feed(line + b"\n")[0].params
     expected = params.get("sessionId") if isinstance(params, dict) else None
-    sid, prefix = _params_session(frame, line)
+    sid, prefix = params_session(frame, line)
     assert sid == expected
     if prefix is not None:  # another line with that start has that session too
         assert line.startswith(prefix) and prefix.endswith(b'"%s"' % sid.encode())

@@ -49,7 +49,7 @@ from .. import _kinds
 from .. import engine as _default_engine
 from ..engine import Engine
 from ..protocol.facts import INITIALIZE
-from ..remote._wire import id_key
+from ..remote._wire import id_key, params_session
 from ..remote.server import StreamOpener
 from ..transport.stream import Stream
 from .store import (
@@ -360,8 +360,7 @@ class _Link:
                     self.sessions.add(result["sessionId"])
             return route if route in self.sessions else None
         if kind in (_kinds.REQUEST, _kinds.NOTIFICATION) and b'"sessionId"' in frame.raw:
-            params = frame.params
-            sid = params.get("sessionId") if isinstance(params, dict) else None
+            sid, _ = params_session(frame, frame.raw)  # from the bytes when it can (no decode)
             if isinstance(sid, str):
                 self.sessions.add(sid)
                 return sid

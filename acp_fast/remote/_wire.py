@@ -9,7 +9,9 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Iterable
+from typing import Any
 
 from ..protocol.facts import EXTRA_SESSION_SCOPED_METHODS, SESSION_SCOPED_METHODS, SUCCESSOR_METHODS
 
@@ -34,6 +36,7 @@ __all__ = [
     "id_key",
     "is_url",
     "one_line",
+    "params_session",
     "require_extra",
     "sse_events",
 ]
@@ -190,3 +193,23 @@ class SseParser:
             raise ValueError(f"SSE line over {self.max_event} bytes")
         self._buf = rest
         return events
+
+
+#: The start of a call as the engines write it, up to its ``params.sessionId`` when that is
+#: the first key and its value has no escape (the group).
+SESSION_FIRST = re.compile(rb'\{"jsonrpc":"2\.0",(?:"id":[^,"]*,|"id":"[^"\\]*",)?"method":"[^"\\]*",'
+                            rb'"params":\{"sessionId":"([^"\\]*)"')
+
+
+def params_session(frame: Any, line: bytes) -> tuple[object, bytes | None]:
+    """`params.sessionId` of a call (`None` without one), and the line's start up to the
+    end of that value when it was read from the bytes (`None` when decoded).
+
+    Read from the line's bytes when the call starts as the engines write it and `"sessionId"`
+    occurs in it once (the key itself); anything else is decoded. Any line that starts with
+    the returned prefix and holds `"sessionId"` once has the same session."""
+    found = SESSION_FIRST.match(line)
+    if found is not None and line.count(b'"sessionId"') == 1:
+        return found.group(1).decode("utf-8", "surrogateescape"), found.group(0)
+    params = frame.params
+    return (params.get("sessionId") if isinstance(params, dict) else None), None

@@ -66,6 +66,7 @@ from ._wire import (
     KEEPALIVE_SECONDS,
     id_key,
     one_line,
+    params_session,
 )
 from ._requests import SSE_HEAD, checked_post, initialize_frame, post_line
 from ._requests import disconnected as _disconnected
@@ -101,26 +102,6 @@ class Servable(Protocol):
 
 
 # -- one ACP connection -------------------------------------------------------------------------
-
-
-#: The start of a call as the engines write it, up to its ``params.sessionId`` when that is
-#: the first key and its value has no escape (the group).
-_SESSION_FIRST = re.compile(rb'\{"jsonrpc":"2\.0",(?:"id":[^,"]*,|"id":"[^"\\]*",)?"method":"[^"\\]*",'
-                            rb'"params":\{"sessionId":"([^"\\]*)"')
-
-
-def _params_session(frame: Any, line: bytes) -> tuple[object, bytes | None]:
-    """`params.sessionId` of a call (`None` without one), and the line's start up to the
-    end of that value when it was read from the bytes (`None` when decoded).
-
-    Read from the line's bytes when the call starts as the engines write it and `"sessionId"`
-    occurs in it once (the key itself); anything else is decoded. Any line that starts with
-    the returned prefix and holds `"sessionId"` once has the same session."""
-    found = _SESSION_FIRST.match(line)
-    if found is not None and line.count(b'"sessionId"') == 1:
-        return found.group(1).decode("utf-8", "surrogateescape"), found.group(0)
-    params = frame.params
-    return (params.get("sessionId") if isinstance(params, dict) else None), None
 
 
 _MALFORMED = _kinds.MALFORMED
@@ -327,7 +308,7 @@ class _Connection:
         if prefix is not None and line.startswith(prefix) and line.count(b'"sessionId"') == 1:
             sid: object = self.sid  # the same start as the last call's (a turn's updates)
         else:
-            sid, self.sid_prefix = _params_session(frame, line)
+            sid, self.sid_prefix = params_session(frame, line)
             self.sid = sid
         if isinstance(sid, str):
             self.sessions.add(sid)
