@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 import peer_rule  # noqa: E402
 import redis_server  # noqa: E402
-from redis_server import server  # noqa: E402,F401  (the module fixture)
+from redis_server import own_server, server  # noqa: E402,F401  (the fixtures)
 
 peer_rule.require_module("hiredis", "hiredis", "hiredis (the fleet extra) is not installed")
 
@@ -32,16 +32,6 @@ T = TypeVar("T")
 
 #: The socket timeout of the clients under test: a frozen server is noticed within it.
 TIMEOUT = 0.5
-
-
-@pytest.fixture
-def own_server() -> Iterator[redis_server.RedisServer]:
-    """A server of the test's own, for the tests that kill or freeze it."""
-    running = redis_server.RedisServer().start()
-    try:
-        yield running
-    finally:
-        running.kill()
 
 
 def run(body: Callable[[], Awaitable[T]], bound: float = 10.0) -> T:

@@ -27,7 +27,7 @@ import asyncio
 import secrets
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 import peer_rule  # noqa: E402
 import redis_server  # noqa: E402
-from redis_server import server  # noqa: E402,F401  (the module fixture)
+from redis_server import own_server, server  # noqa: E402,F401  (the fixtures)
 
 redis_asyncio = peer_rule.require_module("redis.asyncio", "redis", "redis-py (the fleet extra) is not installed")
 
@@ -63,16 +63,6 @@ BOUND = 10.0
 SOCKET_TIMEOUT = 0.5
 
 
-
-
-@pytest.fixture
-def own_server() -> Iterator[redis_server.RedisServer]:
-    """A server of the test's own, for the tests that kill or freeze it."""
-    running = redis_server.RedisServer().start()
-    try:
-        yield running
-    finally:
-        running.kill()
 
 
 def run(body: Callable[[], Awaitable[T]], bound: float = BOUND) -> T:

@@ -31,14 +31,17 @@ import hashlib
 import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from typing import Any, List, Union, cast
 
 import hiredis
 
-__all__ = ["Command", "ReplyError", "RespClient", "Script"]
+__all__ = ["Command", "Reply", "ReplyError", "RespClient", "Script"]
 
 #: A command: its name and arguments (str, bytes, int or float).
 Command = Sequence[Any]
+
+#: A reply of RESP2 as hiredis gives it: a bulk or simple string, an integer, nil, an array.
+Reply = Union[bytes, int, None, List["Reply"]]
 
 
 class ReplyError(Exception):
@@ -212,9 +215,10 @@ class RespClient:
 
     # --- calls ---------------------------------------------------------------------------
 
-    async def call(self, *command: Any) -> Any:
+    async def call(self, *command: Any) -> Reply:
         """One command on the shared connection; its reply (an error reply raises `ReplyError`)."""
-        (reply,) = await self.pipeline((command,))
+        replies = await self.pipeline((command,))
+        reply: Reply = replies[0]
         return reply
 
     async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
@@ -228,13 +232,14 @@ class RespClient:
             connection = await self._shared_connection()
         return await connection.send(commands, self.socket_timeout)
 
-    async def script(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    async def script(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Reply:
         """Run `script` (`EVALSHA`, then `EVAL` once if the server does not know it)."""
-        (reply,) = await self._send((("EVALSHA", script.sha, len(keys), *keys, *args),))
-        if isinstance(reply, hiredis.ReplyError):
-            if not str(reply).startswith("NOSCRIPT"):
-                raise ReplyError(str(reply))
-            reply = await self.call(*script.eval(keys, args))
+        (first,) = await self._send((("EVALSHA", script.sha, len(keys), *keys, *args),))
+        if isinstance(first, hiredis.ReplyError):
+            if not str(first).startswith("NOSCRIPT"):
+                raise ReplyError(str(first))
+            return await self.call(*script.eval(keys, args))
+        reply: Reply = first
         return reply
 
     async def blocking(self, commands: Sequence[Command], block: float) -> list[Any]:

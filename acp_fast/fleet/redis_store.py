@@ -351,6 +351,13 @@ def _batch(lines: Sequence[bytes]) -> bytes:
     return b"\n".join(lines)
 
 
+def _cursor(reply: object) -> str:
+    """The cursor a script returned (an entry id)."""
+    if not isinstance(reply, bytes):
+        raise StoreError(f"the fleet store answered {reply!r} where an entry id was due")
+    return reply.decode()
+
+
 def _fields(raw: Sequence[Any]) -> list[tuple[bytes, dict[bytes, bytes]]]:
     """Stream entries as RESP gives them (`[id, [field, value, …]]`) as (id, {field: value})."""
     return [(eid, dict(zip(flat[::2], flat[1::2]))) for eid, flat in raw]
@@ -691,7 +698,7 @@ class RedisStore(FleetStore):
                                                                        limits.output_bytes, self._ttl, tags, *answered])
         if cursor is None:
             raise UnknownConnection(connection_id)
-        return str(cursor.decode())
+        return _cursor(cursor)
 
     async def read_output(self, connection_id: str, after: str, *, block: float | None = None,
                           count: int | None = None) -> list[Entry]:
@@ -851,7 +858,7 @@ class RedisStore(FleetStore):
             raise UnknownConnection(connection_id)
         if cursor == 0:
             raise InputQueueFull(connection_id)
-        return str(cursor.decode())
+        return _cursor(cursor)
 
     async def read_input(self, connection_id: str, after: str, *, block: float | None = None) -> list[Entry]:
         """Consume the queue in order: drop what is up to `after`, return what follows.

@@ -115,3 +115,13 @@ def server() -> Iterator[RedisServer]:
         yield running
     finally:
         running.kill()
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A server of the test's own, for the tests that kill or freeze it (import this fixture)."""
+    running = RedisServer().start()
+    try:
+        yield running
+    finally:
+        running.kill()
