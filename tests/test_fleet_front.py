@@ -48,7 +48,7 @@ pytestmark = pytest.mark.c_extension
 import httpx  # noqa: E402
 
 from acp_fast import Client, JsonRpcError  # noqa: E402
-from acp_fast.fleet import ConnectionEnded, RedisStore, StoreLimits, StoreUnavailable  # noqa: E402
+from acp_fast.fleet import STREAM_START, ConnectionEnded, RedisStore, StoreLimits, StoreUnavailable  # noqa: E402
 from acp_fast.fleet.front import FleetFront  # noqa: E402
 from acp_fast.fleet.host import AgentHost  # noqa: E402
 from acp_fast.remote import ServerPolicy, served  # noqa: E402
@@ -188,6 +188,49 @@ def test_a_turn_through_a_front_and_a_host(server: redis_server.RedisServer, wir
             # both ended with the client: their agents are gone, their slots free
             assert await used(f, 0) == [0]
             assert f.hosts[0].connections == 0
+
+    run(body)
+
+
+def test_a_hosts_routes_follow_each_lines_session_when_two_sessions_interleave(
+        server: redis_server.RedisServer) -> None:
+    """Each call the agent writes is routed to the session its params name, also when the
+    updates of two turns interleave (the host reads a session from a line's start and keeps
+    the last one: a switch of session must never keep the previous route)."""
+
+    async def body() -> None:
+        import redis.asyncio
+
+        window = StoreLimits(output_entries=1 << 20, output_bytes=64 << 20)  # every entry kept, to be read back
+        async with fleet(server.url, limits=window) as f:
+            client = Client.builder()
+            async with client.connect(connect_url(f.fronts[0].replace("http://", "ws://"))) as cx:
+                await cx.initialize()
+                a = (await cx.build_session("/tmp")).session
+                b = (await cx.build_session("/tmp")).session
+                # Testy yields between about 1,300 chunks of this size: the turns interleave
+                await asyncio.gather(a.send_prompt("stream 4000 chunks"), b.send_prompt("stream 4000 chunks"))
+                r = redis.asyncio.Redis.from_url(server.url)
+                (key,) = [k async for k in r.scan_iter(match=f"{f.prefix}{{*}}:out")]
+                await r.aclose()
+                cid = key.decode()[len(f.prefix) + 1:-len("}:out")]
+                store = f.stores[0]
+                after, routed = STREAM_START, []
+                while entries := await store.read_output(cid, after):
+                    for entry in entries:
+                        assert entry.routes is not None
+                        routed += zip(entry.lines, entry.routes)
+                    after = entries[-1].cursor
+        sessions = []
+        for line, route in routed:
+            message = json.loads(line)
+            sid = message.get("params", {}).get("sessionId") if "method" in message else None
+            if sid is not None:
+                assert route == sid, (route, line[:120])
+                sessions.append(sid)
+        assert sorted(set(sessions)) == sorted({a.session_id, b.session_id})
+        switches = sum(1 for x, y in zip(sessions, sessions[1:]) if x != y)
+        assert switches >= 2, "the two turns' updates did not interleave"
 
     run(body)
 

@@ -296,6 +296,8 @@ class _Link:
         self.sessions: set[str] = set()
         self.init_id: tuple[bool, object] | None = None
         self.init_seen = False
+        self.sid_prefix: bytes | None = None  # the start of the last call whose session was read
+        self.sid: str | None = None  # ... and that session
         #: the client ended the connection (the end of its input)
         self.ended_by_client = False
         #: the cursor of the last input entry handed to the agent
@@ -335,7 +337,7 @@ class _Link:
                                self.decoder.max_line_size)
                 continue
             self.lines.append(line)
-            self.routes.append(self._route(frame))
+            self.routes.append(self._route(frame, line))
             size += len(line)
         if size:
             self.pending += size
@@ -344,8 +346,8 @@ class _Link:
                 self.paused = True
                 self.stream.pause_reading()
 
-    def _route(self, frame: Any) -> str | None:
-        """The route of one agent line (see the module docstring)."""
+    def _route(self, frame: Any, line: bytes) -> str | None:
+        """The route of one agent line, `frame` decoded from `line` (see the module docstring)."""
         kind = frame.kind
         if kind == _kinds.RESPONSE:
             self.answered.append(json.dumps(frame.id))
@@ -354,15 +356,22 @@ class _Link:
                 self.init_id = None
                 return INIT_ROUTE
             route = self.requests.pop(key, None)
-            if frame.error is None and b'"sessionId"' in frame.raw:
+            if frame.error is None and b'"sessionId"' in line:
                 result = frame.result
                 if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
                     self.sessions.add(result["sessionId"])
             return route if route in self.sessions else None
-        if kind in (_kinds.REQUEST, _kinds.NOTIFICATION) and b'"sessionId"' in frame.raw:
-            sid, _ = params_session(frame, frame.raw)  # from the bytes when it can (no decode)
+        if kind in (_kinds.REQUEST, _kinds.NOTIFICATION):
+            prefix = self.sid_prefix
+            if prefix is not None and line.startswith(prefix) and line.count(b'"sessionId"') == 1:
+                return self.sid  # the same start as the last call's (a turn's updates): that session
+            if b'"sessionId"' not in line:
+                return None
+            sid, prefix = params_session(frame, line)  # from the bytes when it can (no decode)
             if isinstance(sid, str):
                 self.sessions.add(sid)
+                if prefix is not None:
+                    self.sid_prefix, self.sid = prefix, sid
                 return sid
         return None
 

@@ -508,7 +508,7 @@ class RedisStore(FleetStore):
         self._end: AsyncScript = script(_END)
         self._fail: AsyncScript = script(_FAIL)
         self._mark: AsyncScript = script(_MARK)
-        self._backlog: AsyncScript = script(_BACKLOG)
+        self._backlog = Script(_BACKLOG)
         self._ttl = _ms(self._limits.connection_ttl)
 
     @property
@@ -819,11 +819,14 @@ class RedisStore(FleetStore):
         if not streams:
             return 0, 0
         with self._guard:
-            got = await self._backlog(keys[:1], [v for s, last in streams.items()
-                                                 for v in (_mark_name(s), _seq(last) or 0)])
-        if got is None:
-            raise UnknownConnection(connection_id)
-        return int(got[0]), int(got[1])
+            got = await self._lean.script(self._backlog, keys[:1], [v for s, last in streams.items()
+                                                                    for v in (_mark_name(s), _seq(last) or 0)])
+        match got:
+            case None:
+                raise UnknownConnection(connection_id)
+            case [int(entries), int(size)]:
+                return entries, size
+        raise StoreError(f"the fleet store answered {got!r} where a backlog was due")
 
     async def _wait(self, key: str, after: str, count: int,
                     block: float | None) -> list[tuple[bytes, dict[bytes, bytes]]]:
