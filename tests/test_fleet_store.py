@@ -234,11 +234,12 @@ def test_a_connection_expires_with_its_streams_unless_touched(server: redis_serv
         cid = await store.create_connection("h1")
         await store.append_output(cid, [b"out"])
         await store.push_input(cid, [b"in"])
-        keys = [f"{store.prefix}{{{cid}}}:{k}" for k in ("conn", "out", "in")]
-        assert await look.exists(*keys) == 3
-        for _ in range(3):  # a reader's touches keep it
+        keys = [f"{store.prefix}{{{cid}}}:{k}" for k in ("conn", "out", "in", "ob")]
+        assert await look.exists(*keys) == 4
+        for _ in range(3):  # a reader's touches keep it, every key of it
             await asyncio.sleep(ttl / 2)
             assert await store.touch_connection(cid)
+        assert await look.exists(*keys) == 4
         await asyncio.sleep(ttl / 2)
         await store.push_input(cid, [b"more in"])  # and a client's request
         await asyncio.sleep(ttl / 2)
@@ -326,6 +327,8 @@ def test_the_replay_window_is_bounded_in_entries(server: redis_server.RedisServe
             await store.append_output(cid, [b"%d" % i])
         length = await look.xlen(f"{store.prefix}{{{cid}}}:out")
         assert cap <= length <= cap + node, (length, appended)  # MAXLEN ~: up to one node more
+        index = await look.zrange(f"{store.prefix}{{{cid}}}:ob", 0, -1)  # the byte index: bounded too
+        assert [int(n) for n in index] == list(range(appended - cap, appended + 1))
         with pytest.raises(CursorOutOfWindow):
             await store.read_output(cid, STREAM_START)
         last = f"{appended}-0"
@@ -350,12 +353,18 @@ def test_the_replay_window_is_bounded_in_bytes_and_keeps_the_newest_entry(server
             assert kept <= cap and kept >= min(cap, 100 * (i + 1)) - 99, (i, kept)
         entries = await store.read_output(cid, "50-0")  # the window: 51..60
         assert [e.cursor for e in entries] == [f"{i}-0" for i in range(51, 61)]
+        index = f"{store.prefix}{{{cid}}}:ob"  # the byte index: the kept entries, by their offsets
+        assert await look.zrange(index, 0, -1, withscores=True) == [
+            (b"%d" % i, float(100 * (i - 1))) for i in range(51, 61)]
         with pytest.raises(CursorOutOfWindow):
             await store.read_output(cid, "49-0")  # 50 was trimmed
         # one batch larger than the window alone: it stays, alone
         await store.append_output(cid, [b"z" * (3 * cap)])
         assert [len(f[b"d"]) for _, f in await look.xrange(key)] == [3 * cap]
         assert [e.cursor for e in await store.read_output(cid, "60-0")] == ["61-0"]
+        assert await look.zrange(index, 0, -1) == [b"61"]
+        assert await store.delete_connection(cid)
+        assert await look.exists(key, index) == 0
         await look.aclose()
         await store.close()
 

@@ -13,7 +13,10 @@ Keys, under a prefix (`"acp-fast:"` by default, so that several fleets can share
   `attach_reader` (not by the agent's output: the single-process server's idle rule), and
   shortened to a grace by `detach_reader` when the last reader attached drops;
   `{<connection id>}:rd`: one entry noting the last move of a read mark (what a host paused for
-  its readers waits on), with the record's TTL. An output entry
+  its readers waits on), with the record's TTL; `{<connection id>}:ob`: the output's byte index,
+  a sorted set of the newest entries' numbers scored by the stream's byte count before each
+  (what the byte window's trim and a read mark's byte count look up, instead of reading the
+  entries' lines), with the record's TTL. An output entry
   has `d` (the lines), `o` (see `_APPEND`) and, when the host routed its lines, `r` (their
   routes as a JSON list); the end marker is an entry with `x` (the reason) and no lines.
 
@@ -151,40 +154,41 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl > 0 and redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIRE', KEYS[2], ttl) end
 """
 
-# KEYS: conn, out, in. ARGV: ttl (ms). Returns 0 for an unknown connection.
+# KEYS: conn, out, in, byte index. ARGV: ttl (ms). Returns 0 for an unknown connection.
 _TOUCH = """
 if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[3], ARGV[1])
+for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
 return 1
 """
 
-# KEYS: conn, out, in. ARGV: ttl (ms). Returns the reader's number (0 for an unknown connection).
+# KEYS: conn, out, in, byte index. ARGV: ttl (ms). Returns the reader's number (0 for an unknown
+# connection).
 _ATTACH = """
 if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[3], ARGV[1])
+for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
 return redis.call('HINCRBY', KEYS[1], 'readers', 1)
 """
 
-# KEYS: conn, out, in. ARGV: the reader's number, the grace (ms). Shortens each key's TTL to
-# the grace (never lengthens it) unless another reader attached since. Returns 1 when shortened.
+# KEYS: conn, out, in, byte index. ARGV: the reader's number, the grace (ms). Shortens each
+# key's TTL to the grace (never lengthens it) unless another reader attached since. Returns 1
+# when shortened.
 _DETACH = """
 if redis.call('HGET', KEYS[1], 'readers') ~= ARGV[1] then return 0 end
 local grace = tonumber(ARGV[2])
-for i = 1, 3 do
+for i = 1, 4 do
   local ttl = redis.call('PTTL', KEYS[i])
   if ttl == -1 or ttl > grace then redis.call('PEXPIRE', KEYS[i], grace) end
 end
 return 1
 """
 
-# KEYS: conn, out, in. ARGV: data, max entries, max bytes, (unused), routes ('' for none),
-# then the JSON ids of the client requests it answers. The agent's output refreshes no TTL
-# (the single-process server's idle rule: a client's request or a reader keeps it alive).
-# Each entry: d (the lines), o (the stream's byte count before it), r (routes, when given). The window keeps
-# `max bytes` of data at most: the oldest entries leave (the newest stays), found one by one
-# from the head (as many reads as entries leave), then trimmed exactly.
+# KEYS: conn, out, in, byte index. ARGV: data, max entries, max bytes, (unused), routes ('' for
+# none), then the JSON ids of the client requests it answers. The agent's output refreshes no
+# TTL (the single-process server's idle rule: a client's request or a reader keeps it alive).
+# Each entry: d (the lines), o (the stream's byte count before it), r (routes, when given); the
+# byte index scores its number by o. The window keeps `max bytes` of data at most: the oldest
+# entries leave (the newest stays), the first kept found in the index (no entry is read), then
+# trimmed exactly. The index keeps the newest `max entries` + 1 numbers.
 _APPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 local size = string.len(ARGV[1])
@@ -196,45 +200,52 @@ if ARGV[5] == '' then
 else
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size, 'r', ARGV[5])
 end
+redis.call('ZADD', KEYS[4], total - size, seq)
 for i = 6, #ARGV do redis.call('HDEL', KEYS[1], 'p:' .. ARGV[i]) end
 local floor = total - tonumber(ARGV[3])
 if floor > 0 then
-  local from = '-'
-  local keep = nil
-  repeat
-    local e = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 1)[1]
-    if e[1] == id or tonumber(e[2][4]) >= floor then keep = e[1] else from = '(' .. e[1] end
-  until keep
-  if from ~= '-' then redis.call('XTRIM', KEYS[2], 'MINID', keep) end
+  local first = redis.call('ZRANGEBYSCORE', KEYS[4], floor, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local keep, keep_o = seq, total - size
+  if first[1] then keep, keep_o = first[1], first[2] end
+  redis.call('XTRIM', KEYS[2], 'MINID', keep .. '-0')
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. keep_o)
 end
+redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[2]) + 2))
 """ + _SAME_TTL + """
+redis.call('PEXPIRE', KEYS[4], redis.call('PTTL', KEYS[2]))
 return id
 """
 
-# KEYS: conn, stream. ARGV: reason, the record's end field, its seq field, the entries' byte
-# field, the record's byte count field. The end marker: an entry with x (the reason), once;
-# its byte field repeats the count (nothing added), as the scripts that read it expect.
+# KEYS: conn, stream[, its byte index]. ARGV: reason, the record's end field, its seq field,
+# the entries' byte field, the record's byte count field. The end marker: an entry with x (the
+# reason), once; its byte field repeats the count (nothing added), as the scripts that read it
+# expect, and so does its score in the byte index.
 _END = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[1]) == 0 then return 1 end
 local seq = redis.call('HINCRBY', KEYS[1], ARGV[3], 1)
-redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], ARGV[4], redis.call('HGET', KEYS[1], ARGV[5]) or 0)
+local bytes = redis.call('HGET', KEYS[1], ARGV[5]) or 0
+redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[1], ARGV[4], bytes)
+if KEYS[3] then redis.call('ZADD', KEYS[3], bytes, seq) end
 """ + _SAME_TTL + """
 return 1
 """
 
-# KEYS: conn, out, marks. ARGV: the number of the entry a reader has read, its stream's mark name.
-# Moves that stream's read mark (rd:<name>: the entry number, rdb:<name>: the bytes through
-# it) forward, never back, and notes the move on the marks stream (one entry kept), which a
-# host paused for its readers waits on (wait_read).
+# KEYS: conn, byte index, marks. ARGV: the number of the entry a reader has read, its stream's
+# mark name. Moves that stream's read mark (rd:<name>: the entry number, rdb:<name>: the bytes
+# through it: the next entry's score in the byte index, or the record's count for the newest)
+# forward, never back, and notes the move on the marks stream (one entry kept), which a host
+# paused for its readers waits on (wait_read).
 _MARK = """
-local cur = tonumber(redis.call('HGET', KEYS[1], 'rd:' .. ARGV[2]) or 0)
-if tonumber(ARGV[1]) <= cur then return 0 end
-local e = redis.call('XRANGE', KEYS[2], ARGV[1] .. '-0', ARGV[1] .. '-0')[1]
-if not e then return 0 end
-local size = 0
-if e[2][1] == 'd' then size = string.len(e[2][2]) end
-redis.call('HSET', KEYS[1], 'rd:' .. ARGV[2], ARGV[1], 'rdb:' .. ARGV[2], tonumber(e[2][4]) + size)
+local v = redis.call('HMGET', KEYS[1], 'rd:' .. ARGV[2], 'out_seq', 'out_bytes')
+local n = tonumber(ARGV[1])
+if not v[2] or n <= tonumber(v[1] or 0) or n > tonumber(v[2]) then return 0 end
+local through = v[3] or 0
+if n < tonumber(v[2]) then
+  through = redis.call('ZSCORE', KEYS[2], n + 1)
+  if not through then return 0 end
+end
+redis.call('HSET', KEYS[1], 'rd:' .. ARGV[2], ARGV[1], 'rdb:' .. ARGV[2], through)
 redis.call('XADD', KEYS[3], 'MAXLEN', 1, '*', 'm', ARGV[1])
 redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
 return 1
@@ -262,7 +273,7 @@ end
 return {entries, bytes}
 """
 
-# KEYS: conn, out. ARGV: the reason as a JSON string, the reason. The end marker (once), after
+# KEYS: conn, out, byte index. ARGV: the reason as a JSON string, the reason. The end marker (once), after
 # one entry of error responses (-32603, the reason) to every request still in flight.
 _FAIL = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -277,10 +288,14 @@ end
 local bytes = tonumber(redis.call('HGET', KEYS[1], 'out_bytes') or 0)
 if #lines > 0 then
   local data = table.concat(lines, '\\n')
-  redis.call('XADD', KEYS[2], redis.call('HINCRBY', KEYS[1], 'out_seq', 1) .. '-0', 'd', data, 'o', bytes)
+  local seq = redis.call('HINCRBY', KEYS[1], 'out_seq', 1)
+  redis.call('XADD', KEYS[2], seq .. '-0', 'd', data, 'o', bytes)
+  redis.call('ZADD', KEYS[3], bytes, seq)
   bytes = redis.call('HINCRBY', KEYS[1], 'out_bytes', string.len(data))
 end
-redis.call('XADD', KEYS[2], redis.call('HINCRBY', KEYS[1], 'out_seq', 1) .. '-0', 'x', ARGV[2], 'o', bytes)
+local seq = redis.call('HINCRBY', KEYS[1], 'out_seq', 1)
+redis.call('XADD', KEYS[2], seq .. '-0', 'x', ARGV[2], 'o', bytes)
+redis.call('ZADD', KEYS[3], bytes, seq)
 """ + _SAME_TTL + """
 return 1
 """
@@ -538,12 +553,12 @@ class RedisStore(FleetStore):
         return [key, key + ":alive", key + ":inbox"]
 
     def _known_keys(self, connection_id: str) -> list[str] | None:
-        """The connection's keys (record, output, input, read marks' notices), or None for an id
-        of another shape."""
+        """The connection's keys (record, output, input, read marks' notices, output byte index),
+        or None for an id of another shape."""
         if not _ID.fullmatch(connection_id):
             return None
         key = f"{self._prefix}{{{connection_id}}}:"
-        return [key + "conn", key + "out", key + "in", key + "rd"]
+        return [key + "conn", key + "out", key + "in", key + "rd", key + "ob"]
 
     def _conn_keys(self, connection_id: str) -> list[str]:
         keys = self._known_keys(connection_id)
@@ -639,7 +654,7 @@ class RedisStore(FleetStore):
         if keys is None:
             return False
         with self._guard:
-            return bool(await self._touch(keys[:3], [self._ttl]))
+            return bool(await self._touch([*keys[:3], keys[4]], [self._ttl]))
 
     def _count(self, count: int | None) -> int:
         """A read's entry count: `count` within 1 and `limits.read_count`."""
@@ -655,7 +670,7 @@ class RedisStore(FleetStore):
         if keys is None:
             return 0
         with self._guard:
-            return int(await self._attach(keys[:3], [self._ttl]))
+            return int(await self._attach([*keys[:3], keys[4]], [self._ttl]))
 
     async def detach_reader(self, connection_id: str, reader: int, grace: float) -> bool:
         keys = self._known_keys(connection_id)
@@ -664,7 +679,7 @@ class RedisStore(FleetStore):
         if grace <= 0:
             raise ValueError(f"grace must be positive: {grace!r}")
         with self._guard:
-            return bool(await self._detach(keys[:3], [reader, _ms(grace)]))
+            return bool(await self._detach([*keys[:3], keys[4]], [reader, _ms(grace)]))
 
     async def delete_connection(self, connection_id: str) -> bool:
         keys = self._known_keys(connection_id)
@@ -694,7 +709,7 @@ class RedisStore(FleetStore):
             raise ValueError(f"{len(routes)} routes for {len(lines)} lines")
         tags = json.dumps(list(routes), separators=(",", ":")) if routes is not None else ""
         with self._guard:
-            cursor = await self._lean.script(self._append, keys[:3], [data, limits.output_entries,
+            cursor = await self._lean.script(self._append, [*keys[:3], keys[4]], [data, limits.output_entries,
                                                                        limits.output_bytes, self._ttl, tags, *answered])
         if cursor is None:
             raise UnknownConnection(connection_id)
@@ -751,7 +766,7 @@ class RedisStore(FleetStore):
                 read = ("XREAD", "COUNT", count, "BLOCK", wait, "STREAMS", keys[1], after)
                 if mark is not None and marked is not None:
                     replies = await self._lean.blocking(
-                        (self._marked.eval((keys[0], keys[1], keys[3]), (marked, _mark_name(mark[0]))), read),
+                        (self._marked.eval((keys[0], keys[4], keys[3]), (marked, _mark_name(mark[0]))), read),
                         wait / 1000)
                     mark = None
                 else:
@@ -795,8 +810,8 @@ class RedisStore(FleetStore):
             return False
         with self._guard:
             if fail_pending:
-                return bool(await self._fail(keys[:2], [json.dumps(reason), reason]))
-            return bool(await self._end(keys[:2], [reason, "ended", "out_seq", "o", "out_bytes"]))
+                return bool(await self._fail([*keys[:2], keys[4]], [json.dumps(reason), reason]))
+            return bool(await self._end([*keys[:2], keys[4]], [reason, "ended", "out_seq", "o", "out_bytes"]))
 
     async def mark_read(self, connection_id: str, cursor: str, stream: str | None = ALL_STREAMS) -> None:
         """Note that a reader of `stream` has read through `cursor` (marks move forward only).
@@ -808,7 +823,7 @@ class RedisStore(FleetStore):
         if keys is None or seq is None:
             return
         with self._guard:
-            await self._mark([keys[0], keys[1], keys[3]], [seq, _mark_name(stream)])
+            await self._mark([keys[0], keys[4], keys[3]], [seq, _mark_name(stream)])
 
     async def output_backlog(self, connection_id: str, streams: Mapping[str | None, str]) -> tuple[int, int]:
         """The largest backlog, in entries and bytes, after the read marks of `streams`.
