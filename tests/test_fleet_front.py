@@ -208,8 +208,9 @@ def test_a_hosts_routes_follow_each_lines_session_when_two_sessions_interleave(
                 await cx.initialize()
                 a = (await cx.build_session("/tmp")).session
                 b = (await cx.build_session("/tmp")).session
-                # Testy yields between about 1,300 chunks of this size: the turns interleave
-                await asyncio.gather(a.send_prompt("stream 4000 chunks"), b.send_prompt("stream 4000 chunks"))
+                # Testy yields every 125 chunks of 2,000 bytes: the turns interleave
+                await asyncio.gather(a.send_prompt("stream 2000 chunks of 2000 bytes"),
+                                     b.send_prompt("stream 2000 chunks of 2000 bytes"))
                 r = redis.asyncio.Redis.from_url(server.url)
                 (key,) = [k async for k in r.scan_iter(match=f"{f.prefix}{{*}}:out")]
                 await r.aclose()
@@ -230,7 +231,7 @@ def test_a_hosts_routes_follow_each_lines_session_when_two_sessions_interleave(
                 sessions.append(sid)
         assert sorted(set(sessions)) == sorted({a.session_id, b.session_id})
         switches = sum(1 for x, y in zip(sessions, sessions[1:]) if x != y)
-        assert switches >= 2, "the two turns' updates did not interleave"
+        assert switches >= 2, f"the two turns' updates did not interleave ({switches} switches)"
 
     run(body)
 

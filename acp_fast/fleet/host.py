@@ -73,6 +73,11 @@ HIGH_WATER = 1024 * 1024
 _POLL = 1.0
 #: Seconds between retries while the store is unavailable.
 _RETRY = 0.5
+#: Rounds of the event loop a host lets run after handing input to its agents, before it
+#: re-arms its blocking read (a write to Redis): an in-process agent's handling of the input
+#: (a request's reply) runs first instead of behind that write; an agent in a child process
+#: is already busy in its own process.
+_SETTLE = 4
 
 
 class AgentHost:
@@ -243,6 +248,11 @@ class AgentHost:
                 consumed = set(after)  # a quiet slice: each connection is checked (expired ones end)
             if got.assigned:
                 await asyncio.sleep(0)  # the new agents that start at once join the next read
+            if got.entries:
+                # the re-armed read is a write to Redis: an agent in this process takes its
+                # input first (its reply would wait for the write), in the loop's next rounds
+                for _ in range(_SETTLE):
+                    await asyncio.sleep(0)
 
     async def _serve(self, cid: str) -> None:
         """Run one connection's agent until it exits or the connection is gone."""
