@@ -196,7 +196,8 @@ def test_a_hosts_routes_follow_each_lines_session_when_two_sessions_interleave(
         server: redis_server.RedisServer) -> None:
     """Each call the agent writes is routed to the session its params name, also when the
     updates of two turns interleave (the host reads a session from a line's start and keeps
-    the last one: a switch of session must never keep the previous route)."""
+    the last one: a switch of session must never keep the previous route); an entry is marked
+    batchable only when none of its lines is a request of the agent's."""
 
     async def body() -> None:
         import redis.asyncio
@@ -204,23 +205,30 @@ def test_a_hosts_routes_follow_each_lines_session_when_two_sessions_interleave(
         window = StoreLimits(output_entries=1 << 20, output_bytes=64 << 20)  # every entry kept, to be read back
         async with fleet(server.url, limits=window) as f:
             client = Client.builder()
+
+            @client.on_request("session/request_permission")
+            def permission(params: dict[str, Any], cx: Any) -> dict[str, Any]:
+                return {"outcome": {"outcome": "selected", "optionId": "allow"}}
+
             async with client.connect(connect_url(f.fronts[0].replace("http://", "ws://"))) as cx:
                 await cx.initialize()
                 a = (await cx.build_session("/tmp")).session
                 b = (await cx.build_session("/tmp")).session
                 # Testy yields every 125 chunks of 2,000 bytes: the turns interleave
                 await asyncio.gather(a.send_prompt("stream 2000 chunks of 2000 bytes"),
-                                     b.send_prompt("stream 2000 chunks of 2000 bytes"))
+                                     b.send_prompt("permission stream 2000 chunks of 2000 bytes"))
                 r = redis.asyncio.Redis.from_url(server.url)
                 (key,) = [k async for k in r.scan_iter(match=f"{f.prefix}{{*}}:out")]
                 await r.aclose()
                 cid = key.decode()[len(f.prefix) + 1:-len("}:out")]
                 store = f.stores[0]
-                after, routed = STREAM_START, []
+                after, routed, marked = STREAM_START, [], []
                 while entries := await store.read_output(cid, after):
                     for entry in entries:
                         assert entry.routes is not None
                         routed += zip(entry.lines, entry.routes)
+                        requests = [line for line in entry.lines if b'"method"' in line and b'"id"' in line]
+                        marked.append((entry.batchable, bool(requests)))
                     after = entries[-1].cursor
         sessions = []
         for line, route in routed:
@@ -230,6 +238,8 @@ def test_a_hosts_routes_follow_each_lines_session_when_two_sessions_interleave(
                 assert route == sid, (route, line[:120])
                 sessions.append(sid)
         assert sorted(set(sessions)) == sorted({a.session_id, b.session_id})
+        assert (True, True) not in marked and (False, True) in marked  # the permission request's entry
+        assert (True, False) in marked  # the updates' entries
         switches = sum(1 for x, y in zip(sessions, sessions[1:]) if x != y)
         assert switches >= 2, f"the two turns' updates did not interleave ({switches} switches)"
 

@@ -698,7 +698,7 @@ def test_a_host_learns_of_its_connections_from_its_inbox(server: redis_server.Re
     run(body)
 
 
-def test_output_entries_keep_their_routes(server: redis_server.RedisServer) -> None:
+def test_output_entries_keep_their_routes_and_batchable_mark(server: redis_server.RedisServer) -> None:
     async def body() -> None:
         store = make(server.url)
         cid = await store.create_connection("h")
@@ -707,6 +707,11 @@ def test_output_entries_keep_their_routes(server: redis_server.RedisServer) -> N
         first, second = await store.read_output(cid, STREAM_START)
         assert first.routes == [None, "s1", ""] and first.lines == [b"a", b"b", b"c"]
         assert second.routes is None
+        assert not first.batchable and not second.batchable  # not said: unknown
+        await store.append_output(cid, [b"e", b"f"], [None, None], batchable=True)
+        await store.append_output(cid, [b"g"], batchable=True)
+        third, fourth = await store.read_output(cid, second.cursor)
+        assert (third.batchable, third.routes, fourth.batchable, fourth.routes) == (True, [None, None], True, None)
         with pytest.raises(ValueError):
             await store.append_output(cid, [b"a", b"b"], ["s1"])
         await store.close()

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -485,13 +486,14 @@ class FleetFront(Endpoint):
                     continue
                 if point is not None:
                     for entry in entries:
-                        texts = _frames(entry.lines, batches)[skip:]
+                        texts = _frames(entry.lines, batches, entry.batchable)[skip:]
                         skip = 0
                         for text in texts:
                             await send({"type": "websocket.send", "text": text.decode("utf-8", "replace")})
                         await send({"type": "websocket.send", "bytes": entry.cursor.encode()})
                 else:
-                    for text in _frames([line for entry in entries for line in entry.lines], batches):
+                    known = all([entry.batchable for entry in entries])
+                    for text in _frames([line for entry in entries for line in entry.lines], batches, known):
                         await send({"type": "websocket.send", "text": text.decode("utf-8", "replace")})
                 after = entries[-1].cursor
                 mark = (ALL_STREAMS, after)  # moved by the next read, in its round trip
@@ -600,7 +602,7 @@ def _sse_chunk(entries: list[Entry], key: str | None, skip: int, batches: bool =
         cursor = entry.cursor.encode()
         last = len(lines) - 1
         if batches and skip <= last:
-            for k, data in grouped(_items(lines[skip:], skip)):
+            for k, data in grouped(_items(lines[skip:], skip, entry.batchable)):
                 if k == last:
                     out.append(b"id: %s\ndata: %s\n\n" % (cursor, data))
                 else:
@@ -636,14 +638,19 @@ def _ws_resume_point(value: str) -> tuple[str, str, int] | None:
     return parts[0], parts[1], int(parts[2])
 
 
-def _frames(lines: list[bytes], batches: bool) -> list[bytes]:
-    """The text frames of lines: one each, or (`batches`) one per group of the batch rule."""
-    return [data for _, data in grouped(_items(lines))] if batches else lines
+def _frames(lines: list[bytes], batches: bool, batchable: bool = False) -> list[bytes]:
+    """The text frames of lines: one each, or (`batches`) one per group of the batch rule
+    (`batchable`: every line is known to be batchable, see `_items`)."""
+    return [data for _, data in grouped(_items(lines, 0, batchable))] if batches else lines
 
 
-def _items(lines: list[bytes], first: int = 0) -> list[tuple[int, bytes, bool]]:
-    """Lines as the batch rule's items: numbered from `first`, batchable unless they may be
-    a request (a line with both `"method"` and `"id"`) or are a batch of the agent's own."""
+def _items(lines: list[bytes], first: int = 0, batchable: bool = False) -> list[tuple[int, bytes, bool]]:
+    """Lines as the batch rule's items, numbered from `first`: every one batchable when the
+    host said so (`batchable`: it decoded each as a notification or a response), else
+    batchable unless it may be a request (a line with both `"method"` and `"id"`) or is a
+    batch of the agent's own."""
+    if batchable:
+        return list(zip(range(first, first + len(lines)), lines, itertools.repeat(True)))
     return [(first + k, line, line[:1] == b"{" and not (b'"method"' in line and b'"id"' in line))
             for k, line in enumerate(lines)]
 

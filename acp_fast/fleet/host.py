@@ -78,6 +78,8 @@ _RETRY = 0.5
 #: (a request's reply) runs first instead of behind that write; an agent in a child process
 #: is already busy in its own process.
 _SETTLE = 4
+#: The frame kinds whose lines may share a batch frame (a notification or a response).
+_BATCHABLE_KINDS = (_kinds.NOTIFICATION, _kinds.RESPONSE)
 
 
 class AgentHost:
@@ -291,6 +293,7 @@ class _Link:
         self.inspect = host.engine.Decoder(lazy=True)
         self.lines: list[bytes] = []
         self.routes: list[str | None] = []
+        self.unbatchable = 0  # lines waiting (in `lines`) that may not share a batch frame
         self.answered: list[str] = []  # the JSON ids of client requests answered since the last append
         self.pending = 0
         self.paused = False
@@ -348,6 +351,8 @@ class _Link:
                 continue
             self.lines.append(line)
             self.routes.append(self._route(frame, line))
+            if frame.kind not in _BATCHABLE_KINDS:
+                self.unbatchable += 1
             size += len(line)
         if size:
             self.pending += size
@@ -390,9 +395,13 @@ class _Link:
         store = self.store
         while True:
             if self.lines:
+                # every line waiting is batchable (a part taken over the budget: also unknown)
+                batchable = not self.unbatchable
                 lines, routes, answered = self._take()
+                if not self.lines:
+                    self.unbatchable = 0
                 try:
-                    cursor = await store.append_output(self.cid, lines, routes, answered)
+                    cursor = await store.append_output(self.cid, lines, routes, answered, batchable=batchable)
                 except UnknownConnection:
                     return  # deleted or expired: nobody reads it
                 except StoreUnavailable as exc:

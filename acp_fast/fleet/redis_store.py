@@ -182,11 +182,11 @@ end
 return 1
 """
 
-# KEYS: conn, out, in, byte index. ARGV: data, max entries, max bytes, (unused), routes ('' for
-# none), then the JSON ids of the client requests it answers. The agent's output refreshes no
+# KEYS: conn, out, in, byte index. ARGV: data, max entries, max bytes, '1' when every line is
+# batchable, routes ('' for none), then the JSON ids of the client requests it answers. The agent's output refreshes no
 # TTL (the single-process server's idle rule: a client's request or a reader keeps it alive).
-# Each entry: d (the lines), o (the stream's byte count before it), r (routes, when given); the
-# byte index scores its number by o. The window keeps `max bytes` of data at most: the oldest
+# Each entry: d (the lines), o (the stream's byte count before it), r (routes, when given), b
+# (1, when every line is batchable); the byte index scores its number by o. The window keeps `max bytes` of data at most: the oldest
 # entries leave (the newest stays), the first kept found in the index (no entry is read), then
 # trimmed exactly. The index keeps the newest `max entries` + 1 numbers.
 _APPEND = """
@@ -195,11 +195,10 @@ local size = string.len(ARGV[1])
 local seq = redis.call('HINCRBY', KEYS[1], 'out_seq', 1)
 local total = redis.call('HINCRBY', KEYS[1], 'out_bytes', size)
 local id = seq .. '-0'
-if ARGV[5] == '' then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size)
-else
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size, 'r', ARGV[5])
-end
+local add = {'XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size}
+if ARGV[5] ~= '' then add[#add + 1] = 'r'; add[#add + 1] = ARGV[5] end
+if ARGV[4] == '1' then add[#add + 1] = 'b'; add[#add + 1] = '1' end
+redis.call(unpack(add))
 redis.call('ZADD', KEYS[4], total - size, seq)
 for i = 6, #ARGV do redis.call('HDEL', KEYS[1], 'p:' .. ARGV[i]) end
 local floor = total - tonumber(ARGV[3])
@@ -388,7 +387,8 @@ def _until_end(connection_id: str, raw: Sequence[tuple[bytes, dict[bytes, bytes]
                 raise ConnectionEnded(connection_id, reason.decode("utf-8", "replace"))
             break
         routes = fields.get(b"r")
-        out.append(Entry(eid.decode(), fields[b"d"].split(b"\n"), json.loads(routes) if routes else None))
+        out.append(Entry(eid.decode(), fields[b"d"].split(b"\n"), json.loads(routes) if routes else None,
+                         fields.get(b"b") == b"1"))
     return out
 
 
@@ -695,7 +695,8 @@ class RedisStore(FleetStore):
     # --- agent -> client: the output stream ----------------------------------------------
 
     async def append_output(self, connection_id: str, lines: Sequence[bytes],
-                            routes: Sequence[str | None] | None = None, answered: Sequence[str] = ()) -> str:
+                            routes: Sequence[str | None] | None = None, answered: Sequence[str] = (),
+                            *, batchable: bool = False) -> str:
         """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
 
         See [`FleetStore.append_output`][acp_fast.fleet.FleetStore.append_output]. The entry
@@ -709,8 +710,8 @@ class RedisStore(FleetStore):
             raise ValueError(f"{len(routes)} routes for {len(lines)} lines")
         tags = json.dumps(list(routes), separators=(",", ":")) if routes is not None else ""
         with self._guard:
-            cursor = await self._lean.script(self._append, [*keys[:3], keys[4]], [data, limits.output_entries,
-                                                                       limits.output_bytes, self._ttl, tags, *answered])
+            cursor = await self._lean.script(self._append, [*keys[:3], keys[4]], [
+                data, limits.output_entries, limits.output_bytes, "1" if batchable else "", tags, *answered])
         if cursor is None:
             raise UnknownConnection(connection_id)
         return _cursor(cursor)

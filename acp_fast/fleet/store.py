@@ -206,11 +206,14 @@ class Entry(NamedTuple):
         lines: the lines written in one batch, in order, without newlines.
         routes: each line's route when the writer gave them (output entries of a host), else
             `None` (see the module docstring).
+        batchable: every line may share a batch frame (each is a JSON-RPC notification or
+            response, as the writer decoded them); `False` when the writer did not say.
     """
 
     cursor: str
     lines: list[bytes]
     routes: list[str | None] | None = None
+    batchable: bool = False
 
 
 class InputRead(NamedTuple):
@@ -370,7 +373,8 @@ class FleetStore(Protocol):
     # --- agent -> client: the output stream ----------------------------------------------
 
     async def append_output(self, connection_id: str, lines: Sequence[bytes],
-                            routes: Sequence[str | None] | None = None, answered: Sequence[str] = ()) -> str:
+                            routes: Sequence[str | None] | None = None, answered: Sequence[str] = (),
+                            *, batchable: bool = False) -> str:
         """Append what the agent wrote in one flush as ONE entry, and trim the replay window.
 
         Args:
@@ -379,6 +383,8 @@ class FleetStore(Protocol):
             routes: each line's route (as many as `lines`), or `None`.
             answered: the JSON ids of the client requests these lines answer (no longer in
                 flight, see [`push_input`][acp_fast.fleet.FleetStore.push_input]).
+            batchable: every line is a JSON-RPC notification or response (readers may join
+                them in batch frames without looking at each: `Entry.batchable`).
 
         Returns:
             the new entry's cursor.
