@@ -192,6 +192,41 @@ def test_a_turn_through_a_front_and_a_host(server: redis_server.RedisServer, wir
     run(body)
 
 
+def test_a_new_connection_joins_the_hosts_blocked_read_at_once(server: redis_server.RedisServer,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host blocked in its read of its queues re-makes that read when a connection's agent
+    has started (a poke; here an agent that takes 0.2 s to start, after the host's read was
+    made anew without it), so the connection's first message is read at once, not when the
+    read would end (here: a 30-second read, with the test bounded at 10 s)."""
+    import acp_fast.fleet.host as host_module
+
+    monkeypatch.setattr(host_module, "_POLL", 30.0)
+
+    async def body() -> None:
+        f = Fleet(server.url)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                slow = RedisStore(server.url, prefix=f.prefix, socket_timeout=70.0)  # slices of 35 s
+                f.stores.append(slow)
+                testy, _ = servable_opener(build_testy((1, 2)))
+
+                async def opener() -> Any:  # an agent that takes a while to start (a child process)
+                    await asyncio.sleep(0.2)
+                    return await testy()
+
+                host = AgentHost(slow, opener, slots=4, ttl=3.0)
+                f.hosts.append(host)
+                f.tasks.append(asyncio.ensure_future(host.run()))
+                await asyncio.wait_for(host.wait_registered(), 5.0)
+                await f.front(stack)
+                for _ in range(2):  # the first connection, and one more while the host reads
+                    await asyncio.wait_for(one_turn(f.fronts[0].replace("http://", "ws://"), 3), 10.0)
+        finally:
+            await f.close()
+
+    run(body)
+
+
 def test_a_hosts_routes_follow_each_lines_session_when_two_sessions_interleave(
         server: redis_server.RedisServer) -> None:
     """Each call the agent writes is routed to the session its params name, also when the

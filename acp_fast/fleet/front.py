@@ -407,36 +407,19 @@ class FleetFront(Endpoint):
         sender = asyncio.ensure_future(self._ws_send(cid, send, batches, point if resume is not None else None))
         code = 1000
         kept = False  # a resumable socket that dropped without a close frame: the connection stays
-        decoder = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1)
+        # the client's messages are read by a task of their own, raced once against the sender
+        # (not each message: a wait per message would cost a task and a wait each)
+        receiver = asyncio.ensure_future(self._ws_receive(cid, receive, resume is not None))
         try:
-            limit = self.policy.max_body
-            while True:
-                message = await _unless(sender, receive())
-                if message is None:
-                    break  # the connection ended: the sender closed the socket
-                t = message["type"]
-                if t == "websocket.receive":
-                    text = message.get("text")
-                    data = text.encode("utf-8", "surrogatepass") if text is not None else message.get("bytes") or b""
-                    if len(data) > limit:
-                        code = 1009
-                        break
-                    if text is None:
-                        continue  # binary frames carry no ACP message: ignored
-                    line = one_line(data)
-                    try:
-                        await self._push(cid, [line], _requests(decoder.feed(line + b"\n")))
-                    except InputQueueFull:
-                        code = 1013
-                        break
-                    except StoreError as exc:
-                        logger.warning("fleet front: WebSocket of %s: %s", cid[:8], exc)
-                        code = 1011
-                        break
-                elif t == "websocket.disconnect":
-                    kept = resume is not None and message.get("code", 1000) not in (1000, 1001)
-                    break
+            await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+            if receiver.done():
+                code, kept = receiver.result()
+            # else: the connection ended (the sender closed the socket): the receiver is cancelled
         finally:
+            if not receiver.done():
+                receiver.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await receiver
             if kept:
                 logger.info("fleet front: the resumable WebSocket of %s dropped; the connection stays %g s for a resume",
                             cid[:8], self.resume_grace)
@@ -451,6 +434,32 @@ class FleetFront(Endpoint):
             if code != 1000:
                 with contextlib.suppress(Exception):
                     await send({"type": "websocket.close", "code": code})
+
+    async def _ws_receive(self, cid: str, receive: Receive, resumable: bool) -> tuple[int, bool]:
+        """Push each text message of a WebSocket to the agent, until the client goes or a push
+        fails: the close code, and whether a resumable socket dropped (its connection stays)."""
+        decoder = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1)
+        limit = self.policy.max_body
+        while True:
+            message = await receive()
+            t = message["type"]
+            if t == "websocket.receive":
+                text = message.get("text")
+                data = text.encode("utf-8", "surrogatepass") if text is not None else message.get("bytes") or b""
+                if len(data) > limit:
+                    return 1009, False
+                if text is None:
+                    continue  # binary frames carry no ACP message: ignored
+                line = one_line(data)
+                try:
+                    await self._push(cid, [line], _requests(decoder.feed(line + b"\n")))
+                except InputQueueFull:
+                    return 1013, False
+                except StoreError as exc:
+                    logger.warning("fleet front: WebSocket of %s: %s", cid[:8], exc)
+                    return 1011, False
+            elif t == "websocket.disconnect":
+                return 1000, resumable and message.get("code", 1000) not in (1000, 1001)
 
     async def _ws_send(self, cid: str, send: Send, batches: bool, point: _WsPoint | None) -> None:
         """Every line of the connection's output until it ends: one text frame each, or

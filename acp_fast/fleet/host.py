@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import json
 import logging
 import secrets
@@ -122,7 +123,7 @@ class AgentHost:
         self._tasks: set[asyncio.Task[None]] = set()
         self._registered = asyncio.Event()
         #: set when a connection's queue must join the host's read (its agent started, or reads again)
-        self._poke = asyncio.Event()
+        self._poked: asyncio.Future[None] | None = None  # the read in flight's: done when poked
 
     @property
     def connections(self) -> int:
@@ -199,21 +200,22 @@ class AgentHost:
         connections whose agent reads, in one blocking read
         ([`read_inputs`][acp_fast.fleet.FleetStore.read_inputs]); a connection joins the read
         when its agent starts, and again when its agent reads again (the read in flight is
-        dropped and made anew: `_poke`)."""
+        dropped and made anew: `_poke`; the read is awaited through one future that the read's
+        end and a poke both complete, not a wait on two tasks per read)."""
         await self._register()
         inbox = STREAM_START
         consumed: set[str] = set()
         while True:
             await self._registered.wait()
-            self._poke.clear()
             after = {cid: link.after for cid, link in self._links.items() if link.reading()}
             read = asyncio.ensure_future(self.store.read_inputs(self.host_id, inbox, after, consumed=consumed,
                                                                 block=_POLL))
-            poked = asyncio.ensure_future(self._poke.wait())
+            ended = self._poked = asyncio.get_running_loop().create_future()
+            read.add_done_callback(functools.partial(_finish, ended))
             try:
-                await asyncio.wait({read, poked}, return_when=asyncio.FIRST_COMPLETED)
+                await ended
             finally:
-                poked.cancel()
+                self._poked = None
                 if not read.done():
                     read.cancel()
                     with contextlib.suppress(asyncio.CancelledError, StoreError):
@@ -256,6 +258,12 @@ class AgentHost:
                 for _ in range(_SETTLE):
                     await asyncio.sleep(0)
 
+    def _poke(self) -> None:
+        """The set of queues to read changed: the read in flight is dropped and made anew."""
+        poked = self._poked
+        if poked is not None and not poked.done():
+            poked.set_result(None)
+
     async def _serve(self, cid: str) -> None:
         """Run one connection's agent until it exits or the connection is gone."""
         try:
@@ -266,8 +274,8 @@ class AgentHost:
                 await self.store.end_output(cid, f"the agent of host {self.host_id} did not start")
                 await self.store.release_slot(self.host_id)
             return
-        link = self._links[cid] = _Link(self, cid, stream, self._poke.set)
-        self._poke.set()  # the host's read takes its queue in
+        link = self._links[cid] = _Link(self, cid, stream, self._poke)
+        self._poke()  # the host's read takes its queue in
         try:
             await link.run()
         finally:
@@ -277,6 +285,12 @@ class AgentHost:
                 if link.ended_by_client:
                     await self.store.delete_connection(cid)
                 await self.store.release_slot(self.host_id)
+
+
+def _finish(future: asyncio.Future[None], _: object) -> None:
+    """Complete `future` (once), as a done callback."""
+    if not future.done():
+        future.set_result(None)
 
 
 class _Link:

@@ -1,0 +1,257 @@
+"""The floor pair of the fleet's round trip: a relay front and a relay host, nothing else.
+
+A fleet round trip crosses a front (WebSocket in, Redis out), Redis, a host (Redis in, the
+agent's stream out and back) and Redis again. This script runs that path with no fleet logic
+at all: the *relay front* is an ASGI app under uvicorn that appends each WebSocket message to
+one Redis stream and sends each line of the other stream as a text frame; the *relay host*
+reads the first stream, writes each entry to an in-process Testy (as `acp-fast host --testy`
+runs it) and appends what Testy writes, one entry per flush, to the second. Both use the
+fleet store's own lean Redis client (`acp_fast.fleet._resp`), blocked in `XREAD BLOCK`.
+No connection record, no routes, no bounds, no read marks, no slots, one connection.
+
+It measures sequential round trips (`acp_fast.benchmark.remote_client URL roundtrips N`, the
+same client as the `fleet` rows of `acp-fast bench --remote`) against three servers, each run
+in turn, `--rounds` times:
+
+* `serve`: single-process `acp-fast serve --testy` (Testy in-process);
+* `relay`: the relay front + relay host + Redis (this floor);
+* `fleet`: `acp-fast serve --redis` + `acp-fast host --redis --testy` + Redis.
+
+and prints each one's median round trip, and what `relay` and `fleet` add to `serve`: the
+relay's figure is the floor under the fleet's "latency added" target on this machine.
+
+    python bench/fleet_relay_floor.py [--n 2000] [--rounds 3]
+
+Needs `redis-server` (>= 7) on PATH and the `fleet` and `remote` extras; it starts every
+server on a free loopback port and stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+IN, OUT = "relay:in", "relay:out"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _lean(url: str) -> Any:
+    from acp_fast.fleet._resp import RespClient
+
+    return RespClient(url, socket_timeout=5.0, connect_timeout=5.0, max_connections=8)
+
+
+async def _relay_host(url: str) -> None:
+    """Redis `IN` -> Testy in-process -> Redis `OUT`, one entry per flush."""
+    from acp_fast.remote.server import servable_opener
+    from acp_fast.testy import build
+
+    opener, _ = servable_opener(build((1,)))
+    stream = await opener()
+    redis = _lean(url)
+    await redis.call("DEL", IN, OUT)
+    buffer = bytearray()
+    wake = asyncio.Event()
+
+    def on_data(data: bytes) -> None:
+        buffer.extend(data)
+        wake.set()
+
+    stream.attach(on_data, lambda exc: None, lambda ok: None)
+
+    async def out() -> None:
+        while True:
+            await wake.wait()
+            wake.clear()
+            end = buffer.rfind(b"\n")
+            if end < 0:
+                continue
+            data = bytes(buffer[:end])
+            del buffer[:end + 1]
+            await redis.call("XADD", OUT, "*", "d", data)
+
+    pump = asyncio.ensure_future(out())
+    after: Any = b"$"
+    print("ready", flush=True)
+    try:
+        while True:
+            (got,) = await redis.blocking([("XREAD", "BLOCK", 5000, "STREAMS", IN, after)], 5.0)
+            for eid, fields in (got[0][1] if got else ()):
+                stream.write(fields[1] + b"\n")
+                after = eid
+    finally:
+        pump.cancel()
+
+
+def _relay_front(url: str) -> Any:
+    """The ASGI app: WebSocket messages -> Redis `IN`; Redis `OUT` -> one text frame a line."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "websocket":
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        redis = _lean(url)
+        start = await redis.call("XREVRANGE", OUT, "+", "-", "COUNT", 1)
+
+        async def reader() -> None:
+            after = start[0][0] if start else b"0-0"
+            while True:
+                (got,) = await redis.blocking([("XREAD", "BLOCK", 5000, "STREAMS", OUT, after)], 5.0)
+                for eid, fields in (got[0][1] if got else ()):
+                    for line in fields[1].split(b"\n"):
+                        await send({"type": "websocket.send", "text": line.decode()})
+                    after = eid
+
+        task = asyncio.ensure_future(reader())
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                text = message.get("text")
+                data = text.encode() if text is not None else message.get("bytes") or b""
+                await redis.call("XADD", IN, "*", "d", data)
+        finally:
+            task.cancel()
+            await redis.close()
+
+    return app
+
+
+def _role(argv: list[str]) -> None:
+    import uvloop
+
+    role, url = argv[0], argv[1]
+    if role == "host":
+        uvloop.run(_relay_host(url))
+    else:
+        import uvicorn
+
+        port = int(argv[2])
+        print("ready", flush=True)
+        uvicorn.run(_relay_front(url), host="127.0.0.1", port=port, loop="uvloop", log_level="warning",
+                    lifespan="on")
+
+
+class _Procs:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, cmd: list[str], ready: str | None = None, port: int | None = None) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        deadline = time.monotonic() + 20
+        if ready is not None:
+            assert proc.stdout is not None
+            while ready.encode() not in proc.stdout.readline():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{cmd[:4]} did not start")
+        if port is not None:
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"{cmd[:4]} did not listen") from None
+                    time.sleep(0.05)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs = []
+
+
+def _roundtrips(url: str, n: int) -> float:
+    out = subprocess.run([sys.executable, "-m", "acp_fast.benchmark.remote_client", url, "roundtrips", str(n),
+                          "--warmup", "200", "--loop", "uvloop"], capture_output=True, text=True, timeout=300)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if not result.get("ok"):
+        raise RuntimeError(f"the client failed against {url}: {result}")
+    return 1e6 / float(result["rate"])  # microseconds per round trip
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "acp_fast.cli.main", *args]
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in ("host", "front"):
+        return _role(sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=2000, help="round trips per run")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    server = shutil.which("redis-server")
+    if server is None:
+        sys.exit("redis-server is not on PATH")
+    rows: dict[str, list[float]] = {"serve": [], "relay": [], "fleet": []}
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for name in rows:
+                procs = _Procs()
+                try:
+                    port = _free_port()
+                    if name != "serve":
+                        redis_port = _free_port()
+                        procs.start([server, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                                     "--appendonly", "no", "--dir", tmp], port=redis_port)
+                        url = f"redis://127.0.0.1:{redis_port}/0"
+                    if name == "serve":
+                        procs.start(_cli("serve", "--testy", "--versions", "1", "--port", str(port), "--loop", "uvloop"),
+                                    port=port)
+                    elif name == "relay":
+                        procs.start([sys.executable, __file__, "host", url], ready="ready")
+                        procs.start([sys.executable, __file__, "front", url, str(port)], port=port)
+                    else:
+                        procs.start(_cli("host", "--redis", url, "--testy", "--versions", "1", "--slots", "4",
+                                         "--loop", "uvloop"), ready="registered at")
+                        procs.start(_cli("serve", "--redis", url, "--port", str(port), "--loop", "uvloop"), port=port)
+                    rows[name].append(_roundtrips(f"ws://127.0.0.1:{port}/acp", args.n))
+                finally:
+                    procs.stop()
+                print(f"round {r + 1}/{args.rounds}: {name} {rows[name][-1]:.0f} us", file=sys.stderr)
+    median = {name: statistics.median(values) for name, values in rows.items()}
+    print(f"load average {load:.2f} at start; {args.rounds} rounds of {args.n} WebSocket round trips, uvloop")
+    for name, values in rows.items():
+        print(f"{name:6} median {median[name]:7.0f} us per round trip   runs {[round(v) for v in values]}")
+    print(f"added to serve: relay (the floor) {median['relay'] - median['serve']:.0f} us, "
+          f"fleet {median['fleet'] - median['serve']:.0f} us")
+
+
+if __name__ == "__main__":
+    main()
