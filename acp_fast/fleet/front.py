@@ -46,8 +46,8 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Mapping
-from typing import Any, TypeVar, cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 from .. import _kinds
 from .. import engine as _default_engine
@@ -84,7 +84,6 @@ __all__ = ["FleetFront", "NoFreeSlot"]
 
 logger = logging.getLogger("acp_fast.fleet")
 
-T = TypeVar("T")
 
 _CID = CONNECTION_ID_HEADER.lower().encode()
 _BATCHES = BATCH_FRAMES_HEADER.lower().encode()
@@ -317,11 +316,30 @@ class FleetFront(Endpoint):
             head.append((_BATCHES, b"1"))
         await send({"type": "http.response.start", "status": 200, "headers": head})
         gone = asyncio.ensure_future(disconnected(receive))
+        # the stream is written by a task of its own, raced once against the client's going
+        # (not each read: a wait per read would cost a task and a wait each)
+        pump = asyncio.ensure_future(self._sse_pump(cid, key, send, first, after, skip, batches))
+        try:
+            await asyncio.wait({gone, pump}, return_when=asyncio.FIRST_COMPLETED)
+            if pump.done():
+                pump.result()
+            # else: the client went away
+        finally:
+            gone.cancel()
+            if not pump.done():
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await pump
+
+    async def _sse_pump(self, cid: str, key: str | None, send: Send, first: list[Entry], after: str, skip: int,
+                        batches: bool) -> None:
+        """Write the lines of stream `key` (`first`, then what follows `after`) as SSE events
+        until the connection's output ends; keep-alives while it is quiet."""
         watch = _Watch(self, cid)
         if first:
             watch.sized(first)
         try:
-            entries: list[Entry] | None = first
+            entries = first
             while True:
                 mark = None
                 if entries:
@@ -332,19 +350,15 @@ class FleetFront(Endpoint):
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     mark = (key, after)  # moved by the next read, in its round trip
                 try:
-                    entries = await _unless(gone, watch.read(after, mark))
+                    entries = await watch.read(after, mark)
                 except (ConnectionEnded, UnknownConnection, CursorOutOfWindow, StoreUnavailable) as exc:
                     logger.debug("fleet front: SSE stream of %s ends: %s", cid[:8], exc)
                     break
-                if entries is None:
-                    return  # the client went away
                 if not entries and watch.quiet():
                     await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass
-        finally:
-            gone.cancel()
 
     # DELETE -----------------------------------------------------------------------------
 
@@ -676,15 +690,3 @@ def _refusals(send: Send, metrics: ServerMetrics) -> Send:
         await send(message)
 
     return counted
-
-
-async def _unless(other: asyncio.Future[Any], work: Awaitable[T]) -> T | None:
-    """`work`'s result, or `None` (`work` cancelled) when `other` is done first."""
-    task = asyncio.ensure_future(work)
-    done, _ = await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-    return None
