@@ -53,14 +53,13 @@ from .. import _kinds
 from .. import engine as _default_engine
 from ..engine import Engine, encode_error
 from ..errors import INTERNAL_ERROR
-from ..remote._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
+from ..remote._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond, ws_line
 from ..remote._outlet import grouped
 from ..remote._wire import (
     BATCH_FRAMES_HEADER,
     CONNECTION_ID_HEADER,
     CONTENT_TYPE_SSE,
     DEFAULT_PATH,
-    one_line,
 )
 from ..remote.client import RESUME_HEADER
 from ..remote.metrics import ServerMetrics
@@ -458,13 +457,11 @@ class FleetFront(Endpoint):
             message = await receive()
             t = message["type"]
             if t == "websocket.receive":
-                text = message.get("text")
-                data = text.encode("utf-8", "surrogatepass") if text is not None else message.get("bytes") or b""
-                if len(data) > limit:
-                    return 1009, False
-                if text is None:
-                    continue  # binary frames carry no ACP message: ignored
-                line = one_line(data)
+                line = ws_line(message, limit)
+                if line is None:
+                    continue
+                if isinstance(line, int):
+                    return line, False
                 try:
                     await self._push(cid, [line], _requests(decoder.feed(line + b"\n")))
                 except InputQueueFull:

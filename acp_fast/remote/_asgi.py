@@ -11,7 +11,7 @@ from typing import Any
 
 from ..engine import encode_error
 from ..errors import INVALID_REQUEST
-from ._wire import HEALTH_PATH
+from ._wire import HEALTH_PATH, one_line
 
 #: An ASGI connection scope, and the receive and send callables of ASGI 3.
 Scope = dict[str, Any]
@@ -49,6 +49,19 @@ async def respond(send: Send, status: int, body: bytes, *, extra: Sequence[tuple
     headers.extend(extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def ws_line(message: Mapping[str, Any], limit: int) -> bytes | int | None:
+    """The ACP line of a `websocket.receive` message: its text as one line; `None` for a
+    binary frame (it carries no ACP message: ignored); the close code 1009 for a message
+    over `limit` bytes."""
+    text = message.get("text")
+    data = text.encode("utf-8", "surrogatepass") if text is not None else message.get("bytes") or b""
+    if len(data) > limit:
+        return 1009
+    if text is None:
+        return None
+    return one_line(data)
 
 
 async def deny(scope: Scope, send: Send, status: int, message: str) -> None:

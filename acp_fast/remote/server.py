@@ -55,7 +55,7 @@ from ..tracing import parent_context as tracing_parent
 from ..transport.child import ChildStream
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
-from ._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond
+from ._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond, ws_line
 from ._outlet import Outlet, sse_chunk, ws_frames
 from ._wire import (
     BATCH_FRAMES_HEADER,
@@ -65,7 +65,6 @@ from ._wire import (
     DEFAULT_PATH,
     KEEPALIVE_SECONDS,
     id_key,
-    one_line,
     params_session,
 )
 from ._requests import SSE_HEAD, checked_post, initialize_frame, post_line
@@ -1083,14 +1082,13 @@ class AcpApp(Endpoint):
                 message = await receive()
                 t = message["type"]
                 if t == "websocket.receive":
-                    text = message.get("text")
-                    data = text.encode("utf-8", "surrogatepass") if text is not None else message.get("bytes") or b""
-                    if len(data) > limit:
-                        code = 1009
+                    line = ws_line(message, limit)
+                    if line is None:
+                        continue
+                    if isinstance(line, int):
+                        code = line
                         break
-                    if text is None:
-                        continue  # binary frames carry no ACP message: ignored
-                    await conn.write((one_line(data), b"\n"))
+                    await conn.write((line, b"\n"))
                     if conn.closed:
                         break
                 elif t == "websocket.disconnect":
