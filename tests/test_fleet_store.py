@@ -241,13 +241,36 @@ def test_a_connection_expires_with_its_streams_unless_touched(server: redis_serv
             assert await store.touch_connection(cid)
         assert await look.exists(*keys) == 4
         await asyncio.sleep(ttl / 2)
-        await store.push_input(cid, [b"more in"])  # and a client's request
+        await store.push_input(cid, [b"more in"])  # and a client's request, every key of it
+        assert min([await look.pttl(key) for key in keys]) > ttl * 1000 * 0.6
         await asyncio.sleep(ttl / 2)
         assert await store.connection_host(cid) == "h1"
         await store.append_output(cid, [b"more"])  # the agent's output alone keeps nothing alive
         await asyncio.sleep(ttl / 2 + 0.1)  # gone, streams too
         assert await store.connection_host(cid) is None
         assert await look.exists(*keys) == 0
+        await look.aclose()
+        await store.close()
+
+    run(body)
+
+
+def test_every_key_of_a_connection_expires_also_when_it_ends_without_output(
+        server: redis_server.RedisServer) -> None:
+    """The end marker (with or without error responses for the requests in flight) is the
+    first write of the output stream and of its byte index: both take the record's TTL."""
+
+    async def body() -> None:
+        store = make(server.url)
+        look = raw(server.url)
+        for fail in (False, True):
+            cid = await store.create_connection("h1")
+            await store.push_input(cid, [b'{"jsonrpc":"2.0","id":7,"method":"x"}'], ["7"])
+            assert await store.end_output(cid, "the host is gone", fail_pending=fail)
+            keys = [f"{store.prefix}{{{cid}}}:{k}" for k in ("conn", "out", "in", "rd", "ob")]
+            ttls = {key.rsplit(":", 1)[1]: await look.pttl(key) for key in keys}
+            assert {k for k, t in ttls.items() if t != -2} == {"conn", "out", "in", "ob"}, ttls
+            assert all(t > 0 for t in ttls.values() if t != -2), ttls  # none kept for ever
         await look.aclose()
         await store.close()
 

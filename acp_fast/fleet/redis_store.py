@@ -148,10 +148,15 @@ end
 return 1
 """
 
-# KEYS: conn, a stream of it. A stream an XADD just created takes the record's TTL.
+# KEYS: conn, then keys of it. A key a write just created (a stream, the byte index) takes the
+# record's TTL.
 _SAME_TTL = """
 local ttl = redis.call('PTTL', KEYS[1])
-if ttl > 0 and redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIRE', KEYS[2], ttl) end
+if ttl > 0 then
+  for i = 2, #KEYS do
+    if redis.call('PTTL', KEYS[i]) == -1 then redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
+end
 """
 
 # KEYS: conn, out, in, byte index. ARGV: ttl (ms). Returns 0 for an unknown connection.
@@ -210,8 +215,9 @@ if floor > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. keep_o)
 end
 redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[2]) + 2))
+if seq == 1 or redis.call('PTTL', KEYS[4]) == -1 then  -- the stream and the index were created
 """ + _SAME_TTL + """
-redis.call('PEXPIRE', KEYS[4], redis.call('PTTL', KEYS[2]))
+end
 return id
 """
 
@@ -299,8 +305,8 @@ redis.call('ZADD', KEYS[3], bytes, seq)
 return 1
 """
 
-# KEYS: conn, out, in. ARGV: data, max entries, max bytes, ttl (ms), then the JSON ids of
-# the requests in it (in flight until an append names them).
+# KEYS: conn, out, in, the output's byte index. ARGV: data, max entries, max bytes, ttl (ms),
+# then the JSON ids of the requests in it (in flight until an append names them).
 # Each entry: d (the lines), e (the queue's byte count after it). Unconsumed: in_seq - in_done
 # entries, in_bytes - in_done_bytes bytes. Returns the id, 0 when full, false when unknown.
 _PUSH = """
@@ -318,9 +324,7 @@ redis.call('HSET', KEYS[1], 'in_seq', seq, 'in_bytes', bytes)
 local id = seq .. '-0'
 redis.call('XADD', KEYS[3], id, 'd', ARGV[1], 'e', bytes)
 for i = 5, #ARGV do redis.call('HSET', KEYS[1], 'p:' .. ARGV[i], 1) end
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
 return id
 """
 
@@ -871,7 +875,7 @@ class RedisStore(FleetStore):
         if len(data) > limits.input_bytes:
             raise ValueError(f"a batch of {len(data)} bytes is larger than the input queue ({limits.input_bytes})")
         with self._guard:
-            cursor = await self._lean.script(self._push, keys[:3], [data, limits.input_entries, limits.input_bytes,
+            cursor = await self._lean.script(self._push, [*keys[:3], keys[4]], [data, limits.input_entries, limits.input_bytes,
                                                                    self._ttl, *requests])
         if cursor is None:
             raise UnknownConnection(connection_id)
