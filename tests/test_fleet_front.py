@@ -26,6 +26,7 @@ import json
 import re
 import secrets
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -668,6 +669,29 @@ def test_a_waiting_reader_keeps_its_connection_alive(server: redis_server.RedisS
                 await asyncio.sleep(3.0)
                 assert await cx.send_request("_test/echo", {"n": 2}) == {"n": 2}
                 assert f.hosts[0].connections == 1
+
+    run(body)
+
+
+def test_a_reader_keeps_its_connection_alive_through_a_turn_longer_than_the_ttl(
+        server: redis_server.RedisServer) -> None:
+    """A connection TTL of 0.3 s and a turn that streams for longer: the agent's output alone
+    restarts no TTL (the single-process server's idle rule), the reader's touches as entries
+    arrive do, so the turn completes whole."""
+    ttl = 0.3
+
+    async def body() -> None:
+        async with fleet(server.url, limits=StoreLimits(connection_ttl=ttl)) as f:
+            record: list[Any] = []
+            client = Client.builder().on_session_update(lambda u, cx: record.append(u))
+            async with client.connect(connect_url(f.fronts[0].replace("http://", "ws://"))) as cx:
+                await cx.initialize()
+                session = (await cx.build_session("/tmp")).session
+                start = time.monotonic()
+                assert await session.send_prompt("stream 100000 chunks") == {"stopReason": "end_turn"}
+                took = time.monotonic() - start
+                assert numbers(chunks(record)) == list(range(100000))
+                assert took > 2 * ttl, f"the turn took {took:.2f} s: too short to outlive the TTL"
 
     run(body)
 
