@@ -658,15 +658,16 @@ def test_a_resumable_websocket_goes_on_from_its_cursor_and_frames_on_any_front(
 
 
 def test_a_waiting_reader_keeps_its_connection_alive(server: redis_server.RedisServer) -> None:
-    """A connection TTL of 1.5 s and a WebSocket quiet for 3 s: its reader restarts the TTL as
-    it waits (every `host_check` second), so the connection, its agent and its session live."""
+    """A connection TTL of 0.4 s, shorter than the front's host check (1 s), and a WebSocket
+    quiet for 1.5 s: its reader restarts the TTL as it waits (within a quarter of the TTL), so
+    the connection, its agent and its session live."""
 
     async def body() -> None:
-        async with fleet(server.url, limits=StoreLimits(connection_ttl=1.5)) as f:
+        async with fleet(server.url, limits=StoreLimits(connection_ttl=0.4)) as f:
             client = Client.builder()
             async with client.connect(connect_url(f.fronts[0].replace("http://", "ws://"))) as cx:
                 await cx.initialize()
-                await asyncio.sleep(3.0)
+                await asyncio.sleep(1.5)
                 assert await cx.send_request("_test/echo", {"n": 2}) == {"n": 2}
                 assert f.hosts[0].connections == 1
 
@@ -675,11 +676,11 @@ def test_a_waiting_reader_keeps_its_connection_alive(server: redis_server.RedisS
 
 def test_a_reader_keeps_its_connection_alive_through_a_turn_longer_than_the_ttl(
         server: redis_server.RedisServer) -> None:
-    """A connection TTL of 1 s and a turn that streams for longer: the agent's output alone
+    """A connection TTL of 0.6 s and a turn that streams for longer: the agent's output alone
     restarts no TTL (the single-process server's idle rule), the reader's touches do (as
-    entries arrive, and every `host_check` while it waits for the host to go on), so the turn
-    completes whole."""
-    ttl, n = 1.0, 400_000
+    entries arrive, and within a quarter of the TTL while it waits for the host to go on, the
+    host check being longer), so the turn completes whole."""
+    ttl, n = 0.6, 400_000
 
     async def body() -> None:
         async with fleet(server.url, fronts=0, limits=StoreLimits(connection_ttl=ttl)) as f:
@@ -694,7 +695,7 @@ def test_a_reader_keeps_its_connection_alive_through_a_turn_longer_than_the_ttl(
                     seen[0] += 1
 
             client = Client.builder().on_session_update(on_update)
-            async with served(FleetFront(f.store(), host_check=0.2)) as where:
+            async with served(FleetFront(f.store(), host_check=1.0)) as where:
                 async with client.connect(connect_url(where.ws_url)) as cx:
                     await cx.initialize()
                     session = (await cx.build_session("/tmp")).session

@@ -533,14 +533,16 @@ class _Watch:
         self.since = time.monotonic()  # the last thing sent (for the keep-alive)
         self.touched = self.since  # the last refresh of the connection's TTL
         self.count = FIRST_COUNT  # entries the next read asks for at most (`_next_count`)
+        # a wait touches the connection when it ends empty: within a quarter of the TTL, so a
+        # waiting reader keeps a connection alive whatever the idle timeout
+        self.wait = min(front.host_check, self.store.limits.connection_ttl / 4)
 
     async def read(self, after: str, mark: tuple[str | None, str] | None = None) -> list[Entry]:
-        """The entries after `after`, waiting up to `host_check` seconds, the read mark
-        moved first (one round trip: [`follow_output`][acp_fast.fleet.FleetStore.follow_output]);
-        on an empty read, a host found dead fails the requests in flight and ends the
-        connection."""
-        entries = await self.store.follow_output(self.cid, after, block=self.front.host_check, mark=mark,
-                                                 count=self.count)
+        """The entries after `after`, waiting up to `host_check` seconds (a quarter of the
+        connection TTL when that is shorter), the read mark moved first (one round trip:
+        [`follow_output`][acp_fast.fleet.FleetStore.follow_output]); on an empty read, a host
+        found dead fails the requests in flight and ends the connection."""
+        entries = await self.store.follow_output(self.cid, after, block=self.wait, mark=mark, count=self.count)
         now = time.monotonic()
         if entries:
             self.sized(entries)
