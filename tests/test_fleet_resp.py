@@ -99,6 +99,15 @@ def test_a_script_runs_whether_or_not_the_server_knows_it(server: redis_server.R
         with pytest.raises(ReplyError):
             await c.script(Script("return redis.call('NOSUCHCOMMAND')"), [], [])
         assert await c.pipeline([script.eval(["resp:sc"], [1])]) == [6]
+        # in a pipeline (shared or blocking), a script the server forgot is run by EVAL after the rest
+        for send in (c.pipeline, lambda cmds: c.blocking(cmds, 0.05)):
+            await c.call("SCRIPT", "FLUSH")
+            got = await send([script.call(["resp:sc"], [10]), ("XREAD", "COUNT", 1, "BLOCK", 20, "STREAMS",
+                                                                  "resp:none", "0-0")])
+            assert got[1] is None
+            assert got[0] == int(await c.call("GET", "resp:sc")) and got[0] in (16, 26)
+        with pytest.raises(ReplyError):  # another error reply in a pipeline still raises
+            await c.pipeline([script.call(["resp:sc"], [1]), ("INCR", "resp:sc", "extra")])
         await c.close()
 
     run(body)

@@ -20,7 +20,8 @@ wire and nothing else:
   just dropped when it comes.
 
 Scripts run by `EVALSHA`, and by `EVAL` once when the server does not know them (`NOSCRIPT`:
-nothing ran). The URL is parsed by redis-py (`redis://`, `rediss://`, `unix://`, password,
+nothing ran), alone or in a pipeline (`Script.call`); in a pipeline that `EVAL` comes after
+the other commands, so a script there must not depend on running before them. The URL is parsed by redis-py (`redis://`, `rediss://`, `unix://`, password,
 user, db), so both clients of the store reach the same server.
 """
 
@@ -48,6 +49,11 @@ class ReplyError(Exception):
     """The server answered a command with an error (the command failed; the connection is fine)."""
 
 
+#: Every script's text by its SHA1, for the `EVAL` after a `NOSCRIPT` (scripts are constants
+#: of the modules that use them: the map stays small).
+_TEXTS: dict[str, bytes] = {}
+
+
 class Script:
     """A Lua script, with its SHA1 for `EVALSHA`."""
 
@@ -56,9 +62,15 @@ class Script:
     def __init__(self, text: str) -> None:
         self.text = text.encode()
         self.sha = hashlib.sha1(self.text).hexdigest()
+        _TEXTS[self.sha] = self.text
+
+    def call(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
+        """The `EVALSHA` command of this script, for a pipeline (`RespClient.pipeline` or
+        `blocking` runs it again by `EVAL`, after the others, when the server does not know it)."""
+        return ("EVALSHA", self.sha, len(keys), *keys, *args)
 
     def eval(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
-        """The `EVAL` command of this script (sent whole: for pipelines)."""
+        """The `EVAL` command of this script (the whole text, every time)."""
         return ("EVAL", self.text, len(keys), *keys, *args)
 
 
@@ -223,8 +235,13 @@ class RespClient:
 
     async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         """Commands written at once on the shared connection; their replies, in order (the
-        first error reply raises `ReplyError` once every reply came)."""
-        return _checked(await self._send(commands))
+        first error reply raises `ReplyError` once every reply came; a script's `NOSCRIPT` is
+        answered by its `EVAL`, see `Script.call`)."""
+        replies = await self._send(commands)
+        for reply in replies:
+            if isinstance(reply, hiredis.ReplyError):
+                return await self._mended(commands, replies)
+        return replies
 
     async def _send(self, commands: Sequence[Command]) -> list[Any]:
         connection = self._shared
@@ -234,13 +251,23 @@ class RespClient:
 
     async def script(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Reply:
         """Run `script` (`EVALSHA`, then `EVAL` once if the server does not know it)."""
-        (first,) = await self._send((("EVALSHA", script.sha, len(keys), *keys, *args),))
-        if isinstance(first, hiredis.ReplyError):
-            if not str(first).startswith("NOSCRIPT"):
-                raise ReplyError(str(first))
-            return await self.call(*script.eval(keys, args))
-        reply: Reply = first
+        reply: Reply = (await self.pipeline((script.call(keys, args),)))[0]
         return reply
+
+    async def _mended(self, commands: Sequence[Command], replies: list[Any]) -> list[Any]:
+        """`replies` with each `NOSCRIPT` of a script's `EVALSHA` replaced by its `EVAL`'s reply;
+        `ReplyError` for the first other error reply."""
+        for i, reply in enumerate(replies):
+            if not isinstance(reply, hiredis.ReplyError):
+                continue
+            command = commands[i]
+            text = _TEXTS.get(str(command[1])) if command[0] == "EVALSHA" and str(reply).startswith("NOSCRIPT") else None
+            if text is None:
+                raise ReplyError(str(reply))
+            (replies[i],) = await self._send((("EVAL", text, *command[2:]),))
+            if isinstance(replies[i], hiredis.ReplyError):
+                raise ReplyError(str(replies[i]))
+        return replies
 
     async def blocking(self, commands: Sequence[Command], block: float) -> list[Any]:
         """Commands on a connection of their own, the last one blocking up to `block` seconds;
@@ -262,7 +289,10 @@ class RespClient:
             raise
         if not connection.closed:
             self._idle.append(connection)
-        return _checked(replies)
+        for reply in replies:
+            if isinstance(reply, hiredis.ReplyError):
+                return await self._mended(commands, replies)
+        return replies
 
     async def close(self) -> None:
         """Close every connection; calls in flight get `ConnectionError`."""
@@ -330,11 +360,3 @@ class RespClient:
         self._open.discard(connection)
         if self._shared is connection:
             self._shared = None
-
-
-def _checked(replies: list[Any]) -> list[Any]:
-    """`replies`, unless one is an error reply: `ReplyError` for the first."""
-    for reply in replies:
-        if isinstance(reply, hiredis.ReplyError):
-            raise ReplyError(str(reply))
-    return replies

@@ -526,7 +526,6 @@ class RedisStore(FleetStore):
         self._marked = Script(_MARK)
         self._end: AsyncScript = script(_END)
         self._fail: AsyncScript = script(_FAIL)
-        self._mark: AsyncScript = script(_MARK)
         self._backlog = Script(_BACKLOG)
         self._ttl = _ms(self._limits.connection_ttl)
 
@@ -771,7 +770,7 @@ class RedisStore(FleetStore):
                 read = ("XREAD", "COUNT", count, "BLOCK", wait, "STREAMS", keys[1], after)
                 if mark is not None and marked is not None:
                     replies = await self._lean.blocking(
-                        (self._marked.eval((keys[0], keys[4], keys[3]), (marked, _mark_name(mark[0]))), read),
+                        (self._marked.call((keys[0], keys[4], keys[3]), (marked, _mark_name(mark[0]))), read),
                         wait / 1000)
                     mark = None
                 else:
@@ -828,7 +827,7 @@ class RedisStore(FleetStore):
         if keys is None or seq is None:
             return
         with self._guard:
-            await self._mark([keys[0], keys[4], keys[3]], [seq, _mark_name(stream)])
+            await self._lean.script(self._marked, (keys[0], keys[4], keys[3]), (seq, _mark_name(stream)))
 
     async def output_backlog(self, connection_id: str, streams: Mapping[str | None, str]) -> tuple[int, int]:
         """The largest backlog, in entries and bytes, after the read marks of `streams`.
@@ -894,21 +893,20 @@ class RedisStore(FleetStore):
         if seq is None:
             raise ValueError(f"not a cursor of an input queue: {after!r}")
         count = self._limits.read_count
-        wait = block is not None and block > 0
+        free = self._consumed.call((keys[0], keys[2]), (after, seq))
         with self._guard:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.eval(_CONSUMED, 2, keys[0], keys[2], after, seq)
-                if wait:  # one round trip, whether entries are there or it waits
-                    pipe.xread({keys[2]: after}, count=count, block=_ms(min(block or 0, self._slice)))
-                else:
-                    pipe.xrange(keys[2], f"({after}", "+", count=count)
-                known, raw = await pipe.execute()
-            if not known:
-                raise UnknownConnection(connection_id)
-            if wait:
-                raw = list(raw[0][1]) if raw else []
-                if not raw and block is not None and block > self._slice:
+            if block is not None and block > 0:  # one round trip, whether entries are there or it waits
+                wait = _ms(min(block, self._slice))
+                known, got = await self._lean.blocking(
+                    (free, ("XREAD", "COUNT", count, "BLOCK", wait, "STREAMS", keys[2], after)), wait / 1000)
+                raw = _fields(got[0][1]) if got else []
+                if known and not raw and block > self._slice:
                     raw = await self._wait(keys[2], after, count, block - self._slice)
+            else:
+                known, flat = await self._lean.pipeline((free, ("XRANGE", keys[2], f"({after}", "+", "COUNT", count)))
+                raw = _fields(flat)
+        if not known:
+            raise UnknownConnection(connection_id)
         return _until_end(connection_id, raw)
 
     async def read_inputs(self, host_id: str, inbox: str, after: Mapping[str, str], *,
@@ -935,7 +933,7 @@ class RedisStore(FleetStore):
         commands: list[Any] = []
         for cid in freed:
             keys = self._conn_keys(cid)
-            commands.append(self._consumed.eval((keys[0], keys[2]), (after[cid], _seq(after[cid]) or 0)))
+            commands.append(self._consumed.call((keys[0], keys[2]), (after[cid], _seq(after[cid]) or 0)))
         read: list[Any] = ["XREAD", "COUNT", count]
         if wait is not None:
             read += ["BLOCK", wait]
