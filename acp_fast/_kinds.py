@@ -15,6 +15,10 @@ RESPONSE = 2
 BATCH = 3
 MALFORMED = 4
 
+#: By kind: whether a message may share a batch frame with others (a notification or a
+#: response: nothing answers it, so a peer that splits the batch loses nothing).
+BATCHABLE: tuple[bool, ...] = tuple(k in (NOTIFICATION, RESPONSE) for k in range(MALFORMED + 1))
+
 
 def check_message_state(
     kind: object, id: object, method: object, error: object,

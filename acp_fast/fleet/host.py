@@ -79,8 +79,7 @@ _RETRY = 0.5
 #: (a request's reply) runs first instead of behind that write; an agent in a child process
 #: is already busy in its own process.
 _SETTLE = 4
-#: The frame kinds whose lines may share a batch frame (a notification or a response).
-_BATCHABLE_KINDS = (_kinds.NOTIFICATION, _kinds.RESPONSE)
+_BATCHABLE = _kinds.BATCHABLE
 
 
 class AgentHost:
@@ -365,7 +364,7 @@ class _Link:
                 continue
             self.lines.append(line)
             self.routes.append(self._route(frame, line))
-            if frame.kind not in _BATCHABLE_KINDS:
+            if not _BATCHABLE[frame.kind]:
                 self.unbatchable += 1
             size += len(line)
         if size:

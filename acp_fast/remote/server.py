@@ -104,8 +104,7 @@ class Servable(Protocol):
 
 
 _MALFORMED = _kinds.MALFORMED
-#: by frame kind: whether a message may share a batch frame (a notification or a response)
-_BATCHABLE = tuple(k in (_kinds.NOTIFICATION, _kinds.RESPONSE) for k in range(_kinds.MALFORMED + 1))
+_BATCHABLE = _kinds.BATCHABLE
 _ZERO = itertools.repeat(0)
 _ALONE = itertools.repeat(False)
 _NO_ROUTE: tuple[None, None] = (None, None)
