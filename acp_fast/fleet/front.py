@@ -53,7 +53,7 @@ from .. import _kinds
 from .. import engine as _default_engine
 from ..engine import Engine, encode_error
 from ..errors import INTERNAL_ERROR
-from ..remote._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond, ws_line
+from ..remote._asgi import Endpoint, Receive, Scope, Send, WsLines, deny, error_body, respond
 from ..remote._outlet import grouped
 from ..remote._wire import (
     BATCH_FRAMES_HEADER,
@@ -452,25 +452,16 @@ class FleetFront(Endpoint):
         """Push each text message of a WebSocket to the agent, until the client goes or a push
         fails: the close code, and whether a resumable socket dropped (its connection stays)."""
         decoder = self.engine.Decoder(lazy=True, max_line_size=self.policy.max_body + 1)
-        limit = self.policy.max_body
-        while True:
-            message = await receive()
-            t = message["type"]
-            if t == "websocket.receive":
-                line = ws_line(message, limit)
-                if line is None:
-                    continue
-                if isinstance(line, int):
-                    return line, False
-                try:
-                    await self._push(cid, [line], _requests(decoder.feed(line + b"\n")))
-                except InputQueueFull:
-                    return 1013, False
-                except StoreError as exc:
-                    logger.warning("fleet front: WebSocket of %s: %s", cid[:8], exc)
-                    return 1011, False
-            elif t == "websocket.disconnect":
-                return 1000, resumable and message.get("code", 1000) not in (1000, 1001)
+        lines = WsLines(receive, self.policy.max_body)
+        while (line := await lines.next()) is not None:
+            try:
+                await self._push(cid, [line], _requests(decoder.feed(line + b"\n")))
+            except InputQueueFull:
+                return 1013, False
+            except StoreError as exc:
+                logger.warning("fleet front: WebSocket of %s: %s", cid[:8], exc)
+                return 1011, False
+        return lines.code, resumable and lines.client_code not in (None, 1000, 1001)
 
     async def _ws_send(self, cid: str, send: Send, batches: bool, point: _WsPoint | None) -> None:
         """Every line of the connection's output until it ends: one text frame each, or

@@ -64,6 +64,40 @@ def ws_line(message: Mapping[str, Any], limit: int) -> bytes | int | None:
     return one_line(data)
 
 
+class WsLines:
+    """The ACP lines of a WebSocket's text messages, in order, until the socket is done.
+
+    `next()` gives each line (binary frames are skipped), then `None`: the client closed
+    (`client_code` is its close code) or a message was over `limit` bytes (`code` is 1009,
+    the close code to send; 1000 otherwise).
+    """
+
+    __slots__ = ("_receive", "_limit", "code", "client_code")
+
+    def __init__(self, receive: Receive, limit: int) -> None:
+        self._receive = receive
+        self._limit = limit
+        self.code = 1000
+        self.client_code: int | None = None
+
+    async def next(self) -> bytes | None:
+        """The next line, or `None` when the socket is done."""
+        while True:
+            message = await self._receive()
+            t = message["type"]
+            if t == "websocket.receive":
+                line = ws_line(message, self._limit)
+                if line is None:
+                    continue
+                if isinstance(line, int):
+                    self.code = line
+                    return None
+                return line
+            if t == "websocket.disconnect":
+                self.client_code = int(message.get("code", 1000))
+                return None
+
+
 async def deny(scope: Scope, send: Send, status: int, message: str) -> None:
     """Refuse a WebSocket upgrade: an HTTP status where the server supports it, else close."""
     extensions: Mapping[str, object] = scope.get("extensions", {}) or {}

@@ -55,7 +55,7 @@ from ..tracing import parent_context as tracing_parent
 from ..transport.child import ChildStream
 from ..transport.memory import memory_pair
 from ..transport.stream import Stream
-from ._asgi import Endpoint, Receive, Scope, Send, deny, error_body, respond, ws_line
+from ._asgi import Endpoint, Receive, Scope, Send, WsLines, deny, error_body, respond
 from ._outlet import Outlet, sse_chunk, ws_frames
 from ._wire import (
     BATCH_FRAMES_HEADER,
@@ -1074,25 +1074,14 @@ class AcpApp(Endpoint):
             accept.append((BATCH_FRAMES_HEADER.lower().encode(), b"1"))
         await send({"type": "websocket.accept", "headers": accept})
         sender = asyncio.ensure_future(self._ws_send(conn, send))
-        code = 1000
+        lines = WsLines(receive, self.policy.max_body)
         try:
-            limit = self.policy.max_body
-            while True:
-                message = await receive()
-                t = message["type"]
-                if t == "websocket.receive":
-                    line = ws_line(message, limit)
-                    if line is None:
-                        continue
-                    if isinstance(line, int):
-                        code = line
-                        break
-                    await conn.write((line, b"\n"))
-                    if conn.closed:
-                        break
-                elif t == "websocket.disconnect":
+            while (line := await lines.next()) is not None:
+                await conn.write((line, b"\n"))
+                if conn.closed:
                     break
         finally:
+            code = lines.code
             conn.close("too_big" if code == 1009 else "client")
             if code == 1009 and self._observed:
                 self._refused(413, "WebSocket frame over the limit", conn.id)
