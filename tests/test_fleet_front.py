@@ -266,13 +266,16 @@ def test_a_hosts_routes_follow_each_lines_session_when_two_sessions_interleave(
                         requests = [line for line in entry.lines if b'"method"' in line and b'"id"' in line]
                         marked.append((entry.batchable, bool(requests)))
                     after = entries[-1].cursor
-        sessions = []
+        sessions, replies = [], []
         for line, route in routed:
             message = json.loads(line)
             sid = message.get("params", {}).get("sessionId") if "method" in message else None
             if sid is not None:
                 assert route == sid, (route, line[:120])
                 sessions.append(sid)
+            elif message.get("result", {}).get("stopReason"):  # a prompt's reply: its request's session
+                replies.append(route)
+        assert sorted(replies) == sorted([a.session_id, b.session_id])
         assert sorted(set(sessions)) == sorted({a.session_id, b.session_id})
         assert (True, True) not in marked and (False, True) in marked  # the permission request's entry
         assert (True, False) in marked  # the updates' entries

@@ -508,17 +508,23 @@ class _Link:
         self.close()
 
     def _note_request(self, line: bytes) -> None:
-        """Remember the session of a client request (its reply's route), and initialize's id."""
+        """Remember the session of a client request (its reply's route), and initialize's id.
+
+        A request alone on its line has its session read from the bytes where it can (a
+        prompt's params are not decoded); a batch's requests are decoded."""
         for frame in self.inspect.feed(line + b"\n"):
-            entries = list(frame) if frame.kind == _kinds.BATCH else [frame]
-            for entry in entries:
+            alone = frame.kind != _kinds.BATCH
+            for entry in ((frame,) if alone else frame):
                 if entry.kind != _kinds.REQUEST:
                     continue
                 if entry.method == INITIALIZE and not self.init_seen:  # the front's, first of all
                     self.init_seen = True
                     self.init_id = id_key(entry.id)
                     continue
-                params = entry.params
-                sid = params.get("sessionId") if isinstance(params, dict) else None
+                if alone:
+                    sid = params_session(entry, line)[0]
+                else:
+                    params = entry.params
+                    sid = params.get("sessionId") if isinstance(params, dict) else None
                 self.requests[id_key(entry.id)] = sid if isinstance(sid, str) else None
 
