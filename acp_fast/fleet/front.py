@@ -95,6 +95,14 @@ _PUSH_RETRY = 0.01
 READ_BYTES = 1 << 20
 #: The entry count of a reader's first read (it adapts from there).
 FIRST_COUNT = 4
+#: A reader moves its read mark lazily, not with every read: when it has read this share of
+#: the replay window (entries or bytes) since the mark last moved, when nothing came for
+#: `MARK_IDLE` seconds, and when it leaves. A host paces its agent in quarters and halves of
+#: the window, which a mark behind by less than a sixteenth never mistakes for a backlog;
+#: and a round trip (its reply read within `MARK_IDLE`) costs no script of its own.
+MARK_SHARE = 16
+#: Seconds a reader that owes its mark waits for more before it moves the mark (and waits on).
+MARK_IDLE = 0.005
 
 
 class NoFreeSlot(Exception):
@@ -358,6 +366,8 @@ class FleetFront(Endpoint):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass
+        finally:
+            watch.leave()
 
     # DELETE -----------------------------------------------------------------------------
 
@@ -511,6 +521,8 @@ class FleetFront(Endpoint):
             await send({"type": "websocket.close", "code": 1011, "reason": reason})
         except Exception:  # noqa: BLE001 - the client went away; the receiver ends the connection
             pass
+        finally:
+            watch.leave()
 
 
 class _Watch:
@@ -524,15 +536,38 @@ class _Watch:
         self.since = time.monotonic()  # the last thing sent (for the keep-alive)
         self.touched = self.since  # the last refresh of the connection's TTL
         self.count = FIRST_COUNT  # entries the next read asks for at most (`_next_count`)
+        limits = self.store.limits
+        # the mark not moved yet, what was read since the mark last moved, and how much of
+        # that moves it at once (MARK_SHARE)
+        self.owed: tuple[str | None, str] | None = None
+        self.unmarked = self.unmarked_bytes = 0
+        self.mark_entries = max(1, limits.output_entries // MARK_SHARE)
+        self.mark_bytes = max(1, limits.output_bytes // MARK_SHARE)
         # a wait touches the connection when it ends empty: within a quarter of the TTL, so a
         # waiting reader keeps a connection alive whatever the idle timeout
         self.wait = min(front.host_check, self.store.limits.connection_ttl / 4)
 
     async def read(self, after: str, mark: tuple[str | None, str] | None = None) -> list[Entry]:
         """The entries after `after`, waiting up to `host_check` seconds (a quarter of the
-        connection TTL when that is shorter), the read mark moved first (one round trip:
-        [`follow_output`][acp_fast.fleet.FleetStore.follow_output]); on an empty read, a host
-        found dead fails the requests in flight and ends the connection."""
+        connection TTL when that is shorter); on an empty read, a host found dead fails the
+        requests in flight and ends the connection.
+
+        `mark`, the reader's read mark through what it has sent, moves lazily (`MARK_SHARE`):
+        first a read of `MARK_IDLE` seconds without it; when that brings nothing, the mark
+        moves in the round trip of the read that waits
+        ([`follow_output`][acp_fast.fleet.FleetStore.follow_output])."""
+        if mark is not None:
+            self.owed = mark
+        mark = self.owed
+        if mark is not None and self.unmarked < self.mark_entries and self.unmarked_bytes < self.mark_bytes:
+            entries = await self.store.follow_output(self.cid, after, block=MARK_IDLE, count=self.count)
+            if entries:
+                self.sized(entries)
+                self.since = time.monotonic()
+                return entries
+        if mark is not None:
+            self.owed = None
+            self.unmarked = self.unmarked_bytes = 0
         entries = await self.store.follow_output(self.cid, after, block=self.wait, mark=mark, count=self.count)
         now = time.monotonic()
         if entries:
@@ -552,10 +587,21 @@ class _Watch:
             await self.store.end_output(self.cid, reason, fail_pending=True)
         return []
 
+    def leave(self) -> None:
+        """The reader stops: the mark it owes moves now (in a task of its own: the reader's
+        own task may be ending by cancellation)."""
+        owed, self.owed = self.owed, None
+        if owed is not None:
+            task = asyncio.ensure_future(self.store.mark_read(self.cid, owed[1], owed[0]))
+            _LEAVING.add(task)
+            task.add_done_callback(_left)
+
     def sized(self, entries: list[Entry]) -> None:
         """Adapt the next read's entry count to what these entries held."""
         size = sum([sum(map(len, e.lines)) for e in entries])  # per line in C: this runs on every read
         self.count = _next_count(self.count, len(entries), size, self.store.limits.read_count)
+        self.unmarked += len(entries)
+        self.unmarked_bytes += size
 
     def quiet(self) -> bool:
         """Whether a keep-alive is due (nothing sent for `policy.keepalive` seconds)."""
@@ -564,6 +610,16 @@ class _Watch:
             return False
         self.since = now
         return True
+
+
+#: The marks of readers that left, being moved (kept here so that no task is collected early).
+_LEAVING: set[asyncio.Future[None]] = set()
+
+
+def _left(task: asyncio.Future[None]) -> None:
+    _LEAVING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("fleet front: a leaving reader's mark did not move: %s", task.exception())
 
 
 def _next_count(count: int, entries: int, size: int, most: int) -> int:
