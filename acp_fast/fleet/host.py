@@ -79,6 +79,14 @@ _RETRY = 0.5
 #: (a request's reply) runs first instead of behind that write; an agent in a child process
 #: is already busy in its own process.
 _SETTLE = 4
+#: A host frees the input its agents took lazily, not in every read's round trip: when it
+#: has taken this share of a queue's bounds (entries or bytes) since its last frees, when
+#: its read brought nothing for `_FREE_IDLE` seconds, and on every quiet read. A front that
+#: finds a queue full retries, so a free that lags by less than a sixteenth of it delays
+#: nothing; and a round trip (the next request read within `_FREE_IDLE`) runs no script.
+_FREE_SHARE = 16
+#: Seconds a host that owes frees reads for more input before it frees (and reads on).
+_FREE_IDLE = 0.005
 _BATCHABLE = _kinds.BATCHABLE
 
 
@@ -203,12 +211,17 @@ class AgentHost:
         end and a poke both complete, not a wait on two tasks per read)."""
         await self._register()
         inbox = STREAM_START
-        consumed: set[str] = set()
+        consumed: set[str] = set()  # the connections whose input taken is not freed yet
+        taken = taken_bytes = 0  # ... how much of it
+        limits = self.store.limits
+        most, most_bytes = max(1, limits.input_entries // _FREE_SHARE), max(1, limits.input_bytes // _FREE_SHARE)
+        idle = False  # the last read brought nothing
         while True:
             await self._registered.wait()
             after = {cid: link.after for cid, link in self._links.items() if link.reading()}
-            read = asyncio.ensure_future(self.store.read_inputs(self.host_id, inbox, after, consumed=consumed,
-                                                                block=_POLL))
+            quick = bool(consumed) and not idle and taken < most and taken_bytes < most_bytes
+            read = asyncio.ensure_future(self.store.read_inputs(
+                self.host_id, inbox, after, consumed=() if quick else consumed, block=_FREE_IDLE if quick else _POLL))
             ended = self._poked = asyncio.get_running_loop().create_future()
             read.add_done_callback(functools.partial(_finish, ended))
             try:
@@ -230,6 +243,7 @@ class AgentHost:
             if not self._registered.is_set():
                 inbox = STREAM_START  # a new life: its inbox started again
                 consumed = set()
+                taken = taken_bytes = 0
                 continue
             for cursor, cid in got.assigned:
                 inbox = cursor
@@ -237,17 +251,22 @@ class AgentHost:
                 task = asyncio.ensure_future(self._serve(cid))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            consumed = set()
+            if not quick:  # the frees owed went with this read
+                consumed = set()
+                taken = taken_bytes = 0
+            idle = not got.assigned and not got.entries  # the next read frees what is owed, and waits
             for cid, entries in got.entries.items():
                 link = self._links.get(cid)
                 if link is not None:
                     link.feed(entries)
                     consumed.add(cid)
+                    taken += len(entries)
+                    taken_bytes += sum([len(line) for entry in entries for line in entry.lines])
             for cid, over in got.ended.items():
                 link = self._links.get(cid)
                 if link is not None:
                     link.input_ended(over)
-            if not got.assigned and not got.entries:
+            if not quick and not got.assigned and not got.entries:
                 consumed = set(after)  # a quiet slice: each connection is checked (expired ones end)
             if got.assigned:
                 await asyncio.sleep(0)  # the new agents that start at once join the next read
