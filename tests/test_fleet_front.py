@@ -324,6 +324,37 @@ def test_an_agent_waits_for_a_reader_that_comes_late(server: redis_server.RedisS
     run(body)
 
 
+def test_read_marks_and_input_frees_catch_up_when_the_connection_goes_quiet(server: redis_server.RedisServer) -> None:
+    """A reader moves its read mark, and a host frees the input its agent took, lazily (not
+    in every round trip); once a connection goes quiet with its WebSocket still open, both
+    catch up: the mark reaches the last entry and the input queue is empty."""
+
+    async def body() -> None:
+        import redis.asyncio
+
+        async with fleet(server.url) as f:
+            client = Client.builder()
+            async with client.connect(connect_url(f.fronts[0].replace("http://", "ws://"))) as cx:
+                await cx.initialize()
+                session = (await cx.build_session("/tmp")).session
+                for _ in range(3):
+                    assert await session.send_prompt("stream 5 chunks") == {"stopReason": "end_turn"}
+                r = redis.asyncio.Redis.from_url(server.url)
+                try:
+                    (key,) = [k async for k in r.scan_iter(match=f"{f.prefix}{{*}}:conn")]
+                    deadline = time.monotonic() + 5.0
+                    while True:
+                        out_seq, mark, in_seq, in_done = await r.hmget(key, "out_seq", "rd:*", "in_seq", "in_done")
+                        if mark == out_seq and in_done == in_seq or time.monotonic() > deadline:
+                            break
+                        await asyncio.sleep(0.01)
+                    assert (mark, in_done) == (out_seq, in_seq) and int(in_seq) >= 5
+                finally:
+                    await r.aclose()
+
+    run(body)
+
+
 # --- any front, any request ------------------------------------------------------------------
 
 
