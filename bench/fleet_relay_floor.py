@@ -14,11 +14,17 @@ same client as the `fleet` rows of `acp-fast bench --remote`) against three serv
 in turn, `--rounds` times:
 
 * `serve`: single-process `acp-fast serve --testy` (Testy in-process);
-* `relay`: the relay front + relay host + Redis (this floor);
+* `relay`: the relay front + relay host + Redis (the bare floor);
+* `store`: the same relay, but every Redis step is the fleet store's own call
+  (`create_connection`, `push_input`, `read_inputs`, `append_output`, `follow_output`: its
+  Lua scripts, connection record and bounds), still with no front or host logic (no routes,
+  read marks, TTL touches, pacing or host checks): the floor of a relay that keeps the
+  issue's bounds with this store;
 * `fleet`: `acp-fast serve --redis` + `acp-fast host --redis --testy` + Redis.
 
-and prints each one's median round trip, and what `relay` and `fleet` add to `serve`: the
-relay's figure is the floor under the fleet's "latency added" target on this machine.
+and prints each one's median round trip, and what `relay`, `store` and `fleet` add to
+`serve`: `relay` is the floor of any fleet on this machine, `store` the floor of one built on
+this store, and `fleet - store` what the front's and host's own logic costs.
 
     python bench/fleet_relay_floor.py [--n 2000] [--rounds 3]
 
@@ -42,6 +48,8 @@ import time
 from typing import Any
 
 IN, OUT = "relay:in", "relay:out"
+#: The host id of the `store` relay.
+_HOST = "floor"
 
 
 def _free_port() -> int:
@@ -98,21 +106,118 @@ async def _relay_host(url: str) -> None:
         pump.cancel()
 
 
+async def _store_host(url: str) -> None:
+    """The `store` relay's host: the fleet store's own calls (`read_inputs`, `append_output`:
+    its scripts, record and bounds) around an in-process Testy, and nothing else."""
+    from acp_fast.fleet import STREAM_START, RedisStore
+    from acp_fast.remote.server import servable_opener
+    from acp_fast.testy import build
+
+    store = RedisStore(url, prefix="floor:")
+    await store.register_host(_HOST, 4, 60.0)
+    opener, _ = servable_opener(build((1,)))
+    inbox = STREAM_START
+    links: dict[str, Any] = {}
+    consumed: set[str] = set()
+    reads = 0
+    print("ready", flush=True)
+
+    async def serve(cid: str) -> None:
+        stream = await opener()
+        buffer = bytearray()
+        wake = asyncio.Event()
+
+        def on_data(data: bytes) -> None:
+            buffer.extend(data)
+            wake.set()
+
+        stream.attach(on_data, lambda exc: None, lambda ok: None)
+        links[cid] = [stream, STREAM_START]
+        while True:
+            await wake.wait()
+            wake.clear()
+            end = buffer.rfind(b"\n")
+            if end >= 0:
+                lines = bytes(buffer[:end]).split(b"\n")
+                del buffer[:end + 1]
+                await store.append_output(cid, lines)
+
+    tasks = []
+    while True:
+        after = {cid: link[1] for cid, link in links.items()}
+        reads += 1
+        free = consumed if reads % 16 == 0 else set()  # frees now and then, as a host frees lazily
+        got = await store.read_inputs(_HOST, inbox, after, consumed=free, block=1.0)
+        if free:
+            consumed = set()
+        for cursor, cid in got.assigned:
+            inbox = cursor
+            tasks.append(asyncio.ensure_future(serve(cid)))
+            await asyncio.sleep(0.01)
+        for cid, entries in got.entries.items():
+            stream = links[cid][0]
+            for entry in entries:
+                stream.write(b"\n".join(entry.lines) + b"\n")
+                links[cid][1] = entry.cursor
+            consumed.add(cid)
+
+
+def _store_front(url: str) -> Any:
+    """The `store` relay's front: a connection made by the store; each WebSocket message is a
+    `push_input`, each line `follow_output` reads is a text frame (no routes, marks or checks)."""
+    from acp_fast.fleet import STREAM_START, RedisStore
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await _not_websocket(scope, receive, send)
+            return
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        store = RedisStore(url, prefix="floor:")
+        cid = await store.create_connection(_HOST)
+
+        async def reader() -> None:
+            after = STREAM_START
+            while True:
+                for entry in await store.follow_output(cid, after, block=1.0):
+                    for line in entry.lines:
+                        await send({"type": "websocket.send", "text": line.decode()})
+                    after = entry.cursor
+
+        task = asyncio.ensure_future(reader())
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                text = message.get("text")
+                await store.push_input(cid, [text.encode() if text is not None else message.get("bytes") or b""])
+        finally:
+            task.cancel()
+            await store.close()
+
+    return app
+
+
+async def _not_websocket(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    await send({"type": "http.response.start", "status": 404, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
 def _relay_front(url: str) -> Any:
     """The ASGI app: WebSocket messages -> Redis `IN`; Redis `OUT` -> one text frame a line."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
         if scope["type"] != "websocket":
-            await send({"type": "http.response.start", "status": 404, "headers": []})
-            await send({"type": "http.response.body", "body": b""})
+            await _not_websocket(scope, receive, send)
             return
         await receive()  # websocket.connect
         await send({"type": "websocket.accept"})
@@ -148,15 +253,15 @@ def _role(argv: list[str]) -> None:
     import uvloop
 
     role, url = argv[0], argv[1]
-    if role == "host":
-        uvloop.run(_relay_host(url))
+    if role in ("host", "store-host"):
+        uvloop.run(_relay_host(url) if role == "host" else _store_host(url))
     else:
         import uvicorn
 
         port = int(argv[2])
         print("ready", flush=True)
-        uvicorn.run(_relay_front(url), host="127.0.0.1", port=port, loop="uvloop", log_level="warning",
-                    lifespan="on")
+        app = _relay_front(url) if role == "front" else _store_front(url)
+        uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", log_level="warning", lifespan="on")
 
 
 class _Procs:
@@ -209,7 +314,7 @@ def _cli(*args: str) -> list[str]:
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] in ("host", "front"):
+    if len(sys.argv) > 1 and sys.argv[1] in ("host", "front", "store-host", "store-front"):
         return _role(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=2000, help="round trips per run")
@@ -218,7 +323,7 @@ def main() -> None:
     server = shutil.which("redis-server")
     if server is None:
         sys.exit("redis-server is not on PATH")
-    rows: dict[str, list[float]] = {"serve": [], "relay": [], "fleet": []}
+    rows: dict[str, list[float]] = {"serve": [], "relay": [], "store": [], "fleet": []}
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -234,9 +339,10 @@ def main() -> None:
                     if name == "serve":
                         procs.start(_cli("serve", "--testy", "--versions", "1", "--port", str(port), "--loop", "uvloop"),
                                     port=port)
-                    elif name == "relay":
-                        procs.start([sys.executable, __file__, "host", url], ready="ready")
-                        procs.start([sys.executable, __file__, "front", url, str(port)], port=port)
+                    elif name in ("relay", "store"):
+                        role = "" if name == "relay" else "store-"
+                        procs.start([sys.executable, __file__, role + "host", url], ready="ready")
+                        procs.start([sys.executable, __file__, role + "front", url, str(port)], port=port)
                     else:
                         procs.start(_cli("host", "--redis", url, "--testy", "--versions", "1", "--slots", "4",
                                          "--loop", "uvloop"), ready="registered at")
@@ -250,7 +356,7 @@ def main() -> None:
     for name, values in rows.items():
         print(f"{name:6} median {median[name]:7.0f} us per round trip   runs {[round(v) for v in values]}")
     print(f"added to serve: relay (the floor) {median['relay'] - median['serve']:.0f} us, "
-          f"fleet {median['fleet'] - median['serve']:.0f} us")
+          f"store {median['store'] - median['serve']:.0f} us, fleet {median['fleet'] - median['serve']:.0f} us")
 
 
 if __name__ == "__main__":
