@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 IN, OUT = "relay:in", "relay:out"
@@ -64,6 +65,27 @@ def _lean(url: str) -> Any:
     return RespClient(url, socket_timeout=5.0, connect_timeout=5.0, max_connections=8)
 
 
+async def _flushes(stream: Any, write: Callable[[bytes], Awaitable[object]]) -> None:
+    """Hand `write` the whole lines the agent's `stream` wrote (without the last newline),
+    all that waits each time: one call per flush."""
+    buffer = bytearray()
+    wake = asyncio.Event()
+
+    def on_data(data: bytes) -> None:
+        buffer.extend(data)
+        wake.set()
+
+    stream.attach(on_data, lambda exc: None, lambda ok: None)
+    while True:
+        await wake.wait()
+        wake.clear()
+        end = buffer.rfind(b"\n")
+        if end >= 0:
+            data = bytes(buffer[:end])
+            del buffer[:end + 1]
+            await write(data)
+
+
 async def _relay_host(url: str) -> None:
     """Redis `IN` -> Testy in-process -> Redis `OUT`, one entry per flush."""
     from acp_fast.remote.server import servable_opener
@@ -73,27 +95,7 @@ async def _relay_host(url: str) -> None:
     stream = await opener()
     redis = _lean(url)
     await redis.call("DEL", IN, OUT)
-    buffer = bytearray()
-    wake = asyncio.Event()
-
-    def on_data(data: bytes) -> None:
-        buffer.extend(data)
-        wake.set()
-
-    stream.attach(on_data, lambda exc: None, lambda ok: None)
-
-    async def out() -> None:
-        while True:
-            await wake.wait()
-            wake.clear()
-            end = buffer.rfind(b"\n")
-            if end < 0:
-                continue
-            data = bytes(buffer[:end])
-            del buffer[:end + 1]
-            await redis.call("XADD", OUT, "*", "d", data)
-
-    pump = asyncio.ensure_future(out())
+    pump = asyncio.ensure_future(_flushes(stream, lambda data: redis.call("XADD", OUT, "*", "d", data)))
     after: Any = b"$"
     print("ready", flush=True)
     try:
@@ -124,23 +126,8 @@ async def _store_host(url: str) -> None:
 
     async def serve(cid: str) -> None:
         stream = await opener()
-        buffer = bytearray()
-        wake = asyncio.Event()
-
-        def on_data(data: bytes) -> None:
-            buffer.extend(data)
-            wake.set()
-
-        stream.attach(on_data, lambda exc: None, lambda ok: None)
         links[cid] = [stream, STREAM_START]
-        while True:
-            await wake.wait()
-            wake.clear()
-            end = buffer.rfind(b"\n")
-            if end >= 0:
-                lines = bytes(buffer[:end]).split(b"\n")
-                del buffer[:end + 1]
-                await store.append_output(cid, lines)
+        await _flushes(stream, lambda data: store.append_output(cid, data.split(b"\n")))
 
     tasks = []
     while True:
