@@ -773,6 +773,52 @@ def test_a_store_failure_of_its_own_is_a_clear_503_not_a_traceback(server: redis
     run(body)
 
 
+def test_readers_waiting_at_the_same_place_share_one_read() -> None:
+    """Readers of one connection on one front that wait at the same cursor for the same time
+    share one store read (its entries go to each); a read elsewhere or for another wait is
+    its own; when the reader whose task makes the read leaves, the others read on their own."""
+    from acp_fast.fleet import Entry
+    from acp_fast.fleet.front import SharedReads
+
+    class Store:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, str, float]] = []
+            self.release = asyncio.Event()
+
+        async def follow_output(self, cid: str, after: str, *, block: float, count: int) -> list[Entry]:
+            self.calls.append((cid, after, block))
+            await self.release.wait()
+            return [Entry(f"{int(after[:-2]) + 1}-0", [b"{}"], None, True)]
+
+    async def body() -> None:
+        store = Store()
+        reads = SharedReads(store)  # type: ignore[arg-type]
+        tasks = [asyncio.ensure_future(reads.follow("c", "1-0", 0.5, 4)) for _ in range(3)]
+        other = asyncio.ensure_future(reads.follow("c", "2-0", 0.5, 4))
+        longer = asyncio.ensure_future(reads.follow("c", "1-0", 5.0, 4))
+        await asyncio.sleep(0.01)
+        assert sorted(store.calls) == [("c", "1-0", 0.5), ("c", "1-0", 5.0), ("c", "2-0", 0.5)]
+        store.release.set()
+        got = await asyncio.gather(*tasks)
+        assert all(entries is got[0] for entries in got) and got[0][0].cursor == "2-0"
+        assert (await other)[0].cursor == "3-0" and (await longer)[0].cursor == "2-0"
+        # the reader making the read leaves: each other reader reads on its own
+        store.calls.clear()
+        store.release.clear()
+        first = asyncio.ensure_future(reads.follow("c", "5-0", 0.5, 4))
+        await asyncio.sleep(0.01)
+        rest = [asyncio.ensure_future(reads.follow("c", "5-0", 0.5, 4)) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        assert len(store.calls) == 1
+        first.cancel()
+        await asyncio.sleep(0.01)
+        assert len(store.calls) >= 2  # a reader took over (its read is its own or shared again)
+        store.release.set()
+        assert [entries[0].cursor for entries in await asyncio.gather(*rest)] == ["6-0", "6-0"]
+
+    run(body)
+
+
 def test_a_readers_entry_count_adapts_to_the_bytes_it_reads() -> None:
     """A reader asks for fewer entries after a read over `READ_BYTES`, twice as many after a
     full read under half of it (up to the store's most), else the same."""

@@ -151,6 +151,9 @@ class FleetFront(Endpoint):
         self.resume_grace = resume_grace
         self.metrics = metrics
         self._guarded = AccessGuard(self.dispatch, self.policy, paths=(self.path,))
+        #: the reads of connections' output in flight, shared by the readers on this front
+        #: that wait at the same place (see `SharedReads`)
+        self.reads = SharedReads(store)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._guarded(scope, receive, send if self.metrics is None else _refusals(send, self.metrics))
@@ -560,7 +563,7 @@ class _Watch:
             self.owed = mark
         mark = self.owed
         if mark is not None and self.unmarked < self.mark_entries and self.unmarked_bytes < self.mark_bytes:
-            entries = await self.store.follow_output(self.cid, after, block=MARK_IDLE, count=self.count)
+            entries = await self.front.reads.follow(self.cid, after, MARK_IDLE, self.count)
             if entries:
                 self.sized(entries)
                 self.since = time.monotonic()
@@ -568,7 +571,10 @@ class _Watch:
         if mark is not None:
             self.owed = None
             self.unmarked = self.unmarked_bytes = 0
-        entries = await self.store.follow_output(self.cid, after, block=self.wait, mark=mark, count=self.count)
+        if mark is None:
+            entries = await self.front.reads.follow(self.cid, after, self.wait, self.count)
+        else:
+            entries = await self.store.follow_output(self.cid, after, block=self.wait, mark=mark, count=self.count)
         now = time.monotonic()
         if entries:
             self.sized(entries)
@@ -610,6 +616,45 @@ class _Watch:
             return False
         self.since = now
         return True
+
+
+class SharedReads:
+    """The reads of connections' output in flight on one front, shared: a reader that would
+    wait at the same place as a read in flight (the same connection, cursor and wait) takes
+    that read's entries instead of a read of its own. The streams of one client (its
+    connection's and its sessions' SSE streams) read every entry of its output, so each entry
+    costs one Redis read per front, not one per stream.
+
+    The read runs in the first reader's task; when that reader leaves before the read ends
+    (or the read fails), the others each read on their own (a failure is theirs to see).
+    A read that moves a read mark is never shared.
+    """
+
+    __slots__ = ("store", "_reads")
+
+    def __init__(self, store: FleetStore) -> None:
+        self.store = store
+        self._reads: dict[tuple[str, str, float], asyncio.Future[list[Entry] | None]] = {}
+
+    async def follow(self, cid: str, after: str, block: float, count: int) -> list[Entry]:
+        """[`follow_output`][acp_fast.fleet.FleetStore.follow_output] of `cid` after `after`
+        for up to `block` seconds, shared with the readers that wait there too."""
+        key = (cid, after, block)
+        shared = self._reads.get(key)
+        if shared is not None:
+            got = await asyncio.shield(shared)
+            if got is not None:
+                return got
+        done: asyncio.Future[list[Entry] | None] = asyncio.get_running_loop().create_future()
+        self._reads[key] = done
+        entries: list[Entry] | None = None
+        try:
+            entries = await self.store.follow_output(cid, after, block=block, count=count)
+            return entries
+        finally:
+            if self._reads.get(key) is done:
+                del self._reads[key]
+            done.set_result(entries)  # None: the others read on their own
 
 
 #: The marks of readers that left, being moved (kept here so that no task is collected early).
