@@ -144,3 +144,40 @@ def test_host_metrics_port(server: redis_server.RedisServer) -> None:
         assert samples["acp_fast_host_heartbeats_total"] >= 1
     finally:
         stop(proc)
+
+
+def test_a_host_freezes_its_start_up_heap_once_registered(server: redis_server.RedisServer,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`acp-fast host` leaves its start-up heap out of the collector's scans (`gc.freeze`)
+    once it is registered."""
+    import gc
+
+    import acp_fast.cli.host as host_cli
+    from acp_fast.cli.loops import freeze_startup_heap
+    from acp_fast.fleet.host import AgentHost
+    from acp_fast.remote.server import servable_opener
+    from acp_fast.testy import build
+
+    frozen = gc.get_freeze_count()
+    freeze_startup_heap()
+    assert gc.get_freeze_count() > frozen  # what the command calls freezes
+    gc.unfreeze()
+
+    calls: list[bool] = []
+
+    async def body() -> None:
+        store = RedisStore(server.url, prefix="freeze:")
+        host = AgentHost(store, servable_opener(build((1,)))[0], slots=1, ttl=5.0)
+        monkeypatch.setattr(host_cli, "freeze_startup_heap", lambda: calls.append(True))
+        serving = asyncio.ensure_future(host_cli._serve(host))
+        for _ in range(200):
+            if calls:
+                break
+            await asyncio.sleep(0.01)
+        assert [h.host_id for h in await store.live_hosts()] == [host.host_id]  # registered by then
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+        await store.close()
+
+    asyncio.run(asyncio.wait_for(body(), 10.0))
+    assert calls == [True]

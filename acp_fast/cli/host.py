@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from .loops import LOOPS, run
+from .loops import LOOPS, freeze_startup_heap, run
 
 if TYPE_CHECKING:
     from ..fleet.host import AgentHost
@@ -118,6 +118,7 @@ async def _serve(host: AgentHost) -> None:
     ready = asyncio.ensure_future(host.wait_registered())
     await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
     if ready.done():
+        freeze_startup_heap()
         print(f"acp-fast host: {host.host_id} registered at {host.store.url} with {host.slots} slots",
               file=sys.stderr, flush=True)
     else:

@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..remote.runner import DEFAULT_SERVER, SERVERS
-from .loops import LOOPS, run
+from .loops import LOOPS, freeze_startup_heap, run
 
 if TYPE_CHECKING:
     from ..jsontypes import JsonObject
@@ -193,6 +193,7 @@ def main(args: argparse.Namespace) -> int:
     from ..remote.runner import Served, serve_app
 
     def ready(where: Served) -> None:
+        freeze_startup_heap()
         print(f"acp-fast serve: listening on {where.http_url} and {where.ws_url}", file=sys.stderr, flush=True)
 
     main_server = serve_app(app, server=args.server, host=args.host, port=args.port, certfile=args.certfile,
