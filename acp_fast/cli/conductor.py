@@ -28,6 +28,7 @@ from typing import Any
 
 from ..transport.loop import LOOP_CHOICES as LOOPS
 from ..transport.loop import run
+from .loops import freeze_startup_heap
 
 __all__ = ["add_parser", "main"]
 
@@ -88,6 +89,7 @@ def main(args: Any) -> int:
     async def serve() -> None:
         task = asyncio.ensure_future(conductor.serve(await connect_stdio()))
         await asyncio.sleep(0)
+        freeze_startup_heap()
         if conductor.debug is not None:
             print(f"{args.name}: debug log: {conductor.debug.path}", file=sys.stderr)
         await task

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..remote import DEFAULT_PATH, AcpApp, ServerPolicy, asgi_app, gateway_app
 from ..roles import EngineChoice
 from ..testy import build, parse_versions
+from .loops import freeze_startup_heap
 
 if TYPE_CHECKING:
     from ..remote.metrics import ServerMetrics
@@ -50,8 +51,11 @@ def app_from_env() -> AcpApp:
     cfg = json.loads(raw)
     policy = policy_from_config(cfg)
     if cfg.get("testy") is not None:
-        return testy_app(versions=cfg["testy"], path=cfg.get("path", DEFAULT_PATH), policy=policy)
-    return gateway_app(cfg["command"], path=cfg.get("path", DEFAULT_PATH), policy=policy)
+        app = testy_app(versions=cfg["testy"], path=cfg.get("path", DEFAULT_PATH), policy=policy)
+    else:
+        app = gateway_app(cfg["command"], path=cfg.get("path", DEFAULT_PATH), policy=policy)
+    freeze_startup_heap()  # a worker's heap is built: see the function
+    return app
 
 
 def policy_from_config(cfg: Mapping[str, Any]) -> ServerPolicy:
