@@ -355,6 +355,39 @@ def test_read_marks_and_input_frees_catch_up_when_the_connection_goes_quiet(serv
     run(body)
 
 
+def test_a_waiting_reader_uses_no_pooled_redis_connection(server: redis_server.RedisServer) -> None:
+    """A reader that waits (a read mark owed, quiet reads, its TTL touches, its host checks)
+    calls Redis through the store's lean client only (one shared connection) beside its own
+    blocking read: a front's idle readers cost Redis a connection each, not a burst of pooled
+    ones on top (2,000 readers that went quiet at once exceeded Redis's client limit so)."""
+
+    async def body() -> None:
+        async with fleet(server.url, limits=StoreLimits(connection_ttl=0.8)) as f:
+            store = f.stores[1]  # the front's (the host's is the first)
+            async with Client.builder().connect(connect_url(f.fronts[0].replace("http://", "ws://"))) as cx:
+                await cx.initialize()
+                session = (await cx.build_session("/tmp")).session
+                assert await session.send_prompt("stream 3 chunks") == {"stopReason": "end_turn"}
+                pooled = store._redis
+                used: list[str] = []
+
+                class Watched:
+                    def __getattr__(self, name: str) -> Any:
+                        used.append(name)
+                        return getattr(pooled, name)
+
+                store._redis = Watched()  # type: ignore[assignment]
+                try:
+                    await asyncio.sleep(0.7)  # a mark owed, then quiet reads of 0.2 s each
+                    assert await cx.send_request("_test/echo", {"n": 1}) == {"n": 1}
+                    await asyncio.sleep(0.3)
+                finally:
+                    store._redis = pooled
+                assert used == []
+
+    run(body)
+
+
 # --- any front, any request ------------------------------------------------------------------
 
 

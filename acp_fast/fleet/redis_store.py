@@ -506,7 +506,8 @@ class RedisStore(FleetStore):
             retry=_ping_once_retry(Retry, NoBackoff, redis.exceptions.ConnectionError), retry_on_timeout=False,
             decode_responses=False, health_check_interval=HEALTH_CHECK_IDLE, max_connections=max_connections,
             **_no_client_setinfo(redis.asyncio.Connection))
-        # the streaming path's calls (push, append, the blocking reads) go through a lean client
+        # the streaming path's calls (push, append, the blocking reads) and a waiting reader's
+        # (touch, host check) go through a lean client: one shared connection, not one each
         self._lean = RespClient(url, socket_timeout=socket_timeout, connect_timeout=connect_timeout,
                                 max_connections=max_connections)
         errors = redis.exceptions
@@ -517,7 +518,7 @@ class RedisStore(FleetStore):
         self._live_hosts: AsyncScript = script(_LIVE_HOSTS)
         self._claim: AsyncScript = script(_CLAIM)
         self._release: AsyncScript = script(_RELEASE)
-        self._touch: AsyncScript = script(_TOUCH)
+        self._touch = Script(_TOUCH)
         self._attach: AsyncScript = script(_ATTACH)
         self._detach: AsyncScript = script(_DETACH)
         self._append = Script(_APPEND)
@@ -600,7 +601,7 @@ class RedisStore(FleetStore):
     async def host_alive(self, host_id: str) -> bool:
         alive = self._host_keys(host_id)[1]
         with self._guard:
-            return bool(await self._redis.exists(alive))
+            return bool(await self._lean.call("EXISTS", alive))
 
     async def claim_slot(self, host_id: str, fleet_max: int | None = None) -> bool:
         keys = self._host_keys(host_id)[:2] + [self._prefix + "hosts"]
@@ -646,18 +647,15 @@ class RedisStore(FleetStore):
         if keys is None:
             return None
         with self._guard:
-            # a pipeline of one: an awaited .hget() is typed differently by redis-py 5-7 and 8
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.hget(keys[0], "host")
-                (host,) = await pipe.execute()
-        return host.decode() if isinstance(host, bytes) else host
+            host = await self._lean.call("HGET", keys[0], "host")
+        return host.decode() if isinstance(host, bytes) else None
 
     async def touch_connection(self, connection_id: str) -> bool:
         keys = self._known_keys(connection_id)
         if keys is None:
             return False
         with self._guard:
-            return bool(await self._touch([*keys[:3], keys[4]], [self._ttl]))
+            return bool(await self._lean.script(self._touch, [*keys[:3], keys[4]], [self._ttl]))
 
     def _count(self, count: int | None) -> int:
         """A read's entry count: `count` within 1 and `limits.read_count`."""
@@ -781,10 +779,10 @@ class RedisStore(FleetStore):
                     if _seq(raw[0][0].decode()) != seq + 1:
                         raise CursorOutOfWindow(after)
                     return _until_end(connection_id, raw)
-                async with self._redis.pipeline(transaction=False) as pipe:  # typed alike by every redis-py
-                    pipe.hget(keys[0], "out_seq")
-                    (last,) = await pipe.execute()
-                if last is None:
+                # on the lean client's shared connection: readers that wait briefly and often
+                # (a read mark owed) take no connection of their own for this
+                last = await self._lean.call("HGET", keys[0], "out_seq")
+                if not isinstance(last, bytes):
                     raise UnknownConnection(connection_id)
                 if seq > int(last):  # beyond the end (an entry appended since the read is read next)
                     raise CursorOutOfWindow(after)
