@@ -388,6 +388,50 @@ def test_a_waiting_reader_uses_no_pooled_redis_connection(server: redis_server.R
     run(body)
 
 
+def test_a_reader_of_a_slow_trickle_keeps_its_connection_alive(server: redis_server.RedisServer) -> None:
+    """An agent that writes a small update every few milliseconds, for longer than the
+    connection TTL and with no client request meanwhile: the reader's short reads (a read mark
+    owed) touch the connection as its waits do, so the turn completes (the connection would
+    expire mid-turn otherwise)."""
+    from acp_fast import Agent
+    from acp_fast.protocol import methods_v1
+
+    agent = Agent.builder()
+    agent.on_request(methods_v1.session.new, lambda params, cx: {"sessionId": "trickle"})
+
+    async def prompt(params: Any, cx: Any) -> Any:
+        for i in range(300):  # about 1.2 s: twice the TTL, one small entry each
+            cx.send_session_update("trickle", {"sessionUpdate": "agent_message_chunk",
+                                               "content": {"type": "text", "text": str(i)}})
+            await cx.drain()
+            await asyncio.sleep(0.004)
+        return {"stopReason": "end_turn"}
+
+    agent.on_request(methods_v1.session.prompt, prompt)
+
+    async def body() -> None:
+        f = Fleet(server.url, StoreLimits(connection_ttl=0.6))
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                opener, _ = servable_opener(agent)
+                host = AgentHost(f.store(), opener, slots=2, ttl=3.0)
+                f.hosts.append(host)
+                f.tasks.append(asyncio.ensure_future(host.run()))
+                await asyncio.wait_for(host.wait_registered(), 5.0)
+                await f.front(stack)
+                record: list[Any] = []
+                client = Client.builder().on_session_update(lambda u, cx: record.append(u))
+                async with client.connect(connect_url(f.fronts[0].replace("http://", "ws://"))) as cx:
+                    await cx.initialize()
+                    session = (await cx.build_session("/tmp")).session
+                    assert await session.send_prompt("go") == {"stopReason": "end_turn"}
+                assert numbers(chunks(record)) == list(range(300))
+        finally:
+            await f.close()
+
+    run(body)
+
+
 # --- any front, any request ------------------------------------------------------------------
 
 

@@ -562,19 +562,17 @@ class _Watch:
         if mark is not None:
             self.owed = mark
         mark = self.owed
+        entries: list[Entry] = []
         if mark is not None and self.unmarked < self.mark_entries and self.unmarked_bytes < self.mark_bytes:
             entries = await self.front.reads.follow(self.cid, after, MARK_IDLE, self.count)
-            if entries:
-                self.sized(entries)
-                self.since = time.monotonic()
-                return entries
-        if mark is not None:
-            self.owed = None
-            self.unmarked = self.unmarked_bytes = 0
-        if mark is None:
-            entries = await self.front.reads.follow(self.cid, after, self.wait, self.count)
-        else:
-            entries = await self.store.follow_output(self.cid, after, block=self.wait, mark=mark, count=self.count)
+        if not entries:
+            if mark is None:
+                entries = await self.front.reads.follow(self.cid, after, self.wait, self.count)
+            else:
+                self.owed = None
+                self.unmarked = self.unmarked_bytes = 0
+                entries = await self.store.follow_output(self.cid, after, block=self.wait, mark=mark,
+                                                         count=self.count)
         now = time.monotonic()
         if entries:
             self.sized(entries)
