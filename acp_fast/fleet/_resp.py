@@ -21,8 +21,10 @@ wire and nothing else:
 
 Scripts run by `EVALSHA`, and by `EVAL` once when the server does not know them (`NOSCRIPT`:
 nothing ran), alone or in a pipeline (`Script.call`); in a pipeline that `EVAL` comes after
-the other commands, so a script there must not depend on running before them. The URL is parsed by redis-py (`redis://`, `rediss://`, `unix://`, password,
-user, db), so both clients of the store reach the same server.
+the other commands, so a script there must not depend on running before them.
+
+The URL is parsed by redis-py (`redis://`, `rediss://`, `unix://`, password, user, db), so
+both clients of the store reach the same server.
 """
 
 from __future__ import annotations

@@ -258,10 +258,9 @@ class AgentHost:
             for cid, entries in got.entries.items():
                 link = self._links.get(cid)
                 if link is not None:
-                    link.feed(entries)
-                    consumed.add(cid)
+                    taken_bytes += link.feed(entries)
                     taken += len(entries)
-                    taken_bytes += sum([len(line) for entry in entries for line in entry.lines])
+                    consumed.add(cid)
             for cid, over in got.ended.items():
                 link = self._links.get(cid)
                 if link is not None:
@@ -508,15 +507,20 @@ class _Link:
 
     # store -> agent ----------------------------------------------------------------------
 
-    def feed(self, entries: list[Entry]) -> None:
+    def feed(self, entries: list[Entry]) -> int:
         """Hand input entries to the agent in order, each entry's lines in one write (an
-        agent that stops reading leaves the host's read until it reads again)."""
+        agent that stops reading leaves the host's read until it reads again); the bytes of
+        line data handed over."""
+        size = 0
         for entry in entries:
             for line in entry.lines:
                 if b'"method"' in line and b'"id"' in line:
                     self._note_request(line)
-            self.stream.write(b"\n".join(entry.lines) + b"\n")
+            data = b"\n".join(entry.lines) + b"\n"
+            self.stream.write(data)
+            size += len(data) - len(entry.lines)
             self.after = entry.cursor
+        return size
 
     def input_ended(self, exc: StoreError) -> None:
         """The input queue is over: the client ended the connection, or it is gone."""
