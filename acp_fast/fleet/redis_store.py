@@ -193,29 +193,39 @@ return 1
 # Each entry: d (the lines), o (the stream's byte count before it), r (routes, when given), b
 # (1, when every line is batchable); the byte index scores its number by o. The window keeps `max bytes` of data at most: the oldest
 # entries leave (the newest stays), the first kept found in the index (no entry is read), then
-# trimmed exactly. The index keeps the newest `max entries` + 1 numbers.
+# trimmed exactly. The index keeps the newest `max entries` + 1 numbers. Every `redis.call`
+# costs: the record is read once and written once, and the index is trimmed by rank only once
+# it can be longer than that.
 _APPEND = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local v = redis.call('HMGET', KEYS[1], 'host', 'out_seq', 'out_bytes')
+if not v[1] then return false end
 local size = string.len(ARGV[1])
-local seq = redis.call('HINCRBY', KEYS[1], 'out_seq', 1)
-local total = redis.call('HINCRBY', KEYS[1], 'out_bytes', size)
+local seq = tonumber(v[2] or 0) + 1
+local before = tonumber(v[3] or 0)
+local total = before + size
+redis.call('HSET', KEYS[1], 'out_seq', seq, 'out_bytes', total)
 local id = seq .. '-0'
-local add = {'XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', total - size}
+local add = {'XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[1], 'o', before}
 if ARGV[5] ~= '' then add[#add + 1] = 'r'; add[#add + 1] = ARGV[5] end
 if ARGV[4] == '1' then add[#add + 1] = 'b'; add[#add + 1] = '1' end
 redis.call(unpack(add))
-redis.call('ZADD', KEYS[4], total - size, seq)
-for i = 6, #ARGV do redis.call('HDEL', KEYS[1], 'p:' .. ARGV[i]) end
+redis.call('ZADD', KEYS[4], before, seq)
+if #ARGV > 5 then
+  local answered = {'HDEL', KEYS[1]}
+  for i = 6, #ARGV do answered[#answered + 1] = 'p:' .. ARGV[i] end
+  redis.call(unpack(answered))
+end
 local floor = total - tonumber(ARGV[3])
 if floor > 0 then
   local first = redis.call('ZRANGEBYSCORE', KEYS[4], floor, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  local keep, keep_o = seq, total - size
+  local keep, keep_o = seq, before
   if first[1] then keep, keep_o = first[1], first[2] end
   redis.call('XTRIM', KEYS[2], 'MINID', keep .. '-0')
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. keep_o)
 end
-redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[2]) + 2))
-if seq == 1 or redis.call('PTTL', KEYS[4]) == -1 then  -- the stream and the index were created
+if seq > tonumber(ARGV[2]) + 1 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[2]) + 2)) end
+if seq == 1 then  -- the stream and the index were created (an end marker, which would have
+                  -- created them first, takes the record's TTL itself)
 """ + _SAME_TTL + """
 end
 return id
@@ -309,6 +319,9 @@ return 1
 # then the JSON ids of the requests in it (in flight until an append names them).
 # Each entry: d (the lines), e (the queue's byte count after it). Unconsumed: in_seq - in_done
 # entries, in_bytes - in_done_bytes bytes. Returns the id, 0 when full, false when unknown.
+# A push restarts every key's TTL when the record has lost more than an eighth of it (or a
+# reader's detach shortened it), and at the first push (which creates the queue): a client
+# that keeps sending keeps its connection alive without four PEXPIREs per push.
 _PUSH = """
 local v = redis.call('HMGET', KEYS[1], 'host', 'in_seq', 'in_done', 'in_bytes', 'in_done_bytes', 'in_ended')
 if not v[1] or v[6] then return false end
@@ -320,11 +333,15 @@ if seq - tonumber(v[3] or 0) >= tonumber(ARGV[2])
 end
 seq = seq + 1
 bytes = bytes + size
-redis.call('HSET', KEYS[1], 'in_seq', seq, 'in_bytes', bytes)
+local set = {'HSET', KEYS[1], 'in_seq', seq, 'in_bytes', bytes}
+for i = 5, #ARGV do set[#set + 1] = 'p:' .. ARGV[i]; set[#set + 1] = 1 end
+redis.call(unpack(set))
 local id = seq .. '-0'
 redis.call('XADD', KEYS[3], id, 'd', ARGV[1], 'e', bytes)
-for i = 5, #ARGV do redis.call('HSET', KEYS[1], 'p:' .. ARGV[i], 1) end
-for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
+local ttl = tonumber(ARGV[4])
+if seq == 1 or redis.call('PTTL', KEYS[1]) < ttl - ttl / 8 then
+  for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
+end
 return id
 """
 
