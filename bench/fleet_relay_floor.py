@@ -15,6 +15,9 @@ in turn, `--rounds` times:
 
 * `serve`: single-process `acp-fast serve --testy` (Testy in-process);
 * `relay`: the relay front + relay host + Redis (the bare floor);
+* `script`: the same relay, but each append is one small Lua script that checks the stream's
+  length against a bound before its `XADD` (`EVALSHA`, one per direction): what keeping any
+  bound inside Redis costs at the least, with one script call per write;
 * `store`: the same relay, but every Redis step is the fleet store's own call
   (`create_connection`, `push_input`, `read_inputs`, `append_output`, `follow_output`: its
   Lua scripts, connection record and bounds), still with no front or host logic (no routes,
@@ -22,9 +25,10 @@ in turn, `--rounds` times:
   issue's bounds with this store;
 * `fleet`: `acp-fast serve --redis` + `acp-fast host --redis --testy` + Redis.
 
-and prints each one's median round trip, and what `relay`, `store` and `fleet` add to
-`serve`: `relay` is the floor of any fleet on this machine, `store` the floor of one built on
-this store, and `fleet - store` what the front's and host's own logic costs.
+and prints each one's median round trip, and what `relay`, `script`, `store` and `fleet` add
+to `serve`: `relay` is the floor of any fleet on this machine, `script` the floor of one that
+keeps its bounds in Redis with a script per write, `store` the floor of one built on this
+store, and `fleet - store` what the front's and host's own logic costs.
 
     python bench/fleet_relay_floor.py [--n 2000] [--rounds 3]
 
@@ -49,6 +53,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 IN, OUT = "relay:in", "relay:out"
+#: The `script` row's append: a length check, then the `XADD` (a bound no run reaches: its
+#: cost is the check's, the refusal never happens).
+_BOUNDED_ADD = """
+if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+return redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
+"""
 #: The host id of the `store` relay.
 _HOST = "floor"
 
@@ -63,6 +73,16 @@ def _lean(url: str) -> Any:
     from acp_fast.fleet._resp import RespClient
 
     return RespClient(url, socket_timeout=5.0, connect_timeout=5.0, max_connections=8)
+
+
+def _adder(redis: Any, key: str, scripted: bool) -> Callable[[bytes], Awaitable[object]]:
+    """An append of one entry to `key`: a plain `XADD`, or the `script` row's bounded one."""
+    if not scripted:
+        return lambda data: redis.call("XADD", key, "*", "d", data)
+    from acp_fast.fleet._resp import Script
+
+    bounded = Script(_BOUNDED_ADD)
+    return lambda data: redis.script(bounded, (key,), (data, 1 << 40))
 
 
 async def _flushes(stream: Any, write: Callable[[bytes], Awaitable[object]]) -> None:
@@ -86,7 +106,7 @@ async def _flushes(stream: Any, write: Callable[[bytes], Awaitable[object]]) -> 
             await write(data)
 
 
-async def _relay_host(url: str) -> None:
+async def _relay_host(url: str, scripted: bool = False) -> None:
     """Redis `IN` -> Testy in-process -> Redis `OUT`, one entry per flush."""
     from acp_fast.remote.server import servable_opener
     from acp_fast.testy import build
@@ -95,7 +115,7 @@ async def _relay_host(url: str) -> None:
     stream = await opener()
     redis = _lean(url)
     await redis.call("DEL", IN, OUT)
-    pump = asyncio.ensure_future(_flushes(stream, lambda data: redis.call("XADD", OUT, "*", "d", data)))
+    pump = asyncio.ensure_future(_flushes(stream, _adder(redis, OUT, scripted)))
     after: Any = b"$"
     print("ready", flush=True)
     try:
@@ -199,7 +219,7 @@ async def _not_websocket(scope: dict[str, Any], receive: Any, send: Any) -> None
     await send({"type": "http.response.body", "body": b""})
 
 
-def _relay_front(url: str) -> Any:
+def _relay_front(url: str, scripted: bool = False) -> Any:
     """The ASGI app: WebSocket messages -> Redis `IN`; Redis `OUT` -> one text frame a line."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -209,6 +229,7 @@ def _relay_front(url: str) -> Any:
         await receive()  # websocket.connect
         await send({"type": "websocket.accept"})
         redis = _lean(url)
+        add = _adder(redis, IN, scripted)
         start = await redis.call("XREVRANGE", OUT, "+", "-", "COUNT", 1)
 
         async def reader() -> None:
@@ -228,7 +249,7 @@ def _relay_front(url: str) -> Any:
                     break
                 text = message.get("text")
                 data = text.encode() if text is not None else message.get("bytes") or b""
-                await redis.call("XADD", IN, "*", "d", data)
+                await add(data)
         finally:
             task.cancel()
             await redis.close()
@@ -240,14 +261,14 @@ def _role(argv: list[str]) -> None:
     import uvloop
 
     role, url = argv[0], argv[1]
-    if role in ("host", "store-host"):
-        uvloop.run(_relay_host(url) if role == "host" else _store_host(url))
+    if role.endswith("host"):
+        uvloop.run(_store_host(url) if role == "store-host" else _relay_host(url, role == "script-host"))
     else:
         import uvicorn
 
         port = int(argv[2])
         print("ready", flush=True)
-        app = _relay_front(url) if role == "front" else _store_front(url)
+        app = _store_front(url) if role == "store-front" else _relay_front(url, role == "script-front")
         uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", log_level="warning", lifespan="on")
 
 
@@ -300,8 +321,11 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "acp_fast.cli.main", *args]
 
 
+_ROLES = ("host", "front", "script-host", "script-front", "store-host", "store-front")
+
+
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] in ("host", "front", "store-host", "store-front"):
+    if len(sys.argv) > 1 and sys.argv[1] in _ROLES:
         return _role(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=2000, help="round trips per run")
@@ -310,7 +334,7 @@ def main() -> None:
     server = shutil.which("redis-server")
     if server is None:
         sys.exit("redis-server is not on PATH")
-    rows: dict[str, list[float]] = {"serve": [], "relay": [], "store": [], "fleet": []}
+    rows: dict[str, list[float]] = {"serve": [], "relay": [], "script": [], "store": [], "fleet": []}
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -326,8 +350,8 @@ def main() -> None:
                     if name == "serve":
                         procs.start(_cli("serve", "--testy", "--versions", "1", "--port", str(port), "--loop", "uvloop"),
                                     port=port)
-                    elif name in ("relay", "store"):
-                        role = "" if name == "relay" else "store-"
+                    elif name in ("relay", "script", "store"):
+                        role = "" if name == "relay" else name + "-"
                         procs.start([sys.executable, __file__, role + "host", url], ready="ready")
                         procs.start([sys.executable, __file__, role + "front", url, str(port)], port=port)
                     else:
@@ -342,8 +366,9 @@ def main() -> None:
     print(f"load average {load:.2f} at start; {args.rounds} rounds of {args.n} WebSocket round trips, uvloop")
     for name, values in rows.items():
         print(f"{name:6} median {median[name]:7.0f} us per round trip   runs {[round(v) for v in values]}")
-    print(f"added to serve: relay (the floor) {median['relay'] - median['serve']:.0f} us, "
-          f"store {median['store'] - median['serve']:.0f} us, fleet {median['fleet'] - median['serve']:.0f} us")
+    added = {name: median[name] - median["serve"] for name in rows if name != "serve"}
+    print("added to serve: " + ", ".join(
+        f"{name}{' (the floor)' if name == 'relay' else ''} {us:.0f} us" for name, us in added.items()))
 
 
 if __name__ == "__main__":
