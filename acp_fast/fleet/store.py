@@ -162,7 +162,9 @@ class StoreLimits:
         input_bytes: unconsumed bytes of line data an input queue holds at most; a batch larger
             than this can never be queued (`ValueError`).
         connection_ttl: seconds a connection record (and its streams) lives without a client's
-            request or a reader (a front's `ServerPolicy.idle_timeout`).
+            request or a reader (a front's `ServerPolicy.idle_timeout`). A request restarts it
+            once an eighth of it is gone (a reader, once a quarter is): a connection may end
+            that much before the last request's time plus the TTL, never later.
         read_count: entries one read returns at most.
     """
 
