@@ -400,7 +400,8 @@ def test_cursors_outside_the_window_are_reported_without_waiting(server: redis_s
         cid = await store.create_connection("h1")
         for i in range(3):
             await store.append_output(cid, [b"%d" % i])
-        for bad in ("4-0", "99-0", "abc", "", "1-1", "-1-0", "01-0", "1-0-0", "1"):
+        for bad in ("4-0", "99-0", "abc", "", "1-1", "-1-0", "01-0", "1-0-0", "1", "-0", "\u0661-0", "+1-0",
+                    " 1-0", "1-0\n", "1" * 19 + "-0"):
             start = time.monotonic()
             with pytest.raises(CursorOutOfWindow) as caught:
                 await store.read_output(cid, bad, block=5.0)
@@ -409,6 +410,20 @@ def test_cursors_outside_the_window_are_reported_without_waiting(server: redis_s
         await store.close()
 
     run(body)
+
+
+def test_a_cursor_is_n_dash_zero_in_ascii_digits_without_a_leading_zero() -> None:
+    """Every cursor the store is handed is parsed by string methods; they take exactly the
+    shape `(0|[1-9][0-9]{0,17})-0` (checked against that pattern on edge cases)."""
+    import re
+
+    from acp_fast.fleet.redis_store import _seq
+
+    shape = re.compile(r"(0|[1-9][0-9]{0,17})-0")
+    cases = ["0-0", "1-0", "10-0", "9" * 18 + "-0", "9" * 19 + "-0", "00-0", "01-0", "-0", "", "0", "1-1",
+             "1-00", "a-0", "1a-0", "\u0661-0", "\u00b2-0", "+1-0", " 1-0", "1-0 ", "1-0\n", "1_0-0", "-1-0"]
+    for case in cases:
+        assert _seq(case) == (int(case[:-2]) if shape.fullmatch(case) else None), case
 
 
 # --- the input queue ----------------------------------------------------------------------

@@ -52,6 +52,7 @@ primary with replicas), not Redis Cluster: the host registry's scripts touch key
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -88,7 +89,6 @@ __all__ = ["DEFAULT_PREFIX", "RedisStore"]
 DEFAULT_PREFIX = "acp-fast:"
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_CURSOR = re.compile(r"(0|[1-9][0-9]{0,17})-0")
 
 # --- the scripts ----------------------------------------------------------------------------
 
@@ -376,8 +376,25 @@ def _mark_name(stream: str | None) -> str:
 
 
 def _seq(cursor: str) -> int | None:
-    """The entry number of a cursor, or None when it is not one."""
-    return int(cursor[:-2]) if _CURSOR.fullmatch(cursor) else None
+    """The entry number of a cursor (`N-0`: N in ASCII digits, at most 18, without a leading
+    zero), or None when it is not one. String methods, not a regular expression: every read
+    and push parses one or two."""
+    number = cursor[:-2]
+    if (cursor[-2:] != "-0" or not number.isdigit() or not number.isascii() or len(number) > 18
+            or (number[0] == "0" and len(number) > 1)):
+        return None
+    return int(number)
+
+
+@functools.lru_cache(maxsize=4096)
+def _connection_keys(prefix: str, connection_id: str) -> tuple[str, str, str, str, str] | None:
+    """A connection's keys (record, output, input, read marks' notices, output byte index), or
+    None for an id of another shape; kept for the connections in use (each call of a round
+    trip needs them)."""
+    if not _ID.fullmatch(connection_id):
+        return None
+    key = f"{prefix}{{{connection_id}}}:"
+    return key + "conn", key + "out", key + "in", key + "rd", key + "ob"
 
 
 def _batch(lines: Sequence[bytes]) -> bytes:
@@ -573,15 +590,12 @@ class RedisStore(FleetStore):
         key = f"{self._prefix}host:{host_id}"
         return [key, key + ":alive", key + ":inbox"]
 
-    def _known_keys(self, connection_id: str) -> list[str] | None:
+    def _known_keys(self, connection_id: str) -> tuple[str, str, str, str, str] | None:
         """The connection's keys (record, output, input, read marks' notices, output byte index),
         or None for an id of another shape."""
-        if not _ID.fullmatch(connection_id):
-            return None
-        key = f"{self._prefix}{{{connection_id}}}:"
-        return [key + "conn", key + "out", key + "in", key + "rd", key + "ob"]
+        return _connection_keys(self._prefix, connection_id)
 
-    def _conn_keys(self, connection_id: str) -> list[str]:
+    def _conn_keys(self, connection_id: str) -> tuple[str, str, str, str, str]:
         keys = self._known_keys(connection_id)
         if keys is None:
             raise UnknownConnection(connection_id)
