@@ -25,7 +25,9 @@ in turn, `--rounds` times:
   issue's bounds with this store;
 * `fleet`: `acp-fast serve --redis` + `acp-fast host --redis --testy` + Redis.
 
-and prints each one's median round trip, and what `relay`, `script`, `store` and `fleet` add
+and prints each one's median round trip and its processes' CPU per round trip (user + system,
+from `/proc`, over the client's run: warm-up included, divided by every round trip it made;
+steadier than wall time on a shared machine), and what `relay`, `script`, `store` and `fleet` add
 to `serve`: `relay` is the floor of any fleet on this machine, `script` the floor of one that
 keeps its bounds in Redis with a script per write, `store` the floor of one built on this
 store, and `fleet - store` what the front's and host's own logic costs.
@@ -50,9 +52,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 IN, OUT = "relay:in", "relay:out"
+#: Round trips the client makes before it starts timing.
+WARMUP = 200
 #: The `script` row's append: a length check, then the `XADD` (a bound no run reaches: its
 #: cost is the check's, the refusal never happens).
 _BOUNDED_ADD = """
@@ -310,11 +315,20 @@ class _Procs:
 
 def _roundtrips(url: str, n: int) -> float:
     out = subprocess.run([sys.executable, "-m", "acp_fast.benchmark.remote_client", url, "roundtrips", str(n),
-                          "--warmup", "200", "--loop", "uvloop"], capture_output=True, text=True, timeout=300)
+                          "--warmup", str(WARMUP), "--loop", "uvloop"], capture_output=True, text=True, timeout=300)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if not result.get("ok"):
         raise RuntimeError(f"the client failed against {url}: {result}")
     return 1e6 / float(result["rate"])  # microseconds per round trip
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` so far (Linux `/proc`), None without it."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cli(*args: str) -> list[str]:
@@ -335,6 +349,7 @@ def main() -> None:
     if server is None:
         sys.exit("redis-server is not on PATH")
     rows: dict[str, list[float]] = {"serve": [], "relay": [], "script": [], "store": [], "fleet": []}
+    cpu: dict[str, dict[str, list[float]]] = {name: {} for name in rows}
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -358,14 +373,22 @@ def main() -> None:
                         procs.start(_cli("host", "--redis", url, "--testy", "--versions", "1", "--slots", "4",
                                          "--loop", "uvloop"), ready="registered at")
                         procs.start(_cli("serve", "--redis", url, "--port", str(port), "--loop", "uvloop"), port=port)
+                    labels = ("serve",) if name == "serve" else ("redis", "host", "front")
+                    before = [_cpu_seconds(proc.pid) for proc in procs.procs]
                     rows[name].append(_roundtrips(f"ws://127.0.0.1:{port}/acp", args.n))
+                    for label, proc, start in zip(labels, procs.procs, before):
+                        end = _cpu_seconds(proc.pid)
+                        if start is not None and end is not None:
+                            cpu[name].setdefault(label, []).append(1e6 * (end - start) / (args.n + WARMUP))
                 finally:
                     procs.stop()
                 print(f"round {r + 1}/{args.rounds}: {name} {rows[name][-1]:.0f} us", file=sys.stderr)
     median = {name: statistics.median(values) for name, values in rows.items()}
     print(f"load average {load:.2f} at start; {args.rounds} rounds of {args.n} WebSocket round trips, uvloop")
     for name, values in rows.items():
-        print(f"{name:6} median {median[name]:7.0f} us per round trip   runs {[round(v) for v in values]}")
+        spent = ", ".join(f"{label} {statistics.median(us):.0f}" for label, us in cpu[name].items())
+        print(f"{name:6} median {median[name]:7.0f} us per round trip   runs {[round(v) for v in values]}"
+              + (f"   CPU us per round trip: {spent}" if spent else ""))
     added = {name: median[name] - median["serve"] for name in rows if name != "serve"}
     print("added to serve: " + ", ".join(
         f"{name}{' (the floor)' if name == 'relay' else ''} {us:.0f} us" for name, us in added.items()))
