@@ -413,11 +413,12 @@ def test_cursors_outside_the_window_are_reported_without_waiting(server: redis_s
 
 
 def test_a_cursor_is_n_dash_zero_in_ascii_digits_without_a_leading_zero() -> None:
-    """Every cursor the store is handed is parsed by string methods; they take exactly the
-    shape `(0|[1-9][0-9]{0,17})-0` (checked against that pattern on edge cases)."""
+    """Every cursor the store is handed (and every one a front reads in a client's header) is
+    parsed by string methods; they take exactly the shape `(0|[1-9][0-9]{0,17})-0` (checked
+    against that pattern on edge cases)."""
     import re
 
-    from acp_fast.fleet.redis_store import _seq
+    from acp_fast.fleet.store import cursor_number as _seq
 
     shape = re.compile(r"(0|[1-9][0-9]{0,17})-0")
     cases = ["0-0", "1-0", "10-0", "9" * 18 + "-0", "9" * 19 + "-0", "00-0", "01-0", "-0", "", "0", "1-1",

@@ -77,6 +77,8 @@ from .store import (
     StoreError,
     StoreUnavailable,
     UnknownConnection,
+    ascii_number,
+    cursor_number,
 )
 
 __all__ = ["FleetFront", "NoFreeSlot"]
@@ -694,10 +696,10 @@ def _resume_point(last: str | None) -> tuple[str, int]:
     cursor, dot, line = last.partition(".")
     if not dot:
         return last, 0
-    number = cursor[:-2] if cursor.endswith("-0") else ""
-    if not (number.isdigit() and line.isdigit()) or int(number) < 1:
+    number, k = cursor_number(cursor), ascii_number(line)
+    if number is None or k is None or number < 1:
         return last, 0  # not one of ours: the store says so (409)
-    return f"{int(number) - 1}-0", int(line) + 1
+    return f"{number - 1}-0", k + 1
 
 
 def _sse_chunk(entries: list[Entry], key: str | None, skip: int, batches: bool = False) -> bytes:
@@ -745,9 +747,10 @@ class _WsPoint:
 def _ws_resume_point(value: str) -> tuple[str, str, int] | None:
     """`(connection id, cursor, frames)` of a resume header's value, or None."""
     parts = value.split()
-    if len(parts) != 3 or not parts[2].isdigit():
+    frames = ascii_number(parts[2]) if len(parts) == 3 else None
+    if frames is None:
         return None
-    return parts[0], parts[1], int(parts[2])
+    return parts[0], parts[1], frames
 
 
 def _frames(lines: list[bytes], batches: bool, batchable: bool = False) -> list[bytes]:

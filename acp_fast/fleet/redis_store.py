@@ -77,6 +77,7 @@ from .store import (
     StoreLimits,
     StoreUnavailable,
     UnknownConnection,
+    cursor_number,
 )
 
 if TYPE_CHECKING:
@@ -373,17 +374,6 @@ def _mark_name(stream: str | None) -> str:
     if stream is None:
         return "-"
     return "*" if stream == ALL_STREAMS else "s:" + stream
-
-
-def _seq(cursor: str) -> int | None:
-    """The entry number of a cursor (`N-0`: N in ASCII digits, at most 18, without a leading
-    zero), or None when it is not one. String methods, not a regular expression: every read
-    and push parses one or two."""
-    number = cursor[:-2]
-    if (cursor[-2:] != "-0" or not number.isdigit() or not number.isascii() or len(number) > 18
-            or (number[0] == "0" and len(number) > 1)):
-        return None
-    return int(number)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -757,7 +747,7 @@ class RedisStore(FleetStore):
         timeout.
         """
         conn, out = self._conn_keys(connection_id)[:2]
-        seq = _seq(after)
+        seq = cursor_number(after)
         if seq is None:
             raise CursorOutOfWindow(after)
         count = self._count(count)
@@ -772,7 +762,7 @@ class RedisStore(FleetStore):
                 if seq != int(last):  # beyond the end, or what followed it is gone
                     raise CursorOutOfWindow(after)
                 raw = await self._wait(out, after, count, block)
-        if raw and _seq(raw[0][0].decode()) != seq + 1:
+        if raw and cursor_number(raw[0][0].decode()) != seq + 1:
             raise CursorOutOfWindow(after)
         return _until_end(connection_id, raw)
 
@@ -787,10 +777,10 @@ class RedisStore(FleetStore):
         nothing, so the path of an entry to a waiting reader is one command.
         """
         keys = self._conn_keys(connection_id)
-        seq = _seq(after)
+        seq = cursor_number(after)
         if seq is None:
             raise CursorOutOfWindow(after)
-        marked = _seq(mark[1]) if mark is not None else None
+        marked = cursor_number(mark[1]) if mark is not None else None
         count = self._count(count)
         deadline = time.monotonic() + block
         with self._guard:
@@ -807,7 +797,7 @@ class RedisStore(FleetStore):
                 got = replies[-1]
                 if got:
                     raw = _fields(got[0][1])
-                    if _seq(raw[0][0].decode()) != seq + 1:
+                    if cursor_number(raw[0][0].decode()) != seq + 1:
                         raise CursorOutOfWindow(after)
                     return _until_end(connection_id, raw)
                 # on the lean client's shared connection: readers that wait briefly and often
@@ -852,7 +842,7 @@ class RedisStore(FleetStore):
         See [`FleetStore.mark_read`][acp_fast.fleet.FleetStore.mark_read].
         """
         keys = self._known_keys(connection_id)
-        seq = _seq(cursor)
+        seq = cursor_number(cursor)
         if keys is None or seq is None:
             return
         with self._guard:
@@ -868,7 +858,7 @@ class RedisStore(FleetStore):
             return 0, 0
         with self._guard:
             got = await self._lean.script(self._backlog, keys[:1], [v for s, last in streams.items()
-                                                                    for v in (_mark_name(s), _seq(last) or 0)])
+                                                                    for v in (_mark_name(s), cursor_number(last) or 0)])
         match got:
             case None:
                 raise UnknownConnection(connection_id)
@@ -918,7 +908,7 @@ class RedisStore(FleetStore):
         reading (`XREAD BLOCK` when it may wait) are one round trip.
         """
         keys = self._conn_keys(connection_id)
-        seq = _seq(after)
+        seq = cursor_number(after)
         if seq is None:
             raise ValueError(f"not a cursor of an input queue: {after!r}")
         count = self._limits.read_count
@@ -962,7 +952,7 @@ class RedisStore(FleetStore):
         commands: list[Any] = []
         for cid in freed:
             keys = self._conn_keys(cid)
-            commands.append(self._consumed.call((keys[0], keys[2]), (after[cid], _seq(after[cid]) or 0)))
+            commands.append(self._consumed.call((keys[0], keys[2]), (after[cid], cursor_number(after[cid]) or 0)))
         read: list[Any] = ["XREAD", "COUNT", count]
         if wait is not None:
             read += ["BLOCK", wait]

@@ -71,6 +71,26 @@ INIT_ROUTE = ""
 ALL_STREAMS = "*"
 
 
+def ascii_number(text: str) -> int | None:
+    """The whole number `text` writes in ASCII digits (at most 18 of them), or None when it is
+    anything else. `str.isdigit` alone is not enough for what a client sends: it also takes
+    digits `int` refuses (`"²"`, which a header decoded as latin-1 can hold) and lengths `int`
+    refuses."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        return None
+    return int(text)
+
+
+def cursor_number(cursor: str) -> int | None:
+    """The entry number of a cursor (`"<n>-0"`: n in ASCII digits, at most 18, without a
+    leading zero), or None when it is not one. String methods, not a regular expression: every
+    read and push of a store parses one or two, and a front parses what clients send."""
+    number = ascii_number(cursor[:-2]) if cursor[-2:] == "-0" else None
+    if number is None or (cursor[0] == "0" and len(cursor) > 3):
+        return None
+    return number
+
+
 class StoreError(AcpFastError):
     """Base class of the errors of a fleet store."""
 
