@@ -26,7 +26,7 @@ in turn, `--rounds` times:
 * `fleet`: `acp-fast serve --redis` + `acp-fast host --redis --testy` + Redis.
 
 and prints each one's median round trip and its processes' CPU per round trip (user + system,
-from `/proc`, over the client's run: warm-up included, divided by every round trip it made;
+from psutil, over the client's run: warm-up included, divided by every round trip it made;
 steadier than wall time on a shared machine), and what `relay`, `script`, `store` and `fleet` add
 to `serve`: `relay` is the floor of any fleet on this machine, `script` the floor of one that
 keeps its bounds in Redis with a script per write, `store` the floor of one built on this
@@ -34,7 +34,7 @@ store, and `fleet - store` what the front's and host's own logic costs.
 
     python bench/fleet_relay_floor.py [--n 2000] [--rounds 3]
 
-Needs `redis-server` (>= 7) on PATH and the `fleet` and `remote` extras; it starts every
+Needs `redis-server` (>= 7) on PATH and the `fleet`, `remote` and `bench` extras; it starts every
 server on a free loopback port and stops it.
 """
 
@@ -52,7 +52,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 IN, OUT = "relay:in", "relay:out"
@@ -323,12 +322,15 @@ def _roundtrips(url: str, n: int) -> float:
 
 
 def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` so far (Linux `/proc`), None without it."""
+    """User + system CPU seconds of process `pid` so far (psutil, as the remote rows measure
+    their processes), None when it is gone."""
+    import psutil
+
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return float(times.user + times.system)
 
 
 def _cli(*args: str) -> list[str]:
