@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -79,6 +78,7 @@ from .store import (
     UnknownConnection,
     ascii_number,
     cursor_number,
+    request_json,
 )
 
 __all__ = ["FleetFront", "NoFreeSlot"]
@@ -252,7 +252,7 @@ class FleetFront(Endpoint):
             return
         out, _, requests = verdict
         try:
-            await self._push(cid, [out], [json.dumps(entry.id) for entry, _ in requests])
+            await self._push(cid, [out], [request_json(entry.id) for entry, _ in requests])
         except UnknownConnection:
             await respond(send, 404, error_body(404, f"unknown {CONNECTION_ID_HEADER}: closed or expired"))
             return
@@ -271,7 +271,7 @@ class FleetFront(Endpoint):
             await respond(send, 503, error_body(503, f"{exc}; try again later"))
             return
         try:
-            await self.store.push_input(cid, [line], [json.dumps(frame.id)])
+            await self.store.push_input(cid, [line], [request_json(frame.id)])
             reply = await asyncio.wait_for(self._init_reply(cid), self.init_timeout)
         except ConnectionEnded:
             await self._end_quietly(cid, "initialize failed")
@@ -684,7 +684,7 @@ def _requests(frames: list[Any]) -> list[str]:
     for frame in frames:
         for entry in (list(frame) if frame.kind == _kinds.BATCH else [frame]):
             if entry.kind == _kinds.REQUEST:
-                out.append(json.dumps(entry.id))
+                out.append(request_json(entry.id))
     return out
 
 

@@ -40,7 +40,6 @@ import asyncio
 import collections
 import contextlib
 import functools
-import json
 import logging
 import secrets
 from collections.abc import Callable
@@ -62,6 +61,7 @@ from .store import (
     StoreError,
     StoreUnavailable,
     UnknownConnection,
+    request_json,
 )
 
 __all__ = ["HIGH_WATER", "AgentHost"]
@@ -396,7 +396,7 @@ class _Link:
         """The route of one agent line, `frame` decoded from `line` (see the module docstring)."""
         kind = frame.kind
         if kind == _kinds.RESPONSE:
-            self.answered.append(json.dumps(frame.id))
+            self.answered.append(request_json(frame.id))
             key = id_key(frame.id)
             if key == self.init_id:
                 self.init_id = None
@@ -432,7 +432,9 @@ class _Link:
                 if not self.lines:
                     self.unbatchable = 0
                 try:
-                    cursor = await store.append_output(self.cid, lines, routes, answered, batchable=batchable)
+                    # no route at all (a connection without sessions): readers need none
+                    routed = routes if routes.count(None) != len(routes) else None
+                    cursor = await store.append_output(self.cid, lines, routed, answered, batchable=batchable)
                 except UnknownConnection:
                     return  # deleted or expired: nobody reads it
                 except StoreUnavailable as exc:

@@ -782,6 +782,7 @@ class RedisStore(FleetStore):
             raise CursorOutOfWindow(after)
         marked = cursor_number(mark[1]) if mark is not None else None
         count = self._count(count)
+        first = b"%d-0" % (seq + 1)  # the id the first entry read has, unless `after` left the window
         deadline = time.monotonic() + block
         with self._guard:
             while True:
@@ -797,7 +798,7 @@ class RedisStore(FleetStore):
                 got = replies[-1]
                 if got:
                     raw = _fields(got[0][1])
-                    if cursor_number(raw[0][0].decode()) != seq + 1:
+                    if raw[0][0] != first:
                         raise CursorOutOfWindow(after)
                     return _until_end(connection_id, raw)
                 # on the lean client's shared connection: readers that wait briefly and often

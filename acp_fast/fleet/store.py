@@ -38,6 +38,7 @@ interface is small so that another engine could be added.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -89,6 +90,13 @@ def cursor_number(cursor: str) -> int | None:
     if number is None or (cursor[0] == "0" and len(cursor) > 3):
         return None
     return number
+
+
+def request_json(ident: object) -> str:
+    """A request id as the store names the requests in flight (its JSON text): fronts that
+    push a request and hosts that append its answer name it alike. An `int`'s digits need no
+    JSON encoder (ids are mostly numbers, and each round trip names one twice)."""
+    return str(ident) if type(ident) is int else json.dumps(ident)
 
 
 class StoreError(AcpFastError):
