@@ -516,7 +516,9 @@ class _Link:
         size = 0
         for entry in entries:
             for line in entry.lines:
-                if b'"method"' in line and b'"id"' in line:
+                # a request whose line names no session (after initialize) is not noted: its
+                # reply goes to the connection's stream, as the reply to an id not noted does
+                if b'"method"' in line and b'"id"' in line and (not self.init_seen or b'"sessionId"' in line):
                     self._note_request(line)
             data = b"\n".join(entry.lines) + b"\n"
             self.stream.write(data)
