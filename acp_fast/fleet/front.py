@@ -45,7 +45,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, cast
 
 from .. import _kinds
@@ -487,7 +487,7 @@ class FleetFront(Endpoint):
         first = point.first if point is not None else None
         skip = point.skip if point is not None else 0
         reason = "agent closed"
-        watch = _Watch(self, cid)
+        watch = _Watch(self, cid, shared=False)
         if first:
             watch.sized(first)
         mark: tuple[str | None, str] | None = None
@@ -531,10 +531,15 @@ class FleetFront(Endpoint):
 
 
 class _Watch:
-    """A reader's reads of a connection's output, which look at its host while they wait."""
+    """A reader's reads of a connection's output, which look at its host while they wait.
 
-    def __init__(self, front: FleetFront, cid: str) -> None:
+    `shared`: its reads wait with the other readers of the connection on this front
+    (`SharedReads`: a client's SSE streams); a WebSocket, its connection's one reader, reads
+    on its own."""
+
+    def __init__(self, front: FleetFront, cid: str, shared: bool = True) -> None:
         self.front = front
+        self.shared = shared
         self.store = front.store
         self.cid = cid
         self.host: str | None = None
@@ -566,10 +571,10 @@ class _Watch:
         mark = self.owed
         entries: list[Entry] = []
         if mark is not None and self.unmarked < self.mark_entries and self.unmarked_bytes < self.mark_bytes:
-            entries = await self.front.reads.follow(self.cid, after, MARK_IDLE, self.count)
+            entries = await self._follow(after, MARK_IDLE)
         if not entries:
             if mark is None:
-                entries = await self.front.reads.follow(self.cid, after, self.wait, self.count)
+                entries = await self._follow(after, self.wait)
             else:
                 self.owed = None
                 self.unmarked = self.unmarked_bytes = 0
@@ -592,6 +597,12 @@ class _Watch:
             logger.warning("fleet front: connection %s: %s", self.cid[:8], reason)
             await self.store.end_output(self.cid, reason, fail_pending=True)
         return []
+
+    def _follow(self, after: str, block: float) -> Awaitable[list[Entry]]:
+        """A read without a mark: shared, or the store's own."""
+        if self.shared:
+            return self.front.reads.follow(self.cid, after, block, self.count)
+        return self.store.follow_output(self.cid, after, block=block, count=self.count)
 
     def leave(self) -> None:
         """The reader stops: the mark it owes moves now (in a task of its own: the reader's
