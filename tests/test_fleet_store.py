@@ -427,6 +427,19 @@ def test_a_cursor_is_n_dash_zero_in_ascii_digits_without_a_leading_zero() -> Non
         assert _seq(case) == (int(case[:-2]) if shape.fullmatch(case) else None), case
 
 
+def test_a_request_id_is_named_by_its_json_text_whichever_side_names_it() -> None:
+    """Fronts name the requests they push, hosts the ones their agent answers: both by
+    `request_json`, which must give the JSON text of every id (an int's digits without the
+    encoder; a bool, a float, a string or null through it)."""
+    import json
+
+    from acp_fast.fleet.store import request_json
+
+    for ident in (0, 7, -3, 10**30, True, False, 1.5, 2.0, "7", "", "a\"b", "é", None):
+        assert request_json(ident) == json.dumps(ident), ident
+    assert request_json(7) != request_json("7")
+
+
 # --- the input queue ----------------------------------------------------------------------
 
 

@@ -387,6 +387,16 @@ def _connection_keys(prefix: str, connection_id: str) -> tuple[str, str, str, st
     return key + "conn", key + "out", key + "in", key + "rd", key + "ob"
 
 
+@functools.lru_cache(maxsize=64)
+def _host_keys(prefix: str, host_id: str) -> tuple[str, str, str]:
+    """A host's keys (record, heartbeat, inbox); kept for the hosts in use (a host's every
+    read needs its inbox's)."""
+    if not _ID.fullmatch(host_id):
+        raise ValueError(f"a host id is 1-64 characters of A-Z a-z 0-9 _ -: {host_id!r}")
+    key = f"{prefix}host:{host_id}"
+    return key, key + ":alive", key + ":inbox"
+
+
 def _batch(lines: Sequence[bytes]) -> bytes:
     if not lines:
         raise ValueError("a batch needs at least one line")
@@ -574,11 +584,8 @@ class RedisStore(FleetStore):
 
     # --- keys ----------------------------------------------------------------------------
 
-    def _host_keys(self, host_id: str) -> list[str]:
-        if not _ID.fullmatch(host_id):
-            raise ValueError(f"a host id is 1-64 characters of A-Z a-z 0-9 _ -: {host_id!r}")
-        key = f"{self._prefix}host:{host_id}"
-        return [key, key + ":alive", key + ":inbox"]
+    def _host_keys(self, host_id: str) -> tuple[str, str, str]:
+        return _host_keys(self._prefix, host_id)
 
     def _known_keys(self, connection_id: str) -> tuple[str, str, str, str, str] | None:
         """The connection's keys (record, output, input, read marks' notices, output byte index),
@@ -596,8 +603,8 @@ class RedisStore(FleetStore):
     async def register_host(self, host_id: str, slots: int, ttl: float) -> None:
         if slots < 1 or ttl <= 0:
             raise ValueError("slots must be >= 1 and ttl positive")
-        keys = self._host_keys(host_id)
-        keys[2:] = [self._prefix + "hosts", keys[0] + ":inbox"]
+        key, alive, inbox = self._host_keys(host_id)
+        keys = [key, alive, self._prefix + "hosts", inbox]
         with self._guard:
             await self._register(keys, [host_id, slots, _ms(ttl)])
 
@@ -625,7 +632,7 @@ class RedisStore(FleetStore):
             return bool(await self._lean.call("EXISTS", alive))
 
     async def claim_slot(self, host_id: str, fleet_max: int | None = None) -> bool:
-        keys = self._host_keys(host_id)[:2] + [self._prefix + "hosts"]
+        keys = [*self._host_keys(host_id)[:2], self._prefix + "hosts"]
         with self._guard:
             return bool(await self._claim(keys, [self._prefix + "host:", fleet_max or 0]))
 
