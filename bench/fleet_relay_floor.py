@@ -280,8 +280,9 @@ class _Procs:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, cmd: list[str], ready: str | None = None, port: int | None = None) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    def start(self, cmd: list[str], ready: str | None = None, port: int | None = None,
+              env: dict[str, str] | None = None, cwd: str | None = None) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         self.procs.append(proc)
         deadline = time.monotonic() + 20
         if ready is not None:
