@@ -381,6 +381,9 @@ def test_the_replay_window_is_bounded_in_bytes_and_keeps_the_newest_entry(server
             (b"%d" % i, float(100 * (i - 1))) for i in range(51, 61)]
         with pytest.raises(CursorOutOfWindow):
             await store.read_output(cid, "49-0")  # 50 was trimmed
+        with pytest.raises(CursorOutOfWindow):  # a reader that follows finds it too (what it read starts at 51)
+            await store.follow_output(cid, "49-0", block=1.0)
+        assert [e.cursor for e in await store.follow_output(cid, "50-0", block=1.0, count=2)] == ["51-0", "52-0"]
         # one batch larger than the window alone: it stays, alone
         await store.append_output(cid, [b"z" * (3 * cap)])
         assert [len(f[b"d"]) for _, f in await look.xrange(key)] == [3 * cap]
