@@ -22,16 +22,14 @@ trips gave a median ratio within 2 % of 1 here. Needs `redis-server` (>= 7) on P
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.fleet_relay_floor import _cli, _free_port, _Procs
+from bench.fleet_relay_floor import _cli, _free_port, _Procs, _roundtrips
 
 
 def _start(procs: _Procs, server: str, tree: Path, workdir: str) -> str:
@@ -45,16 +43,6 @@ def _start(procs: _Procs, server: str, tree: Path, workdir: str) -> str:
                 ready="registered at", env=env, cwd=workdir)
     procs.start(_cli("serve", "--redis", url, "--port", str(port), "--loop", "uvloop"), port=port, env=env, cwd=workdir)
     return f"ws://127.0.0.1:{port}/acp"
-
-
-def _burst(url: str, n: int) -> float:
-    """Microseconds per round trip of `n` sequential round trips (after 100 of warm-up)."""
-    out = subprocess.run([sys.executable, "-m", "acp_fast.benchmark.remote_client", url, "roundtrips", str(n),
-                          "--warmup", "100", "--loop", "uvloop"], capture_output=True, text=True, timeout=300)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    if not result.get("ok"):
-        raise RuntimeError(f"the client failed against {url}: {result}")
-    return 1e6 / float(result["rate"])
 
 
 def main() -> None:
@@ -80,7 +68,7 @@ def main() -> None:
             for k in range(args.pairs):
                 got = [0.0, 0.0]
                 for side in ((0, 1) if k % 2 == 0 else (1, 0)):
-                    got[side] = _burst(urls[side], args.n)
+                    got[side] = _roundtrips(urls[side], args.n, warmup=100)
                     times[side].append(got[side])
                 ratios.append(got[1] / got[0])
                 print(f"pair {k + 1}/{args.pairs}: A {got[0]:.0f} us, B {got[1]:.0f} us per round trip", file=sys.stderr)

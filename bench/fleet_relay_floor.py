@@ -313,9 +313,10 @@ class _Procs:
         self.procs = []
 
 
-def _roundtrips(url: str, n: int) -> float:
+def _roundtrips(url: str, n: int, warmup: int = WARMUP) -> float:
+    """Microseconds per round trip of `n` sequential WebSocket round trips (after `warmup`)."""
     out = subprocess.run([sys.executable, "-m", "acp_fast.benchmark.remote_client", url, "roundtrips", str(n),
-                          "--warmup", str(WARMUP), "--loop", "uvloop"], capture_output=True, text=True, timeout=300)
+                          "--warmup", str(warmup), "--loop", "uvloop"], capture_output=True, text=True, timeout=300)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if not result.get("ok"):
         raise RuntimeError(f"the client failed against {url}: {result}")
