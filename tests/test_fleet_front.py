@@ -789,11 +789,11 @@ def test_a_waiting_reader_keeps_its_connection_alive(server: redis_server.RedisS
 
 def test_a_reader_keeps_its_connection_alive_through_a_turn_longer_than_the_ttl(
         server: redis_server.RedisServer) -> None:
-    """A connection TTL of 0.6 s and a turn that streams for longer: the agent's output alone
+    """A connection TTL of 0.8 s and a turn that streams for longer: the agent's output alone
     restarts no TTL (the single-process server's idle rule), the reader's touches do (as
     entries arrive, and within a quarter of the TTL while it waits for the host to go on, the
     host check being longer), so the turn completes whole."""
-    ttl, n = 0.6, 400_000
+    ttl, n = 0.8, 400_000
 
     async def body() -> None:
         async with fleet(server.url, fronts=0, limits=StoreLimits(connection_ttl=ttl)) as f:
