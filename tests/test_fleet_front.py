@@ -87,14 +87,15 @@ class Fleet:
         self.fronts: list[str] = []  # base URLs
         self.requests: list[int] = []  # the HTTP requests each front was given
 
-    def store(self) -> RedisStore:
-        store = RedisStore(self.url, limits=self.limits, prefix=self.prefix, socket_timeout=2.0, connect_timeout=2.0)
+    def store(self, limits: StoreLimits | None = None) -> RedisStore:
+        store = RedisStore(self.url, limits=limits or self.limits, prefix=self.prefix, socket_timeout=2.0,
+                           connect_timeout=2.0)
         self.stores.append(store)
         return store
 
-    async def host(self, slots: int = 4, ttl: float = 3.0) -> AgentHost:
+    async def host(self, slots: int = 4, ttl: float = 3.0, limits: StoreLimits | None = None) -> AgentHost:
         opener, twin = servable_opener(build_testy((1, 2)))
-        host = AgentHost(self.store(), opener, slots=slots, ttl=ttl)
+        host = AgentHost(self.store(limits), opener, slots=slots, ttl=ttl)
         self.hosts.append(host)
         self.tasks.append(asyncio.ensure_future(host.run()))
         await asyncio.wait_for(host.wait_registered(), 5.0)
@@ -351,6 +352,40 @@ def test_read_marks_and_input_frees_catch_up_when_the_connection_goes_quiet(serv
                     assert (mark, in_done) == (out_seq, in_seq) and int(in_seq) >= 5
                 finally:
                     await r.aclose()
+
+    run(body)
+
+
+def test_a_reader_moves_its_mark_by_the_window_of_the_host_not_its_own(server: redis_server.RedisServer) -> None:
+    """A host given a smaller replay window than its front's (64 entries against 4,096): the
+    front's reader moves its read mark every sixteenth of the host's window, in the round
+    trips of its reads; a mark by the front's own window would lag until the host paused its
+    agent for it (a round trip's output then waited for the front's reads to come back empty)."""
+
+    async def body() -> None:
+        import redis.asyncio
+
+        small = StoreLimits(output_entries=64, output_bytes=16 * 1024)
+        f = Fleet(server.url)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                await f.host(limits=small)
+                front = await f.front(stack)
+                r = redis.asyncio.Redis.from_url(server.url)
+                stack.push_async_callback(r.aclose)
+                async with Client.builder().connect(connect_url(front.replace("http://", "ws://"))) as cx:
+                    await cx.initialize()
+                    session = (await cx.build_session("/tmp")).session
+                    (key,) = [k async for k in r.scan_iter(match=f"{f.prefix}{{*}}:conn")]
+                    lags = []
+                    for _ in range(60):
+                        assert await session.send_prompt("stream 1 chunks") == {"stopReason": "end_turn"}
+                        out_seq, mark = await r.hmget(key, "out_seq", "rd:*")
+                        lags.append(int(out_seq) - int(mark or 0))
+                    assert int(out_seq) >= 60 and await r.hmget(key, "win", "win_bytes") == [b"64", b"16384"]
+                    assert max(lags) <= 64 // 16 + 2, lags  # a share of the window, and a turn's entries
+        finally:
+            await f.close()
 
     run(body)
 

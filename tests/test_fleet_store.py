@@ -397,6 +397,26 @@ def test_the_replay_window_is_bounded_in_bytes_and_keeps_the_newest_entry(server
     run(body)
 
 
+def test_the_window_a_host_keeps_is_noted_by_its_first_append_for_readers_elsewhere(
+        server: redis_server.RedisServer) -> None:
+    async def body() -> None:
+        host = make(server.url, output_entries=64, output_bytes=5000)
+        reader = RedisStore(server.url, prefix=host.prefix)  # a front's store: the default limits
+        cid = await host.create_connection("h1")
+        assert await reader.output_window(cid) is None  # nothing appended yet
+        await host.append_output(cid, [b"first"])
+        await host.append_output(cid, [b"second"])
+        assert await reader.output_window(cid) == (64, 5000) != (reader.limits.output_entries,
+                                                                  reader.limits.output_bytes)
+        assert await reader.output_window("unknown-connection") is None
+        assert await host.delete_connection(cid)
+        assert await reader.output_window(cid) is None
+        await reader.close()
+        await host.close()
+
+    run(body)
+
+
 def test_cursors_outside_the_window_are_reported_without_waiting(server: redis_server.RedisServer) -> None:
     async def body() -> None:
         store = make(server.url)

@@ -553,6 +553,7 @@ class _Watch:
         self.unmarked = self.unmarked_bytes = 0
         self.mark_entries = max(1, limits.output_entries // MARK_SHARE)
         self.mark_bytes = max(1, limits.output_bytes // MARK_SHARE)
+        self.windowed = False  # ... of the window the host keeps (`_window`), once learned
         # a wait touches the connection when it ends empty: within a quarter of the TTL, so a
         # waiting reader keeps a connection alive whatever the idle timeout
         self.wait = min(front.host_check, self.store.limits.connection_ttl / 4)
@@ -582,6 +583,8 @@ class _Watch:
                                                          count=self.count)
         now = time.monotonic()
         if entries:
+            if not self.windowed:
+                await self._window()
             self.sized(entries)
             self.since = now
             if now - self.touched > self.store.limits.connection_ttl / 4:  # a reader keeps it alive
@@ -597,6 +600,17 @@ class _Watch:
             logger.warning("fleet front: connection %s: %s", self.cid[:8], reason)
             await self.store.end_output(self.cid, reason, fail_pending=True)
         return []
+
+    async def _window(self) -> None:
+        """Once, when the first entries came: the mark moves by a share of the window the
+        host keeps, which may differ from this front's limits (a host given a smaller window
+        would otherwise pause its agent for a mark this reader owes but does not move until
+        its reads come back empty)."""
+        self.windowed = True
+        window = await self.store.output_window(self.cid)
+        if window is not None:
+            self.mark_entries = max(1, window[0] // MARK_SHARE)
+            self.mark_bytes = max(1, window[1] // MARK_SHARE)
 
     def _follow(self, after: str, block: float) -> Awaitable[list[Entry]]:
         """A read without a mark: shared, or the store's own."""

@@ -6,8 +6,9 @@ Keys, under a prefix (`"acp-fast:"` by default, so that several fleets can share
   `host:<id>:alive`: the heartbeat key, with the host's TTL; `host:<id>:inbox`: a stream of
   the connections created for the host (field `c`), emptied when it registers;
 * `{<connection id>}:conn`: the connection's hash: `host`, the counters of its streams,
-  `readers` (the number of the last resumable reader attached), and a field `p:<id>` per
-  client request in flight (its JSON id; see `fail_pending`);
+  `readers` (the number of the last resumable reader attached), `win` and `win_bytes` (the
+  replay window of its host, noted by the first append: `output_window`), and a field
+  `p:<id>` per client request in flight (its JSON id; see `fail_pending`);
   `{<connection id>}:out`: its output stream; `{<connection id>}:in`: its input queue. The
   three share the TTL, refreshed by a client's push, by `touch_connection` and by
   `attach_reader` (not by the agent's output: the single-process server's idle rule), and
@@ -226,7 +227,9 @@ if floor > 0 then
 end
 if seq > tonumber(ARGV[2]) + 1 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[2]) + 2)) end
 if seq == 1 then  -- the stream and the index were created (an end marker, which would have
-                  -- created them first, takes the record's TTL itself)
+                  -- created them first, takes the record's TTL itself); the window is noted
+                  -- for the readers (output_window)
+  redis.call('HSET', KEYS[1], 'win', ARGV[2], 'win_bytes', ARGV[3])
 """ + _SAME_TTL + """
 end
 return id
@@ -744,6 +747,22 @@ class RedisStore(FleetStore):
         if cursor is None:
             raise UnknownConnection(connection_id)
         return _cursor(cursor)
+
+    async def output_window(self, connection_id: str) -> tuple[int, int] | None:
+        """The replay window its host keeps for the connection's output: (entries, bytes).
+
+        See [`FleetStore.output_window`][acp_fast.fleet.FleetStore.output_window]: noted in
+        the connection's record by the host's first append.
+        """
+        keys = self._known_keys(connection_id)
+        if keys is None:
+            return None
+        with self._guard:
+            got = await self._lean.call("HMGET", keys[0], "win", "win_bytes")
+        match got:
+            case [bytes(entries), bytes(size)] if entries.isdigit() and size.isdigit():
+                return int(entries), int(size)
+        return None
 
     async def read_output(self, connection_id: str, after: str, *, block: float | None = None,
                           count: int | None = None) -> list[Entry]:

@@ -479,6 +479,14 @@ class FleetStore(Protocol):
         """
         ...
 
+    async def output_window(self, connection_id: str) -> tuple[int, int] | None:
+        """The replay window (entries, bytes: `output_entries`, `output_bytes`) that the
+        connection's host keeps and paces its agent by, once the host has appended to the
+        connection's output; None before that, or when the connection is unknown. A reader
+        moves its read mark by the host's window, not by its own store's limits (a host may
+        be given another window than the fronts)."""
+        ...
+
     async def mark_read(self, connection_id: str, cursor: str, stream: str | None = ALL_STREAMS) -> None:
         """Note that a reader of `stream` (a route: `None` the connection's stream, a session
         id; `ALL_STREAMS` a reader of every line, a WebSocket)
