@@ -82,13 +82,22 @@ def _raise_headings(markdown: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _rewrite_links(markdown: str, page: str, source: str, assets: dict[str, Path]) -> str:
-    """Relative links of ``source`` (a repository file) made to work from ``page``."""
+def _anchor(title: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def _rewrite_links(markdown: str, page: str, source: str, assets: dict[str, Path],
+                   sections: dict[str, str] | None = None) -> str:
+    """Relative links of ``source`` (a repository file) made to work from ``page``; a link to
+    a README section's anchor (``sections``: anchor -> its page) goes to that section's page."""
     depth = page.count("/")
     up = "../" * depth
 
     def fix(match: re.Match[str]) -> str:
         label, target = match.group(1), match.group(2)
+        if target.startswith("#") and sections and target[1:] in sections and sections[target[1:]] != page:
+            return f"{label}({up}{sections[target[1:]]})"
         if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
             return match.group(0)
         path, _, anchor = target.partition("#")
@@ -121,12 +130,13 @@ def generate(repo: Path = REPO) -> tuple[list[Page], dict[str, Path]]:
             "the API reference is generated from the docstrings.\n")
     pages = [Page("index.md", "Home", _rewrite_links(intro + note, "index.md", "README.md", assets))]
     seen: set[str] = set()
+    pages_of = {_anchor(title): f"guides/{_slug(title)}.md" for title, _ in sections}
     for title, body in sections:
         path = f"guides/{_slug(title)}.md"
         if path in seen:
             raise ValueError(f"README.md: two sections give the page {path}")
         seen.add(path)
-        markdown = _rewrite_links(f"# {title}\n\n{_raise_headings(body)}", path, "README.md", assets)
+        markdown = _rewrite_links(f"# {title}\n\n{_raise_headings(body)}", path, "README.md", assets, pages_of)
         pages.append(Page(path, title.replace("`", ""), markdown))
     for source, path in EXTRA_PAGES.items():
         text = (repo / source).read_text(encoding="utf-8")
