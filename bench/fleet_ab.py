@@ -15,9 +15,10 @@ A tree is a directory holding an `acp_fast` package with its compiled modules, e
 this checkout's `acp_fast/` with one change undone (`git archive HEAD~1 acp_fast | tar -x -C
 /tmp/a`, then the `*.so` files copied in); `--a .` is this checkout. The client always runs
 this checkout's. `--host-args` adds arguments to both hosts' command line (e.g.
-`"--window-entries 64 --window-bytes 16384"`: a smaller replay window). An A/A run (the same tree twice) shows the noise: 20 pairs of 1,000 round
-trips gave a median ratio within 2 % of 1 here. Needs `redis-server` (>= 7) on PATH and the
-`fleet` and `remote` extras; every server binds 127.0.0.1 on a free port and is stopped.
+`"--window-entries 64 --window-bytes 16384"`: a smaller replay window). An A/A run (the same
+tree twice) shows the noise: 20 pairs of 1,000 round trips gave a median ratio within 2 % of 1
+here. Needs `redis-server` (>= 7) on PATH and the `fleet` and `remote` extras; every server
+binds 127.0.0.1 on a free port and is stopped.
 """
 
 from __future__ import annotations

@@ -383,7 +383,9 @@ def test_a_reader_moves_its_mark_by_the_window_of_the_host_not_its_own(server: r
                         out_seq, mark = await r.hmget(key, "out_seq", "rd:*")
                         lags.append(int(out_seq) - int(mark or 0))
                     assert int(out_seq) >= 60 and await r.hmget(key, "win", "win_bytes") == [b"64", b"16384"]
-                    assert max(lags) <= 64 // 16 + 2, lags  # a share of the window, and a turn's entries
+                    # a sixteenth of the window, and the entries of the read that moves it (the
+                    # front's own window would let it lag by 256 entries: the host paused at 32)
+                    assert max(lags) <= 64 // 16 + 4, lags
         finally:
             await f.close()
 
